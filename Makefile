@@ -1,0 +1,49 @@
+# atoll — the two commands a newcomer types:
+#   make run    set up (if needed), build, run atoll's main job on its embedded default
+#   make test   set up (if needed), build, run the whole test suite through ctest
+# Other targets: build, setup, test-asan (ASan+UBSan build of the torch-free modules), bench,
+# clean. Variables: BUILD (build folder), JOBS (parallel compile jobs; 2 on this machine),
+# CMAKE_ARGS (extra configure flags), RUN_ARGS (extra flags for `make run`).
+BUILD ?= build
+JOBS ?= 2
+CMAKE_ARGS ?=
+RUN_ARGS ?=
+# The embedded default job; becomes `run` (a local Decoupled DiLoCo cluster) once the runtime lands.
+RUN_CMD ?= demo
+GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
+
+.PHONY: all setup configure build run test test-asan bench clean
+
+all: build
+
+setup:
+	@scripts/setup
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+configure: setup $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(BUILD)/atoll $(RUN_CMD) $(RUN_ARGS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# Sanitizer build of everything that does not need libtorch or gRPC (math, simulator, core).
+test-asan: setup
+	cmake -S . -B $(BUILD)-asan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Debug \
+	  -DATOLL_SANITIZE=address,undefined -DATOLL_WITH_TORCH=OFF -DATOLL_WITH_GRPC=OFF \
+	  -DATOLL_WERROR=ON $(CMAKE_ARGS)
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -L unit --timeout 600
+
+bench: build
+	@for b in $(BUILD)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan

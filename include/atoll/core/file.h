@@ -1,0 +1,29 @@
+// Durable file helpers. Every file atoll writes that another process may read (checkpoints,
+// syncer state, summaries) goes through WriteFileAtomic: write to a temp file in the same folder,
+// fsync it, rename over the target, fsync the folder. A reader therefore sees the old file or the
+// new one, never a torn one, even if the writer is SIGKILLed at any instant.
+// Thread-safety: functions are reentrant; concurrent writers of one path race only on which
+// complete version wins.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "atoll/core/status.h"
+
+namespace atl {
+
+Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes);
+Status WriteFileAtomic(const std::string& path, std::string_view text);
+
+// Reads a whole file. NotFound when absent; DataLoss/Internal on read errors.
+StatusOr<std::string> ReadFile(const std::string& path);
+
+// Creates a folder and its parents (like mkdir -p). OK if it exists.
+Status MakeDirs(const std::string& path);
+
+bool FileExists(const std::string& path);
+
+}  // namespace atl

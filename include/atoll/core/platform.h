@@ -1,0 +1,27 @@
+// Process-level platform set-up done once by the `atoll` launcher before any BLAS is loaded.
+//
+// OpenBLAS picks its kernels when the library loads; on this virtual CPU it misdetects the core
+// (≈2.5× slower) unless OPENBLAS_CORETYPE is in the environment before the process starts. The
+// launcher therefore chooses a core type from the CPU flags when the variable is absent (a value
+// that is already present is never overridden) and re-executes itself once with it set.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace atl {
+
+// The OpenBLAS core type for a /proc/cpuinfo "flags" line: "SkylakeX" with avx512f+avx512bw,
+// "Haswell" with avx2+fma, "" (let OpenBLAS decide) otherwise.
+std::string OpenblasCoretypeForFlags(std::string_view cpu_flags);
+
+// Reads the flags of the first CPU from /proc/cpuinfo ("" if unavailable).
+std::string ReadCpuFlags();
+
+// If OPENBLAS_CORETYPE is unset and a core type can be chosen, sets it and re-executes the
+// current binary with the same argv (never returns on success). Also sets OMP_NUM_THREADS=1 when
+// unset (atoll sets torch's thread count explicitly). Returns normally when nothing needs doing
+// or re-exec is impossible. Marker variable ATOLL_LAUNCHED prevents loops.
+void EnsureBlasEnvironmentOrReexec(int argc, char** argv);
+
+}  // namespace atl

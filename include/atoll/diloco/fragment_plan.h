@@ -1,0 +1,88 @@
+// Fragment plans: how the model's parameters are split into P fragments that are synchronised on
+// a staggered schedule (one fragment per inner step when P = H).
+//
+// A fragment is a list of slices; a slice is a contiguous element range [offset, offset+count) of
+// one tensor's flat (row-major) data. Without splitting every slice is a whole tensor. With
+// split_large (default) a tensor larger than the ideal fragment size (total/P) is cut into row
+// blocks (whole rows of its first dimension) that are packed like separate tensors, so one huge
+// tied embedding cannot make one fragment far bigger than the rest.
+//
+// Strategies:
+//   kBalanced  greedy bin packing: items sorted by size descending (ties by name, then offset),
+//              each placed into the currently lightest fragment (ties: lowest index).
+//              Deterministic; peak/ideal ≤ 4/3 for the classic LPT bound when items ≤ ideal.
+//   kStrided   transformer layer i (the integer after "layers." / "blocks." / "h." in the name)
+//              goes to fragment i mod P; tensors without a layer number go round-robin in name
+//              order after the layers. Matches Streaming DiLoCo's layer-strided fragments.
+// Thread-safety: a built plan is immutable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "atoll/core/status.h"
+#include "atoll/diloco/tensor_spec.h"
+
+namespace atl::diloco {
+
+enum class PlanStrategy { kBalanced, kStrided };
+
+struct PlanOptions {
+  int num_fragments = 24;  // P ≥ 1
+  PlanStrategy strategy = PlanStrategy::kBalanced;
+  bool split_large = true;  // cut tensors larger than total/P into row blocks
+};
+
+struct TensorSlice {
+  int tensor = 0;          // index into the TensorSpec list the plan was built from
+  int64_t offset = 0;      // first element (flat, row-major)
+  int64_t count = 0;       // number of elements
+  bool is_embedding = false;
+};
+
+struct Fragment {
+  int index = 0;
+  std::vector<TensorSlice> slices;  // in a deterministic order (tensor index, then offset)
+  int64_t numel = 0;                // sum of slice counts
+};
+
+struct FragmentPlan {
+  std::vector<TensorSpec> tensors;
+  std::vector<Fragment> fragments;  // size P; every element of every tensor in exactly one slice
+  int64_t total_numel = 0;
+  double ideal_numel = 0;   // total / P
+  double peak_to_ideal = 0; // max fragment numel / ideal
+
+  int num_fragments() const { return static_cast<int>(fragments.size()); }
+};
+
+// Builds a plan. InvalidArgument when P < 1, P > number of elements, no tensors, a tensor has
+// numel ≤ 0 or numel ≠ product(shape), or names repeat.
+StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
+                                        const PlanOptions& options);
+
+// Human-readable one-line-per-fragment report ("fragment 3: 41,216 elements (1.02× ideal) ...").
+std::string DescribePlan(const FragmentPlan& plan);
+
+PlanStrategy ParsePlanStrategy(const std::string& s, bool* ok);
+
+// The staggered schedule. Inner steps are counted from 0 on each learner. With H ≥ P, fragment p
+// is sent at every local step t with (t mod H) == floor(p·H / P); its merged value is due
+// (applied) at step t + τ. When P = H exactly one fragment goes out every step.
+struct Schedule {
+  int H = 24;    // inner steps between two syncs of the same fragment
+  int P = 24;    // number of fragments, 1 ≤ P ≤ H
+  int tau = 2;   // overlap in steps, 0 ≤ τ < H
+
+  // Validates 1 ≤ P ≤ H and 0 ≤ τ < H.
+  Status Validate() const;
+  // The fragment sent at local step t, or -1 when none is sent at t.
+  int FragmentAt(int64_t step) const;
+  // The local step at which the merge of a fragment sent at `send_step` is applied.
+  int64_t DueStep(int64_t send_step) const { return send_step + tau; }
+  // The offset within a period of H at which fragment p is sent.
+  int SendOffset(int p) const;
+};
+
+}  // namespace atl::diloco

@@ -1,0 +1,45 @@
+// Merging M learners' outer gradients for one fragment, and the token weights that drive it.
+//
+// Outer gradient of learner m for fragment p: v_m = Θ_p − θ_{m,p} (global minus local).
+// Token weight: w_m = c_tokens² / c_steps ("quantity × quality"), 0 when c_steps = 0.
+// Weighted mean:  Σ w_m v_m / Σ w_m.
+// RDA (radial-directional averaging), per tensor slice:
+//   (Σ w_m ‖v_m‖ / Σ w_m) · unit(Σ w_m unit(v_m) / Σ w_m),  unit(x) = x/‖x‖, unit(0) = 0.
+// Embedding slices always use the weighted mean. When Σ w = 0 the merged result is all zeros
+// (nothing to merge). All accumulation is in double, results in fp32.
+// Thread-safety: pure functions over caller-owned buffers; no allocation beyond temporaries.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "atoll/core/status.h"
+#include "atoll/diloco/fragment_plan.h"
+
+namespace atl::diloco {
+
+enum class MergeRule { kMean, kRda };
+
+double TokenWeight(int64_t c_tokens, int64_t c_steps);
+
+// Weighted mean of inputs[m] into out. All inputs and out have the same length; weights ≥ 0.
+// InvalidArgument on length mismatch, negative or non-finite weights, or no inputs.
+Status WeightedMean(std::span<const std::span<const float>> inputs,
+                    std::span<const double> weights, std::span<float> out);
+
+// RDA of inputs[m] into out (one tensor or slice). Same contract as WeightedMean.
+Status RdaMerge(std::span<const std::span<const float>> inputs, std::span<const double> weights,
+                std::span<float> out);
+
+// Merges one fragment: inputs[m] is learner m's outer gradient for the whole fragment, laid out
+// as the fragment's slices concatenated in order. Each slice is merged separately: RDA for
+// non-embedding slices under kRda, weighted mean otherwise.
+Status MergeFragment(const Fragment& fragment, MergeRule rule,
+                     std::span<const std::span<const float>> inputs,
+                     std::span<const double> weights, std::span<float> out);
+
+// L2 norm in double.
+double L2Norm(std::span<const float> x);
+
+}  // namespace atl::diloco

@@ -1,0 +1,42 @@
+// Sub-command registry of the `atoll` binary. Each module's command file (src/cli/*_cmd.cc)
+// registers itself with ATOLL_COMMAND; main() builds the CLI11 app from the registry, parses,
+// and runs the one action the chosen sub-command installed. Mains only parse flags and call the
+// library: command files hold option structs and a call, never algorithms.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace atl::cli {
+
+// The action a sub-command installs in its callback; its return value is the exit code.
+using Action = std::function<int()>;
+
+struct CommandContext {
+  Action action;
+};
+
+using Registrar = void (*)(CLI::App& app, CommandContext& ctx);
+
+struct CommandEntry {
+  int order;  // position in `atoll --help` (lower first)
+  Registrar registrar;
+};
+
+std::vector<CommandEntry>& CommandRegistry();
+
+struct CommandRegistration {
+  CommandRegistration(int order, Registrar r) { CommandRegistry().push_back({order, r}); }
+};
+
+}  // namespace atl::cli
+
+#define ATOLL_COMMAND_CONCAT_INNER(a, b) a##b
+#define ATOLL_COMMAND_CONCAT(a, b) ATOLL_COMMAND_CONCAT_INNER(a, b)
+// ATOLL_COMMAND(order, fn): registers fn(CLI::App&, CommandContext&) as a sub-command source.
+#define ATOLL_COMMAND(order, fn)                                            \
+  static ::atl::cli::CommandRegistration ATOLL_COMMAND_CONCAT(            \
+      atoll_command_registration_, __LINE__)(order, fn)

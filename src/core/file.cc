@@ -1,0 +1,100 @@
+#include "atoll/core/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+namespace atl {
+namespace {
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+Status WriteAll(int fd, const std::byte* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return InternalError("write " + path + ": " + ErrnoText(errno));
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  // (Built with append: GCC 12 gives a false -Wrestrict on chained operator+ here.)
+  std::string name = ".";
+  name.append(target.filename().string()).append(".tmp.XXXXXX");
+  std::string tmp = (dir / name).string();
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return InternalError("create temp file for " + path + ": " + ErrnoText(errno));
+  Status st = WriteAll(fd, bytes.data(), bytes.size(), tmp);
+  if (st.ok() && ::fsync(fd) != 0) st = InternalError("fsync " + tmp + ": " + ErrnoText(errno));
+  if (::fchmod(fd, 0644) != 0 && st.ok()) st = InternalError("chmod " + tmp + ": " + ErrnoText(errno));
+  if (::close(fd) != 0 && st.ok()) st = InternalError("close " + tmp + ": " + ErrnoText(errno));
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    st = InternalError("rename " + tmp + " -> " + path + ": " + ErrnoText(errno));
+  }
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // best effort: some file systems refuse fsync on folders
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view text) {
+  return WriteFileAtomic(path, std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFoundError("no such file: " + path);
+    return InternalError("open " + path + ": " + ErrnoText(errno));
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return InternalError("read " + path + ": " + ErrnoText(err));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+Status MakeDirs(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return InternalError("mkdir -p " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+bool FileExists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+}  // namespace atl

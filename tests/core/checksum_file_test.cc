@@ -1,0 +1,52 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "atoll/core/checksum.h"
+#include "atoll/core/file.h"
+
+namespace atl {
+namespace {
+
+TEST(Checksum, StreamingEqualsOneShotAndDetectsFlips) {
+  std::string data(10000, 'a');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31 + 7);
+  uint64_t whole = Checksum64(data);
+  Hasher h;
+  h.Update(data.data(), 123);
+  h.Update(data.data() + 123, data.size() - 123);
+  EXPECT_EQ(h.Digest(), whole);
+  for (size_t pos : {size_t{0}, size_t{5000}, data.size() - 1}) {
+    std::string flipped = data;
+    flipped[pos] ^= 0x01;
+    EXPECT_NE(Checksum64(flipped), whole) << "flip at " << pos;
+  }
+  EXPECT_EQ(ChecksumHex(0xabcULL), "0000000000000abc");
+}
+
+TEST(File, AtomicWriteReplacesAndLeavesNoTemp) {
+  auto dir = std::filesystem::temp_directory_path() / ("atoll_file_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(MakeDirs(dir.string()).ok());
+  std::string path = (dir / "state.bin").string();
+  ASSERT_TRUE(WriteFileAtomic(path, std::string_view("first")).ok());
+  ASSERT_TRUE(WriteFileAtomic(path, std::string_view("second version")).ok());
+  auto read = ReadFile(path);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(*read, "second version");
+  int entries = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);  // no temp files left behind
+  auto missing = ReadFile((dir / "nope").string());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  // Writing into a folder that does not exist fails cleanly.
+  EXPECT_FALSE(WriteFileAtomic((dir / "no" / "such" / "f").string(), std::string_view("x")).ok());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace atl
