@@ -1,0 +1,105 @@
+// Trainer: one learner's model, data and inner optimizer behind a torch-free interface.
+//
+// This is the seam between libtorch and the rest of atoll: the runtime (learner process, syncer
+// evaluation), benchmarks and the CLI see only this header, TensorSpec and flat fp32 spans, so
+// <torch/torch.h> stays confined to src/model/*.cc (compile cost).
+//
+// Parameters are exposed as named flat fp32 tensors in a fixed order (the order of
+// tensors()); Parameter(i) is a view of the live, contiguous storage the model trains, so a
+// caller may read it (to compute an outer gradient) and overwrite it (to apply a merged global
+// fragment) between two Step() calls. The tied token embedding appears once, flagged
+// is_embedding.
+//
+// Thread-safety: not thread-safe; one thread drives Step/Evaluate and may touch Parameter()
+// spans only between calls. at::set_num_threads(options.threads) is applied at Create.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "atoll/core/status.h"
+#include "atoll/diloco/tensor_spec.h"
+
+namespace atl::model {
+
+struct ModelConfig {
+  std::string preset = "tiny";  // tiny (~1 M params) | small (~5 M) | base (~20 M)
+  int vocab_size = 4096;
+  int d_model = 128;
+  int n_layers = 4;
+  int n_heads = 4;
+  int d_ff = 344;        // SwiGLU hidden width
+  int seq_len = 256;
+  std::string mlp = "swiglu";  // swiglu | gelu
+};
+
+// Fills a config from a preset name (vocab_size kept from the tokenizer). InvalidArgument for an
+// unknown preset.
+StatusOr<ModelConfig> PresetConfig(const std::string& preset, int vocab_size);
+
+struct OptimizerConfig {
+  double lr = 3e-3;           // peak AdamW learning rate
+  double min_lr_frac = 0.1;   // cosine floor as a fraction of lr
+  int64_t warmup_steps = 50;
+  int64_t total_steps = 1000; // cosine horizon
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95;
+  double clip_norm = 1.0;
+};
+
+struct TrainerOptions {
+  ModelConfig model;
+  OptimizerConfig optim;
+  std::string data_dir = "data";  // prepared by `atoll data prepare` (tokenizer + shards)
+  int batch_size = 16;            // sequences per step
+  int learner_id = 0;             // which disjoint shard of the training data to read
+  int num_learners = 1;           // how many shards the training data is cut into
+  uint64_t seed = 0;
+  int threads = 1;                // torch intra-op threads
+};
+
+struct StepStats {
+  int64_t step = 0;       // inner steps completed after this one
+  int64_t tokens = 0;     // tokens in this step's batch
+  double loss = 0;        // mean token cross-entropy of the batch
+  double lr = 0;
+  double grad_norm = 0;   // before clipping
+  double seconds = 0;     // wall time of the step
+};
+
+struct EvalStats {
+  double loss = 0;        // mean token cross-entropy on the validation set
+  double perplexity = 0;
+  int64_t tokens = 0;
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+  static StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options);
+
+  virtual const std::vector<diloco::TensorSpec>& tensors() const = 0;
+  virtual std::span<float> Parameter(int i) = 0;
+  virtual int64_t num_params() const = 0;
+
+  // One inner step: next batch of this learner's shard, forward, backward, clip, AdamW.
+  virtual StatusOr<StepStats> Step() = 0;
+  // Mean cross-entropy over `batches` fixed validation batches (same batches every call).
+  virtual StatusOr<EvalStats> Evaluate(int batches) = 0;
+
+  virtual int64_t step() const = 0;
+  virtual int64_t tokens_trained() const = 0;
+  virtual int64_t tokens_per_step() const = 0;
+
+  // Checkpoint of model + AdamW state + data position + step (safetensors + JSON manifest,
+  // atomic, checksummed). Load restores all of it so the next Step() is bit-identical.
+  virtual Status SaveCheckpoint(const std::string& dir) = 0;
+  virtual Status LoadCheckpoint(const std::string& dir) = 0;
+  // Resets AdamW moments (used when a learner's parameters are replaced wholesale).
+  virtual void ResetOptimizerState() = 0;
+};
+
+}  // namespace atl::model
