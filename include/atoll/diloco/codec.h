@@ -1,18 +1,26 @@
 // Wire codecs for outer gradients and parameters: fp32, bf16, int8, int4. All decode to fp32.
 //
-// Layouts (little-endian, pinned by static_asserts and tests):
+// Layouts (little-endian, pinned by static_asserts and tests); N values, blocks of B values (the
+// last block has b = N − B·floor(N/B) values when B does not divide N):
 //   fp32  N·4 bytes, bit-exact.
-//   bf16  N·2 bytes, round-to-nearest-even of the fp32 bits (NaN stays NaN).
-//         |x − x̂| ≤ 2⁻⁸·|x| (half an ulp of an 8-bit mantissa).
-//   int8  per block of B values: fp32 scale s = absmax/127, then B int8 codes q = round(x/s).
-//         Size: N + 4·ceil(N/B). |x − x̂| ≤ s/2 = absmax_block/254.
-//   int4  per block: fp32 scale s = absmax/7, then ceil(B/2) bytes of two 4-bit codes
-//         (q ∈ [−7, 7] stored as q + 8, low nibble first). Size: ceil(N/2)… exactly
-//         Σ_blocks (4 + ceil(b/2)); N/2 + 4·N/B when B is even and divides N.
-//         |x − x̂| ≤ s/2 = absmax_block/14.
-// A block whose absmax is 0 has scale 0 and decodes to zeros. Encode refuses non-finite input
-// (InvalidArgument); Decode refuses a wrong size or a non-finite/negative scale (DataLoss).
-// Thread-safety: pure functions.
+//   bf16  N·2 bytes, the upper 16 bits of the fp32 after round-to-nearest-even.
+//         |x − x̂| ≤ 2⁻⁸·|x| for normal x (half an ulp of an 8-bit significand); ≤ 2⁻¹³⁴ for
+//         fp32 subnormals. Encode refuses |x| ≥ 0x7F7F8000 (≈3.3961e38), which would round to
+//         infinity.
+//   int8  per block: fp32 scale s = absmax/127, then b int8 codes q = round(x/s) ∈ [−127, 127].
+//         Size: N + 4·ceil(N/B).
+//   int4  per block: fp32 scale s = absmax/7, then ceil(b/2) bytes holding two 4-bit codes each
+//         (q ∈ [−7, 7] stored as q + 8 ∈ [1, 15], low nibble first; an odd block's last high
+//         nibble is 0). Size: Σ_blocks (4 + ceil(b/2)), i.e. N/2 + 4·N/B when B divides N.
+//   int error bound (fp32 arithmetic included): |x − x̂| ≤ (absmax_block/(2·qmax))·(1 + 2⁻¹²),
+//         i.e. absmax/254 (int8) and absmax/14 (int4) up to float rounding. A block whose
+//         absmax/qmax is below FLT_MIN (≈1.2e-38) is stored with scale 0 and decodes to zeros
+//         (error ≤ absmax < 2⁻¹¹⁹).
+// Encode refuses non-finite input (InvalidArgument). Decode refuses (DataLoss): a wrong size, a
+// non-finite/negative scale or one whose scale·qmax overflows, the unused codes −128 (int8) and
+// nibble 0 (int4), a non-zero padding nibble, and non-finite fp32/bf16 values — none of which
+// Encode produces, so they mean corruption. On error the output is unspecified.
+// Thread-safety: pure functions. Encode/Decode do not allocate beyond resizing `out`.
 #pragma once
 
 #include <cstddef>
@@ -32,20 +40,26 @@ struct CodecOptions {
   int block_size = 128;  // for int8/int4; 8 ≤ B ≤ 65536, even
 };
 
+// InvalidArgument when the encoding is unknown or (int8/int4) the block size is out of range.
+Status ValidateCodecOptions(const CodecOptions& options);
+
 const char* EncodingName(Encoding e);
 // "fp32" | "bf16" | "int8" | "int4" → Encoding; InvalidArgument otherwise.
 StatusOr<Encoding> ParseEncoding(const std::string& s);
 
-// Exact encoded size in bytes for n values.
+// Exact encoded size in bytes for n values. Options must be valid (ATOLL_CHECK).
 size_t EncodedSize(const CodecOptions& options, size_t n);
 
-// Encodes `values` into `out` (resized to EncodedSize).
+// Encodes `values` into `out` (resized to EncodedSize). InvalidArgument for invalid options,
+// non-finite values, or (bf16) values beyond the bf16 range.
 Status Encode(const CodecOptions& options, std::span<const float> values, std::vector<std::byte>& out);
 
-// Decodes `bytes` holding exactly `out.size()` values into out.
+// Decodes `bytes` holding exactly `out.size()` values into out. InvalidArgument for invalid
+// options; DataLoss for the corruptions listed above.
 Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out);
 
-// bf16 helpers (exposed for tests and the bf16 paths elsewhere).
+// bf16 helpers (exposed for tests and the bf16 paths elsewhere). FloatToBf16 rounds to nearest
+// even; infinities stay infinite, NaN becomes a quiet NaN of the same sign (never infinity).
 uint16_t FloatToBf16(float x);
 float Bf16ToFloat(uint16_t b);
 

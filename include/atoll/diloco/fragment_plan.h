@@ -8,12 +8,22 @@
 // tied embedding cannot make one fragment far bigger than the rest.
 //
 // Strategies:
-//   kBalanced  greedy bin packing: items sorted by size descending (ties by name, then offset),
-//              each placed into the currently lightest fragment (ties: lowest index).
-//              Deterministic; peak/ideal ≤ 4/3 for the classic LPT bound when items ≤ ideal.
-//   kStrided   transformer layer i (the integer after "layers." / "blocks." / "h." in the name)
-//              goes to fragment i mod P; tensors without a layer number go round-robin in name
-//              order after the layers. Matches Streaming DiLoCo's layer-strided fragments.
+//   kBalanced  greedy bin packing (LPT): items sorted by size descending (ties by name, then
+//              offset), each placed into the currently lightest fragment (ties: lowest index).
+//              Deterministic. The peak fragment is at most ideal + (its last-placed item), so
+//              with items ≤ ideal/3 peak/ideal ≤ 4/3. With split_large, if cutting at ideal
+//              still leaves peak/ideal > 4/3 (e.g. 4 equal tensors into 3 fragments), the plan is
+//              rebuilt cutting every tensor larger than ideal/3, which guarantees ≤ 4/3 unless a
+//              single row is larger than ideal/3. Without split_large nothing is guaranteed (one
+//              tensor may be half the model).
+//   kStrided   transformer layer i (the integer after a "layers." / "blocks." / "h." name
+//              component) goes to fragment i mod P; tensors without a layer number go
+//              round-robin in name order after the layers (the k-th to fragment (L + k) mod P,
+//              L = highest layer + 1). Matches Streaming DiLoCo's layer-strided fragments.
+//              Never splits tensors (split_large is ignored).
+// A fragment can be empty (numel 0) only when there are fewer items than fragments: strided
+// with P > L + (non-layer tensors), or no splitting with fewer tensors than P, or rows larger
+// than the ideal. Merges, codecs and the optimizer accept empty spans.
 // Thread-safety: a built plan is immutable.
 #pragma once
 
@@ -65,7 +75,9 @@ StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
 // Human-readable one-line-per-fragment report ("fragment 3: 41,216 elements (1.02× ideal) ...").
 std::string DescribePlan(const FragmentPlan& plan);
 
+// "balanced" | "strided"; *ok = false (and kBalanced returned) for anything else.
 PlanStrategy ParsePlanStrategy(const std::string& s, bool* ok);
+const char* PlanStrategyName(PlanStrategy s);
 
 // The staggered schedule. Inner steps are counted from 0 on each learner. With H ≥ P, fragment p
 // is sent at every local step t with (t mod H) == floor(p·H / P); its merged value is due
@@ -75,9 +87,10 @@ struct Schedule {
   int P = 24;    // number of fragments, 1 ≤ P ≤ H
   int tau = 2;   // overlap in steps, 0 ≤ τ < H
 
-  // Validates 1 ≤ P ≤ H and 0 ≤ τ < H.
+  // Validates 1 ≤ P ≤ H and 0 ≤ τ < H (InvalidArgument otherwise). The other members require a
+  // valid schedule (ATOLL_CHECK) and p in [0, P).
   Status Validate() const;
-  // The fragment sent at local step t, or -1 when none is sent at t.
+  // The fragment sent at local step t, or -1 when none is sent at t (or t < 0).
   int FragmentAt(int64_t step) const;
   // The local step at which the merge of a fragment sent at `send_step` is applied.
   int64_t DueStep(int64_t send_step) const { return send_step + tau; }

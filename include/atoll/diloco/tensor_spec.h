@@ -24,4 +24,15 @@ int64_t NumelOf(const std::vector<int64_t>& shape);
 // in order. Learners and the syncer refuse to talk when their signatures differ.
 uint64_t ModelSignature(const std::vector<TensorSpec>& tensors);
 
+// The parameter list of a small Llama-style GPT, used by tests, benchmarks and `atoll demo`/`plan`
+// so that they all talk about the same shape. In order:
+//   tok_emb.weight [vocab, d] (is_embedding; tied with the output head)
+//   per layer i: layers.i.attn_norm.weight [d], layers.i.attn.{wq,wk,wv,wo}.weight [d, d],
+//                layers.i.mlp_norm.weight [d], layers.i.mlp.{w1,w3}.weight [ffn, d],
+//                layers.i.mlp.w2.weight [d, ffn]
+//   norm.weight [d]
+// The defaults are the tiny test model: vocab 4096, d 128, 4 layers, ffn 344 (1,315,968 values).
+std::vector<TensorSpec> ExampleGptTensors(int64_t vocab = 4096, int64_t d = 128, int layers = 4,
+                                          int64_t ffn = 344);
+
 }  // namespace atl::diloco

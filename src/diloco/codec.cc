@@ -1,0 +1,292 @@
+#include "atoll/diloco/codec.h"
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace atl::diloco {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire layouts are little-endian and the codecs copy native words");
+static_assert(std::numeric_limits<float>::is_iec559 && sizeof(float) == 4);
+
+constexpr uint32_t kAbsMask = 0x7fffffffu;
+constexpr uint32_t kInfBits = 0x7f800000u;           // |bits| ≥ this: inf or NaN
+constexpr uint32_t kBf16OverflowBits = 0x7f7f8000u;  // |bits| ≥ this: rounds to bf16 inf
+constexpr float kRoundMagic = 12582912.0f;           // 1.5·2²³: (q + M) − M rounds q to even
+constexpr size_t kScaleBytes = 4;
+
+// Unaligned little-endian word access; memcpy compiles to a plain (vectorisable) load/store.
+template <typename T>
+inline T Load(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <typename T>
+inline void Store(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+// The largest |x| as raw bits: for non-negative floats the bit order is the value order, and
+// inf/NaN compare ≥ kInfBits, so one integer max both finds absmax and detects non-finite input.
+uint32_t MaxAbsBits(const float* x, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(x[i]) & kAbsMask;
+    m = u > m ? u : m;
+  }
+  return m;
+}
+
+// Slow path for error messages only.
+Status RefuseValue(const float* x, size_t n, size_t base, uint32_t limit, const char* why) {
+  for (size_t i = 0; i < n; ++i) {
+    if ((std::bit_cast<uint32_t>(x[i]) & kAbsMask) >= limit) {
+      return InvalidArgumentError("encode: value " + std::to_string(x[i]) + " at index " +
+                                  std::to_string(base + i) + " " + why);
+    }
+  }
+  return InternalError("encode: refused value not found");
+}
+
+inline int32_t Quantize(float x, float inv_scale, float qmax) {
+  float q = x * inv_scale;
+  q = (q + kRoundMagic) - kRoundMagic;
+  q = std::min(std::max(q, -qmax), qmax);
+  return static_cast<int32_t>(q);
+}
+
+size_t IntBlockBytes(bool nibbles, size_t b) {
+  return kScaleBytes + (nibbles ? (b + 1) / 2 : b);
+}
+
+Status EncodeIntBlocks(bool nibbles, size_t block, std::span<const float> values, std::byte* out) {
+  const float qmax = nibbles ? 7.0f : 127.0f;
+  const size_t n = values.size();
+  for (size_t start = 0; start < n; start += block) {
+    const size_t b = std::min(block, n - start);
+    const float* x = values.data() + start;
+    const uint32_t absmax_bits = MaxAbsBits(x, b);
+    if (absmax_bits >= kInfBits) return RefuseValue(x, b, start, kInfBits, "is not finite");
+    float scale = std::bit_cast<float>(absmax_bits) / qmax;
+    if (!(scale >= FLT_MIN)) {
+      scale = 0;  // flush: 1/scale would overflow, and such a block is zero for all purposes
+    } else if (!std::isfinite(scale * qmax)) {
+      return InvalidArgumentError("encode: block at index " + std::to_string(start) +
+                                  " is too large for an fp32 scale");
+    }
+    const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+    Store<float>(out, scale);
+    out += kScaleBytes;
+    if (nibbles) {
+      auto* o = reinterpret_cast<uint8_t*>(out);
+      const size_t pairs = b / 2;
+      for (size_t i = 0; i < pairs; ++i) {
+        const int32_t lo = Quantize(x[2 * i], inv, qmax) + 8;
+        const int32_t hi = Quantize(x[2 * i + 1], inv, qmax) + 8;
+        o[i] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+      if (b % 2 != 0) o[pairs] = static_cast<uint8_t>(Quantize(x[b - 1], inv, qmax) + 8);
+    } else {
+      auto* o = reinterpret_cast<int8_t*>(out);
+      for (size_t i = 0; i < b; ++i) o[i] = static_cast<int8_t>(Quantize(x[i], inv, qmax));
+    }
+    out += IntBlockBytes(nibbles, b) - kScaleBytes;
+  }
+  return Status::Ok();
+}
+
+Status DecodeIntBlocks(bool nibbles, size_t block, const std::byte* in, std::span<float> values) {
+  const float qmax = nibbles ? 7.0f : 127.0f;
+  const char* name = nibbles ? "int4" : "int8";
+  const size_t n = values.size();
+  for (size_t start = 0; start < n; start += block) {
+    const size_t b = std::min(block, n - start);
+    float* x = values.data() + start;
+    const float scale = Load<float>(in);
+    in += kScaleBytes;
+    if (!(scale >= 0) || !std::isfinite(scale * qmax)) {
+      return DataLossError(std::string("decode ") + name + ": block " +
+                           std::to_string(start / block) + " has scale " +
+                           std::to_string(scale));
+    }
+    int bad = 0;
+    if (nibbles) {
+      const auto* c = reinterpret_cast<const uint8_t*>(in);
+      const size_t pairs = b / 2;
+      for (size_t i = 0; i < pairs; ++i) {
+        const int32_t lo = c[i] & 15;
+        const int32_t hi = c[i] >> 4;
+        bad |= (lo == 0) | (hi == 0);
+        x[2 * i] = static_cast<float>(lo - 8) * scale;
+        x[2 * i + 1] = static_cast<float>(hi - 8) * scale;
+      }
+      if (b % 2 != 0) {
+        const int32_t lo = c[pairs] & 15;
+        bad |= (lo == 0) | ((c[pairs] >> 4) != 0);
+        x[b - 1] = static_cast<float>(lo - 8) * scale;
+      }
+    } else {
+      const auto* c = reinterpret_cast<const int8_t*>(in);
+      for (size_t i = 0; i < b; ++i) {
+        bad |= c[i] == -128;
+        x[i] = static_cast<float>(c[i]) * scale;
+      }
+    }
+    if (bad != 0) {
+      return DataLossError(std::string("decode ") + name + ": block " +
+                           std::to_string(start / block) + " holds a code Encode never writes");
+    }
+    in += IntBlockBytes(nibbles, b) - kScaleBytes;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* EncodingName(Encoding e) {
+  switch (e) {
+    case Encoding::kFp32: return "fp32";
+    case Encoding::kBf16: return "bf16";
+    case Encoding::kInt8: return "int8";
+    case Encoding::kInt4: return "int4";
+  }
+  return "unknown";
+}
+
+StatusOr<Encoding> ParseEncoding(const std::string& s) {
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+    if (s == EncodingName(e)) return e;
+  }
+  return InvalidArgumentError("unknown encoding '" + s + "' (expected fp32, bf16, int8 or int4)");
+}
+
+Status ValidateCodecOptions(const CodecOptions& options) {
+  switch (options.encoding) {
+    case Encoding::kFp32:
+    case Encoding::kBf16:
+      return Status::Ok();
+    case Encoding::kInt8:
+    case Encoding::kInt4:
+      if (options.block_size < 8 || options.block_size > 65536 || options.block_size % 2 != 0) {
+        return InvalidArgumentError("codec: block size must be even and in [8, 65536], got " +
+                                    std::to_string(options.block_size));
+      }
+      return Status::Ok();
+  }
+  return InvalidArgumentError("codec: unknown encoding " +
+                              std::to_string(static_cast<int>(options.encoding)));
+}
+
+size_t EncodedSize(const CodecOptions& options, size_t n) {
+  ATOLL_CHECK_MSG(ValidateCodecOptions(options).ok(), "EncodedSize: invalid codec options");
+  switch (options.encoding) {
+    case Encoding::kFp32: return 4 * n;
+    case Encoding::kBf16: return 2 * n;
+    case Encoding::kInt8:
+    case Encoding::kInt4: {
+      const bool nibbles = options.encoding == Encoding::kInt4;
+      const size_t block = static_cast<size_t>(options.block_size);
+      const size_t full = n / block;
+      const size_t tail = n % block;
+      return full * IntBlockBytes(nibbles, block) + (tail > 0 ? IntBlockBytes(nibbles, tail) : 0);
+    }
+  }
+  return 0;
+}
+
+Status Encode(const CodecOptions& options, std::span<const float> values,
+              std::vector<std::byte>& out) {
+  ATOLL_RETURN_IF_ERROR(ValidateCodecOptions(options));
+  const size_t n = values.size();
+  out.resize(EncodedSize(options, n));
+  std::byte* o = out.data();
+  const float* x = values.data();
+  switch (options.encoding) {
+    case Encoding::kFp32: {
+      uint32_t m = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t u = std::bit_cast<uint32_t>(x[i]);
+        Store<uint32_t>(o + 4 * i, u);
+        m = std::max(m, u & kAbsMask);
+      }
+      if (m >= kInfBits) return RefuseValue(x, n, 0, kInfBits, "is not finite");
+      return Status::Ok();
+    }
+    case Encoding::kBf16: {
+      uint32_t m = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t u = std::bit_cast<uint32_t>(x[i]);
+        Store<uint16_t>(o + 2 * i, static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+        m = std::max(m, u & kAbsMask);
+      }
+      if (m >= kBf16OverflowBits) {
+        return RefuseValue(x, n, 0, kBf16OverflowBits, "is not finite or beyond the bf16 range");
+      }
+      return Status::Ok();
+    }
+    case Encoding::kInt8:
+    case Encoding::kInt4:
+      return EncodeIntBlocks(options.encoding == Encoding::kInt4,
+                             static_cast<size_t>(options.block_size), values, o);
+  }
+  return InternalError("encode: unreachable");
+}
+
+Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out) {
+  ATOLL_RETURN_IF_ERROR(ValidateCodecOptions(options));
+  const size_t n = out.size();
+  const size_t expected = EncodedSize(options, n);
+  if (bytes.size() != expected) {
+    return DataLossError(std::string("decode ") + EncodingName(options.encoding) + ": expected " +
+                         std::to_string(expected) + " bytes for " + std::to_string(n) +
+                         " values, got " + std::to_string(bytes.size()));
+  }
+  const std::byte* in = bytes.data();
+  float* x = out.data();
+  switch (options.encoding) {
+    case Encoding::kFp32:
+    case Encoding::kBf16: {
+      const bool bf16 = options.encoding == Encoding::kBf16;
+      uint32_t m = 0;
+      if (bf16) {
+        for (size_t i = 0; i < n; ++i) {
+          const uint32_t u = static_cast<uint32_t>(Load<uint16_t>(in + 2 * i)) << 16;
+          x[i] = std::bit_cast<float>(u);
+          m = std::max(m, u & kAbsMask);
+        }
+      } else {
+        for (size_t i = 0; i < n; ++i) {
+          const uint32_t u = Load<uint32_t>(in + 4 * i);
+          x[i] = std::bit_cast<float>(u);
+          m = std::max(m, u & kAbsMask);
+        }
+      }
+      if (m >= kInfBits) {
+        return DataLossError(std::string("decode ") + EncodingName(options.encoding) +
+                             ": payload holds a non-finite value");
+      }
+      return Status::Ok();
+    }
+    case Encoding::kInt8:
+    case Encoding::kInt4:
+      return DecodeIntBlocks(options.encoding == Encoding::kInt4,
+                             static_cast<size_t>(options.block_size), in, out);
+  }
+  return InternalError("decode: unreachable");
+}
+
+uint16_t FloatToBf16(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  if ((u & kAbsMask) > kInfBits) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+float Bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+}  // namespace atl::diloco
