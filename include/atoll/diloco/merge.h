@@ -6,7 +6,10 @@
 // RDA (radial-directional averaging), per tensor slice:
 //   (Σ w_m ‖v_m‖ / Σ w_m) · unit(Σ w_m unit(v_m) / Σ w_m),  unit(x) = x/‖x‖, unit(0) = 0.
 // Embedding slices always use the weighted mean. When Σ w = 0 the merged result is all zeros
-// (nothing to merge). All accumulation is in double, results in fp32.
+// (nothing to merge). Inputs whose weight is 0 are never read (a dead learner's stale buffer
+// cannot poison the merge). Non-finite input values are not checked and propagate.
+// All accumulation is in double, results in fp32 (within a few fp32 ulps of an exact double
+// evaluation of the formulas above).
 // Thread-safety: pure functions over caller-owned buffers; no allocation beyond temporaries.
 #pragma once
 
@@ -21,6 +24,7 @@ namespace atl::diloco {
 
 enum class MergeRule { kMean, kRda };
 
+// c_tokens² / c_steps in double (no int64 overflow); 0 when c_steps ≤ 0 or c_tokens ≤ 0.
 double TokenWeight(int64_t c_tokens, int64_t c_steps);
 
 // Weighted mean of inputs[m] into out. All inputs and out have the same length; weights ≥ 0.

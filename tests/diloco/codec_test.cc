@@ -1,0 +1,304 @@
+#include "atoll/diloco/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "atoll/core/rng.h"
+
+namespace atl::diloco {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
+
+std::vector<float> RoundTrip(const CodecOptions& o, const std::vector<float>& x, Bytes* wire = nullptr) {
+  Bytes bytes;
+  const Status e = Encode(o, x, bytes);
+  EXPECT_TRUE(e.ok()) << e;
+  EXPECT_EQ(bytes.size(), EncodedSize(o, x.size()));
+  std::vector<float> out(x.size(), -999.0f);
+  const Status d = Decode(o, bytes, out);
+  EXPECT_TRUE(d.ok()) << d;
+  if (wire) *wire = bytes;
+  return out;
+}
+
+std::vector<uint8_t> U8(const Bytes& b) {
+  std::vector<uint8_t> v;
+  for (std::byte x : b) v.push_back(static_cast<uint8_t>(x));
+  return v;
+}
+
+TEST(CodecTest, Names) {
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+    auto parsed = ParseEncoding(EncodingName(e));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, e);
+  }
+  EXPECT_EQ(ParseEncoding("int2").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CodecTest, EncodedSizesAreExact) {
+  EXPECT_EQ(EncodedSize({Encoding::kFp32}, 1000), 4000u);
+  EXPECT_EQ(EncodedSize({Encoding::kBf16}, 1001), 2002u);
+  EXPECT_EQ(EncodedSize({Encoding::kInt8, 128}, 1024), 1024u + 4 * 8);
+  EXPECT_EQ(EncodedSize({Encoding::kInt8, 128}, 1000), 1000u + 4 * 8);
+  EXPECT_EQ(EncodedSize({Encoding::kInt4, 128}, 1024), 512u + 4 * 8);  // N/2 + 4 per block
+  EXPECT_EQ(EncodedSize({Encoding::kInt4, 128}, 1000), 7 * (4 + 64) + (4 + 52u));
+  EXPECT_EQ(EncodedSize({Encoding::kInt4, 128}, 1001), 7 * (4 + 64) + (4 + 53u));
+  EXPECT_EQ(EncodedSize({Encoding::kInt4, 8}, 1), 5u);
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+    EXPECT_EQ(EncodedSize({e, 64}, 0), 0u);
+    EXPECT_TRUE(RoundTrip({e, 64}, {}).empty());
+  }
+}
+
+TEST(CodecTest, Fp32IsBitExact) {
+  const std::vector<float> x = {0.0f, -0.0f, 1.0f, -3.25f, FromBits(1), FromBits(0x007fffff),
+                                std::numeric_limits<float>::max(), -1e-30f, 123456.789f};
+  Bytes wire;
+  const auto y = RoundTrip({Encoding::kFp32}, x, &wire);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(x[i])) << i;
+  }
+  // Little-endian layout: 1.0f = 0x3F800000 at bytes 8..11.
+  EXPECT_EQ(U8(wire)[8], 0x00);
+  EXPECT_EQ(U8(wire)[10], 0x80);
+  EXPECT_EQ(U8(wire)[11], 0x3F);
+}
+
+TEST(CodecTest, Bf16RoundsToNearestEvenByBitPattern) {
+  struct Case { uint32_t in; uint16_t out; };
+  const Case cases[] = {
+      {0x3F800000, 0x3F80},  // 1.0 exact
+      {0x3F807FFF, 0x3F80},  // just below half: down
+      {0x3F808000, 0x3F80},  // tie, even upper half (0x3F80): stays
+      {0x3F808001, 0x3F81},  // just above half: up
+      {0x3F818000, 0x3F82},  // tie, odd upper half (0x3F81): up to even
+      {0xBF818000, 0xBF82},  // same for negative
+      {0x3FFF8000, 0x4000},  // tie carrying into the exponent
+      {0x00000001, 0x0000},  // smallest subnormal rounds to +0
+      {0x7F7F7FFF, 0x7F7F},  // largest value that stays finite
+      {0x7F7F8000, 0x7F80},  // rounds to infinity
+      {0x7F800000, 0x7F80},  // infinity stays
+      {0xFF800000, 0xFF80},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(FloatToBf16(FromBits(c.in)), c.out) << std::hex << c.in;
+  }
+  // NaN stays NaN, even one whose payload is only in the low half (plain rounding would make it
+  // infinity).
+  for (uint32_t nan : {0x7FC00000u, 0x7F800001u, 0xFF800001u}) {
+    EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(FromBits(nan))))) << std::hex << nan;
+  }
+  EXPECT_EQ(Bf16ToFloat(0x3F82), FromBits(0x3F820000));
+  // Encode uses the same rounding.
+  std::vector<float> x;
+  for (int i = 0; i < 9; ++i) x.push_back(FromBits(cases[i].in));
+  Bytes wire;
+  const auto y = RoundTrip({Encoding::kBf16}, x, &wire);
+  for (int i = 0; i < 9; ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(i)]),
+              static_cast<uint32_t>(cases[i].out) << 16);
+  }
+  EXPECT_EQ(U8(wire)[6], 0x81);  // value 3 (0x3F81), little-endian
+  EXPECT_EQ(U8(wire)[7], 0x3F);
+}
+
+TEST(CodecTest, Bf16ErrorBound) {
+  Rng rng(1);
+  std::vector<float> x(20000);
+  for (auto& v : x) v = static_cast<float>(rng.Normal() * std::exp(rng.Uniform(-80, 80)));
+  const auto y = RoundTrip({Encoding::kBf16}, x);
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(x[i]) - y[i]);
+    ASSERT_LE(err, std::ldexp(std::fabs(static_cast<double>(x[i])), -8)) << x[i];
+    worst = std::max(worst, err / std::fabs(static_cast<double>(x[i])));
+  }
+  EXPECT_GT(worst, std::ldexp(1.0, -9));  // the bound is nearly reached: rounding, not luck
+  // Subnormals: absolute error ≤ 2⁻¹³⁴.
+  const auto s = RoundTrip({Encoding::kBf16}, {FromBits(0x00012345), FromBits(0x807FFFFF)});
+  EXPECT_LE(std::fabs(static_cast<double>(FromBits(0x00012345)) - s[0]), std::ldexp(1.0, -134));
+  EXPECT_LE(std::fabs(static_cast<double>(FromBits(0x807FFFFF)) - s[1]), std::ldexp(1.0, -134));
+}
+
+TEST(CodecTest, Int8HandValues) {
+  // Block of 8 with absmax 127: scale exactly 1.
+  const std::vector<float> x = {127, -63, 1, 0, 2.4f, -2.6f, 50, 0.49f};
+  Bytes wire;
+  const auto y = RoundTrip({Encoding::kInt8, 8}, x, &wire);
+  EXPECT_EQ(U8(wire), (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x3F,  // scale 1.0f
+                                            127, 0xC1, 1, 0, 2, 0xFD, 50, 0}));
+  EXPECT_EQ(y, (std::vector<float>{127, -63, 1, 0, 2, -3, 50, 0}));
+}
+
+TEST(CodecTest, Int4HandValuesWithOddTail) {
+  // Block 1 (8 values, absmax 7 → scale 1): codes 7 −7 1 2 −3 0 6 0 → nibbles +8.
+  // Block 2 (1 value −3.5 → scale 0.5, code −7 → nibble 1, high nibble 0).
+  const std::vector<float> x = {7, -7, 1, 2, -3, 0, 6.4f, -0.4f, -3.5f};
+  Bytes wire;
+  const auto y = RoundTrip({Encoding::kInt4, 8}, x, &wire);
+  EXPECT_EQ(U8(wire), (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x3F, 0x1F, 0xA9, 0x85, 0x8E,
+                                            0x00, 0x00, 0x00, 0x3F, 0x01}));
+  EXPECT_EQ(y, (std::vector<float>{7, -7, 1, 2, -3, 0, 6, 0, -3.5f}));
+}
+
+void ExpectIntBound(Encoding e, int block, size_t n, uint64_t seed) {
+  const double qmax = e == Encoding::kInt8 ? 127 : 7;
+  Rng rng(seed);
+  std::vector<float> x(n);
+  for (size_t start = 0; start < n; start += static_cast<size_t>(block)) {
+    const double scale = std::exp(rng.Uniform(-30, 30));  // blocks of very different magnitude
+    for (size_t i = start; i < std::min(n, start + static_cast<size_t>(block)); ++i)
+      x[i] = static_cast<float>(rng.Normal() * scale);
+  }
+  const auto y = RoundTrip({e, block}, x);
+  double worst_ratio = 0;
+  for (size_t start = 0; start < n; start += static_cast<size_t>(block)) {
+    const size_t end = std::min(n, start + static_cast<size_t>(block));
+    double absmax = 0;
+    for (size_t i = start; i < end; ++i) absmax = std::max(absmax, std::fabs(static_cast<double>(x[i])));
+    const double bound = absmax / (2 * qmax) * (1 + std::ldexp(1.0, -12));
+    for (size_t i = start; i < end; ++i) {
+      const double err = std::fabs(static_cast<double>(x[i]) - y[i]);
+      ASSERT_LE(err, bound) << EncodingName(e) << " n=" << n << " i=" << i;
+      worst_ratio = std::max(worst_ratio, err / bound);
+    }
+  }
+  if (n >= 1000) {
+    EXPECT_GT(worst_ratio, 0.9) << "bound should be nearly reached";
+  }
+}
+
+TEST(CodecTest, IntErrorBounds) {
+  for (Encoding e : {Encoding::kInt8, Encoding::kInt4}) {
+    for (int block : {8, 32, 128, 1024}) {
+      for (size_t n : {1u, 7u, 8u, 129u, 1000u, 4097u}) {
+        ExpectIntBound(e, block, n, 100 * n + static_cast<uint64_t>(block));
+      }
+    }
+  }
+}
+
+TEST(CodecTest, ZeroAndTinyBlocksDecodeToZeros) {
+  for (Encoding e : {Encoding::kInt8, Encoding::kInt4}) {
+    std::vector<float> x(24, 0.0f);
+    x[16] = 1.0f;                 // third block non-zero
+    x[9] = 1e-40f;                // second block: absmax/qmax below FLT_MIN → flushed
+    x[10] = -3e-39f;
+    Bytes wire;
+    const auto y = RoundTrip({e, 8}, x, &wire);
+    for (size_t i = 0; i < 16; ++i) EXPECT_EQ(y[i], 0.0f) << i;
+    EXPECT_NEAR(y[16], 1.0f, 1e-6f);
+    float scale;
+    std::memcpy(&scale, wire.data() + EncodedSize({e, 8}, 8), 4);
+    EXPECT_EQ(scale, 0.0f);
+  }
+}
+
+TEST(CodecTest, EncodeRefusesNonFiniteInput) {
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+    for (float bad : {kNaN, kInf, -kInf}) {
+      std::vector<float> x(300, 1.0f);
+      x[257] = bad;
+      Bytes out;
+      const Status s = Encode({e, 128}, x, out);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << EncodingName(e);
+      EXPECT_NE(s.message().find("257"), std::string::npos) << s;
+    }
+  }
+  Bytes out;
+  EXPECT_EQ(Encode({Encoding::kBf16}, std::vector<float>{3.4e38f}, out).code(),
+            StatusCode::kInvalidArgument);  // would round to bf16 infinity
+  EXPECT_TRUE(Encode({Encoding::kBf16}, std::vector<float>{3.38e38f}, out).ok());
+}
+
+TEST(CodecTest, InvalidOptions) {
+  std::vector<float> x(16, 1.0f), y(16);
+  Bytes out;
+  for (int block : {0, 6, 7, 9, 65538}) {
+    EXPECT_EQ(Encode({Encoding::kInt4, block}, x, out).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(Decode({Encoding::kInt8, block}, out, y).code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(ValidateCodecOptions({Encoding::kInt4, 65536}).ok());
+  EXPECT_TRUE(ValidateCodecOptions({Encoding::kFp32, 0}).ok());  // block size unused
+  EXPECT_FALSE(ValidateCodecOptions({static_cast<Encoding>(9), 128}).ok());
+}
+
+// Encodes 20 values (blocks of 8: 8 + 8 + 4) and returns the wire bytes.
+Bytes Wire(Encoding e) {
+  std::vector<float> x(20);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) - 9.5f;
+  Bytes b;
+  EXPECT_TRUE(Encode({e, 8}, x, b).ok());
+  return b;
+}
+
+Status DecodeWire(Encoding e, const Bytes& b, size_t n = 20) {
+  std::vector<float> y(n);
+  return Decode({e, 8}, b, y);
+}
+
+void PutFloat(Bytes& b, size_t at, float v) { std::memcpy(b.data() + at, &v, 4); }
+
+TEST(CodecTest, DecodeRefusesCorruption) {
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+    Bytes b = Wire(e);
+    ASSERT_TRUE(DecodeWire(e, b).ok());
+    Bytes longer = b;
+    longer.push_back(std::byte{0});
+    EXPECT_EQ(DecodeWire(e, longer).code(), StatusCode::kDataLoss) << EncodingName(e);
+    Bytes shorter(b.begin(), b.end() - 1);
+    EXPECT_EQ(DecodeWire(e, shorter).code(), StatusCode::kDataLoss) << EncodingName(e);
+    EXPECT_EQ(DecodeWire(e, b, 19).code(), StatusCode::kDataLoss) << EncodingName(e);
+  }
+  // Scales: NaN, negative, infinite, overflowing scale·qmax. Block 2 starts at 4 + 8 (int8).
+  for (Encoding e : {Encoding::kInt8, Encoding::kInt4}) {
+    const size_t second = EncodedSize({e, 8}, 8);
+    for (float scale : {kNaN, -1.0f, kInf, 3e38f}) {
+      Bytes b = Wire(e);
+      PutFloat(b, second, scale);
+      EXPECT_EQ(DecodeWire(e, b).code(), StatusCode::kDataLoss) << EncodingName(e) << scale;
+    }
+  }
+  {  // int8 code −128 is never written.
+    Bytes b = Wire(Encoding::kInt8);
+    b[5] = std::byte{0x80};
+    EXPECT_EQ(DecodeWire(Encoding::kInt8, b).code(), StatusCode::kDataLoss);
+  }
+  {  // int4 nibble 0 is never written (q + 8 ∈ [1, 15]).
+    Bytes b = Wire(Encoding::kInt4);
+    b[6] = static_cast<std::byte>(static_cast<uint8_t>(b[6]) & 0xF0);
+    EXPECT_EQ(DecodeWire(Encoding::kInt4, b).code(), StatusCode::kDataLoss);
+  }
+  {  // int4 odd tail: the padding nibble must be 0.
+    std::vector<float> x(9, 1.0f);
+    Bytes b;
+    ASSERT_TRUE(Encode({Encoding::kInt4, 8}, x, b).ok());
+    std::vector<float> y(9);
+    ASSERT_TRUE(Decode({Encoding::kInt4, 8}, b, y).ok());
+    b.back() = static_cast<std::byte>(static_cast<uint8_t>(b.back()) | 0x10);
+    EXPECT_EQ(Decode({Encoding::kInt4, 8}, b, y).code(), StatusCode::kDataLoss);
+  }
+  {  // Non-finite values in fp32 / bf16 payloads.
+    Bytes f = Wire(Encoding::kFp32);
+    PutFloat(f, 12, kInf);
+    EXPECT_EQ(DecodeWire(Encoding::kFp32, f).code(), StatusCode::kDataLoss);
+    Bytes h = Wire(Encoding::kBf16);
+    h[6] = std::byte{0xC0};
+    h[7] = std::byte{0x7F};
+    EXPECT_EQ(DecodeWire(Encoding::kBf16, h).code(), StatusCode::kDataLoss);
+  }
+}
+
+}  // namespace
+}  // namespace atl::diloco
