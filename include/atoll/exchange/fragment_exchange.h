@@ -1,0 +1,60 @@
+// The fragment exchange both ends of the wire share: gathering a fragment's slices out of the
+// model's tensors into one flat buffer (and back), and the compressed downlink with a *public
+// copy* that the syncer and every up-to-date learner hold bit-identically.
+//
+// Downlink with error feedback. For each fragment the syncer keeps Φ_p, the public copy at
+// version v. When the global value Θ_p moves to version v+1 the syncer encodes the delta
+// d = Θ_p − Φ_p (int4/bf16/fp32), decodes it to d̂ and sets Φ_p ← Φ_p + d̂ (fp32 adds in one fixed
+// order). A learner holding Φ_p at version v applies the same d̂ the same way and so holds the
+// same bits. The quantisation error Θ_p − Φ_p is never lost: it is part of the next delta.
+// A learner that holds another version gets Φ_p in full fp32 (catch-up).
+//
+// Uplink. A learner's outer gradient for fragment p is Δ_m = Φ_p^{base} − θ_{m,p} (against the
+// public copy it last received), encoded; the syncer reconstructs θ_{m,p} = Φ_p^{base} − Δ̂_m and
+// computes the outer gradient against the *current* global value v_m = Θ_p − θ_{m,p}.
+// Thread-safety: pure functions over caller-owned buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "atoll/core/status.h"
+#include "atoll/diloco/codec.h"
+#include "atoll/diloco/fragment_plan.h"
+
+namespace atl::exchange {
+
+// Copies fragment p's slices out of `tensors` (one span per TensorSpec of the plan, in plan
+// order) into `out` (size fragment.numel), slices concatenated in order.
+void GatherFragment(const diloco::Fragment& fragment, std::span<const std::span<float>> tensors,
+                    std::span<float> out);
+// The inverse: writes `values` into the tensors. With mix α ∈ [0,1):
+// θ ← α·θ + (1−α)·value (α = 0 overwrites).
+void ScatterFragment(const diloco::Fragment& fragment, std::span<const float> values,
+                     std::span<const std::span<float>> tensors, double alpha = 0.0);
+
+// Encodes Θ − Φ into `encoded` and advances Φ by the decoded delta (Φ ← Φ + d̂).
+// InvalidArgument when sizes differ or Θ is not finite.
+Status EncodeDeltaAndAdvance(const diloco::CodecOptions& codec, std::span<const float> theta,
+                             std::span<float> public_copy, std::vector<std::byte>& encoded);
+// Learner side: Φ ← Φ + decode(encoded). DataLoss on a malformed payload (Φ unchanged).
+Status ApplyDelta(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
+                  std::span<float> public_copy);
+
+// Uplink: encodes Δ = Φ_base − θ.
+Status EncodeOuterGradient(const diloco::CodecOptions& codec, std::span<const float> public_base,
+                           std::span<const float> local, std::vector<std::byte>& encoded);
+// Syncer side: v = Θ − (Φ_base − Δ̂) into out. DataLoss on a malformed payload.
+Status OuterGradientAgainst(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
+                            std::span<const float> public_base, std::span<const float> theta,
+                            std::span<float> out);
+
+// XXH3-64 of fp32 values (the bits both sides must agree on).
+uint64_t ValuesChecksum(std::span<const float> values);
+
+// True when every value is finite.
+bool AllFinite(std::span<const float> values);
+
+}  // namespace atl::exchange

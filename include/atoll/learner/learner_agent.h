@@ -1,0 +1,146 @@
+// LearnerAgent: a learner's side of Decoupled DiLoCo, independent of the model framework.
+//
+// The training loop (main thread) never waits on the network. It tells the agent after every
+// inner step (OnStep) and asks it, between steps, to apply merged fragments that have arrived
+// (ApplyReady). A background exchange thread joins the syncer (with backoff), catches up on the
+// current global fragments, pushes each fragment's outer gradient on the staggered schedule and
+// pulls the merged values; a heartbeat thread reports progress. The three meet only through a
+// small locked hand-off (push jobs in, merged fragments out).
+//
+// Per fragment the agent keeps the public copy Φ_p it last received and its version, so uplink
+// (Δ = Φ_p − θ_p) and downlink deltas stay bit-identical with the syncer's view.
+// Counters c_steps/c_tokens of a fragment count inner steps/tokens since it was last received;
+// they reset when a merged value is applied.
+//
+// Thread-safety: OnStep/ApplyReady/WaitForAllFragments/Progress are called from the training
+// thread only; the parameter spans are touched only on that thread. Everything else is internal.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "atoll/core/clock.h"
+#include "atoll/diloco/fragment_plan.h"
+#include "atoll/syncer/syncer_loop.h"
+
+namespace atl::learner {
+
+struct AgentOptions {
+  std::string run_id = "atoll";
+  int learner_id = -1;         // -1: let the syncer choose
+  std::string host = "localhost";
+  bool rejoin = false;         // restarting after a failure
+  std::string mode = "decoupled";  // decoupled | diloco
+  diloco::Schedule schedule;   // H, P, τ
+  diloco::CodecOptions uplink{diloco::Encoding::kInt4, 128};
+  double alpha = 0.0;          // mixing on receipt: θ ← α·θ + (1−α)·Θ_p
+  double heartbeat_s = 0.5;
+  double backoff_initial_s = 0.2, backoff_max_s = 5.0;
+  double initial_join_timeout_s = 20.0;  // how long Start() waits for the first join + catch-up
+};
+
+struct AgentCounters {
+  int64_t pushes = 0, pushes_failed = 0, pulls = 0, fragments_applied = 0;
+  int64_t payload_bytes_up = 0, payload_bytes_down = 0;
+  int64_t joins = 0, catchup_fragments = 0, rejected = 0;
+  double first_contribution_s = -1;  // seconds from Start() to the first accepted push
+  bool joined = false;
+  int learner_id = -1;
+};
+
+struct Progress {
+  int64_t step = 0, tokens = 0;
+  double loss = 0, step_seconds = 0, tokens_per_second = 0;
+  std::string state = "training";
+};
+
+class LearnerAgent {
+ public:
+  // `tensors` are live views of the model's parameters in the plan's tensor order.
+  LearnerAgent(AgentOptions options, diloco::FragmentPlan plan, std::vector<std::span<float>> tensors,
+               syncer::SyncerApi& api, Clock& clock);
+  ~LearnerAgent();
+  LearnerAgent(const LearnerAgent&) = delete;
+  LearnerAgent& operator=(const LearnerAgent&) = delete;
+
+  // Starts the threads and waits (bounded) for the first join and catch-up; when that succeeds
+  // the global fragments are applied before returning. Returns OK either way unless the syncer
+  // refused us for good (wrong run, model, version, token): then the error says why.
+  Status Start();
+  // Call after inner step `step` (0-based) finished, with the tokens it processed.
+  void OnStep(int64_t step, int64_t tokens);
+  // Applies merged fragments that are due (sent at s, applied at step ≥ s + τ). Returns how many.
+  int ApplyReady(int64_t next_step);
+  // diloco mode: blocks until every fragment pushed at this barrier has come back merged (or
+  // `timeout_s` passes / the run finishes). Returns the number of fragments applied.
+  int WaitForAllFragments(int64_t next_step, double timeout_s);
+  void SetProgress(const Progress& p);
+  // Stops the threads; pending pushes are abandoned.
+  void Stop();
+
+  bool finish_requested() const { return finish_.load(); }
+  Status fatal_error() const;
+  AgentCounters counters() const;
+
+ private:
+  struct PushJob {
+    int fragment;
+    int64_t step;
+    int64_t c_tokens, c_steps;
+    std::vector<float> local;
+  };
+  struct Ready {
+    int fragment;
+    int64_t version;
+    int64_t due_step;
+    std::vector<float> values;
+  };
+
+  void ExchangeLoop();
+  void HeartbeatLoop();
+  Status JoinAndCatchUp();
+  Status PushOne(PushJob& job);
+  // Pulls fragment p; on a newer version updates Φ_p and queues it for the training thread.
+  Status PullOne(int p, double wait_s, int64_t due_step);
+  void Backoff(double& delay_s);
+
+  AgentOptions options_;
+  diloco::FragmentPlan plan_;
+  std::vector<std::span<float>> tensors_;
+  syncer::SyncerApi& api_;
+  Clock& clock_;
+  TimePoint started_{};
+
+  // Training-thread state.
+  std::vector<int64_t> c_tokens_, c_steps_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<PushJob> push_queue_;          // guarded by mu_
+  std::deque<Ready> ready_;                 // guarded by mu_
+  std::map<int, int64_t> awaiting_;         // fragment → due step; guarded by mu_
+  Progress progress_;                       // guarded by mu_
+  AgentCounters counters_;                  // guarded by mu_
+  Status fatal_;                            // guarded by mu_
+  bool stop_ = false;                       // guarded by mu_
+  bool need_rejoin_ = true;                 // guarded by mu_
+  uint64_t incarnation_ = 0;                // guarded by mu_
+
+  // Exchange-thread state: the public copies and their versions.
+  std::vector<std::vector<float>> public_;
+  std::vector<int64_t> have_;
+
+  std::atomic<bool> finish_{false};
+  std::thread exchange_thread_, heartbeat_thread_;
+};
+
+}  // namespace atl::learner

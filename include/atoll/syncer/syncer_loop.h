@@ -1,0 +1,98 @@
+// SyncerLoop: the syncer's event loop. One thread owns the SyncerCore; every public method may be
+// called from any thread (gRPC handler threads, tests) and only queues a task to the loop and
+// waits for its result. The loop also wakes at grace deadlines and every `tick` to re-run the
+// round policy (a learner that stops heartbeating stops counting as live).
+//
+// Pull is a bounded long poll: the caller waits until the fragment has a version newer than the
+// one it holds, or until `wait` runs out (then it gets not_modified) — never longer.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "atoll/core/clock.h"
+#include "atoll/syncer/syncer_core.h"
+
+namespace atl::syncer {
+
+// The operations a transport needs from a syncer; implemented by SyncerLoop and by the gRPC
+// client (so a learner can talk to either).
+class SyncerApi {
+ public:
+  virtual ~SyncerApi() = default;
+  virtual StatusOr<JoinReplyData> Join(const JoinRequestData& request) = 0;
+  virtual StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerRecord& progress) = 0;
+  virtual StatusOr<PushResult> Push(const PushHeaderData& header,
+                                    std::span<const std::byte> payload) = 0;
+  virtual StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
+                                     double wait_seconds) = 0;
+};
+
+class SyncerLoop final : public SyncerApi {
+ public:
+  using RoundCallback = std::function<void(const RoundReport&)>;
+
+  // `on_round` runs on the loop thread after every closed round (log, metrics, persistence);
+  // it must not call back into the loop.
+  SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round,
+             Duration tick = std::chrono::milliseconds(50));
+  ~SyncerLoop() override;
+  SyncerLoop(const SyncerLoop&) = delete;
+  SyncerLoop& operator=(const SyncerLoop&) = delete;
+
+  StatusOr<JoinReplyData> Join(const JoinRequestData& request) override;
+  StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerRecord& progress) override;
+  StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload) override;
+  StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
+                             double wait_seconds) override;
+
+  // Runs f(core, now) on the loop thread and returns its result (for status, snapshots, bytes).
+  template <typename F>
+  auto Call(F&& f) -> decltype(f(std::declval<SyncerCore&>(), TimePoint{})) {
+    using R = decltype(f(std::declval<SyncerCore&>(), TimePoint{}));
+    auto promise = std::make_shared<std::promise<R>>();
+    auto future = promise->get_future();
+    Post([promise, fn = std::forward<F>(f)](SyncerCore& core, TimePoint now) mutable {
+      promise->set_value(fn(core, now));
+    });
+    return future.get();
+  }
+
+  // Asks learners to stop (heartbeat replies carry finish = true from now on).
+  void RequestFinish();
+  bool finish_requested() const;
+  // Stops the loop thread; pending pulls get Unavailable. Idempotent.
+  void Stop();
+
+ private:
+  using Task = std::function<void(SyncerCore&, TimePoint)>;
+  struct Waiter {
+    int fragment;
+    int64_t have_version;
+    TimePoint deadline;
+    std::shared_ptr<std::promise<StatusOr<PullPayload>>> promise;
+  };
+  void Post(Task task);
+  void Run();
+  void ServeWaiters(TimePoint now, bool expire_all);
+
+  SyncerCore core_;
+  Clock& clock_;
+  RoundCallback on_round_;
+  Duration tick_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> tasks_;      // guarded by mu_
+  bool stopping_ = false;       // guarded by mu_
+  bool finish_ = false;         // guarded by mu_
+  std::vector<Waiter> waiters_; // loop thread only
+  std::thread thread_;
+};
+
+}  // namespace atl::syncer

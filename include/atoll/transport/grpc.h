@@ -1,0 +1,93 @@
+// The gRPC transport of the atoll.v1 protocol (src/transport/atoll.proto, docs/wire-protocol.md).
+//
+// Server: wraps a SyncerLoop. Every call must carry the shared token (metadata "x-atoll-token");
+// pushes arrive as a header then checksummed chunks of ≤ 1 MiB; every field is validated before
+// the loop sees it. Errors map 1:1 to gRPC codes with a readable message.
+// Client: implements SyncerApi over a channel, with a deadline on every call, and counts the
+// bytes it sends and receives. Both optionally use TLS.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "atoll/syncer/syncer_loop.h"
+
+namespace atl::transport {
+
+inline constexpr size_t kMaxChunkBytes = 1 << 20;          // 1 MiB (gRPC's default limit is 4 MiB)
+inline constexpr int64_t kMaxPayloadBytes = int64_t{1} << 32;  // 4 GiB per fragment message
+
+struct TlsOptions {
+  bool enabled = false;
+  std::string cert_file, key_file;  // server: its certificate and key (PEM)
+  std::string ca_file;              // client: the CA that signed the server certificate
+  std::string server_name;          // client: override of the expected host name
+};
+
+struct ServerOptions {
+  std::string address = "127.0.0.1:0";  // port 0: choose a free port
+  std::string token;                    // shared auth token ("" = none required)
+  TlsOptions tls;
+};
+
+class GrpcSyncerServer {
+ public:
+  // Starts listening. `loop` must outlive the server. `on_finish` is called (on a gRPC thread)
+  // when a Finish RPC arrives and must return the summary JSON text.
+  static StatusOr<std::unique_ptr<GrpcSyncerServer>> Start(
+      const ServerOptions& options, syncer::SyncerLoop& loop,
+      std::function<std::string(bool evaluate)> on_finish);
+  virtual ~GrpcSyncerServer() = default;
+  virtual int port() const = 0;
+  virtual void Shutdown() = 0;
+  // Blocks until Shutdown().
+  virtual void Wait() = 0;
+};
+
+struct ClientOptions {
+  std::string target;   // host:port
+  std::string token;
+  TlsOptions tls;
+  double call_timeout_s = 10.0;   // deadline for join/heartbeat/status
+  double push_timeout_s = 60.0;   // deadline for one push
+};
+
+class GrpcSyncerClient final : public syncer::SyncerApi {
+ public:
+  static StatusOr<std::unique_ptr<GrpcSyncerClient>> Connect(const ClientOptions& options);
+  ~GrpcSyncerClient() override;
+
+  StatusOr<syncer::JoinReplyData> Join(const syncer::JoinRequestData& request) override;
+  StatusOr<syncer::HeartbeatReplyData> Heartbeat(int learner_id,
+                                                 const syncer::LearnerRecord& progress) override;
+  StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& header,
+                                    std::span<const std::byte> payload) override;
+  StatusOr<syncer::PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
+                                     double wait_seconds) override;
+  StatusOr<std::string> StatusJson();
+  StatusOr<std::string> Finish(bool evaluate);
+
+  int64_t bytes_sent() const { return bytes_sent_.load(); }
+  int64_t bytes_received() const { return bytes_received_.load(); }
+
+  // Test hooks: send a push whose stream is cut after `chunks` data chunks, or whose chunk
+  // `corrupt_chunk` carries a wrong checksum.
+  struct PushFault {
+    int truncate_after_chunks = -1;
+    int corrupt_chunk = -1;
+    size_t chunk_bytes = kMaxChunkBytes;
+  };
+  StatusOr<syncer::PushResult> PushWithFault(const syncer::PushHeaderData& header,
+                                             std::span<const std::byte> payload,
+                                             const PushFault& fault);
+
+ private:
+  struct Impl;
+  explicit GrpcSyncerClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::atomic<int64_t> bytes_sent_{0}, bytes_received_{0};
+};
+
+}  // namespace atl::transport

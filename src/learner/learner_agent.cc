@@ -1,0 +1,384 @@
+#include "atoll/learner/learner_agent.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "atoll/exchange/fragment_exchange.h"
+
+namespace atl::learner {
+namespace {
+
+// Refusals that retrying cannot fix: the learner must stop and say why.
+bool IsPermanent(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kUnauthenticated:
+    case StatusCode::kPermissionDenied:
+    case StatusCode::kAlreadyExists:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+LearnerAgent::LearnerAgent(AgentOptions options, diloco::FragmentPlan plan,
+                           std::vector<std::span<float>> tensors, syncer::SyncerApi& api, Clock& clock)
+    : options_(std::move(options)),
+      plan_(std::move(plan)),
+      tensors_(std::move(tensors)),
+      api_(api),
+      clock_(clock) {
+  const size_t P = static_cast<size_t>(plan_.num_fragments());
+  ATOLL_CHECK(tensors_.size() == plan_.tensors.size());
+  c_tokens_.assign(P, 0);
+  c_steps_.assign(P, 0);
+  public_.resize(P);
+  have_.assign(P, -1);
+  counters_.learner_id = options_.learner_id;
+}
+
+LearnerAgent::~LearnerAgent() { Stop(); }
+
+Status LearnerAgent::Start() {
+  started_ = clock_.Now();
+  exchange_thread_ = std::thread([this] { ExchangeLoop(); });
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  // Wait (bounded) for the first join so that the learner starts from the global model.
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(options_.initial_join_timeout_s),
+               [&] { return counters_.joined || !fatal_.ok() || stop_; });
+  if (!fatal_.ok()) return fatal_;
+  lock.unlock();
+  ApplyReady(0);
+  return Status::Ok();
+}
+
+void LearnerAgent::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (exchange_thread_.joinable()) exchange_thread_.join();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+Status LearnerAgent::fatal_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fatal_;
+}
+
+AgentCounters LearnerAgent::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+void LearnerAgent::SetProgress(const Progress& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_ = p;
+}
+
+void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
+  for (size_t p = 0; p < c_steps_.size(); ++p) {
+    c_steps_[p] += 1;
+    c_tokens_[p] += tokens;
+  }
+  std::vector<int> send;
+  if (options_.mode == "diloco") {
+    // Synchronous DiLoCo: every fragment at the end of each period of H steps.
+    if ((step + 1) % options_.schedule.H == 0) {
+      for (int p = 0; p < plan_.num_fragments(); ++p) send.push_back(p);
+    }
+  } else {
+    const int p = options_.schedule.FragmentAt(step);
+    if (p >= 0) send.push_back(p);
+  }
+  if (send.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!counters_.joined) return;  // nothing to compute an outer gradient against yet
+  for (int p : send) {
+    PushJob job;
+    job.fragment = p;
+    job.step = step;
+    job.c_tokens = c_tokens_[static_cast<size_t>(p)];
+    job.c_steps = c_steps_[static_cast<size_t>(p)];
+    job.local.resize(static_cast<size_t>(plan_.fragments[static_cast<size_t>(p)].numel));
+    exchange::GatherFragment(plan_.fragments[static_cast<size_t>(p)], tensors_, job.local);
+    // A newer snapshot of the same fragment supersedes one still waiting to be sent.
+    std::erase_if(push_queue_, [p](const PushJob& j) { return j.fragment == p; });
+    push_queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+int LearnerAgent::ApplyReady(int64_t next_step) {
+  std::vector<Ready> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = ready_.begin(); it != ready_.end();) {
+      if (it->due_step <= next_step) {
+        due.push_back(std::move(*it));
+        it = ready_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const Ready& r : due) {
+    exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(r.fragment)], r.values, tensors_,
+                              options_.alpha);
+    c_steps_[static_cast<size_t>(r.fragment)] = 0;
+    c_tokens_[static_cast<size_t>(r.fragment)] = 0;
+  }
+  if (!due.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.fragments_applied += static_cast<int64_t>(due.size());
+  }
+  return static_cast<int>(due.size());
+}
+
+int LearnerAgent::WaitForAllFragments(int64_t next_step, double timeout_s) {
+  const TimePoint deadline = clock_.Now() + FromSeconds(timeout_s);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_ && !finish_ && (!push_queue_.empty() || !awaiting_.empty()) &&
+           clock_.Now() < deadline) {
+      cv_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+  }
+  return ApplyReady(next_step);
+}
+
+void LearnerAgent::Backoff(double& delay_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(delay_s), [&] { return stop_; });
+  delay_s = std::min(options_.backoff_max_s, delay_s * 2);
+}
+
+Status LearnerAgent::JoinAndCatchUp() {
+  syncer::JoinRequestData req;
+  req.protocol_version = syncer::kProtocolVersion;
+  req.run_id = options_.run_id;
+  req.model_signature = diloco::ModelSignature(plan_.tensors);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    req.learner_id = counters_.learner_id;
+    req.rejoin = options_.rejoin || counters_.joins > 0;
+  }
+  req.host = options_.host;
+  ATOLL_ASSIGN_OR_RETURN(auto reply, api_.Join(req));
+  if (static_cast<int>(reply.versions.size()) != plan_.num_fragments() ||
+      reply.fragment_numel.size() != reply.versions.size()) {
+    return FailedPreconditionError("plan mismatch: syncer has " + std::to_string(reply.versions.size()) +
+                                   " fragments, this learner " + std::to_string(plan_.num_fragments()));
+  }
+  for (int p = 0; p < plan_.num_fragments(); ++p) {
+    if (reply.fragment_numel[static_cast<size_t>(p)] != plan_.fragments[static_cast<size_t>(p)].numel) {
+      return FailedPreconditionError("plan mismatch at fragment " + std::to_string(p) +
+                                     ": syncer " + std::to_string(reply.fragment_numel[static_cast<size_t>(p)]) +
+                                     " values, learner " + std::to_string(plan_.fragments[static_cast<size_t>(p)].numel) +
+                                     " (same --fragments and --plan on both?)");
+    }
+  }
+  if (reply.uplink.encoding != options_.uplink.encoding || reply.uplink.block_size != options_.uplink.block_size) {
+    options_.uplink = reply.uplink;  // the syncer's run settings win
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.learner_id = reply.learner_id;
+    counters_.joins += 1;
+    incarnation_ = reply.incarnation;
+  }
+  // Fragment-level catch-up: only fragments whose version differs from what we hold.
+  for (int p = 0; p < plan_.num_fragments(); ++p) {
+    if (have_[static_cast<size_t>(p)] == reply.versions[static_cast<size_t>(p)]) continue;
+    Status st = PullOne(p, 0.0, /*due_step=*/0);
+    if (!st.ok()) return st;
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.catchup_fragments += 1;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.joined = true;
+  need_rejoin_ = false;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status LearnerAgent::PullOne(int p, double wait_s, int64_t due_step) {
+  const size_t pi = static_cast<size_t>(p);
+  int learner_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    learner_id = counters_.learner_id;
+  }
+  auto r = api_.Pull(learner_id, p, have_[pi], wait_s);
+  if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition) {
+    have_[pi] = -1;  // we hold a version the syncer does not know: start over with a full copy
+    r = api_.Pull(learner_id, p, -1, 0.0);
+  }
+  if (!r.ok()) return r.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.pulls += 1;
+    counters_.payload_bytes_down += static_cast<int64_t>(r->bytes.size());
+  }
+  if (r->not_modified) return Status::Ok();
+  std::vector<float>& phi = public_[pi];
+  const size_t n = static_cast<size_t>(plan_.fragments[pi].numel);
+  if (r->is_delta) {
+    if (r->base_version != have_[pi]) return DataLossError("pull: delta against a version we do not hold");
+    std::vector<float> next = phi;
+    ATOLL_RETURN_IF_ERROR(exchange::ApplyDelta(r->codec, r->bytes, next));
+    phi.swap(next);
+  } else {
+    if (r->bytes.size() != n * sizeof(float)) return DataLossError("pull: full fragment has the wrong size");
+    phi.resize(n);
+    std::memcpy(phi.data(), r->bytes.data(), r->bytes.size());
+  }
+  if (exchange::ValuesChecksum(phi) != r->value_checksum) {
+    have_[pi] = -1;  // our copy diverged: the next pull fetches it in full
+    return DataLossError("fragment " + std::to_string(p) + " version " + std::to_string(r->version) +
+                         ": value checksum differs from the syncer's (copy diverged; refetching)");
+  }
+  have_[pi] = r->version;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(ready_, [p](const Ready& x) { return x.fragment == p; });
+  ready_.push_back({p, r->version, due_step, phi});
+  awaiting_.erase(p);
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status LearnerAgent::PushOne(PushJob& job) {
+  const size_t pi = static_cast<size_t>(job.fragment);
+  syncer::PushHeaderData h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    h.learner_id = counters_.learner_id;
+  }
+  h.fragment = job.fragment;
+  h.base_version = have_[pi];
+  h.c_tokens = job.c_tokens;
+  h.c_steps = job.c_steps;
+  h.encoding = options_.uplink.encoding;
+  h.block_size = options_.uplink.block_size;
+  h.num_values = static_cast<int64_t>(job.local.size());
+  h.local_step = job.step;
+  std::vector<std::byte> payload;
+  ATOLL_RETURN_IF_ERROR(exchange::EncodeOuterGradient(options_.uplink, public_[pi], job.local, payload));
+  auto r = api_.Push(h, payload);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!r.ok()) {
+    counters_.pushes_failed += 1;
+    return r.status();
+  }
+  counters_.pushes += 1;
+  counters_.payload_bytes_up += static_cast<int64_t>(payload.size());
+  if (counters_.first_contribution_s < 0) counters_.first_contribution_s = ToSeconds(clock_.Now() - started_);
+  const int64_t due = options_.mode == "diloco" ? job.step + 1 : job.step + 1 + options_.schedule.tau;
+  awaiting_[job.fragment] = due;
+  return Status::Ok();
+}
+
+void LearnerAgent::ExchangeLoop() {
+  double delay = options_.backoff_initial_s;
+  for (;;) {
+    bool rejoin;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      rejoin = need_rejoin_;
+    }
+    if (rejoin) {
+      Status st = JoinAndCatchUp();
+      if (!st.ok()) {
+        if (IsPermanent(st)) {
+          std::lock_guard<std::mutex> lock(mu_);
+          fatal_ = st;
+          stop_ = true;
+          cv_.notify_all();
+          return;
+        }
+        Backoff(delay);
+        continue;
+      }
+      delay = options_.backoff_initial_s;
+    }
+    std::optional<PushJob> job;
+    std::map<int, int64_t> awaiting;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(10),
+                   [&] { return stop_ || !push_queue_.empty(); });
+      if (stop_) return;
+      if (!push_queue_.empty()) {
+        job = std::move(push_queue_.front());
+        push_queue_.pop_front();
+      }
+      awaiting = awaiting_;
+    }
+    Status st;
+    if (job) {
+      st = PushOne(*job);
+      if (st.code() == StatusCode::kAborted) {
+        // Our base version fell out of the syncer's history: refetch the fragment in full.
+        have_[static_cast<size_t>(job->fragment)] = -1;
+        st = PullOne(job->fragment, 0.0, job->step + 1);
+      }
+    } else {
+      for (const auto& [p, due] : awaiting) {
+        st = PullOne(p, 0.0, due);
+        if (!st.ok()) break;
+      }
+    }
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kDataLoss) {
+        counters_.rejected += 1;  // this contribution is lost; training goes on
+      } else if (st.code() == StatusCode::kNotFound || IsPermanent(st) ||
+                 st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+        need_rejoin_ = true;  // syncer down or restarted: rejoin with backoff, keep training
+        counters_.joined = counters_.joined && st.code() != StatusCode::kNotFound;
+      }
+    }
+    if (!st.ok() && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)) {
+      Backoff(delay);
+    }
+  }
+}
+
+void LearnerAgent::HeartbeatLoop() {
+  for (;;) {
+    Progress p;
+    int id;
+    bool joined;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::duration<double>(options_.heartbeat_s), [&] { return stop_; });
+      if (stop_) return;
+      p = progress_;
+      id = counters_.learner_id;
+      joined = counters_.joined && !need_rejoin_;
+    }
+    if (!joined) continue;
+    syncer::LearnerRecord rec;
+    rec.step = p.step;
+    rec.tokens = p.tokens;
+    rec.loss = p.loss;
+    rec.step_seconds = p.step_seconds;
+    rec.tokens_per_second = p.tokens_per_second;
+    rec.state = p.state;
+    auto r = api_.Heartbeat(id, rec);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!r.ok()) {
+      if (r.status().code() == StatusCode::kNotFound) need_rejoin_ = true;
+      continue;
+    }
+    if (r->finish) finish_ = true;
+    if (r->incarnation != incarnation_) need_rejoin_ = true;  // the syncer restarted
+  }
+}
+
+}  // namespace atl::learner

@@ -1,0 +1,404 @@
+#include "atoll/syncer/syncer_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "atoll/exchange/fragment_exchange.h"
+
+namespace atl::syncer {
+namespace {
+
+constexpr double kEmaAlpha = 0.2;
+
+double Ema(double old_value, double sample) {
+  return old_value <= 0 ? sample : (1 - kEmaAlpha) * old_value + kEmaAlpha * sample;
+}
+
+}  // namespace
+
+SyncerCore::SyncerCore(SyncerOptions options, diloco::FragmentPlan plan)
+    : options_(std::move(options)), plan_(std::move(plan)) {}
+
+StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentPlan plan,
+                                        std::vector<std::vector<float>> initial) {
+  const int P = plan.num_fragments();
+  if (P < 1) return InvalidArgumentError("syncer: the plan has no fragments");
+  if (options.H < P) {
+    return InvalidArgumentError("syncer: H (" + std::to_string(options.H) +
+                                ") must be ≥ the number of fragments P (" + std::to_string(P) + ")");
+  }
+  if (options.round.quorum < 1) return InvalidArgumentError("syncer: quorum K must be ≥ 1");
+  if (options.history_versions < 2) return InvalidArgumentError("syncer: history must be ≥ 2");
+  if (static_cast<int>(initial.size()) != P) {
+    return InvalidArgumentError("syncer: initial values for " + std::to_string(initial.size()) +
+                                " fragments, plan has " + std::to_string(P));
+  }
+  SyncerCore core(std::move(options), std::move(plan));
+  core.fragments_.resize(static_cast<size_t>(P));
+  for (int p = 0; p < P; ++p) {
+    auto& f = core.fragments_[static_cast<size_t>(p)];
+    if (static_cast<int64_t>(initial[p].size()) != core.plan_.fragments[p].numel) {
+      return InvalidArgumentError("syncer: fragment " + std::to_string(p) + " initial size " +
+                                  std::to_string(initial[p].size()) + " ≠ plan " +
+                                  std::to_string(core.plan_.fragments[p].numel));
+    }
+    if (!exchange::AllFinite(initial[p])) {
+      return InvalidArgumentError("syncer: fragment " + std::to_string(p) + " has non-finite values");
+    }
+    f.theta = std::move(initial[p]);
+    f.momentum.assign(f.theta.size(), 0.0f);
+    f.public_copy = f.theta;
+    f.history.emplace_back(0, f.public_copy);
+    f.public_checksum = exchange::ValuesChecksum(f.public_copy);
+  }
+  return core;
+}
+
+std::vector<int64_t> SyncerCore::versions() const {
+  std::vector<int64_t> v;
+  for (const auto& f : fragments_) v.push_back(f.version);
+  return v;
+}
+
+std::vector<int> SyncerCore::LiveLearners(TimePoint now) const {
+  std::vector<int> live;
+  const Duration timeout = FromSeconds(options_.learner_timeout_s);
+  for (const auto& [id, l] : learners_) {
+    if (l.state != "done" && now - l.last_seen <= timeout) live.push_back(id);
+  }
+  return live;
+}
+
+StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now) {
+  if (r.protocol_version != kProtocolVersion) {
+    return FailedPreconditionError("protocol version " + std::to_string(r.protocol_version) +
+                                   " not supported: this syncer speaks version " +
+                                   std::to_string(kProtocolVersion));
+  }
+  if (r.run_id != options_.run_id) {
+    return FailedPreconditionError("run id '" + r.run_id + "' does not match this syncer's run '" +
+                                   options_.run_id + "'");
+  }
+  const uint64_t signature = diloco::ModelSignature(plan_.tensors);
+  if (r.model_signature != signature) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "model signature %016llx does not match the syncer's %016llx",
+                  static_cast<unsigned long long>(r.model_signature),
+                  static_cast<unsigned long long>(signature));
+    return FailedPreconditionError(std::string(buf) +
+                                   " (different tensor names, shapes or dtypes)");
+  }
+  int id = r.learner_id;
+  if (id < -1 || id > 1'000'000) return InvalidArgumentError("learner id out of range: " + std::to_string(id));
+  if (id == -1) {
+    id = 0;
+    while (learners_.count(id)) ++id;
+  }
+  auto it = learners_.find(id);
+  if (it != learners_.end() && !r.rejoin && it->second.state != "done" &&
+      now - it->second.last_seen <= FromSeconds(options_.learner_timeout_s)) {
+    return AlreadyExistsError("learner id " + std::to_string(id) +
+                              " is held by a live learner (host " + it->second.host +
+                              "); choose another id");
+  }
+  LearnerRecord& l = learners_[id];
+  l.id = id;
+  l.host = r.host;
+  l.last_seen = now;
+  l.state = "joining";
+  l.joins += 1;
+  // A (re)joining learner starts from the current global model; its old pending contributions
+  // were computed from a state it no longer has, so they stay valid only as what they are —
+  // already-submitted outer gradients — and are kept.
+  JoinReplyData reply;
+  reply.learner_id = id;
+  reply.versions = versions();
+  for (const auto& fr : plan_.fragments) reply.fragment_numel.push_back(fr.numel);
+  reply.H = options_.H;
+  reply.tau = options_.round.tau;
+  reply.mode = options_.mode;
+  reply.uplink = options_.uplink;
+  reply.downlink = options_.downlink;
+  reply.incarnation = options_.incarnation;
+  return reply;
+}
+
+Status SyncerCore::Heartbeat(int learner_id, const LearnerRecord& progress, TimePoint now) {
+  auto it = learners_.find(learner_id);
+  if (it == learners_.end()) {
+    return NotFoundError("learner " + std::to_string(learner_id) + " has not joined (join first)");
+  }
+  LearnerRecord& l = it->second;
+  l.last_seen = now;
+  l.step = progress.step;
+  l.tokens = progress.tokens;
+  l.loss = progress.loss;
+  l.step_seconds = progress.step_seconds;
+  l.tokens_per_second = progress.tokens_per_second;
+  if (!progress.state.empty()) l.state = progress.state;
+  if (progress.step_seconds > 0 && std::isfinite(progress.step_seconds)) {
+    estimates_.step_seconds = Ema(estimates_.step_seconds, progress.step_seconds);
+  }
+  return Status::Ok();
+}
+
+const std::vector<float>* SyncerCore::PublicAt(const FragmentState& f, int64_t version) const {
+  for (const auto& [v, values] : f.history) {
+    if (v == version) return &values;
+  }
+  return nullptr;
+}
+
+StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const std::byte> payload,
+                                      TimePoint now) {
+  auto lit = learners_.find(h.learner_id);
+  if (lit == learners_.end()) {
+    return NotFoundError("push from learner " + std::to_string(h.learner_id) +
+                         " which has not joined (join first)");
+  }
+  LearnerRecord& l = lit->second;
+  auto reject = [&](Status s) -> Status {
+    l.pushes_rejected += 1;
+    return s.WithContext("push from learner " + std::to_string(h.learner_id) + ", fragment " +
+                         std::to_string(h.fragment));
+  };
+  if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
+    return reject(InvalidArgumentError("fragment index out of range [0, " +
+                                       std::to_string(plan_.num_fragments()) + ")"));
+  }
+  FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
+  if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size) {
+    return reject(InvalidArgumentError(std::string("encoding ") + diloco::EncodingName(h.encoding) +
+                                       "/" + std::to_string(h.block_size) + " but the run uses " +
+                                       diloco::EncodingName(options_.uplink.encoding) + "/" +
+                                       std::to_string(options_.uplink.block_size)));
+  }
+  if (h.num_values != static_cast<int64_t>(f.theta.size())) {
+    return reject(InvalidArgumentError("num_values " + std::to_string(h.num_values) +
+                                       " ≠ fragment size " + std::to_string(f.theta.size())));
+  }
+  const size_t expected = diloco::EncodedSize(options_.uplink, f.theta.size());
+  if (payload.size() != expected) {
+    return reject(InvalidArgumentError("payload has " + std::to_string(payload.size()) +
+                                       " bytes, expected " + std::to_string(expected)));
+  }
+  if (h.c_tokens < 0 || h.c_steps < 0 || (h.c_steps == 0 && h.c_tokens > 0)) {
+    return reject(InvalidArgumentError("bad counters c_tokens=" + std::to_string(h.c_tokens) +
+                                       " c_steps=" + std::to_string(h.c_steps)));
+  }
+  if (h.base_version < 0 || h.base_version > f.version) {
+    return reject(InvalidArgumentError("base version " + std::to_string(h.base_version) +
+                                       " is not a version this syncer produced (current " +
+                                       std::to_string(f.version) + ")"));
+  }
+  const std::vector<float>* base = PublicAt(f, h.base_version);
+  if (base == nullptr) {
+    return reject(AbortedError("base version " + std::to_string(h.base_version) +
+                               " is no longer held (oldest kept " +
+                               std::to_string(f.history.front().first) + "): pull the fragment again"));
+  }
+  Contribution c;
+  c.learner = h.learner_id;
+  c.c_tokens = h.c_tokens;
+  c.c_steps = h.c_steps;
+  c.base_version = h.base_version;
+  c.arrived = now;
+  c.local.resize(f.theta.size());
+  // Decode Δ̂ into c.local, then θ_m = Φ_base − Δ̂.
+  Status st = diloco::Decode(options_.uplink, payload, c.local);
+  if (!st.ok()) return reject(st);
+  for (size_t i = 0; i < c.local.size(); ++i) c.local[i] = (*base)[i] - c.local[i];
+  if (!exchange::AllFinite(c.local)) {
+    return reject(InvalidArgumentError("outer gradient has non-finite values"));
+  }
+  // Validated: now change state.
+  PushResult result;
+  result.round = f.round;
+  l.last_seen = now;
+  l.pushes += 1;
+  if (l.state == "joining") l.state = "training";
+  auto existing = std::find_if(f.pending.begin(), f.pending.end(),
+                               [&](const Contribution& x) { return x.learner == h.learner_id; });
+  if (h.base_version < f.version) {
+    l.late_folded += 1;
+    result.note = "computed against version " + std::to_string(h.base_version) + ", folded into round " +
+                  std::to_string(f.round) + " (current version " + std::to_string(f.version) + ")";
+  } else {
+    result.note = "joined round " + std::to_string(f.round);
+  }
+  if (existing != f.pending.end()) {
+    *existing = std::move(c);  // a newer contribution of the same learner replaces the older one
+    result.note += "; replaced this learner's earlier contribution";
+  } else {
+    f.pending.push_back(std::move(c));
+  }
+  if (!f.opened_at) f.opened_at = now;
+  if (!f.quorum_at && static_cast<int>(f.pending.size()) >= options_.round.quorum) f.quorum_at = now;
+  return result;
+}
+
+std::vector<RoundReport> SyncerCore::Poll(TimePoint now, const Clock& clock) {
+  std::vector<RoundReport> closed;
+  const std::vector<int> live = LiveLearners(now);
+  for (int p = 0; p < plan_.num_fragments(); ++p) {
+    FragmentState& f = fragments_[static_cast<size_t>(p)];
+    if (f.pending.empty()) continue;
+    RoundView view;
+    view.opened_at = f.opened_at;
+    view.quorum_at = f.quorum_at;
+    view.live = live;
+    for (const auto& c : f.pending) view.contributors.push_back(c.learner);
+    RoundDecision d = DecideRound(now, view, estimates_, options_.round);
+    if (d.action == RoundAction::kClose) closed.push_back(CloseRound(p, d, now, clock));
+  }
+  return closed;
+}
+
+std::optional<TimePoint> SyncerCore::NextWake(TimePoint now) const {
+  std::optional<TimePoint> wake;
+  const std::vector<int> live = LiveLearners(now);
+  for (const auto& f : fragments_) {
+    if (f.pending.empty() || !f.quorum_at) continue;
+    RoundView view;
+    view.opened_at = f.opened_at;
+    view.quorum_at = f.quorum_at;
+    view.live = live;
+    for (const auto& c : f.pending) view.contributors.push_back(c.learner);
+    RoundDecision d = DecideRound(now, view, estimates_, options_.round);
+    TimePoint t = d.action == RoundAction::kClose ? now : d.wake_at.value_or(now);
+    if (!wake || t < *wake) wake = t;
+  }
+  return wake;
+}
+
+RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now, const Clock& clock) {
+  const TimePoint t0 = clock.Now();
+  FragmentState& f = fragments_[static_cast<size_t>(p)];
+  const size_t n = f.theta.size();
+  RoundReport report;
+  report.fragment = p;
+  report.round = f.round;
+  report.grace_seconds = d.grace_seconds;
+  report.late = d.missing;
+  report.reason = d.reason;
+  report.closed_at = now;
+
+  std::vector<std::vector<float>> grads(f.pending.size(), std::vector<float>(n));
+  std::vector<std::span<const float>> views;
+  std::vector<double> weights;
+  for (size_t m = 0; m < f.pending.size(); ++m) {
+    const Contribution& c = f.pending[m];
+    for (size_t i = 0; i < n; ++i) grads[m][i] = f.theta[i] - c.local[i];  // v_m = Θ_p − θ_m
+    views.emplace_back(grads[m]);
+    weights.push_back(diloco::TokenWeight(c.c_tokens, c.c_steps));
+    report.contributors.push_back(c.learner);
+    report.tokens_merged += c.c_tokens;
+  }
+  report.weights = weights;
+  std::vector<float> merged(n, 0.0f);
+  Status st = diloco::MergeFragment(plan_.fragments[static_cast<size_t>(p)], options_.merge_rule,
+                                    views, weights, merged);
+  ATOLL_CHECK_MSG(st.ok(), st.ToString());  // inputs were validated on push
+  report.merged_norm = diloco::L2Norm(merged);
+  st = diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
+  ATOLL_CHECK_MSG(st.ok(), st.ToString());
+  f.version += 1;
+  st = exchange::EncodeDeltaAndAdvance(options_.downlink, f.theta, f.public_copy, f.last_delta);
+  ATOLL_CHECK_MSG(st.ok(), st.ToString());
+  f.public_checksum = exchange::ValuesChecksum(f.public_copy);
+  f.history.emplace_back(f.version, f.public_copy);
+  while (static_cast<int>(f.history.size()) > options_.history_versions) f.history.pop_front();
+  report.version = f.version;
+
+  for (const auto& c : f.pending) {
+    auto it = learners_.find(c.learner);
+    if (it == learners_.end()) continue;
+    it->second.rounds_joined += 1;
+    it->second.tokens_merged += c.c_tokens;
+  }
+  f.pending.clear();
+  f.opened_at.reset();
+  f.quorum_at.reset();
+  f.round += 1;
+  rounds_closed_ += 1;
+  estimates_.sync_seconds = Ema(estimates_.sync_seconds, ToSeconds(clock.Now() - t0));
+  return report;
+}
+
+StatusOr<PullPayload> SyncerCore::Pull(int fragment, int64_t have_version) const {
+  if (fragment < 0 || fragment >= plan_.num_fragments()) {
+    return InvalidArgumentError("pull: fragment " + std::to_string(fragment) + " out of range [0, " +
+                                std::to_string(plan_.num_fragments()) + ")");
+  }
+  const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
+  if (have_version > f.version) {
+    return FailedPreconditionError("pull: learner holds version " + std::to_string(have_version) +
+                                   " of fragment " + std::to_string(fragment) +
+                                   " but the syncer is at " + std::to_string(f.version) +
+                                   " (syncer restarted from older state?)");
+  }
+  PullPayload out;
+  out.fragment = fragment;
+  out.version = f.version;
+  out.value_checksum = f.public_checksum;
+  if (have_version == f.version) {
+    out.not_modified = true;
+    return out;
+  }
+  if (have_version == f.version - 1 && !f.last_delta.empty()) {
+    out.is_delta = true;
+    out.base_version = have_version;
+    out.codec = options_.downlink;
+    out.bytes = f.last_delta;
+    return out;
+  }
+  out.is_delta = false;
+  out.codec = {diloco::Encoding::kFp32, options_.downlink.block_size};
+  const auto* data = reinterpret_cast<const std::byte*>(f.public_copy.data());
+  out.bytes.assign(data, data + f.public_copy.size() * sizeof(float));
+  return out;
+}
+
+void SyncerCore::CountBytes(int learner_id, int64_t up, int64_t down) {
+  auto it = learners_.find(learner_id);
+  if (it == learners_.end()) return;
+  it->second.bytes_up += up;
+  it->second.bytes_down += down;
+}
+
+void SyncerCore::MarkDone(int learner_id) {
+  auto it = learners_.find(learner_id);
+  if (it != learners_.end()) it->second.state = "done";
+}
+
+nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
+  nlohmann::json j;
+  j["run_id"] = options_.run_id;
+  j["mode"] = options_.mode;
+  j["fragments"] = plan_.num_fragments();
+  j["rounds"] = rounds_closed_;
+  j["versions"] = versions();
+  j["t_step_s"] = estimates_.step_seconds;
+  j["t_sync_s"] = estimates_.sync_seconds;
+  j["live"] = LiveLearners(now);
+  int64_t up = 0, down = 0;
+  nlohmann::json ls = nlohmann::json::array();
+  for (const auto& [id, l] : learners_) {
+    up += l.bytes_up;
+    down += l.bytes_down;
+    ls.push_back({{"id", id}, {"host", l.host}, {"state", l.state}, {"joins", l.joins},
+                  {"step", l.step}, {"tokens", l.tokens}, {"loss", l.loss},
+                  {"tokens_per_second", l.tokens_per_second}, {"step_seconds", l.step_seconds},
+                  {"bytes_up", l.bytes_up}, {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
+                  {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
+                  {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
+                  {"seconds_since_seen", ToSeconds(now - l.last_seen)}});
+  }
+  j["learners"] = ls;
+  j["bytes_up"] = up;
+  j["bytes_down"] = down;
+  return j;
+}
+
+}  // namespace atl::syncer

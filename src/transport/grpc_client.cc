@@ -1,0 +1,229 @@
+// The learner's side of the atoll.v1 protocol over gRPC.
+#include <grpcpp/grpcpp.h>
+
+#include "atoll.grpc.pb.h"
+#include "atoll/core/checksum.h"
+#include "atoll/transport/grpc.h"
+#include "wire.h"
+
+namespace atl::transport {
+
+struct GrpcSyncerClient::Impl {
+  ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<atl::v1::Syncer::Stub> stub;
+
+  void Prepare(grpc::ClientContext& ctx, double seconds) const {
+    if (!options.token.empty()) ctx.AddMetadata(kTokenKey, options.token);
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+  }
+};
+
+GrpcSyncerClient::GrpcSyncerClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GrpcSyncerClient::~GrpcSyncerClient() = default;
+
+StatusOr<std::unique_ptr<GrpcSyncerClient>> GrpcSyncerClient::Connect(const ClientOptions& options) {
+  if (options.target.empty()) return InvalidArgumentError("syncer address is empty (want host:port)");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(4 << 20);
+  // Reconnect quickly after a syncer restart (the default backoff grows to 120 s).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  if (options.tls.enabled) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls.ca_file.empty()) {
+      auto ca = ReadPem(options.tls.ca_file, "TLS CA");
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *ca;
+    }
+    if (!options.tls.server_name.empty()) {
+      args.SetSslTargetNameOverride(options.tls.server_name);
+    }
+    creds = grpc::SslCredentials(ssl);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  impl->channel = grpc::CreateCustomChannel(options.target, creds, args);
+  impl->stub = atl::v1::Syncer::NewStub(impl->channel);
+  return std::unique_ptr<GrpcSyncerClient>(new GrpcSyncerClient(std::move(impl)));
+}
+
+StatusOr<syncer::JoinReplyData> GrpcSyncerClient::Join(const syncer::JoinRequestData& r) {
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx, impl_->options.call_timeout_s);
+  atl::v1::JoinRequest req;
+  req.set_protocol_version(r.protocol_version);
+  req.set_run_id(r.run_id);
+  req.set_model_signature(r.model_signature);
+  req.set_learner_id(r.learner_id);
+  req.set_host(r.host);
+  req.set_rejoin(r.rejoin);
+  atl::v1::JoinReply reply;
+  grpc::Status st = impl_->stub->Join(&ctx, req, &reply);
+  bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
+  if (!st.ok()) return FromGrpc(st, "join");
+  bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
+  return ParseJoinReply(reply);
+}
+
+StatusOr<syncer::HeartbeatReplyData> GrpcSyncerClient::Heartbeat(int learner_id,
+                                                                 const syncer::LearnerRecord& p) {
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx, impl_->options.call_timeout_s);
+  atl::v1::HeartbeatRequest req;
+  req.set_learner_id(learner_id);
+  req.set_step(p.step);
+  req.set_tokens(p.tokens);
+  req.set_loss(p.loss);
+  req.set_step_seconds(p.step_seconds);
+  req.set_tokens_per_second(p.tokens_per_second);
+  req.set_bytes_up(bytes_sent_.load());
+  req.set_bytes_down(bytes_received_.load());
+  req.set_state(p.state);
+  atl::v1::HeartbeatReply reply;
+  grpc::Status st = impl_->stub->Heartbeat(&ctx, req, &reply);
+  bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
+  if (!st.ok()) return FromGrpc(st, "heartbeat");
+  bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
+  syncer::HeartbeatReplyData d;
+  d.versions.assign(reply.fragment_versions().begin(), reply.fragment_versions().end());
+  d.finish = reply.finish();
+  d.incarnation = reply.incarnation();
+  return d;
+}
+
+StatusOr<syncer::PushResult> GrpcSyncerClient::Push(const syncer::PushHeaderData& header,
+                                                    std::span<const std::byte> payload) {
+  return PushWithFault(header, payload, PushFault{});
+}
+
+StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushHeaderData& header,
+                                                             std::span<const std::byte> payload,
+                                                             const PushFault& fault) {
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx, impl_->options.push_timeout_s);
+  atl::v1::PushReply reply;
+  auto writer = impl_->stub->Push(&ctx, &reply);
+  atl::v1::PushChunk msg;
+  FillPushHeader(header, static_cast<int64_t>(payload.size()), Checksum64(payload),
+                 msg.mutable_header());
+  bool ok = writer->Write(msg);
+  int64_t sent = static_cast<int64_t>(msg.ByteSizeLong());
+  const size_t chunk = std::clamp<size_t>(fault.chunk_bytes, 1, kMaxChunkBytes * 2);
+  int index = 0;
+  for (size_t off = 0; ok && off < payload.size(); off += chunk, ++index) {
+    if (fault.truncate_after_chunks >= 0 && index >= fault.truncate_after_chunks) break;
+    const size_t n = std::min(chunk, payload.size() - off);
+    atl::v1::PushChunk c;
+    auto* d = c.mutable_data();
+    d->set_offset(static_cast<int64_t>(off));
+    d->set_data(reinterpret_cast<const char*>(payload.data() + off), n);
+    uint64_t sum = Checksum64(payload.data() + off, n);
+    if (index == fault.corrupt_chunk) sum ^= 1;
+    d->set_checksum(sum);
+    ok = writer->Write(c);
+    sent += static_cast<int64_t>(n);
+  }
+  writer->WritesDone();
+  grpc::Status st = writer->Finish();
+  bytes_sent_ += sent;
+  if (!st.ok()) return FromGrpc(st, "push");
+  bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
+  return syncer::PushResult{reply.round(), reply.note()};
+}
+
+StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragment,
+                                                     int64_t have_version, double wait_seconds) {
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx, wait_seconds + impl_->options.push_timeout_s);
+  atl::v1::PullRequest req;
+  req.set_learner_id(learner_id);
+  req.set_fragment(fragment);
+  req.set_have_version(have_version);
+  req.set_wait_seconds(wait_seconds);
+  auto reader = impl_->stub->Pull(&ctx, req);
+  bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
+  atl::v1::PullChunk msg;
+  syncer::PullPayload out;
+  bool have_header = false;
+  int64_t total = 0;
+  uint64_t checksum = 0;
+  Status bad;
+  while (reader->Read(&msg)) {
+    bytes_received_ += static_cast<int64_t>(msg.ByteSizeLong());
+    if (msg.kind_case() == atl::v1::PullChunk::kHeader) {
+      if (have_header) {
+        bad = DataLossError("pull: two headers in one reply");
+        break;
+      }
+      const auto& h = msg.header();
+      have_header = true;
+      out.fragment = h.fragment();
+      out.version = h.version();
+      out.is_delta = h.is_delta();
+      out.base_version = h.base_version();
+      out.not_modified = h.not_modified();
+      out.value_checksum = h.value_checksum();
+      auto enc = diloco::ParseEncoding(h.encoding());
+      if (!enc.ok()) {
+        bad = enc.status();
+        break;
+      }
+      out.codec = {*enc, h.block_size()};
+      total = h.payload_bytes();
+      checksum = h.payload_checksum();
+      if (total < 0 || total > kMaxPayloadBytes) {
+        bad = DataLossError("pull: payload size out of range");
+        break;
+      }
+      out.bytes.reserve(static_cast<size_t>(total));
+    } else {
+      if (!have_header) {
+        bad = DataLossError("pull: data before header");
+        break;
+      }
+      bad = AppendChunk(msg.data(), total, out.bytes);
+      if (!bad.ok()) break;
+    }
+  }
+  if (!bad.ok()) {
+    ctx.TryCancel();
+    reader->Finish();
+    return bad.WithContext("pull of fragment " + std::to_string(fragment));
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return FromGrpc(st, "pull of fragment " + std::to_string(fragment));
+  if (!have_header) return DataLossError("pull: empty reply");
+  if (static_cast<int64_t>(out.bytes.size()) != total || Checksum64(out.bytes) != checksum) {
+    return DataLossError("pull of fragment " + std::to_string(fragment) +
+                         ": truncated or corrupted payload");
+  }
+  return out;
+}
+
+StatusOr<std::string> GrpcSyncerClient::StatusJson() {
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx, impl_->options.call_timeout_s);
+  atl::v1::StatusReply reply;
+  grpc::Status st = impl_->stub->Status(&ctx, atl::v1::StatusRequest(), &reply);
+  if (!st.ok()) return FromGrpc(st, "status");
+  return reply.json();
+}
+
+StatusOr<std::string> GrpcSyncerClient::Finish(bool evaluate) {
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx, 600);
+  atl::v1::FinishRequest req;
+  req.set_evaluate(evaluate);
+  atl::v1::FinishReply reply;
+  grpc::Status st = impl_->stub->Finish(&ctx, req, &reply);
+  if (!st.ok()) return FromGrpc(st, "finish");
+  return reply.summary_json();
+}
+
+}  // namespace atl::transport

@@ -1,0 +1,149 @@
+#include "wire.h"
+
+#include "atoll/core/checksum.h"
+#include "atoll/core/file.h"
+#include "atoll/transport/grpc.h"
+
+namespace atl::transport {
+
+grpc::Status ToGrpc(const Status& st) {
+  if (st.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(st.code())), st.message());
+}
+
+Status FromGrpc(const grpc::Status& st, const std::string& what) {
+  if (st.ok()) return Status::Ok();
+  return Status(static_cast<StatusCode>(static_cast<int>(st.error_code())),
+                what + ": " + st.error_message());
+}
+
+StatusOr<std::pair<syncer::PushHeaderData, uint64_t>> ParsePushHeader(const atl::v1::PushHeader& h) {
+  syncer::PushHeaderData d;
+  d.learner_id = h.learner_id();
+  d.fragment = h.fragment();
+  d.base_version = h.base_version();
+  d.c_tokens = h.c_tokens();
+  d.c_steps = h.c_steps();
+  d.block_size = h.block_size();
+  d.num_values = h.num_values();
+  d.local_step = h.local_step();
+  auto enc = diloco::ParseEncoding(h.encoding());
+  if (!enc.ok()) return enc.status().WithContext("push header");
+  d.encoding = *enc;
+  if (h.num_values() < 0 || h.payload_bytes() < 0 || h.payload_bytes() > kMaxPayloadBytes) {
+    return InvalidArgumentError("push header: sizes out of range (num_values " +
+                                std::to_string(h.num_values()) + ", payload_bytes " +
+                                std::to_string(h.payload_bytes()) + ")");
+  }
+  if (d.encoding != diloco::Encoding::kFp32 && d.encoding != diloco::Encoding::kBf16) {
+    Status st = diloco::ValidateCodecOptions({d.encoding, d.block_size});
+    if (!st.ok()) return st.WithContext("push header");
+  }
+  return std::make_pair(d, static_cast<uint64_t>(h.payload_checksum()));
+}
+
+void FillPushHeader(const syncer::PushHeaderData& h, int64_t payload_bytes, uint64_t checksum,
+                    atl::v1::PushHeader* out) {
+  out->set_learner_id(h.learner_id);
+  out->set_fragment(h.fragment);
+  out->set_base_version(h.base_version);
+  out->set_c_tokens(h.c_tokens);
+  out->set_c_steps(h.c_steps);
+  out->set_encoding(diloco::EncodingName(h.encoding));
+  out->set_block_size(h.block_size);
+  out->set_num_values(h.num_values);
+  out->set_payload_bytes(payload_bytes);
+  out->set_payload_checksum(checksum);
+  out->set_local_step(h.local_step);
+}
+
+Status AppendChunk(const atl::v1::DataChunk& chunk, int64_t total, std::vector<std::byte>& payload) {
+  const std::string& data = chunk.data();
+  if (chunk.offset() != static_cast<int64_t>(payload.size())) {
+    return DataLossError("chunk at offset " + std::to_string(chunk.offset()) + ", expected " +
+                         std::to_string(payload.size()) + " (chunks lost or reordered)");
+  }
+  if (data.size() > kMaxChunkBytes) {
+    return InvalidArgumentError("chunk of " + std::to_string(data.size()) + " bytes exceeds 1 MiB");
+  }
+  if (static_cast<int64_t>(payload.size() + data.size()) > total) {
+    return InvalidArgumentError("chunks exceed the announced payload of " + std::to_string(total) + " bytes");
+  }
+  if (Checksum64(data.data(), data.size()) != chunk.checksum()) {
+    return DataLossError("chunk checksum mismatch at offset " + std::to_string(chunk.offset()));
+  }
+  const auto* b = reinterpret_cast<const std::byte*>(data.data());
+  payload.insert(payload.end(), b, b + data.size());
+  return Status::Ok();
+}
+
+int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::PullChunk>* writer) {
+  atl::v1::PullChunk msg;
+  auto* h = msg.mutable_header();
+  h->set_fragment(p.fragment);
+  h->set_version(p.version);
+  h->set_is_delta(p.is_delta);
+  h->set_base_version(p.base_version);
+  h->set_encoding(diloco::EncodingName(p.codec.encoding));
+  h->set_block_size(p.codec.block_size);
+  h->set_num_values(0);
+  h->set_payload_bytes(static_cast<int64_t>(p.bytes.size()));
+  h->set_payload_checksum(Checksum64(p.bytes));
+  h->set_value_checksum(p.value_checksum);
+  h->set_not_modified(p.not_modified);
+  if (!writer->Write(msg)) return 0;
+  int64_t sent = 0;
+  for (size_t off = 0; off < p.bytes.size(); off += kMaxChunkBytes) {
+    const size_t n = std::min(kMaxChunkBytes, p.bytes.size() - off);
+    atl::v1::PullChunk c;
+    auto* d = c.mutable_data();
+    d->set_offset(static_cast<int64_t>(off));
+    d->set_data(reinterpret_cast<const char*>(p.bytes.data() + off), n);
+    d->set_checksum(Checksum64(p.bytes.data() + off, n));
+    if (!writer->Write(c)) break;
+    sent += static_cast<int64_t>(n);
+  }
+  return sent;
+}
+
+void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
+  out->set_learner_id(r.learner_id);
+  out->set_num_fragments(static_cast<int32_t>(r.versions.size()));
+  out->set_inner_steps_per_sync(r.H);
+  out->set_overlap_steps(r.tau);
+  for (int64_t v : r.versions) out->add_fragment_versions(v);
+  for (int64_t n : r.fragment_numel) out->add_fragment_numel(n);
+  out->set_uplink_encoding(diloco::EncodingName(r.uplink.encoding));
+  out->set_downlink_encoding(diloco::EncodingName(r.downlink.encoding));
+  out->set_block_size(r.uplink.block_size);
+  out->set_mode(r.mode);
+  out->set_incarnation(r.incarnation);
+}
+
+StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
+  syncer::JoinReplyData d;
+  d.learner_id = r.learner_id();
+  d.versions.assign(r.fragment_versions().begin(), r.fragment_versions().end());
+  d.fragment_numel.assign(r.fragment_numel().begin(), r.fragment_numel().end());
+  d.H = r.inner_steps_per_sync();
+  d.tau = r.overlap_steps();
+  d.mode = r.mode();
+  d.incarnation = r.incarnation();
+  auto up = diloco::ParseEncoding(r.uplink_encoding());
+  auto down = diloco::ParseEncoding(r.downlink_encoding());
+  if (!up.ok() || !down.ok()) return InvalidArgumentError("join reply: unknown encoding");
+  d.uplink = {*up, r.block_size()};
+  d.downlink = {*down, r.block_size()};
+  return d;
+}
+
+StatusOr<std::string> ReadPem(const std::string& path, const std::string& what) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status().WithContext("reading " + what);
+  if (text->find("-----BEGIN") == std::string::npos) {
+    return InvalidArgumentError(what + " " + path + " is not a PEM file");
+  }
+  return text;
+}
+
+}  // namespace atl::transport

@@ -1,0 +1,158 @@
+// In-process runtime tests: a SyncerLoop and learner agents talking through SyncerApi directly
+// (no sockets), with toy models.
+#include "atoll/learner/learner_agent.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "atoll/exchange/fragment_exchange.h"
+#include "atoll/learner/wan_shaper.h"
+#include "toy_cluster.h"
+
+namespace atl {
+namespace {
+
+using testing::ToyLearner;
+
+syncer::SyncerOptions Options(int H) {
+  syncer::SyncerOptions o;
+  o.run_id = "toy";
+  o.H = H;
+  o.round.quorum = 1;
+  o.round.tau = 1;
+  o.outer = {0.7, 0.9, true};
+  return o;
+}
+
+learner::AgentOptions AgentOpts(int id, int H, int P) {
+  learner::AgentOptions a;
+  a.run_id = "toy";
+  a.learner_id = id;
+  a.schedule = {H, P, 1};
+  a.heartbeat_s = 0.05;
+  a.backoff_initial_s = 0.02;
+  a.backoff_max_s = 0.2;
+  a.initial_join_timeout_s = 5;
+  return a;
+}
+
+double DistanceToMeanTarget(std::span<const float> theta, const std::vector<ToyLearner*>& toys,
+                            const diloco::FragmentPlan& plan, int p) {
+  std::vector<std::vector<float>> mean_t;
+  for (size_t t = 0; t < toys[0]->target.size(); ++t) {
+    std::vector<float> m(toys[0]->target[t].size(), 0.0f);
+    for (auto* toy : toys)
+      for (size_t i = 0; i < m.size(); ++i) m[i] += toy->target[t][i] / static_cast<float>(toys.size());
+    mean_t.push_back(m);
+  }
+  std::vector<std::span<float>> views(mean_t.begin(), mean_t.end());
+  std::vector<float> target(theta.size());
+  exchange::GatherFragment(plan.fragments[static_cast<size_t>(p)], views, target);
+  double d = 0;
+  for (size_t i = 0; i < theta.size(); ++i) d += std::pow(theta[i] - target[i], 2);
+  return std::sqrt(d);
+}
+
+TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
+  const int H = 4, P = 4;
+  auto plan = testing::ToyPlan(P);
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
+  auto core = syncer::SyncerCore::Create(Options(H), plan, init);
+  ASSERT_TRUE(core.ok()) << core.status();
+  RealClock clock;
+  std::atomic<int> rounds{0};
+  syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::RoundReport&) { rounds++; });
+  std::vector<double> start_dist;
+  std::vector<std::unique_ptr<ToyLearner>> toys;
+  std::vector<ToyLearner*> raw;
+  for (int i = 0; i < 3; ++i) {
+    toys.push_back(std::make_unique<ToyLearner>(100 + i));
+    raw.push_back(toys.back().get());
+  }
+  for (int p = 0; p < P; ++p) start_dist.push_back(DistanceToMeanTarget(init[p], raw, plan, p));
+  std::vector<std::thread> threads;
+  std::vector<learner::AgentCounters> counters(3);
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      learner::LearnerAgent agent(AgentOpts(i, H, P), plan, toys[i]->Views(), loop, clock);
+      ASSERT_TRUE(agent.Start().ok());
+      testing::TrainToy(*toys[i], agent, 120, 3);
+      agent.WaitForAllFragments(120, 2.0);
+      counters[i] = agent.counters();
+      agent.Stop();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GT(rounds.load(), 20);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(counters[i].joined);
+    EXPECT_GT(counters[i].pushes, 10) << "learner " << i;
+    EXPECT_GT(counters[i].fragments_applied, 5) << "learner " << i;
+    EXPECT_EQ(counters[i].rejected, 0) << "learner " << i;  // includes checksum disagreements
+  }
+  auto table = loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.learners(); });
+  for (const auto& [id, l] : table) EXPECT_GT(l.rounds_joined, 0) << "learner " << id;
+  for (int p = 0; p < P; ++p) {
+    auto theta = loop.Call([p](syncer::SyncerCore& c, TimePoint) {
+      auto s = c.theta(p);
+      return std::vector<float>(s.begin(), s.end());
+    });
+    EXPECT_LT(DistanceToMeanTarget(theta, raw, plan, p), 0.5 * start_dist[p]) << "fragment " << p;
+  }
+}
+
+TEST(LearnerAgent, KeepsTrainingWhileTheSyncerIsUnreachableThenJoins) {
+  const int H = 2, P = 2;
+  auto plan = testing::ToyPlan(P);
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
+  auto core = syncer::SyncerCore::Create(Options(H), plan, init);
+  ASSERT_TRUE(core.ok());
+  RealClock clock;
+  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  learner::ShapedSyncerApi link(loop, {}, clock);
+  link.SetPartitioned(true);
+  ToyLearner toy(7);
+  auto opts = AgentOpts(0, H, P);
+  opts.initial_join_timeout_s = 0.2;
+  learner::LearnerAgent agent(opts, plan, toy.Views(), link, clock);
+  ASSERT_TRUE(agent.Start().ok());  // returns after the bounded wait, not joined
+  EXPECT_FALSE(agent.counters().joined);
+  testing::TrainToy(toy, agent, 30, 2);  // trains on: never blocks on the network
+  EXPECT_EQ(agent.counters().pushes, 0);
+  link.SetPartitioned(false);
+  for (int i = 0; i < 200 && !agent.counters().joined; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(agent.counters().joined);
+  testing::TrainToy(toy, agent, 30, 2);
+  agent.WaitForAllFragments(60, 1.0);
+  EXPECT_GT(agent.counters().pushes, 5);
+  EXPECT_GE(agent.counters().catchup_fragments, P);
+  agent.Stop();
+}
+
+TEST(LearnerAgent, RefusedForAWrongModelSaysWhy) {
+  auto plan = testing::ToyPlan(2);
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
+  auto core = syncer::SyncerCore::Create(Options(2), plan, init);
+  ASSERT_TRUE(core.ok());
+  RealClock clock;
+  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  // The learner's model has a differently named tensor.
+  auto tensors = testing::ToyTensors();
+  tensors[1].name = "layers.0.other";
+  diloco::PlanOptions po;
+  po.num_fragments = 2;
+  auto other = diloco::MakeFragmentPlan(tensors, po);
+  ASSERT_TRUE(other.ok());
+  ToyLearner toy(1);
+  learner::LearnerAgent agent(AgentOpts(0, 2, 2), *other, toy.Views(), loop, clock);
+  Status st = agent.Start();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("model signature"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace atl

@@ -1,0 +1,286 @@
+#include "atoll/syncer/syncer_core.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "atoll/core/rng.h"
+#include "atoll/exchange/fragment_exchange.h"
+
+namespace atl::syncer {
+namespace {
+
+using diloco::Encoding;
+
+struct Fixture {
+  diloco::FragmentPlan plan;
+  std::vector<std::vector<float>> initial;
+};
+
+// Two tensors of 4 values, P = 2 strided: fragment 0 = tensor "layers.0.w", 1 = "layers.1.w".
+Fixture Small() {
+  std::vector<diloco::TensorSpec> t = {{"layers.0.w", {2, 2}, 4, false}, {"layers.1.w", {2, 2}, 4, false}};
+  diloco::PlanOptions po;
+  po.num_fragments = 2;
+  po.strategy = diloco::PlanStrategy::kStrided;
+  po.split_large = false;
+  auto plan = diloco::MakeFragmentPlan(t, po);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  Fixture f{*plan, {}};
+  for (const auto& fr : f.plan.fragments) f.initial.emplace_back(static_cast<size_t>(fr.numel), 1.0f);
+  return f;
+}
+
+SyncerOptions Fp32Options() {
+  SyncerOptions o;
+  o.run_id = "r";
+  o.H = 2;
+  o.round.quorum = 1;
+  o.round.grace = false;
+  o.merge_rule = diloco::MergeRule::kMean;
+  o.outer = {1.0, 0.0, true};  // Θ ← Θ − Δ: the new Θ is the (weighted) mean of the learners
+  o.uplink = {Encoding::kFp32, 128};
+  o.downlink = {Encoding::kFp32, 128};
+  return o;
+}
+
+JoinRequestData Req(const diloco::FragmentPlan& plan, int id) {
+  JoinRequestData r;
+  r.protocol_version = kProtocolVersion;
+  r.run_id = "r";
+  r.model_signature = diloco::ModelSignature(plan.tensors);
+  r.learner_id = id;
+  r.host = "test";
+  return r;
+}
+
+std::vector<std::byte> Fp32Payload(std::span<const float> delta) {
+  std::vector<std::byte> out(delta.size() * 4);
+  std::memcpy(out.data(), delta.data(), out.size());
+  return out;
+}
+
+PushHeaderData Header(int id, int p, int64_t base, int64_t tok, int64_t steps) {
+  PushHeaderData h;
+  h.learner_id = id;
+  h.fragment = p;
+  h.base_version = base;
+  h.c_tokens = tok;
+  h.c_steps = steps;
+  h.encoding = Encoding::kFp32;
+  h.block_size = 128;
+  h.num_values = 4;
+  return h;
+}
+
+TEST(SyncerCore, JoinRefusalsSayWhyAndChangeNothing) {
+  auto f = Small();
+  auto core = SyncerCore::Create(Fp32Options(), f.plan, f.initial);
+  ASSERT_TRUE(core.ok()) << core.status();
+  TimePoint now{};
+  auto r = Req(f.plan, 0);
+  r.protocol_version = 99;
+  auto bad = core->Join(r, now);
+  EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(bad.status().message().find("protocol version 99"), std::string::npos);
+  r = Req(f.plan, 0);
+  r.run_id = "other";
+  EXPECT_EQ(core->Join(r, now).status().code(), StatusCode::kFailedPrecondition);
+  r = Req(f.plan, 0);
+  r.model_signature ^= 1;
+  auto sig = core->Join(r, now);
+  EXPECT_EQ(sig.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(sig.status().message().find("model signature"), std::string::npos);
+  EXPECT_TRUE(core->learners().empty());
+  // Id collision with a live learner is refused; a rejoin of the same id is allowed.
+  ASSERT_TRUE(core->Join(Req(f.plan, 3), now).ok());
+  EXPECT_EQ(core->Join(Req(f.plan, 3), now).status().code(), StatusCode::kAlreadyExists);
+  auto rj = Req(f.plan, 3);
+  rj.rejoin = true;
+  EXPECT_TRUE(core->Join(rj, now).ok());
+  // Auto id picks the lowest free one.
+  auto a = core->Join(Req(f.plan, -1), now);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->learner_id, 0);
+}
+
+TEST(SyncerCore, BadPushesAreRejectedWithoutStateChange) {
+  auto f = Small();
+  auto core = SyncerCore::Create(Fp32Options(), f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  TimePoint now{};
+  ASSERT_TRUE(core->Join(Req(f.plan, 0), now).ok());
+  std::vector<float> d(4, 0.5f);
+  auto payload = Fp32Payload(d);
+  EXPECT_EQ(core->Push(Header(7, 0, 0, 10, 1), payload, now).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(core->Push(Header(0, 5, 0, 10, 1), payload, now).status().code(), StatusCode::kInvalidArgument);
+  auto wrong_enc = Header(0, 0, 0, 10, 1);
+  wrong_enc.encoding = Encoding::kInt4;
+  EXPECT_EQ(core->Push(wrong_enc, payload, now).status().code(), StatusCode::kInvalidArgument);
+  auto wrong_n = Header(0, 0, 0, 10, 1);
+  wrong_n.num_values = 5;
+  EXPECT_EQ(core->Push(wrong_n, payload, now).status().code(), StatusCode::kInvalidArgument);
+  std::vector<std::byte> short_payload(payload.begin(), payload.end() - 4);
+  EXPECT_EQ(core->Push(Header(0, 0, 0, 10, 1), short_payload, now).status().code(),
+            StatusCode::kInvalidArgument);
+  std::vector<float> nan = {0.f, std::nanf(""), 0.f, 0.f};
+  auto bad = core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(nan), now);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(core->Push(Header(0, 0, 3, 10, 1), payload, now).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core->Push(Header(0, 0, 0, -1, 1), payload, now).status().code(), StatusCode::kInvalidArgument);
+  ManualClock clock;
+  EXPECT_TRUE(core->Poll(now, clock).empty());  // nothing was accepted
+  EXPECT_EQ(core->version(0), 0);
+  EXPECT_EQ(core->learners().at(0).pushes_rejected, 8);
+  EXPECT_EQ(core->learners().at(0).pushes, 0);
+}
+
+TEST(SyncerCore, TokenWeightsOfUnequalLearners) {
+  auto f = Small();
+  auto core = SyncerCore::Create(Fp32Options(), f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  auto opts = Fp32Options();
+  ASSERT_TRUE(core->Join(Req(f.plan, 0), clock.Now()).ok());
+  ASSERT_TRUE(core->Join(Req(f.plan, 1), clock.Now()).ok());
+  // Learner 0 moved θ to 1 − 0.3 = 0.7 (Δ = Φ − θ = 0.3) with 100 tokens in 1 step: w = 10⁴.
+  // Learner 1 moved to 1 − 0.1 = 0.9 with 100 tokens in 4 steps:                  w = 2500.
+  std::vector<float> d0(4, 0.3f), d1(4, 0.1f);
+  ASSERT_TRUE(core->Push(Header(0, 0, 0, 100, 1), Fp32Payload(d0), clock.Now()).ok());
+  ASSERT_TRUE(core->Push(Header(1, 0, 0, 100, 4), Fp32Payload(d1), clock.Now()).ok());
+  auto reports = core->Poll(clock.Now(), clock);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].version, 1);
+  EXPECT_EQ(reports[0].contributors, (std::vector<int>{0, 1}));
+  EXPECT_DOUBLE_EQ(reports[0].weights[0], 10000.0);
+  EXPECT_DOUBLE_EQ(reports[0].weights[1], 2500.0);
+  // Θ_new = Θ − (0.8·0.3 + 0.2·0.1) = 1 − 0.26 = 0.74
+  for (float v : core->theta(0)) EXPECT_NEAR(v, 0.74f, 1e-6);
+  for (float v : core->theta(1)) EXPECT_EQ(v, 1.0f);  // untouched fragment
+  EXPECT_EQ(core->learners().at(0).tokens_merged, 100);
+  (void)opts;
+}
+
+TEST(SyncerCore, LateUpdateIsFoldedIntoTheNextRound) {
+  auto f = Small();
+  auto core = SyncerCore::Create(Fp32Options(), f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  ASSERT_TRUE(core->Join(Req(f.plan, 0), clock.Now()).ok());
+  ASSERT_TRUE(core->Join(Req(f.plan, 1), clock.Now()).ok());
+  std::vector<float> d0(4, 0.2f);
+  ASSERT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(d0), clock.Now()).ok());
+  // K = 1, grace off: round 0 closes with learner 0 alone.
+  ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
+  for (float v : core->theta(0)) EXPECT_NEAR(v, 0.8f, 1e-6);
+  // Learner 1's update, computed against version 0, arrives after round 0 closed.
+  std::vector<float> d1(4, 0.4f);  // θ_1 = 0.6
+  auto late = core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(d1), clock.Now());
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->round, 1);
+  EXPECT_NE(late->note.find("folded into round 1"), std::string::npos) << late->note;
+  auto reports = core->Poll(clock.Now(), clock);
+  ASSERT_EQ(reports.size(), 1u);
+  // Outer gradient against the current Θ: v = 0.8 − 0.6 = 0.2 → Θ = 0.6.
+  for (float v : core->theta(0)) EXPECT_NEAR(v, 0.6f, 1e-6);
+  EXPECT_EQ(core->learners().at(1).late_folded, 1);
+}
+
+TEST(SyncerCore, QuorumAndGraceFollowTheManualClock) {
+  auto f = Small();
+  auto o = Fp32Options();
+  o.round.grace = true;
+  o.round.gamma = 0.5;
+  o.round.tau = 2;
+  auto core = SyncerCore::Create(o, f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  for (int id = 0; id < 3; ++id) ASSERT_TRUE(core->Join(Req(f.plan, id), clock.Now()).ok());
+  LearnerRecord hb;
+  hb.step_seconds = 1.0;  // t_step = 1 s → grace = 0.5·(2·1 − 0 − 0) = 1 s
+  for (int id = 0; id < 3; ++id) ASSERT_TRUE(core->Heartbeat(id, hb, clock.Now()).ok());
+  std::vector<float> d(4, 0.1f);
+  ASSERT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(d), clock.Now()).ok());
+  EXPECT_TRUE(core->Poll(clock.Now(), clock).empty());
+  auto wake = core->NextWake(clock.Now());
+  ASSERT_TRUE(wake.has_value());
+  EXPECT_NEAR(ToSeconds(*wake), 1.0, 1e-9);
+  clock.AdvanceSeconds(0.5);
+  ASSERT_TRUE(core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(d), clock.Now()).ok());
+  EXPECT_TRUE(core->Poll(clock.Now(), clock).empty());
+  clock.AdvanceSeconds(0.5);
+  auto reports = core->Poll(clock.Now(), clock);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].contributors, (std::vector<int>{0, 1}));
+  EXPECT_EQ(reports[0].late, (std::vector<int>{2}));
+  EXPECT_NEAR(reports[0].grace_seconds, 1.0, 1e-9);
+}
+
+TEST(SyncerCore, PublicCopiesStayBitIdenticalOverManyInt4Rounds) {
+  // A bigger fragment so int4 blocks matter.
+  std::vector<diloco::TensorSpec> t = {{"layers.0.w", {64, 32}, 2048, false}};
+  diloco::PlanOptions po;
+  po.num_fragments = 1;
+  auto plan = diloco::MakeFragmentPlan(t, po);
+  ASSERT_TRUE(plan.ok());
+  Rng rng(5);
+  std::vector<std::vector<float>> init(1, std::vector<float>(2048));
+  for (float& v : init[0]) v = static_cast<float>(rng.Normal(0, 0.02));
+  SyncerOptions o;
+  o.run_id = "r";
+  o.H = 1;
+  o.round.grace = false;
+  o.uplink = {Encoding::kInt4, 64};
+  o.downlink = {Encoding::kInt4, 64};
+  auto core = SyncerCore::Create(o, *plan, init);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  auto req = Req(*plan, 0);
+  ASSERT_TRUE(core->Join(req, clock.Now()).ok());
+  // The learner's view: Φ and its version, updated only through what Pull returns.
+  std::vector<float> phi = init[0];
+  int64_t have = 0;
+  std::vector<float> local = phi;
+  double max_gap = 0;
+  for (int round = 0; round < 200; ++round) {
+    for (float& v : local) v -= static_cast<float>(rng.Normal(0.001, 0.01));  // "training"
+    std::vector<std::byte> payload;
+    ASSERT_TRUE(exchange::EncodeOuterGradient(o.uplink, phi, local, payload).ok());
+    PushHeaderData h;
+    h.learner_id = 0;
+    h.fragment = 0;
+    h.base_version = have;
+    h.c_tokens = 100;
+    h.c_steps = 1;
+    h.encoding = Encoding::kInt4;
+    h.block_size = 64;
+    h.num_values = 2048;
+    ASSERT_TRUE(core->Push(h, payload, clock.Now()).ok());
+    ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
+    auto pulled = core->Pull(0, have);
+    ASSERT_TRUE(pulled.ok());
+    ASSERT_TRUE(pulled->is_delta);
+    ASSERT_TRUE(exchange::ApplyDelta(pulled->codec, pulled->bytes, phi).ok());
+    have = pulled->version;
+    ASSERT_EQ(exchange::ValuesChecksum(phi), pulled->value_checksum) << "round " << round;
+    ASSERT_EQ(std::memcmp(phi.data(), core->public_copy(0).data(), phi.size() * 4), 0);
+    double gap = 0;
+    for (size_t i = 0; i < phi.size(); ++i) gap = std::max(gap, double(std::fabs(phi[i] - core->theta(0)[i])));
+    max_gap = std::max(max_gap, gap);
+    local = phi;  // overwrite on receipt (α = 0)
+  }
+  // Error feedback: the public copy tracks Θ within one int4 step of the latest delta, and the
+  // gap does not grow with the number of rounds.
+  EXPECT_LT(max_gap, 0.05);
+  // A learner that missed versions gets the full fp32 copy.
+  auto full = core->Pull(0, 3);
+  ASSERT_TRUE(full.ok());
+  EXPECT_FALSE(full->is_delta);
+  EXPECT_EQ(full->bytes.size(), 2048u * 4);
+  EXPECT_TRUE(core->Pull(0, have)->not_modified);
+  EXPECT_EQ(core->Pull(0, have + 5).status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace atl::syncer
