@@ -1,0 +1,293 @@
+#include "atoll/sim/goodput.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "atoll/core/rng.h"
+#include "atoll/sim/svg.h"
+#include "format_util.h"
+
+namespace atl::sim {
+
+using internal::Fmt;
+using internal::Grouped;
+
+std::string_view ModeName(Mode m) {
+  switch (m) {
+    case Mode::kDataParallel: return "data-parallel";
+    case Mode::kElasticDataParallel: return "elastic-data-parallel";
+    case Mode::kSyncDiloco: return "sync-diloco";
+    case Mode::kDecoupledDiloco: return "decoupled-diloco";
+  }
+  return "?";
+}
+
+int ModeLearners(Mode m, const GoodputParams& p) {
+  return (m == Mode::kSyncDiloco || m == Mode::kDecoupledDiloco) ? p.learners : 1;
+}
+
+FleetSpec ToFleetSpec(const GoodputParams& p) {
+  FleetSpec f;
+  f.chips = p.chips;
+  f.slice_chips = p.slice_chips;
+  f.mtbi_s = p.mtbi_years * kSecondsPerYear;
+  f.repair_mean_s = p.repair_hours * 3600.0;
+  f.repair_dist = p.repair_dist;
+  f.repair_sigma = p.repair_sigma;
+  f.duration_s = p.days * 86400.0;
+  return f;
+}
+
+int64_t SpareSlices(const GoodputParams& p) {
+  const FleetSpec f = ToFleetSpec(p);
+  const auto sizes = SliceSizes(f);
+  const int64_t n = static_cast<int64_t>(sizes.size());
+  if (p.spare_slices >= 0) return p.spare_slices;
+  double mean = 0, var = 0;
+  for (int64_t c : sizes) {
+    const double d = f.repair_mean_s / (f.mtbi_s / static_cast<double>(c) + f.repair_mean_s);
+    mean += d;
+    var += d * (1 - d);
+  }
+  const auto spares = static_cast<int64_t>(std::ceil(mean + 3 * std::sqrt(var) - 1e-9));
+  return std::clamp<int64_t>(spares, 0, n - 1);
+}
+
+Status ValidateGoodput(const GoodputParams& p) {
+  if (p.chips <= 0) return InvalidArgumentError("--chips must be > 0, got " + std::to_string(p.chips));
+  if (p.slice_chips <= 0) return InvalidArgumentError("--slice-chips must be > 0");
+  if (!(p.mtbi_years > 0)) return InvalidArgumentError("--mtbi-years must be > 0");
+  if (p.learners < 1) return InvalidArgumentError("--learners (M) must be >= 1");
+  if (p.quorum < 1 || p.quorum > p.learners)
+    return InvalidArgumentError(Fmt("--quorum (K) must be in [1, M=%d], got %d", p.learners, p.quorum));
+  if (!(p.restart_s >= 0) || !(p.shrink_s >= 0) || !(p.grow_s >= 0) || !(p.barrier_s >= 0) ||
+      !(p.checkpoint_s >= 0))
+    return InvalidArgumentError("pause, restart, barrier and checkpoint times must be >= 0");
+  if (!(p.step_s > 0)) return InvalidArgumentError("--step-s must be > 0");
+  if (p.inner_steps < 1) return InvalidArgumentError("--inner-steps (H) must be >= 1");
+  if (p.seeds < 1) return InvalidArgumentError("--seeds must be >= 1");
+  ATOLL_RETURN_IF_ERROR(ValidateFleet(ToFleetSpec(p)));
+  const int64_t slices = (p.chips + p.slice_chips - 1) / p.slice_chips;
+  if (slices < p.learners)
+    return InvalidArgumentError(Fmt("%lld slices cannot make %d learners (each needs >= 1 slice)",
+                                    static_cast<long long>(slices), p.learners));
+  if (p.spare_slices >= slices)
+    return InvalidArgumentError(Fmt("--spare-slices (%lld) must leave the job at least one of "
+                                    "the %lld slices",
+                                    static_cast<long long>(p.spare_slices),
+                                    static_cast<long long>(slices)));
+  // Guard against runs that would take hours: the cost is about 2 events per failure.
+  const FleetSpec f = ToFleetSpec(p);
+  const double events = 2.0 * static_cast<double>(p.chips) / f.mtbi_s * f.duration_s * p.seeds;
+  if (events > 2e8)
+    return ResourceExhaustedError(Fmt("about %.2g failure events: shorten --days, fewer --seeds "
+                                      "or a longer --mtbi-years", events));
+  return Status::Ok();
+}
+
+MeanCi MeanCi95(const std::vector<double>& xs) {
+  MeanCi r;
+  if (xs.empty()) return r;
+  for (double x : xs) r.mean += x;
+  r.mean /= static_cast<double>(xs.size());
+  if (xs.size() < 2) return r;
+  double ss = 0;
+  for (double x : xs) ss += (x - r.mean) * (x - r.mean);
+  const size_t df = xs.size() - 1;
+  // Student t, two-sided 95 %, for df = 1..30; the normal 1.96 beyond.
+  static constexpr double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
+                                  2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
+                                  2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+                                  2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+  const double t = df <= 30 ? kT[df - 1] : 1.96;
+  r.half_width = t * std::sqrt(ss / static_cast<double>(df) / static_cast<double>(xs.size()));
+  return r;
+}
+
+Oracle ClosedForm(Mode mode, const GoodputParams& p) {
+  const FleetSpec f = ToFleetSpec(p);
+  const double lambda = StationarySliceFailureRate(f);
+  const double down = StationaryDownFraction(f);
+  Oracle o;
+  switch (mode) {
+    case Mode::kDataParallel: {
+      // The job's J slices (all but the spares) are always healthy, so job failures arrive at
+      // λj = J·S/MTBI. Stalls are the union of [failure, failure + R]: uncovered share
+      // e^{−λj·R}. A run segment L ~ Exp(λj) loses L mod C, whose mean gives the factor
+      // λj·C/(e^{λj·C} − 1). The job uses J·S of the N allocated chips. Exact while the spare
+      // pool never runs dry (the default pool is sized for that).
+      o.available = true;
+      const double job_chips =
+          static_cast<double>(p.chips) -
+          static_cast<double>(SpareSlices(p)) * static_cast<double>(p.slice_chips);
+      const double lj = job_chips / f.mtbi_s;
+      o.uptime = std::exp(-lj * p.restart_s);
+      const double lc = lj * p.checkpoint_s;
+      o.goodput = o.uptime * (lc > 0 ? lc / std::expm1(lc) : 1.0) * job_chips /
+                  static_cast<double>(p.chips);
+      break;
+    }
+    case Mode::kElasticDataParallel: {
+      // Failures and returns each arrive at rate λ; pauses cover a share 1 − e^{−λ(Ps+Pg)}.
+      o.available = true;
+      o.uptime = std::exp(-lambda * (p.shrink_s + p.grow_s));
+      o.goodput = o.uptime * (1.0 - down);
+      break;
+    }
+    case Mode::kDecoupledDiloco: {
+      // Each learner sees λ/M; learners are independent, so the number training is binomial.
+      o.available = true;
+      const int m = p.learners;
+      const double q = std::exp(-lambda / m * (p.shrink_s + p.grow_s));
+      o.goodput = q * (1.0 - down);
+      double tail = 0;  // P(at least K of M training)
+      for (int k = p.quorum; k <= m; ++k) {
+        tail += std::exp(std::lgamma(m + 1.0) - std::lgamma(k + 1.0) - std::lgamma(m - k + 1.0)) *
+                std::pow(q, k) * std::pow(1.0 - q, m - k);
+      }
+      o.uptime = std::min(1.0, tail);
+      break;
+    }
+    case Mode::kSyncDiloco: break;
+  }
+  return o;
+}
+
+StatusOr<std::vector<ModeSummary>> RunGoodput(const GoodputParams& p, const std::vector<Mode>& modes) {
+  ATOLL_RETURN_IF_ERROR(ValidateGoodput(p));
+  const FleetSpec f = ToFleetSpec(p);
+  std::vector<ModeSummary> out;
+  for (Mode m : modes) {
+    ModeSummary s;
+    s.mode = m;
+    s.learners = ModeLearners(m, p);
+    s.chips = p.chips;
+    s.oracle = ClosedForm(m, p);
+    out.push_back(s);
+  }
+  for (int i = 0; i < p.seeds; ++i) {
+    // One trace per seed, shared by every mode.
+    uint64_t st = p.seed + static_cast<uint64_t>(i);
+    const FailureTrace trace = GenerateTrace(f, SplitMix64(st));
+    for (auto& s : out) s.runs.push_back(SimulateMode(s.mode, p, trace));
+  }
+  for (auto& s : out) {
+    std::vector<double> g, u, fl;
+    for (const auto& r : s.runs) {
+      g.push_back(r.goodput);
+      u.push_back(r.uptime);
+      fl.push_back(static_cast<double>(r.failures));
+    }
+    const MeanCi gc = MeanCi95(g), uc = MeanCi95(u);
+    s.goodput = gc.mean;
+    s.goodput_ci95 = gc.half_width;
+    s.uptime = uc.mean;
+    s.uptime_ci95 = uc.half_width;
+    s.failures = MeanCi95(fl).mean;
+  }
+  return out;
+}
+
+std::string FormatGoodputTable(const GoodputParams& p, const std::vector<ModeSummary>& s) {
+  const FleetSpec f = ToFleetSpec(p);
+  const auto slices = SliceSizes(f).size();
+  std::string out = Fmt(
+      "fleet: %s chips in %s slices of %lld, MTBI %g chip-years (a failure every %.1f s), "
+      "repair %g h (%s)\n"
+      "       restart %g s (%lld spare slices), shrink %g s, grow %g s, step %g s, H %lld, M %d, K %d; "
+      "%g days x %d seeds\n\n",
+      Grouped(p.chips).c_str(), Grouped(static_cast<int64_t>(slices)).c_str(),
+      static_cast<long long>(p.slice_chips), p.mtbi_years,
+      1.0 / StationarySliceFailureRate(f), p.repair_hours,
+      std::string(RepairDistName(p.repair_dist)).c_str(), p.restart_s,
+      static_cast<long long>(SpareSlices(p)), p.shrink_s, p.grow_s,
+      p.step_s, static_cast<long long>(p.inner_steps), p.learners, p.quorum, p.days, p.seeds);
+  out += Fmt("%-23s %8s  %-17s %-17s %10s  %s\n", "mode", "learners", "goodput (95% CI)",
+             "uptime (95% CI)", "failures", "closed form goodput / uptime");
+  for (const auto& m : s) {
+    std::string oracle = "-";
+    if (m.oracle.available)
+      oracle = Fmt("%.1f%% / %.2f%%", 100 * m.oracle.goodput, 100 * m.oracle.uptime);
+    out += Fmt("%-23s %8d  %5.1f%% +- %-6.2f %6.2f%% +- %-6.2f %10s  %s\n",
+               std::string(ModeName(m.mode)).c_str(), m.learners, 100 * m.goodput,
+               100 * m.goodput_ci95, 100 * m.uptime, 100 * m.uptime_ci95,
+               Grouped(std::llround(m.failures)).c_str(), oracle.c_str());
+  }
+  return out;
+}
+
+std::string GoodputJson(const GoodputParams& p, const std::vector<ModeSummary>& s) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& m : s) {
+    nlohmann::json o;
+    o["mode"] = ModeName(m.mode);
+    o["learners"] = m.learners;
+    o["chips"] = m.chips;
+    o["goodput"] = m.goodput;
+    o["goodput_ci95"] = m.goodput_ci95;
+    o["uptime"] = m.uptime;
+    o["uptime_ci95"] = m.uptime_ci95;
+    o["failures"] = m.failures;
+    o["seeds"] = p.seeds;
+    o["days"] = p.days;
+    if (m.oracle.available) {
+      o["closed_form_goodput"] = m.oracle.goodput;
+      o["closed_form_uptime"] = m.oracle.uptime;
+    }
+    arr.push_back(o);
+  }
+  return arr.dump(2) + "\n";
+}
+
+StatusOr<std::string> GoodputSweepSvg(const GoodputParams& p) {
+  ATOLL_RETURN_IF_ERROR(ValidateGoodput(p));
+  const double lo = static_cast<double>(std::max<int64_t>(p.learners, 4) * p.slice_chips);
+  const double hi = static_cast<double>(p.chips);
+  std::vector<int64_t> grid;
+  constexpr int kPoints = 12;
+  for (int i = 0; i < kPoints; ++i) {
+    const double x = hi <= lo ? hi : lo * std::pow(hi / lo, i / double(kPoints - 1));
+    // Whole slices, so that every point is a fleet the model can hold.
+    const int64_t c = std::max<int64_t>(p.slice_chips, std::llround(x / p.slice_chips) * p.slice_chips);
+    if (grid.empty() || c > grid.back()) grid.push_back(std::min<int64_t>(c, p.chips));
+  }
+  Panel gp, up;
+  gp.title = "Goodput vs fleet size";
+  gp.x_label = "chips";
+  gp.y_label = "goodput";
+  gp.log_x = up.log_x = true;
+  gp.y_percent = up.y_percent = true;
+  gp.y_min = up.y_min = 0;
+  gp.y_max = up.y_max = 1;
+  up.title = "Uptime vs fleet size";
+  up.x_label = "chips";
+  up.y_label = "uptime (global model advances)";
+  for (Mode m : kAllModes) {
+    Series sg, su;
+    sg.name = su.name = std::string(ModeName(m)) +
+                        (ModeLearners(m, p) > 1 ? Fmt(" (M=%d)", ModeLearners(m, p)) : "");
+    gp.series.push_back(sg);
+    up.series.push_back(su);
+  }
+  for (int64_t c : grid) {
+    GoodputParams q = p;
+    q.chips = c;
+    ATOLL_ASSIGN_OR_RETURN(auto res, RunGoodput(q));
+    for (size_t i = 0; i < res.size(); ++i) {
+      gp.series[i].x.push_back(static_cast<double>(c));
+      gp.series[i].y.push_back(res[i].goodput);
+      gp.series[i].y_err.push_back(res[i].goodput_ci95);
+      up.series[i].x.push_back(static_cast<double>(c));
+      up.series[i].y.push_back(res[i].uptime);
+      up.series[i].y_err.push_back(res[i].uptime_ci95);
+    }
+  }
+  const std::string title = Fmt(
+      "atoll sim goodput: MTBI %g chip-years, slices of %lld, repair %g h, %g days x %d seeds "
+      "(bars: 95%% CI)",
+      p.mtbi_years, static_cast<long long>(p.slice_chips), p.repair_hours, p.days, p.seeds);
+  return RenderSvg(title, {gp, up});
+}
+
+}  // namespace atl::sim

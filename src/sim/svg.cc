@@ -1,0 +1,214 @@
+#include "atoll/sim/svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "format_util.h"
+
+namespace atl::sim {
+
+using internal::Fmt;
+
+namespace {
+
+constexpr double kPanelW = 560, kPanelH = 450, kTitleH = 34;
+constexpr double kLeft = 72, kRight = 24, kTop = 40, kPlotH = 280;
+constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
+                                   "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+struct Axis {
+  bool log = false;
+  double lo = 0, hi = 1;    // data range shown
+  double p0 = 0, p1 = 1;    // pixel range
+  double Map(double v) const {
+    const double a = log ? std::log10(lo) : lo, b = log ? std::log10(hi) : hi;
+    const double x = log ? std::log10(v) : v;
+    return p0 + (x - a) / (b - a) * (p1 - p0);
+  }
+};
+
+// Range of the data, widened to whole ticks (decades on log axes).
+void FitAxis(Axis& ax, double lo, double hi) {
+  if (!(lo <= hi)) lo = 0, hi = 1;
+  if (ax.log) {
+    lo = std::max(lo, 1e-300);
+    ax.lo = std::pow(10, std::floor(std::log10(lo)));
+    ax.hi = std::pow(10, std::ceil(std::log10(hi)));
+    if (ax.hi <= ax.lo) ax.hi = ax.lo * 10;
+    return;
+  }
+  if (hi == lo) hi = lo + 1;
+  const auto t = LinearTicks(lo, hi, 5);
+  const double step = t.size() >= 2 ? t[1] - t[0] : (hi - lo);
+  ax.lo = std::floor(lo / step) * step;
+  ax.hi = std::ceil(hi / step) * step;
+}
+
+std::string TickLabel(double v, bool percent) {
+  return percent ? Fmt("%g%%", std::round(v * 1000) / 10) : CompactNumber(v);
+}
+
+std::string RenderPanel(const Panel& p, double ox, double oy) {
+  double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
+  for (const auto& s : p.series) {
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      const double e = i < s.y_err.size() ? s.y_err[i] : 0;
+      xlo = std::min(xlo, s.x[i]);
+      xhi = std::max(xhi, s.x[i]);
+      ylo = std::min(ylo, s.y[i] - e);
+      yhi = std::max(yhi, s.y[i] + e);
+    }
+  }
+  Axis ax{p.log_x, 0, 1, ox + kLeft, ox + kPanelW - kRight};
+  Axis ay{p.log_y, 0, 1, oy + kTop + kPlotH, oy + kTop};
+  FitAxis(ax, xlo, xhi);
+  if (p.y_min < p.y_max) {
+    ay.lo = p.y_min;
+    ay.hi = p.y_max;
+  } else {
+    FitAxis(ay, ylo, yhi);
+  }
+  std::string o;
+  o += Fmt("<g>\n<text x=\"%.1f\" y=\"%.1f\" class=\"ptitle\">%s</text>\n",
+           ox + kLeft, oy + kTop - 14, Escape(p.title).c_str());
+  // Grid, ticks and tick labels.
+  const auto xt = ax.log ? LogTicks(ax.lo, ax.hi) : LinearTicks(ax.lo, ax.hi, 6);
+  const auto yt = ay.log ? LogTicks(ay.lo, ay.hi) : LinearTicks(ay.lo, ay.hi, 5);
+  for (double v : xt) {
+    const double x = ax.Map(v);
+    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>\n", x,
+             ay.p1, x, ay.p0);
+    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n", x,
+             ay.p0, x, ay.p0 + 5);
+    o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\">%s</text>\n", x,
+             ay.p0 + 18, Escape(TickLabel(v, false)).c_str());
+  }
+  for (double v : yt) {
+    const double y = ay.Map(v);
+    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>\n", ax.p0,
+             y, ax.p1, y);
+    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n",
+             ax.p0 - 5, y, ax.p0, y);
+    o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%s</text>\n",
+             ax.p0 - 8, y + 4, Escape(TickLabel(v, p.y_percent)).c_str());
+  }
+  o += Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"frame\"/>\n",
+           ax.p0, ay.p1, ax.p1 - ax.p0, ay.p0 - ay.p1);
+  o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"label\" text-anchor=\"middle\">%s</text>\n",
+           (ax.p0 + ax.p1) / 2, ay.p0 + 40, Escape(p.x_label).c_str());
+  o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"label\" text-anchor=\"middle\" "
+           "transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
+           ox + 18, (ay.p0 + ay.p1) / 2, ox + 18, (ay.p0 + ay.p1) / 2,
+           Escape(p.y_label).c_str());
+  // Series: polyline, markers, error bars; then the legend below the axis label.
+  for (size_t k = 0; k < p.series.size(); ++k) {
+    const auto& s = p.series[k];
+    const char* color = kColors[k % std::size(kColors)];
+    std::string pts;
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      const double x = ax.Map(s.x[i]), y = ay.Map(std::clamp(s.y[i], ay.lo, ay.hi));
+      pts += Fmt("%.1f,%.1f ", x, y);
+      if (i < s.y_err.size() && s.y_err[i] > 0) {
+        const double y0 = ay.Map(std::clamp(s.y[i] - s.y_err[i], ay.lo, ay.hi));
+        const double y1 = ay.Map(std::clamp(s.y[i] + s.y_err[i], ay.lo, ay.hi));
+        o += Fmt("<path d=\"M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f\" stroke=\"%s\" "
+                 "class=\"err\"/>\n",
+                 x, y0, y1, x - 3, y0, x + 3, x - 3, y1, x + 3, color);
+      }
+      o += Fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y, color);
+    }
+    if (!pts.empty()) pts.pop_back();
+    o += Fmt("<polyline points=\"%s\" stroke=\"%s\" class=\"line\"/>\n", pts.c_str(), color);
+    const double ly = ay.p0 + 62 + 18 * static_cast<double>(k);
+    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+             "stroke-width=\"2.5\"/>\n",
+             ax.p0, ly - 4, ax.p0 + 24, ly - 4, color);
+    o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"legend\">%s</text>\n", ax.p0 + 32, ly,
+             Escape(s.name).c_str());
+  }
+  o += "</g>\n";
+  return o;
+}
+
+}  // namespace
+
+std::vector<double> LinearTicks(double lo, double hi, int target_count) {
+  std::vector<double> out;
+  if (!(hi > lo) || target_count < 1) return out;
+  const double raw = (hi - lo) / target_count;
+  const double mag = std::pow(10, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * mag;
+    if (step >= raw) break;
+  }
+  for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) {
+    out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  }
+  return out;
+}
+
+std::vector<double> LogTicks(double lo, double hi) {
+  std::vector<double> out;
+  if (!(lo > 0) || !(hi > lo)) return out;
+  const int a = static_cast<int>(std::ceil(std::log10(lo) - 1e-9));
+  const int b = static_cast<int>(std::floor(std::log10(hi) + 1e-9));
+  for (int k = a; k <= b; ++k) {
+    const double d = std::pow(10, k);
+    out.push_back(d);
+    if (b - a < 2) {  // a narrow range: add 2× and 5× between decades
+      for (double m : {2.0, 5.0}) {
+        if (d * m <= hi * (1 + 1e-9) && k < b) out.push_back(d * m);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string CompactNumber(double v) {
+  const double a = std::abs(v);
+  if (a >= 1e9) return Fmt("%gG", std::round(v / 1e7) / 100);
+  if (a >= 1e6) return Fmt("%gM", std::round(v / 1e4) / 100);
+  if (a >= 1e3) return Fmt("%gk", std::round(v / 10) / 100);
+  return Fmt("%g", std::round(v * 1000) / 1000);
+}
+
+std::string RenderSvg(const std::string& title, const std::vector<Panel>& panels) {
+  const double w = kPanelW * static_cast<double>(std::max<size_t>(1, panels.size()));
+  const double h = kPanelH + kTitleH;
+  std::string o = Fmt(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+      "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\">\n"
+      "<style>.grid{stroke:#e5e5e5;stroke-width:1}.axis{stroke:#333;stroke-width:1}"
+      ".frame{fill:none;stroke:#333;stroke-width:1}.line{fill:none;stroke-width:2}"
+      ".err{stroke-width:1}.tick{font-size:11px;fill:#333}.label{font-size:13px;fill:#111}"
+      ".legend{font-size:12px;fill:#111}.ptitle{font-size:14px;font-weight:bold;fill:#111}"
+      ".title{font-size:13px;fill:#444}</style>\n"
+      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"12\" y=\"22\" class=\"title\">%s</text>\n",
+      w, h, w, h, Escape(title).c_str());
+  for (size_t i = 0; i < panels.size(); ++i) {
+    o += RenderPanel(panels[i], kPanelW * static_cast<double>(i), kTitleH);
+  }
+  o += "</svg>\n";
+  return o;
+}
+
+}  // namespace atl::sim
