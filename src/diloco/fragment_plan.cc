@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <queue>
+#include <utility>
 #include <set>
 #include <string_view>
 
@@ -71,15 +74,15 @@ void PackBalanced(FragmentPlan& plan, std::vector<Item> items) {
     if (na != nb) return na < nb;
     return a.offset < b.offset;
   });
-  std::vector<int64_t> load(plan.fragments.size(), 0);
+  // Min-heap on (load, index): the lightest fragment, ties to the lowest index.
+  using Entry = std::pair<int64_t, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> lightest;
+  for (int p = 0; p < static_cast<int>(plan.fragments.size()); ++p) lightest.push({0, p});
   for (const Item& it : items) {
-    // Linear scan: P is small (tens) and ties must go to the lowest index.
-    size_t best = 0;
-    for (size_t p = 1; p < load.size(); ++p) {
-      if (load[p] < load[best]) best = p;
-    }
-    load[best] += it.count;
-    AddSlice(plan, static_cast<int>(best), it);
+    auto [load, p] = lightest.top();
+    lightest.pop();
+    AddSlice(plan, p, it);
+    lightest.push({load + it.count, p});
   }
 }
 
