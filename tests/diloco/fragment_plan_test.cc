@@ -230,6 +230,24 @@ TEST(FragmentPlanTest, RandomShapesCoverExactlyOnceForManyP) {
   }
 }
 
+TEST(FragmentPlanTest, TinyGptWithPNearTheNumberOfTensors) {
+  // 38 tensors; P around it, with and without splitting, both strategies.
+  for (int P : {36, 37, 38, 39, 40, 76, 200}) {
+    for (auto strategy : {PlanStrategy::kBalanced, PlanStrategy::kStrided}) {
+      for (bool split : {true, false}) {
+        auto plan = MakeFragmentPlan(ExampleGptTensors(),
+                                     {.num_fragments = P, .strategy = strategy, .split_large = split});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        ExpectExactCover(*plan, P);
+        if (strategy == PlanStrategy::kBalanced && split) {
+          EXPECT_LE(plan->peak_to_ideal, 4.0 / 3.0) << P;
+          for (const auto& f : plan->fragments) EXPECT_GT(f.numel, 0) << P;
+        }
+      }
+    }
+  }
+}
+
 TEST(FragmentPlanTest, IsDeterministic) {
   auto a = MakeFragmentPlan(ExampleGptTensors(), {.num_fragments = 7});
   auto b = MakeFragmentPlan(ExampleGptTensors(), {.num_fragments = 7});
