@@ -37,8 +37,21 @@ struct ModelConfig {
 };
 
 // Fills a config from a preset name (vocab_size kept from the tokenizer). InvalidArgument for an
-// unknown preset.
+// unknown preset. Presets (d_model / layers / heads / d_ff, seq 256; params at vocab 4096):
+//   tiny  128 / 4 / 4 /  344   1.32 M
+//   small 256 / 5 / 8 /  688   5.00 M
+//   base  512 / 6 / 8 / 1280  20.19 M
 StatusOr<ModelConfig> PresetConfig(const std::string& preset, int vocab_size);
+
+// The preset names, smallest first.
+std::vector<std::string> PresetNames();
+
+// InvalidArgument unless every size is positive, d_model divides into n_heads heads of even
+// width (rotary embeddings rotate pairs), vocab ≤ 65536 and mlp is swiglu or gelu.
+Status ValidateModelConfig(const ModelConfig& config);
+
+// Number of trainable parameters of the model a config describes (tied embedding counted once).
+int64_t ParameterCount(const ModelConfig& config);
 
 struct OptimizerConfig {
   double lr = 3e-3;           // peak AdamW learning rate
@@ -50,6 +63,10 @@ struct OptimizerConfig {
   double clip_norm = 1.0;
 };
 
+// The learning rate of the step that follows `step` completed steps: linear warm-up to lr over
+// warmup_steps, then cosine decay to min_lr_frac·lr at total_steps, flat after.
+double ScheduledLearningRate(const OptimizerConfig& optim, int64_t step);
+
 struct TrainerOptions {
   ModelConfig model;
   OptimizerConfig optim;
@@ -59,6 +76,13 @@ struct TrainerOptions {
   int num_learners = 1;           // how many shards the training data is cut into
   uint64_t seed = 0;
   int threads = 1;                // torch intra-op threads
+  // Synchronous data-parallel baseline: each Step() runs `replicas` micro-batches of batch_size
+  // sequences, replica r reading shard learner_id·replicas + r of num_learners·replicas, and
+  // applies their averaged gradient — the same global batch M learners of a Decoupled DiLoCo run
+  // process per step. The replicas run one after another in this thread on one model copy
+  // (mathematically identical to M copies with an all-reduce, since every copy holds the same
+  // parameters).
+  int replicas = 1;
 };
 
 struct StepStats {

@@ -1,0 +1,168 @@
+// `atoll data prepare`, `atoll train`, `atoll sample`: flag parsing for the model module; the
+// work happens in atoll/model (data.h, run.h).
+#include <cstdio>
+#include <memory>
+
+#include "atoll/model/data.h"
+#include "atoll/model/run.h"
+#include "atoll/model/trainer.h"
+#include "command.h"
+
+namespace atl::cli {
+namespace {
+
+void PrintLine(const std::string& s) {
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+
+int Fail(const std::string& command, const Status& st) {
+  std::fprintf(stderr, "atoll %s: error: %s\n", command.c_str(), st.ToString().c_str());
+  return 1;
+}
+
+void RegisterData(CLI::App& app, CommandContext& ctx) {
+  auto* data = app.add_subcommand("data", "Prepare training data (corpus, tokenizer, shards)");
+  data->require_subcommand(1);
+  auto opts = std::make_shared<model::DataOptions>();
+  auto* prep = data->add_subcommand(
+      "prepare",
+      "Extract the default public-domain corpus (King James Bible, World English Bible, "
+      "fortunes) or read your own text / token shards, train the tokenizer, write shards "
+      "and a validation split. Does nothing when the folder is already prepared the same way.");
+  prep->add_option("--out", opts->out_dir, "Data folder")->capture_default_str();
+  prep->add_option("--vocab", opts->vocab_size, "BPE vocabulary size (≤ 65536)")
+      ->capture_default_str();
+  prep->add_option("--tokenizer", opts->tokenizer, "bpe (SentencePiece) or byte")
+      ->capture_default_str();
+  prep->add_option("--input", opts->inputs, "Your own text files or folders (repeatable)");
+  prep->add_option("--shards", opts->shards, "Existing tokenised .bin shards (repeatable)");
+  prep->add_option("--val-fraction", opts->val_fraction, "Share held out for validation")
+      ->capture_default_str();
+  prep->add_flag("--force", opts->force, "Prepare again even if already done");
+  prep->callback([&ctx, opts] {
+    ctx.action = [opts] {
+      opts->log = PrintLine;
+      auto m = model::PrepareData(*opts);
+      if (!m.ok()) return Fail("data prepare", m.status());
+      std::printf("data ready in %s: tokenizer %s, vocab %d, %lld train + %lld val tokens\n",
+                  m->dir.c_str(), m->tokenizer.c_str(), m->vocab_size,
+                  static_cast<long long>(m->train_tokens), static_cast<long long>(m->val_tokens));
+      return 0;
+    };
+  });
+}
+
+struct TrainFlags {
+  model::TrainRunOptions run;
+  std::string preset = "tiny";
+  int seq = 256;
+  int d_model = 0, layers = 0, heads = 0, d_ff = 0;
+  std::string mlp;
+  int64_t warmup = -1;
+};
+
+void RegisterTrain(CLI::App& app, CommandContext& ctx) {
+  auto f = std::make_shared<TrainFlags>();
+  auto& r = f->run;
+  auto& t = r.trainer;
+  auto* cmd = app.add_subcommand(
+      "train",
+      "Train one learner alone (the single-island baseline), or with --replicas M the "
+      "synchronous data-parallel baseline (M micro-batches per step, gradients averaged). "
+      "With no flags: prepares the default corpus if needed and trains the tiny model.");
+  cmd->add_option("--preset", f->preset, "Model preset: tiny (~1 M), small (~5 M), base (~20 M)")
+      ->capture_default_str();
+  cmd->add_option("--steps", r.steps, "Inner steps")->capture_default_str();
+  cmd->add_option("--batch", t.batch_size, "Sequences per step (per replica)")
+      ->capture_default_str();
+  cmd->add_option("--seq", f->seq, "Sequence length")->capture_default_str();
+  cmd->add_option("--lr", t.optim.lr, "Peak AdamW learning rate")->capture_default_str();
+  cmd->add_option("--warmup", f->warmup, "Warm-up steps (default: 10% of --steps)");
+  cmd->add_option("--min-lr-frac", t.optim.min_lr_frac, "Cosine floor as a fraction of --lr")
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", t.optim.weight_decay, "AdamW weight decay")
+      ->capture_default_str();
+  cmd->add_option("--clip", t.optim.clip_norm, "Gradient clipping norm")->capture_default_str();
+  cmd->add_option("--replicas", t.replicas,
+                  "Synchronous data-parallel replicas (gradients averaged every step)")
+      ->capture_default_str();
+  cmd->add_option("--threads", t.threads, "Torch threads (1 per learner is fastest here)")
+      ->capture_default_str();
+  cmd->add_option("--eval-every", r.eval_every, "Evaluate every N steps (0: start and end)")
+      ->capture_default_str();
+  cmd->add_option("--eval-batches", r.eval_batches, "Validation batches per evaluation")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", r.checkpoint_every, "Checkpoint every N steps (0: end)")
+      ->capture_default_str();
+  cmd->add_option("--log-every", r.log_every, "Progress line every N steps")
+      ->capture_default_str();
+  cmd->add_option("--out", r.out_dir, "Run folder (default: runs/train-<timestamp>)");
+  cmd->add_option("--data", t.data_dir, "Prepared data folder (prepared with defaults if absent)")
+      ->capture_default_str();
+  cmd->add_option("--seed", t.seed, "Seed of initial weights and data order")
+      ->capture_default_str();
+  cmd->add_option("--resume", r.resume, "Checkpoint (or run) folder to continue from");
+  cmd->add_option("--d-model", f->d_model, "Override the preset's width");
+  cmd->add_option("--layers", f->layers, "Override the preset's layer count");
+  cmd->add_option("--heads", f->heads, "Override the preset's head count");
+  cmd->add_option("--d-ff", f->d_ff, "Override the preset's MLP width");
+  cmd->add_option("--mlp", f->mlp, "swiglu or gelu");
+  cmd->callback([&ctx, f] {
+    ctx.action = [f] {
+      auto& run = f->run;
+      run.log = PrintLine;
+      auto data = model::EnsureDataPrepared(run.trainer.data_dir, PrintLine);
+      if (!data.ok()) return Fail("train", data.status());
+      auto config = model::PresetConfig(f->preset, data->vocab_size);
+      if (!config.ok()) return Fail("train", config.status());
+      config->seq_len = f->seq;
+      if (f->d_model > 0) config->d_model = f->d_model;
+      if (f->layers > 0) config->n_layers = f->layers;
+      if (f->heads > 0) config->n_heads = f->heads;
+      if (f->d_ff > 0) config->d_ff = f->d_ff;
+      if (!f->mlp.empty()) config->mlp = f->mlp;
+      run.trainer.model = *config;
+      run.trainer.optim.total_steps = run.steps;
+      run.trainer.optim.warmup_steps = f->warmup >= 0 ? f->warmup : run.steps / 10;
+      auto res = model::RunTraining(run);
+      if (!res.ok()) return Fail("train", res.status());
+      std::printf("run folder: %s\n", res->out_dir.c_str());
+      return 0;
+    };
+  });
+}
+
+void RegisterSample(CLI::App& app, CommandContext& ctx) {
+  auto o = std::make_shared<model::SampleOptions>();
+  auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
+  cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint folder, or a run folder")
+      ->required();
+  cmd->add_option("--prompt", o->prompt, "Text to continue");
+  cmd->add_option("--tokens", o->max_new_tokens, "New tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "Sample among the k most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--data", o->data_dir, "Data folder with the tokenizer (default: the "
+                                         "checkpoint's)");
+  cmd->callback([&ctx, o] {
+    ctx.action = [o] {
+      auto res = model::Sample(*o);
+      if (!res.ok()) return Fail("sample", res.status());
+      std::printf("%s%s\n", o->prompt.c_str(), res->completion.c_str());
+      std::fprintf(stderr, "(%lld new tokens in %.1f s)\n",
+                   static_cast<long long>(res->new_tokens), res->seconds);
+      return 0;
+    };
+  });
+}
+
+}  // namespace
+
+ATOLL_COMMAND(20, RegisterData);
+ATOLL_COMMAND(21, RegisterTrain);
+ATOLL_COMMAND(22, RegisterSample);
+
+}  // namespace atl::cli

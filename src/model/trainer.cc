@@ -1,0 +1,367 @@
+// TorchTrainer: the libtorch implementation of the torch-free Trainer interface (trainer.h).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "atoll/core/checksum.h"
+#include "atoll/core/clock.h"
+#include "atoll/core/file.h"
+#include "atoll/model/data.h"
+#include "atoll/model/safetensors.h"
+#include "atoll/model/shard.h"
+#include "atoll/model/trainer.h"
+#include "gpt.h"
+#include "model_json.h"
+
+namespace atl::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kCheckpointVersion = 1;
+constexpr double kAdamEps = 1e-8;
+
+Status TorchError(const std::string& what, const std::exception& e) {
+  return InternalError(what + ": " + e.what());
+}
+
+class TorchTrainer final : public Trainer {
+ public:
+  static StatusOr<std::unique_ptr<Trainer>> Make(const TrainerOptions& o);
+
+  const std::vector<diloco::TensorSpec>& tensors() const override { return specs_; }
+  std::span<float> Parameter(int i) override {
+    auto& t = model_->params().at(static_cast<size_t>(i)).tensor;
+    return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
+  }
+  int64_t num_params() const override { return model_->num_params(); }
+  StatusOr<StepStats> Step() override;
+  StatusOr<EvalStats> Evaluate(int batches) override;
+  int64_t step() const override { return step_; }
+  int64_t tokens_trained() const override { return tokens_; }
+  int64_t tokens_per_step() const override {
+    return int64_t{opts_.replicas} * opts_.batch_size * opts_.model.seq_len;
+  }
+  Status SaveCheckpoint(const std::string& dir) override;
+  Status LoadCheckpoint(const std::string& dir) override;
+  void ResetOptimizerState() override;
+
+ private:
+  TrainerOptions opts_;
+  std::string data_dir_;  // absolute
+  std::unique_ptr<Gpt> model_;
+  std::vector<diloco::TensorSpec> specs_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t adam_step_ = 0;
+  std::vector<ShardReader> readers_;  // one per replica
+  torch::Tensor batch_;               // [B, T+1] int64, refilled every micro-batch
+  std::vector<uint16_t> val_;
+  int64_t step_ = 0;
+  int64_t tokens_ = 0;
+};
+
+StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
+  if (o.batch_size < 1 || o.replicas < 1 || o.threads < 1) {
+    return InvalidArgumentError("batch_size, replicas and threads must be ≥ 1");
+  }
+  if (o.num_learners < 1 || o.learner_id < 0 || o.learner_id >= o.num_learners) {
+    return InvalidArgumentError("learner_id " + std::to_string(o.learner_id) +
+                                " outside [0, num_learners " + std::to_string(o.num_learners) +
+                                ")");
+  }
+  ATOLL_RETURN_IF_ERROR(ValidateModelConfig(o.model));
+  ATOLL_ASSIGN_OR_RETURN(DataManifest data, LoadDataManifest(o.data_dir));
+  if (o.model.vocab_size < data.vocab_size) {
+    return InvalidArgumentError("model vocab_size " + std::to_string(o.model.vocab_size) +
+                                " is smaller than the data's vocabulary (" +
+                                std::to_string(data.vocab_size) + ")");
+  }
+  at::set_num_threads(o.threads);
+  try {
+    at::set_num_interop_threads(1);
+  } catch (const std::exception&) {
+    // Already set (a second trainer in this process): keep the first value.
+  }
+
+  auto t = std::unique_ptr<TorchTrainer>(new TorchTrainer());
+  t->opts_ = o;
+  t->data_dir_ = fs::absolute(o.data_dir).string();
+  ATOLL_ASSIGN_OR_RETURN(t->model_, Gpt::Create(o.model, o.seed));
+  for (const auto& p : t->model_->params()) {
+    diloco::TensorSpec s;
+    s.name = p.name;
+    s.shape = p.tensor.sizes().vec();
+    s.numel = p.tensor.numel();
+    s.is_embedding = p.is_embedding;
+    t->specs_.push_back(std::move(s));
+    t->exp_avg_.push_back(torch::zeros_like(p.tensor));
+    t->exp_avg_sq_.push_back(torch::zeros_like(p.tensor));
+  }
+
+  ATOLL_ASSIGN_OR_RETURN(std::vector<uint16_t> train, LoadTrainTokens(data));
+  auto stream = std::make_shared<const std::vector<uint16_t>>(std::move(train));
+  for (int r = 0; r < o.replicas; ++r) {
+    ShardReader::Options ro;
+    ro.seq_len = o.model.seq_len;
+    ro.batch_size = o.batch_size;
+    ro.shard = o.learner_id * o.replicas + r;
+    ro.num_shards = o.num_learners * o.replicas;
+    ro.seed = o.seed;
+    ATOLL_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Create(stream, ro));
+    t->readers_.push_back(std::move(reader));
+  }
+  ATOLL_ASSIGN_OR_RETURN(t->val_, LoadValTokens(data));
+  t->batch_ = torch::empty({o.batch_size, o.model.seq_len + 1}, torch::kInt64);
+  return std::unique_ptr<Trainer>(std::move(t));
+}
+
+StatusOr<StepStats> TorchTrainer::Step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepStats st;
+  try {
+    auto& params = model_->params();
+    for (auto& p : params) p.tensor.mutable_grad() = torch::Tensor();
+    const int64_t T = opts_.model.seq_len;
+    double loss_sum = 0;
+    for (auto& reader : readers_) {
+      reader.NextBatch({batch_.data_ptr<int64_t>(), static_cast<size_t>(batch_.numel())});
+      auto loss = model_->Loss(batch_.narrow(1, 0, T), batch_.narrow(1, 1, T));
+      // Averaged gradient of the replicas' micro-batches (one replica: the plain gradient).
+      (readers_.size() > 1 ? loss / static_cast<double>(readers_.size()) : loss).backward();
+      loss_sum += loss.item<double>();
+    }
+    st.loss = loss_sum / static_cast<double>(readers_.size());
+    if (!std::isfinite(st.loss)) {
+      return FailedPreconditionError("loss is not finite at step " + std::to_string(step_ + 1) +
+                                     " (training diverged; lower the learning rate)");
+    }
+    std::vector<torch::Tensor> grads;
+    for (auto& p : params) grads.push_back(p.tensor);
+    st.grad_norm = torch::nn::utils::clip_grad_norm_(grads, opts_.optim.clip_norm);
+
+    // AdamW (decoupled weight decay), the same arithmetic as torch.optim.AdamW.
+    const auto& oc = opts_.optim;
+    st.lr = ScheduledLearningRate(oc, step_);
+    ++adam_step_;
+    const double bc1 = 1.0 - std::pow(oc.beta1, static_cast<double>(adam_step_));
+    const double bc2 = 1.0 - std::pow(oc.beta2, static_cast<double>(adam_step_));
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto& p = params[i].tensor;
+      const auto& g = p.grad();
+      if (!g.defined()) continue;
+      if (params[i].decay && oc.weight_decay != 0) p.mul_(1.0 - st.lr * oc.weight_decay);
+      exp_avg_[i].mul_(oc.beta1).add_(g, 1.0 - oc.beta1);
+      exp_avg_sq_[i].mul_(oc.beta2).addcmul_(g, g, 1.0 - oc.beta2);
+      auto denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bc2)).add_(kAdamEps);
+      p.addcdiv_(exp_avg_[i], denom, -st.lr / bc1);
+    }
+  } catch (const std::exception& e) {
+    return TorchError("training step " + std::to_string(step_ + 1), e);
+  }
+  ++step_;
+  st.step = step_;
+  st.tokens = tokens_per_step();
+  tokens_ += st.tokens;
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+StatusOr<EvalStats> TorchTrainer::Evaluate(int batches) {
+  const int64_t T = opts_.model.seq_len, B = opts_.batch_size;
+  const int64_t available = val_.size() > 1 ? static_cast<int64_t>(val_.size() - 1) / T : 0;
+  const int64_t windows = std::min<int64_t>(std::max(1, batches) * B, available);
+  if (windows < 1) {
+    return FailedPreconditionError("validation set too small: " + std::to_string(val_.size()) +
+                                   " tokens hold no window of " + std::to_string(T + 1));
+  }
+  EvalStats ev;
+  double sum = 0;
+  try {
+    torch::NoGradGuard no_grad;
+    for (int64_t start = 0; start < windows; start += B) {
+      const int64_t rows = std::min(B, windows - start);
+      auto buf = torch::empty({rows, T + 1}, torch::kInt64);
+      auto* dst = buf.data_ptr<int64_t>();
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t* src = val_.data() + (start + r) * T;
+        for (int64_t k = 0; k <= T; ++k) dst[r * (T + 1) + k] = src[k];
+      }
+      auto loss = model_->Loss(buf.narrow(1, 0, T), buf.narrow(1, 1, T));
+      sum += loss.item<double>() * static_cast<double>(rows * T);
+      ev.tokens += rows * T;
+    }
+  } catch (const std::exception& e) {
+    return TorchError("evaluation", e);
+  }
+  ev.loss = sum / static_cast<double>(ev.tokens);
+  ev.perplexity = std::exp(ev.loss);
+  return ev;
+}
+
+void TorchTrainer::ResetOptimizerState() {
+  torch::NoGradGuard no_grad;
+  for (auto& m : exp_avg_) m.zero_();
+  for (auto& v : exp_avg_sq_) v.zero_();
+  adam_step_ = 0;
+}
+
+Status TorchTrainer::SaveCheckpoint(const std::string& dir) {
+  ATOLL_RETURN_IF_ERROR(MakeDirs(dir));
+  std::vector<std::span<const float>> values;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const auto& t = model_->params()[i].tensor;
+    values.push_back({t.data_ptr<float>(), static_cast<size_t>(t.numel())});
+  }
+  nlohmann::json meta = {{"format", "atoll-model"}, {"step", step_}};
+  ATOLL_ASSIGN_OR_RETURN(std::string model_bytes, EncodeSafetensors(specs_, values, meta));
+
+  std::vector<diloco::TensorSpec> opt_specs;
+  std::vector<std::span<const float>> opt_values;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    for (int k = 0; k < 2; ++k) {
+      auto s = specs_[i];
+      s.name = (k == 0 ? "exp_avg." : "exp_avg_sq.") + s.name;
+      s.is_embedding = false;
+      opt_specs.push_back(std::move(s));
+      const auto& t = k == 0 ? exp_avg_[i] : exp_avg_sq_[i];
+      opt_values.push_back({t.data_ptr<float>(), static_cast<size_t>(t.numel())});
+    }
+  }
+  nlohmann::json opt_meta = {{"format", "atoll-adamw"}, {"adam_step", adam_step_}};
+  ATOLL_ASSIGN_OR_RETURN(std::string opt_bytes, EncodeSafetensors(opt_specs, opt_values, opt_meta));
+
+  ATOLL_RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / "model.safetensors").string(),
+                                        model_bytes));
+  ATOLL_RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / "optimizer.safetensors").string(),
+                                        opt_bytes));
+  nlohmann::json positions = nlohmann::json::array();
+  for (const auto& r : readers_) {
+    positions.push_back({{"epoch", r.position().epoch}, {"index", r.position().index}});
+  }
+  nlohmann::json j = {
+      {"format", "atoll-checkpoint"},
+      {"version", kCheckpointVersion},
+      {"step", step_},
+      {"tokens_trained", tokens_},
+      {"model_signature", ChecksumHex(diloco::ModelSignature(specs_))},
+      {"model", ModelConfigToJson(opts_.model)},
+      {"optimizer", OptimizerConfigToJson(opts_.optim)},
+      {"optimizer_state", {{"file", "optimizer.safetensors"}, {"adam_step", adam_step_}}},
+      {"trainer",
+       {{"batch_size", opts_.batch_size},
+        {"learner_id", opts_.learner_id},
+        {"num_learners", opts_.num_learners},
+        {"replicas", opts_.replicas},
+        {"seed", opts_.seed},
+        {"threads", opts_.threads}}},
+      {"data", {{"dir", data_dir_}, {"positions", positions}}},
+      {"files",
+       {{"model.safetensors",
+         {{"bytes", model_bytes.size()}, {"checksum", ChecksumHex(Checksum64(model_bytes))}}},
+        {"optimizer.safetensors",
+         {{"bytes", opt_bytes.size()}, {"checksum", ChecksumHex(Checksum64(opt_bytes))}}}}},
+      {"created_unix", UnixSeconds()}};
+  // The manifest goes last: it commits the files above.
+  return WriteJsonWithChecksum((fs::path(dir) / "checkpoint.json").string(), j);
+}
+
+Status TorchTrainer::LoadCheckpoint(const std::string& dir) {
+  const std::string manifest_path = (fs::path(dir) / "checkpoint.json").string();
+  if (!FileExists(manifest_path)) return NotFoundError("no checkpoint in " + dir);
+  ATOLL_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonWithChecksum(manifest_path));
+  int64_t step = 0, tokens = 0, adam_step = 0;
+  std::vector<ReaderPosition> positions;
+  std::string model_sum, opt_sum;
+  try {
+    if (j.at("format") != "atoll-checkpoint" || j.at("version") != kCheckpointVersion) {
+      return FailedPreconditionError(manifest_path + ": not an atoll checkpoint of version " +
+                                     std::to_string(kCheckpointVersion));
+    }
+    const std::string sig = ChecksumHex(diloco::ModelSignature(specs_));
+    if (j.at("model_signature") != sig) {
+      return FailedPreconditionError(
+          "checkpoint " + dir + " holds a different model (" + j.at("model").dump() +
+          ") than this trainer (" + ModelConfigToJson(opts_.model).dump() + ")");
+    }
+    const auto& tr = j.at("trainer");
+    if (tr.at("replicas") != opts_.replicas || tr.at("learner_id") != opts_.learner_id ||
+        tr.at("num_learners") != opts_.num_learners || j.at("model").at("seq_len") !=
+        opts_.model.seq_len || tr.at("seed") != opts_.seed) {
+      return FailedPreconditionError(
+          "checkpoint " + dir + " was written with another data layout (" + tr.dump() +
+          ", seq " + j.at("model").at("seq_len").dump() + "): resume with the same --replicas, "
+          "--seq, --seed and learner id");
+    }
+    step = j.at("step");
+    tokens = j.at("tokens_trained");
+    adam_step = j.at("optimizer_state").at("adam_step");
+    for (const auto& p : j.at("data").at("positions")) {
+      positions.push_back({p.at("epoch").get<int64_t>(), p.at("index").get<int64_t>()});
+    }
+    model_sum = j.at("files").at("model.safetensors").at("checksum");
+    opt_sum = j.at("files").at("optimizer.safetensors").at("checksum");
+  } catch (const nlohmann::json::exception& e) {
+    return DataLossError(manifest_path + ": malformed checkpoint manifest: " + e.what());
+  }
+  if (positions.size() != readers_.size()) {
+    return DataLossError(manifest_path + ": " + std::to_string(positions.size()) +
+                         " data positions for " + std::to_string(readers_.size()) + " replicas");
+  }
+  ATOLL_ASSIGN_OR_RETURN(std::string model_bytes,
+                         ReadFileVerified((fs::path(dir) / "model.safetensors").string(),
+                                          model_sum));
+  ATOLL_ASSIGN_OR_RETURN(std::string opt_bytes,
+                         ReadFileVerified((fs::path(dir) / "optimizer.safetensors").string(),
+                                          opt_sum));
+  ATOLL_ASSIGN_OR_RETURN(SafetensorsData model, DecodeSafetensors(model_bytes));
+  ATOLL_ASSIGN_OR_RETURN(SafetensorsData opt, DecodeSafetensors(opt_bytes));
+
+  // Validate everything before touching any state.
+  std::vector<const std::vector<float>*> p_src, m_src, v_src;
+  for (const auto& s : specs_) {
+    int a = model.Find(s.name), b = opt.Find("exp_avg." + s.name),
+        c = opt.Find("exp_avg_sq." + s.name);
+    if (a < 0 || b < 0 || c < 0 || model.tensors[a].shape != s.shape ||
+        opt.tensors[b].shape != s.shape || opt.tensors[c].shape != s.shape) {
+      return DataLossError("checkpoint " + dir + ": tensor " + s.name +
+                           " missing or of the wrong shape");
+    }
+    p_src.push_back(&model.values[a]);
+    m_src.push_back(&opt.values[b]);
+    v_src.push_back(&opt.values[c]);
+  }
+  for (size_t r = 0; r < readers_.size(); ++r) {
+    if (positions[r].index > readers_[r].num_windows()) {
+      return DataLossError("checkpoint " + dir + ": data position beyond the shard (was the data "
+                           "folder prepared again?)");
+    }
+  }
+  auto copy_into = [](torch::Tensor& t, const std::vector<float>& src) {
+    std::memcpy(t.data_ptr<float>(), src.data(), src.size() * sizeof(float));
+  };
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    copy_into(model_->params()[i].tensor, *p_src[i]);
+    copy_into(exp_avg_[i], *m_src[i]);
+    copy_into(exp_avg_sq_[i], *v_src[i]);
+  }
+  for (size_t r = 0; r < readers_.size(); ++r) ATOLL_RETURN_IF_ERROR(readers_[r].Seek(positions[r]));
+  adam_step_ = adam_step;
+  step_ = step;
+  tokens_ = tokens;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options) {
+  try {
+    return TorchTrainer::Make(options);
+  } catch (const std::exception& e) {
+    return TorchError("creating the trainer", e);
+  }
+}
+
+}  // namespace atl::model
