@@ -143,6 +143,7 @@ std::string BandwidthSweepSvg(const BandwidthParams& p) {
   panel.y_label = "Gbps per site link";
   panel.log_x = true;
   panel.log_y = true;
+  for (int sites = 2; sites <= 64; sites *= 2) panel.x_ticks.push_back(sites);
   const char* names[] = {"data-parallel", "sync DiLoCo", "Streaming DiLoCo",
                          "Decoupled DiLoCo (per link)"};
   double (*fns[])(const BandwidthParams&) = {DataParallelBps, SyncDilocoBps, StreamingDilocoBps,

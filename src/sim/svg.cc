@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "format_util.h"
 
@@ -46,10 +47,12 @@ struct Axis {
 void FitAxis(Axis& ax, double lo, double hi) {
   if (!(lo <= hi)) lo = 0, hi = 1;
   if (ax.log) {
+    // A small margin rather than whole decades, so the data fills the panel.
     lo = std::max(lo, 1e-300);
-    ax.lo = std::pow(10, std::floor(std::log10(lo)));
-    ax.hi = std::pow(10, std::ceil(std::log10(hi)));
-    if (ax.hi <= ax.lo) ax.hi = ax.lo * 10;
+    if (hi <= lo) hi = lo * 10;
+    const double pad = std::pow(hi / lo, 0.04);
+    ax.lo = lo / pad;
+    ax.hi = hi * pad;
     return;
   }
   if (hi == lo) hi = lo + 1;
@@ -87,7 +90,9 @@ std::string RenderPanel(const Panel& p, double ox, double oy) {
   o += Fmt("<g>\n<text x=\"%.1f\" y=\"%.1f\" class=\"ptitle\">%s</text>\n",
            ox + kLeft, oy + kTop - 14, Escape(p.title).c_str());
   // Grid, ticks and tick labels.
-  const auto xt = ax.log ? LogTicks(ax.lo, ax.hi) : LinearTicks(ax.lo, ax.hi, 6);
+  const auto xt = !p.x_ticks.empty() ? p.x_ticks
+                  : ax.log          ? LogTicks(ax.lo, ax.hi)
+                                    : LinearTicks(ax.lo, ax.hi, 6);
   const auto yt = ay.log ? LogTicks(ay.lo, ay.hi) : LinearTicks(ay.lo, ay.hi, 5);
   for (double v : xt) {
     const double x = ax.Map(v);
@@ -157,8 +162,11 @@ std::vector<double> LinearTicks(double lo, double hi, int target_count) {
     step = m * mag;
     if (step >= raw) break;
   }
-  for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) {
-    out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  const auto first = static_cast<int64_t>(std::ceil(lo / step - 1e-9));
+  const auto last = static_cast<int64_t>(std::floor(hi / step + 1e-9));
+  for (int64_t k = first; k <= last; ++k) {
+    // k·step, cleaned to 12 significant digits (0.2·3 is 0.6000000000000001 in binary).
+    out.push_back(std::stod(Fmt("%.12g", static_cast<double>(k) * step)));
   }
   return out;
 }
@@ -166,18 +174,17 @@ std::vector<double> LinearTicks(double lo, double hi, int target_count) {
 std::vector<double> LogTicks(double lo, double hi) {
   std::vector<double> out;
   if (!(lo > 0) || !(hi > lo)) return out;
-  const int a = static_cast<int>(std::ceil(std::log10(lo) - 1e-9));
-  const int b = static_cast<int>(std::floor(std::log10(hi) + 1e-9));
+  // Decades; with less than 2.5 decades shown, also 2× and 5× so there are enough labels.
+  const bool fine = std::log10(hi / lo) < 2.5;
+  const int a = static_cast<int>(std::floor(std::log10(lo)));
+  const int b = static_cast<int>(std::ceil(std::log10(hi)));
   for (int k = a; k <= b; ++k) {
-    const double d = std::pow(10, k);
-    out.push_back(d);
-    if (b - a < 2) {  // a narrow range: add 2× and 5× between decades
-      for (double m : {2.0, 5.0}) {
-        if (d * m <= hi * (1 + 1e-9) && k < b) out.push_back(d * m);
-      }
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m != 1.0 && !fine) continue;
+      const double v = m * std::pow(10, k);
+      if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) out.push_back(v);
     }
   }
-  std::sort(out.begin(), out.end());
   return out;
 }
 

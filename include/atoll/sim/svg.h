@@ -21,6 +21,7 @@ struct Panel {
   bool y_percent = false;  // tick labels as percentages of 1.0
   // Fixed y range when y_min < y_max; otherwise fitted to the data.
   double y_min = 0, y_max = 0;
+  std::vector<double> x_ticks;  // explicit x ticks; empty: automatic
   std::vector<Series> series;
 };
 
