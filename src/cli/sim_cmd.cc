@@ -31,6 +31,26 @@ struct BandwidthFlags {
   std::string plot;
 };
 
+// Validators whose errors read "--chips: must be > 0, got -5" (CLI11's Range prints ±DBL_MAX).
+CLI::Validator AtLeast(double lo, bool strict) {
+  const std::string what = std::string(strict ? "> " : ">= ") + CLI::detail::to_string(lo);
+  return CLI::Validator(
+      [lo, strict, what](std::string& in) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(in, &used);
+          if (used != in.size()) return "not a number: " + in;
+        } catch (const std::exception&) {
+          return "not a number: " + in;
+        }
+        return (strict ? v > lo : v >= lo) ? "" : "must be " + what + ", got " + in;
+      },
+      what);
+}
+const CLI::Validator kPositive = AtLeast(0, true);
+const CLI::Validator kNonNegative = AtLeast(0, false);
+
 int Fail(const Status& s) {
   std::fprintf(stderr, "atoll sim: error: %s\n", s.ToString().c_str());
   return 2;
@@ -92,50 +112,54 @@ void AddGoodput(CLI::App& sim, CommandContext& ctx) {
       "allocated chip-seconds) and uptime of data-parallel, elastic data-parallel, synchronous "
       "DiLoCo and Decoupled DiLoCo over the same failure trace. See docs/sim.md.");
   c->add_option("--chips", p.chips, "chips in the fleet")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option("--slice-chips", p.slice_chips,
                 "chips per slice, the unit of failure and repair (one model replica)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--mtbi-years", p.mtbi_years, "mean time between interruptions per chip, years")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--repair-hours", p.repair_hours, "mean time a failed slice is out, hours")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
   c->add_option("--repair-dist", f->repair_dist,
                 "repair time distribution with that mean: fixed, exp or lognormal")
       ->capture_default_str()->check(CLI::IsMember({"fixed", "exp", "exponential", "lognormal"}));
   c->add_option("--repair-sigma", p.repair_sigma,
                 "lognormal repair only: sigma of the underlying normal")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
   c->add_option("--restart-s", p.restart_s,
                 "data-parallel without elasticity: stall per failure, seconds")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
+  c->add_option("--spare-slices", p.spare_slices,
+                "data-parallel without elasticity: spare slices held for restarts (-1: auto, the "
+                "mean number of slices in repair + 3 standard deviations)")
+      ->capture_default_str()->check(AtLeast(-1, false));
   c->add_option("--checkpoint-s", p.checkpoint_s,
                 "data-parallel without elasticity: seconds of progress between checkpoints; work "
                 "since the last one is lost on a failure (0: none lost)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
   c->add_option("--shrink-s", p.shrink_s,
                 "elastic modes: pause of the job/learner when one of its slices fails, seconds")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
   c->add_option("--grow-s", p.grow_s,
                 "elastic modes: pause of the job/learner when a slice returns, seconds")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
   c->add_option("--step-s", p.step_s, "inner step time, seconds")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option("-H,--inner-steps", p.inner_steps,
                 "sync DiLoCo: inner steps between barriers (H)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--barrier-s", p.barrier_s,
                 "sync DiLoCo: time of the outer all-reduce at each barrier, seconds")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
   c->add_option("-M,--learners", p.learners, "DiLoCo learners (M), each N/M chips")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("-K,--quorum", p.quorum,
                 "Decoupled DiLoCo: minimum learners training for the global model to advance (K)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--days", p.days, "simulated duration per seed, days")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option("--seeds", p.seeds, "independent failure traces (confidence intervals over them)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--seed", p.seed, "first seed; trace i uses seed+i")->capture_default_str();
   c->add_flag("--json", f->json, "print a JSON array, one object per mode, instead of the table");
   c->add_option("--plot", f->plot,
@@ -153,23 +177,23 @@ void AddBandwidth(CLI::App& sim, CommandContext& ctx) {
       "and Decoupled DiLoCo (with the formula behind each number), and time per step over a "
       "WAN. See docs/sim.md.");
   c->add_option("--params", p.params, "model parameters (N)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option("--step-s", p.step_s, "compute time per inner step (t), seconds")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--sites", p.sites, "data centres = learners (S = M)")->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));
   c->add_option("-H,--inner-steps", p.inner_steps,
                 "inner steps between two synchronisations of a parameter (H)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("-P,--fragments", p.fragments, "fragments the parameters are split into (P <= H)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--overlap", p.overlap,
                 "tau: steps a fragment's transfer may overlap with compute")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--dp-bits", p.dp_bits, "data-parallel gradient bits per value (b)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--bits", p.bits, "DiLoCo outer-gradient/fragment bits per value (q)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--backward-fraction", p.backward_fraction,
                 "f: share of a step taken by the backward pass, under which the data-parallel "
                 "all-reduce must hide")
@@ -178,13 +202,13 @@ void AddBandwidth(CLI::App& sim, CommandContext& ctx) {
                 "alpha: share of a round sync DiLoCo's blocking all-reduce may take")
       ->capture_default_str()->check(CLI::Range(1e-6, 1.0));
   c->add_option("--wan-params", f->wan_params, "WAN model: parameters")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   c->add_option("--wan-sites", f->wan_sites, "WAN model: sites")->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));
   c->add_option("--wan-step-s", f->wan_step_s, "WAN model: compute time per step, seconds")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   c->add_option("--wan-gbps", f->wan_gbps, "WAN model: link bandwidths per site to compare, Gbps")
-      ->capture_default_str()->check(CLI::PositiveNumber)->delimiter(',');
+      ->capture_default_str()->check(kPositive)->delimiter(',');
   c->add_flag("--json", f->json, "print JSON instead of the tables");
   c->add_option("--plot", f->plot, "also write FILE.svg: required bandwidth vs sites");
   c->callback([f, &ctx] { ctx.action = [f] { return RunBandwidthCommand(*f); }; });

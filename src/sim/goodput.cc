@@ -39,18 +39,30 @@ FleetSpec ToFleetSpec(const GoodputParams& p) {
   return f;
 }
 
-int64_t SpareSlices(const GoodputParams& p) {
+namespace {
+// Stationary number of slices in repair: each slice independently with its own probability.
+struct InRepair {
+  double mean = 0, sd = 0;
+};
+InRepair SlicesInRepair(const GoodputParams& p) {
   const FleetSpec f = ToFleetSpec(p);
-  const auto sizes = SliceSizes(f);
-  const int64_t n = static_cast<int64_t>(sizes.size());
-  if (p.spare_slices >= 0) return p.spare_slices;
-  double mean = 0, var = 0;
-  for (int64_t c : sizes) {
+  InRepair r;
+  double var = 0;
+  for (int64_t c : SliceSizes(f)) {
     const double d = f.repair_mean_s / (f.mtbi_s / static_cast<double>(c) + f.repair_mean_s);
-    mean += d;
+    r.mean += d;
     var += d * (1 - d);
   }
-  const auto spares = static_cast<int64_t>(std::ceil(mean + 3 * std::sqrt(var) - 1e-9));
+  r.sd = std::sqrt(var);
+  return r;
+}
+}  // namespace
+
+int64_t SpareSlices(const GoodputParams& p) {
+  if (p.spare_slices >= 0) return p.spare_slices;
+  const int64_t n = (p.chips + p.slice_chips - 1) / p.slice_chips;
+  const InRepair r = SlicesInRepair(p);
+  const auto spares = static_cast<int64_t>(std::ceil(r.mean + 3 * r.sd - 1e-9));
   return std::clamp<int64_t>(spares, 0, n - 1);
 }
 
@@ -116,7 +128,10 @@ Oracle ClosedForm(Mode mode, const GoodputParams& p) {
       // λj = J·S/MTBI. Stalls are the union of [failure, failure + R]: uncovered share
       // e^{−λj·R}. A run segment L ~ Exp(λj) loses L mod C, whose mean gives the factor
       // λj·C/(e^{λj·C} − 1). The job uses J·S of the N allocated chips. Exact while the spare
-      // pool never runs dry (the default pool is sized for that).
+      // pool never runs dry (the default pool is sized for that); with a pool smaller than the
+      // mean + 2σ of slices in repair the job waits for repairs and no closed form is given.
+      const InRepair r = SlicesInRepair(p);
+      if (static_cast<double>(SpareSlices(p)) < r.mean + 2 * r.sd) break;
       o.available = true;
       const double job_chips =
           static_cast<double>(p.chips) -
