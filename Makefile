@@ -8,8 +8,8 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_ARGS ?=
 RUN_ARGS ?=
-# The embedded default job; becomes `run` (a local Decoupled DiLoCo cluster) once the runtime lands.
-RUN_CMD ?= demo
+# The embedded default job: a local Decoupled DiLoCo cluster from the commented run file.
+RUN_CMD ?= run --config configs/run.toml
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 
 .PHONY: all setup configure build run test test-asan bench clean

@@ -239,6 +239,10 @@ Status LearnerAgent::PullOne(int p, double wait_s, int64_t due_step) {
   }
   if (exchange::ValuesChecksum(phi) != r->value_checksum) {
     have_[pi] = -1;  // our copy diverged: the next pull fetches it in full
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      counters_.checksum_mismatches += 1;
+    }
     return DataLossError("fragment " + std::to_string(p) + " version " + std::to_string(r->version) +
                          ": value checksum differs from the syncer's (copy diverged; refetching)");
   }

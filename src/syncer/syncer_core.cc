@@ -29,7 +29,6 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
                                 ") must be ≥ the number of fragments P (" + std::to_string(P) + ")");
   }
   if (options.round.quorum < 1) return InvalidArgumentError("syncer: quorum K must be ≥ 1");
-  if (options.history_versions < 2) return InvalidArgumentError("syncer: history must be ≥ 2");
   if (static_cast<int>(initial.size()) != P) {
     return InvalidArgumentError("syncer: initial values for " + std::to_string(initial.size()) +
                                 " fragments, plan has " + std::to_string(P));
@@ -48,9 +47,6 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
     }
     f.theta = std::move(initial[p]);
     f.momentum.assign(f.theta.size(), 0.0f);
-    f.public_copy = f.theta;
-    f.history.emplace_back(0, f.public_copy);
-    f.public_checksum = exchange::ValuesChecksum(f.public_copy);
   }
   return core;
 }
@@ -143,11 +139,18 @@ Status SyncerCore::Heartbeat(int learner_id, const LearnerRecord& progress, Time
   return Status::Ok();
 }
 
-const std::vector<float>* SyncerCore::PublicAt(const FragmentState& f, int64_t version) const {
-  for (const auto& [v, values] : f.history) {
-    if (v == version) return &values;
-  }
+const std::vector<float>* SyncerCore::CopyAt(int learner_id, int fragment, int64_t version) const {
+  auto it = copies_.find({learner_id, fragment});
+  if (it == copies_.end() || version < 0) return nullptr;
+  if (it->second.version == version) return &it->second.values;
+  if (it->second.prev_version == version) return &it->second.prev_values;
   return nullptr;
+}
+
+std::span<const float> SyncerCore::learner_copy(int learner_id, int fragment) const {
+  auto it = copies_.find({learner_id, fragment});
+  if (it == copies_.end()) return {};
+  return it->second.values;
 }
 
 StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const std::byte> payload,
@@ -192,11 +195,11 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
                                        " is not a version this syncer produced (current " +
                                        std::to_string(f.version) + ")"));
   }
-  const std::vector<float>* base = PublicAt(f, h.base_version);
+  const std::vector<float>* base = CopyAt(h.learner_id, h.fragment, h.base_version);
   if (base == nullptr) {
-    return reject(AbortedError("base version " + std::to_string(h.base_version) +
-                               " is no longer held (oldest kept " +
-                               std::to_string(f.history.front().first) + "): pull the fragment again"));
+    return reject(AbortedError("the syncer holds no copy of this fragment at version " +
+                               std::to_string(h.base_version) +
+                               " for this learner: pull the fragment in full"));
   }
   Contribution c;
   c.learner = h.learner_id;
@@ -293,7 +296,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
     views.emplace_back(grads[m]);
     weights.push_back(diloco::TokenWeight(c.c_tokens, c.c_steps));
     report.contributors.push_back(c.learner);
-    report.tokens_merged += c.c_tokens;
+    report.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
   }
   report.weights = weights;
   std::vector<float> merged(n, 0.0f);
@@ -304,18 +307,13 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   st = diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
   ATOLL_CHECK_MSG(st.ok(), st.ToString());
   f.version += 1;
-  st = exchange::EncodeDeltaAndAdvance(options_.downlink, f.theta, f.public_copy, f.last_delta);
-  ATOLL_CHECK_MSG(st.ok(), st.ToString());
-  f.public_checksum = exchange::ValuesChecksum(f.public_copy);
-  f.history.emplace_back(f.version, f.public_copy);
-  while (static_cast<int>(f.history.size()) > options_.history_versions) f.history.pop_front();
   report.version = f.version;
 
   for (const auto& c : f.pending) {
     auto it = learners_.find(c.learner);
     if (it == learners_.end()) continue;
     it->second.rounds_joined += 1;
-    it->second.tokens_merged += c.c_tokens;
+    it->second.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
   }
   f.pending.clear();
   f.opened_at.reset();
@@ -326,10 +324,13 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   return report;
 }
 
-StatusOr<PullPayload> SyncerCore::Pull(int fragment, int64_t have_version) const {
+StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t have_version) {
   if (fragment < 0 || fragment >= plan_.num_fragments()) {
     return InvalidArgumentError("pull: fragment " + std::to_string(fragment) + " out of range [0, " +
                                 std::to_string(plan_.num_fragments()) + ")");
+  }
+  if (!learners_.count(learner_id)) {
+    return NotFoundError("pull from learner " + std::to_string(learner_id) + " which has not joined (join first)");
   }
   const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
   if (have_version > f.version) {
@@ -338,25 +339,41 @@ StatusOr<PullPayload> SyncerCore::Pull(int fragment, int64_t have_version) const
                                    " but the syncer is at " + std::to_string(f.version) +
                                    " (syncer restarted from older state?)");
   }
+  LearnerCopy& copy = copies_[{learner_id, fragment}];
   PullPayload out;
   out.fragment = fragment;
   out.version = f.version;
-  out.value_checksum = f.public_checksum;
-  if (have_version == f.version) {
-    out.not_modified = true;
-    return out;
+  // A reply that never reached the learner: it still holds the previous copy. Roll back.
+  if (have_version >= 0 && have_version != copy.version && have_version == copy.prev_version) {
+    copy.values.swap(copy.prev_values);
+    std::swap(copy.version, copy.prev_version);
   }
-  if (have_version == f.version - 1 && !f.last_delta.empty()) {
+  if (have_version >= 0 && have_version == copy.version) {
+    if (copy.version == f.version) {
+      out.not_modified = true;
+      out.value_checksum = exchange::ValuesChecksum(copy.values);
+      return out;
+    }
+    copy.prev_values = copy.values;
+    copy.prev_version = copy.version;
+    Status st = exchange::EncodeDeltaAndAdvance(options_.downlink, f.theta, copy.values, out.bytes);
+    ATOLL_CHECK_MSG(st.ok(), st.ToString());  // Θ is finite: every merge input was validated
+    copy.version = f.version;
     out.is_delta = true;
     out.base_version = have_version;
     out.codec = options_.downlink;
-    out.bytes = f.last_delta;
+    out.value_checksum = exchange::ValuesChecksum(copy.values);
     return out;
   }
-  out.is_delta = false;
+  // Full copy: exact fp32 of Θ_p.
+  copy.prev_values.clear();
+  copy.prev_version = -1;
+  copy.values = f.theta;
+  copy.version = f.version;
   out.codec = {diloco::Encoding::kFp32, options_.downlink.block_size};
-  const auto* data = reinterpret_cast<const std::byte*>(f.public_copy.data());
-  out.bytes.assign(data, data + f.public_copy.size() * sizeof(float));
+  const auto* data = reinterpret_cast<const std::byte*>(copy.values.data());
+  out.bytes.assign(data, data + copy.values.size() * sizeof(float));
+  out.value_checksum = exchange::ValuesChecksum(copy.values);
   return out;
 }
 

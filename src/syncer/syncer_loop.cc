@@ -74,9 +74,9 @@ void SyncerLoop::ServeWaiters(TimePoint now, bool expire_all) {
       it = waiters_.erase(it);
       continue;
     }
-    const bool newer = core_.version(it->fragment) > it->have_version;
+    const bool newer = core_.version(it->fragment) > it->have_version;  // Pull below sends it
     if (newer || now >= it->deadline) {
-      it->promise->set_value(core_.Pull(it->fragment, it->have_version));
+      it->promise->set_value(core_.Pull(it->learner_id, it->fragment, it->have_version));
       it = waiters_.erase(it);
     } else {
       ++it;
@@ -135,15 +135,14 @@ StatusOr<PullPayload> SyncerLoop::Pull(int learner_id, int fragment, int64_t hav
   auto p = std::make_shared<std::promise<StatusOr<PullPayload>>>();
   auto f = p->get_future();
   wait_seconds = std::clamp(wait_seconds, 0.0, 60.0);
-  Post([this, p, fragment, have_version, wait_seconds](SyncerCore& core, TimePoint now) {
-    auto r = core.Pull(fragment, have_version);
+  Post([this, p, learner_id, fragment, have_version, wait_seconds](SyncerCore& core, TimePoint now) {
+    auto r = core.Pull(learner_id, fragment, have_version);
     if (!r.ok() || !r->not_modified || wait_seconds <= 0) {
       p->set_value(std::move(r));
       return;
     }
-    waiters_.push_back({fragment, have_version, now + FromSeconds(wait_seconds), p});
+    waiters_.push_back({learner_id, fragment, have_version, now + FromSeconds(wait_seconds), p});
   });
-  (void)learner_id;
   return Await(f);
 }
 

@@ -55,6 +55,17 @@ JoinRequestData Req(const diloco::FragmentPlan& plan, int id) {
   return r;
 }
 
+// Joins learner `id` and pulls every fragment in full, as a real learner does on join, so the
+// syncer holds the copy the learner's outer gradients are computed against.
+void JoinAndPull(SyncerCore& core, const diloco::FragmentPlan& plan, int id, TimePoint now) {
+  ASSERT_TRUE(core.Join(Req(plan, id), now).ok());
+  for (int p = 0; p < plan.num_fragments(); ++p) {
+    auto full = core.Pull(id, p, -1);
+    ASSERT_TRUE(full.ok()) << full.status();
+    ASSERT_FALSE(full->is_delta);
+  }
+}
+
 std::vector<std::byte> Fp32Payload(std::span<const float> delta) {
   std::vector<std::byte> out(delta.size() * 4);
   std::memcpy(out.data(), delta.data(), out.size());
@@ -110,7 +121,7 @@ TEST(SyncerCore, BadPushesAreRejectedWithoutStateChange) {
   auto core = SyncerCore::Create(Fp32Options(), f.plan, f.initial);
   ASSERT_TRUE(core.ok());
   TimePoint now{};
-  ASSERT_TRUE(core->Join(Req(f.plan, 0), now).ok());
+  JoinAndPull(*core, f.plan, 0, now);
   std::vector<float> d(4, 0.5f);
   auto payload = Fp32Payload(d);
   EXPECT_EQ(core->Push(Header(7, 0, 0, 10, 1), payload, now).status().code(), StatusCode::kNotFound);
@@ -132,7 +143,7 @@ TEST(SyncerCore, BadPushesAreRejectedWithoutStateChange) {
   ManualClock clock;
   EXPECT_TRUE(core->Poll(now, clock).empty());  // nothing was accepted
   EXPECT_EQ(core->version(0), 0);
-  EXPECT_EQ(core->learners().at(0).pushes_rejected, 8);
+  EXPECT_EQ(core->learners().at(0).pushes_rejected, 7);  // all but the unknown learner's
   EXPECT_EQ(core->learners().at(0).pushes, 0);
 }
 
@@ -142,8 +153,8 @@ TEST(SyncerCore, TokenWeightsOfUnequalLearners) {
   ASSERT_TRUE(core.ok());
   ManualClock clock;
   auto opts = Fp32Options();
-  ASSERT_TRUE(core->Join(Req(f.plan, 0), clock.Now()).ok());
-  ASSERT_TRUE(core->Join(Req(f.plan, 1), clock.Now()).ok());
+  JoinAndPull(*core, f.plan, 0, clock.Now());
+  JoinAndPull(*core, f.plan, 1, clock.Now());
   // Learner 0 moved θ to 1 − 0.3 = 0.7 (Δ = Φ − θ = 0.3) with 100 tokens in 1 step: w = 10⁴.
   // Learner 1 moved to 1 − 0.1 = 0.9 with 100 tokens in 4 steps:                  w = 2500.
   std::vector<float> d0(4, 0.3f), d1(4, 0.1f);
@@ -158,7 +169,7 @@ TEST(SyncerCore, TokenWeightsOfUnequalLearners) {
   // Θ_new = Θ − (0.8·0.3 + 0.2·0.1) = 1 − 0.26 = 0.74
   for (float v : core->theta(0)) EXPECT_NEAR(v, 0.74f, 1e-6);
   for (float v : core->theta(1)) EXPECT_EQ(v, 1.0f);  // untouched fragment
-  EXPECT_EQ(core->learners().at(0).tokens_merged, 100);
+  EXPECT_DOUBLE_EQ(core->learners().at(0).tokens_merged, 100.0 / 2);  // P = 2
   (void)opts;
 }
 
@@ -167,8 +178,8 @@ TEST(SyncerCore, LateUpdateIsFoldedIntoTheNextRound) {
   auto core = SyncerCore::Create(Fp32Options(), f.plan, f.initial);
   ASSERT_TRUE(core.ok());
   ManualClock clock;
-  ASSERT_TRUE(core->Join(Req(f.plan, 0), clock.Now()).ok());
-  ASSERT_TRUE(core->Join(Req(f.plan, 1), clock.Now()).ok());
+  JoinAndPull(*core, f.plan, 0, clock.Now());
+  JoinAndPull(*core, f.plan, 1, clock.Now());
   std::vector<float> d0(4, 0.2f);
   ASSERT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(d0), clock.Now()).ok());
   // K = 1, grace off: round 0 closes with learner 0 alone.
@@ -196,7 +207,7 @@ TEST(SyncerCore, QuorumAndGraceFollowTheManualClock) {
   auto core = SyncerCore::Create(o, f.plan, f.initial);
   ASSERT_TRUE(core.ok());
   ManualClock clock;
-  for (int id = 0; id < 3; ++id) ASSERT_TRUE(core->Join(Req(f.plan, id), clock.Now()).ok());
+  for (int id = 0; id < 3; ++id) JoinAndPull(*core, f.plan, id, clock.Now());
   LearnerRecord hb;
   hb.step_seconds = 1.0;  // t_step = 1 s → grace = 0.5·(2·1 − 0 − 0) = 1 s
   for (int id = 0; id < 3; ++id) ASSERT_TRUE(core->Heartbeat(id, hb, clock.Now()).ok());
@@ -236,10 +247,13 @@ TEST(SyncerCore, PublicCopiesStayBitIdenticalOverManyInt4Rounds) {
   auto core = SyncerCore::Create(o, *plan, init);
   ASSERT_TRUE(core.ok());
   ManualClock clock;
-  auto req = Req(*plan, 0);
-  ASSERT_TRUE(core->Join(req, clock.Now()).ok());
+  ASSERT_TRUE(core->Join(Req(*plan, 0), clock.Now()).ok());
   // The learner's view: Φ and its version, updated only through what Pull returns.
-  std::vector<float> phi = init[0];
+  auto first = core->Pull(0, 0, -1);
+  ASSERT_TRUE(first.ok());
+  std::vector<float> phi(2048);
+  std::memcpy(phi.data(), first->bytes.data(), first->bytes.size());
+  EXPECT_EQ(phi, init[0]);
   int64_t have = 0;
   std::vector<float> local = phi;
   double max_gap = 0;
@@ -258,13 +272,13 @@ TEST(SyncerCore, PublicCopiesStayBitIdenticalOverManyInt4Rounds) {
     h.num_values = 2048;
     ASSERT_TRUE(core->Push(h, payload, clock.Now()).ok());
     ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
-    auto pulled = core->Pull(0, have);
+    auto pulled = core->Pull(0, 0, have);
     ASSERT_TRUE(pulled.ok());
     ASSERT_TRUE(pulled->is_delta);
     ASSERT_TRUE(exchange::ApplyDelta(pulled->codec, pulled->bytes, phi).ok());
     have = pulled->version;
     ASSERT_EQ(exchange::ValuesChecksum(phi), pulled->value_checksum) << "round " << round;
-    ASSERT_EQ(std::memcmp(phi.data(), core->public_copy(0).data(), phi.size() * 4), 0);
+    ASSERT_EQ(std::memcmp(phi.data(), core->learner_copy(0, 0).data(), phi.size() * 4), 0);
     double gap = 0;
     for (size_t i = 0; i < phi.size(); ++i) gap = std::max(gap, double(std::fabs(phi[i] - core->theta(0)[i])));
     max_gap = std::max(max_gap, gap);
@@ -273,13 +287,50 @@ TEST(SyncerCore, PublicCopiesStayBitIdenticalOverManyInt4Rounds) {
   // Error feedback: the public copy tracks Θ within one int4 step of the latest delta, and the
   // gap does not grow with the number of rounds.
   EXPECT_LT(max_gap, 0.05);
-  // A learner that missed versions gets the full fp32 copy.
-  auto full = core->Pull(0, 3);
+  EXPECT_TRUE(core->Pull(0, 0, have)->not_modified);
+  EXPECT_EQ(core->Pull(0, 0, have + 5).status().code(), StatusCode::kFailedPrecondition);
+  // A copy the syncer does not recognise gets the full fp32 value.
+  auto full = core->Pull(0, 0, 3);
   ASSERT_TRUE(full.ok());
   EXPECT_FALSE(full->is_delta);
   EXPECT_EQ(full->bytes.size(), 2048u * 4);
-  EXPECT_TRUE(core->Pull(0, have)->not_modified);
-  EXPECT_EQ(core->Pull(0, have + 5).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(SyncerCore, LostPullReplyRollsBackAndManyMissedVersionsCostOneDelta) {
+  auto f = Small();
+  auto o = Fp32Options();
+  o.downlink = {Encoding::kInt8, 8};
+  auto core = SyncerCore::Create(o, f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  JoinAndPull(*core, f.plan, 0, clock.Now());
+  JoinAndPull(*core, f.plan, 1, clock.Now());
+  // Learner 1 drives five rounds of fragment 0 while learner 0 holds version 0.
+  int64_t have1 = 0;
+  for (int r = 0; r < 5; ++r) {
+    std::vector<float> d(4, 0.1f);
+    ASSERT_TRUE(core->Push(Header(1, 0, have1, 10, 1), Fp32Payload(d), clock.Now()).ok());
+    ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
+    auto pr = core->Pull(1, 0, have1);
+    ASSERT_TRUE(pr.ok());
+    have1 = pr->version;
+  }
+  // Learner 0 is five versions behind: it still gets one int8 delta, not a full copy.
+  auto d0 = core->Pull(0, 0, 0);
+  ASSERT_TRUE(d0.ok());
+  EXPECT_TRUE(d0->is_delta);
+  EXPECT_EQ(d0->version, 5);
+  EXPECT_EQ(d0->bytes.size(), diloco::EncodedSize(o.downlink, 4));
+  // That reply is "lost": learner 0 asks again from version 0 and gets the same bytes.
+  auto again = core->Pull(0, 0, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->is_delta);
+  EXPECT_EQ(again->bytes, d0->bytes);
+  EXPECT_EQ(again->value_checksum, d0->value_checksum);
+  // A push computed against the previous copy is still accepted (the learner may not have
+  // applied the reply yet).
+  std::vector<float> d(4, 0.0f);
+  EXPECT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(d), clock.Now()).ok());
 }
 
 }  // namespace

@@ -114,6 +114,7 @@ class Rejections : public ::testing::Test {
   void SetUp() override {
     auto c = Client(s.target);
     ASSERT_TRUE(c->Join(Join(s.plan, 0)).ok());
+    for (int p = 0; p < s.plan.num_fragments(); ++p) ASSERT_TRUE(c->Pull(0, p, -1, 0).ok());
   }
   syncer::PushHeaderData Header(int fragment = 0) {
     syncer::PushHeaderData h;

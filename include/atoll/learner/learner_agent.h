@@ -52,6 +52,7 @@ struct AgentCounters {
   int64_t pushes = 0, pushes_failed = 0, pulls = 0, fragments_applied = 0;
   int64_t payload_bytes_up = 0, payload_bytes_down = 0;
   int64_t joins = 0, catchup_fragments = 0, rejected = 0;
+  int64_t checksum_mismatches = 0;   // pulled copies that disagreed with the syncer's bits
   double first_contribution_s = -1;  // seconds from Start() to the first accepted push
   bool joined = false;
   int learner_id = -1;

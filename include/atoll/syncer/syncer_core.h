@@ -1,22 +1,29 @@
 // SyncerCore: the syncer's whole state and its transitions, with no threads and no sockets.
 //
-// Holds the global parameters Θ split into P fragments, the Nesterov buffer per fragment, the
-// public copy Φ (see exchange/fragment_exchange.h) with a short history of versions, a version
-// and round counter per fragment, the pending contributions of each fragment's open round, and a
-// table of learners. Every input is validated; a rejected input returns a Status that says what
-// was wrong and changes no state.
+// Holds the global parameters Θ split into P fragments, the Nesterov buffer per fragment, a
+// version and round counter per fragment, the pending contributions of each fragment's open
+// round, a table of learners, and for every (learner, fragment) the copy Φ_{m,p} that learner
+// holds (see exchange/fragment_exchange.h). Every input is validated; a rejected input returns a
+// Status that says what was wrong and changes no state.
 //
-// Late contributions: a push carries the public version it was computed against, not a round
+// Per-learner copies (docs/decisions/002). A pull sends Θ_p − Φ_{m,p} encoded (int4 by default)
+// and advances Φ_{m,p} by exactly the decoded delta, so both sides hold the same bits and the
+// quantisation error is carried into the next delta (error feedback). However many versions a
+// learner missed, a pull costs one encoded fragment. The copy before the last pull is kept, so a
+// reply lost in transit (the learner still holds the older copy) is recovered by rolling back.
+// Anything else (a learner that holds nothing, or a copy the syncer does not recognise) gets Θ_p
+// in full fp32.
+//
+// Late contributions: a push carries the version of the copy it was computed against, not a round
 // number. Whatever round of that fragment is open when it arrives is the one it joins, and its
 // outer gradient is taken against the *current* Θ_p. So an update that arrives after "its" round
 // closed is folded into the next round of that fragment, never dropped (docs/decisions/003).
-// Only a base version that has fallen out of the history is refused (Aborted: pull again).
+// Only a base the syncer no longer holds is refused (Aborted: pull the fragment in full).
 //
 // Thread-safety: none. The syncer's event-loop thread owns the one instance (docs/threading).
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
 #include <span>
@@ -47,7 +54,6 @@ struct SyncerOptions {
   diloco::CodecOptions uplink{diloco::Encoding::kInt4, 128};
   diloco::CodecOptions downlink{diloco::Encoding::kInt4, 128};
   double learner_timeout_s = 10.0;  // silent this long → no longer live
-  int history_versions = 16;        // public-copy versions kept as uplink bases
   uint64_t incarnation = 0;         // changes on every (re)start of the syncer
 };
 
@@ -61,7 +67,9 @@ struct LearnerRecord {
   double loss = 0, step_seconds = 0, tokens_per_second = 0;
   int64_t bytes_up = 0, bytes_down = 0;   // as the syncer counted them
   int64_t pushes = 0, pushes_rejected = 0, rounds_joined = 0, late_folded = 0;
-  int64_t tokens_merged = 0;              // c_tokens of contributions merged into Θ
+  // Tokens whose updates were merged into Θ: Σ c_tokens / P over merged contributions (a token
+  // updates all P fragments, and each fragment's contribution counts it once).
+  double tokens_merged = 0;
 };
 
 struct JoinRequestData {
@@ -126,7 +134,7 @@ struct RoundReport {
   std::vector<int> late;           // live learners that missed it
   double grace_seconds = 0;
   double merged_norm = 0;
-  int64_t tokens_merged = 0;
+  double tokens_merged = 0;        // Σ c_tokens / P of the contributors
   std::string reason;
   TimePoint closed_at{};
 };
@@ -149,8 +157,10 @@ class SyncerCore {
   std::vector<RoundReport> Poll(TimePoint now, const Clock& clock);
   // Earliest pending grace deadline, if any.
   std::optional<TimePoint> NextWake(TimePoint now) const;
-  // What a learner holding `have_version` of `fragment` should receive now.
-  StatusOr<PullPayload> Pull(int fragment, int64_t have_version) const;
+  // What learner `learner_id`, holding its copy of `fragment` at `have_version` (-1: none),
+  // should receive now; advances the syncer's record of that learner's copy accordingly.
+  // NotFound for a learner that has not joined; InvalidArgument for a bad fragment.
+  StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version);
 
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
   void CountBytes(int learner_id, int64_t up, int64_t down);
@@ -163,7 +173,8 @@ class SyncerCore {
   std::vector<int64_t> versions() const;
   int64_t rounds_closed() const { return rounds_closed_; }
   std::span<const float> theta(int fragment) const { return fragments_[fragment].theta; }
-  std::span<const float> public_copy(int fragment) const { return fragments_[fragment].public_copy; }
+  // The copy of `fragment` the syncer believes `learner_id` holds (empty if none).
+  std::span<const float> learner_copy(int learner_id, int fragment) const;
   const std::map<int, LearnerRecord>& learners() const { return learners_; }
   std::vector<int> LiveLearners(TimePoint now) const;
   const RoundEstimates& estimates() const { return estimates_; }
@@ -178,11 +189,8 @@ class SyncerCore {
     TimePoint arrived{};
   };
   struct FragmentState {
-    std::vector<float> theta, momentum, public_copy;
+    std::vector<float> theta, momentum;
     int64_t version = 0;
-    std::deque<std::pair<int64_t, std::vector<float>>> history;  // (version, Φ at it), oldest first
-    std::vector<std::byte> last_delta;                            // Φ(version−1) → Φ(version)
-    uint64_t public_checksum = 0;
     int64_t round = 0;
     std::vector<Contribution> pending;
     std::optional<TimePoint> opened_at, quorum_at;
@@ -190,12 +198,20 @@ class SyncerCore {
 
   SyncerCore(SyncerOptions options, diloco::FragmentPlan plan);
   RoundReport CloseRound(int p, const RoundDecision& decision, TimePoint now, const Clock& clock);
-  const std::vector<float>* PublicAt(const FragmentState& f, int64_t version) const;
+  struct LearnerCopy {
+    int64_t version = -1;             // the global version this copy was produced at
+    std::vector<float> values;
+    int64_t prev_version = -1;        // the copy before the last pull (a lost reply rolls back)
+    std::vector<float> prev_values;
+  };
+  // The copy of (learner, fragment) at `version`, current or previous; nullptr otherwise.
+  const std::vector<float>* CopyAt(int learner_id, int fragment, int64_t version) const;
 
   SyncerOptions options_;
   diloco::FragmentPlan plan_;
   std::vector<FragmentState> fragments_;
   std::map<int, LearnerRecord> learners_;
+  std::map<std::pair<int, int>, LearnerCopy> copies_;  // (learner, fragment) → copy
   RoundEstimates estimates_;
   int64_t rounds_closed_ = 0;
 };

@@ -73,6 +73,7 @@ class SyncerLoop final : public SyncerApi {
  private:
   using Task = std::function<void(SyncerCore&, TimePoint)>;
   struct Waiter {
+    int learner_id;
     int fragment;
     int64_t have_version;
     TimePoint deadline;

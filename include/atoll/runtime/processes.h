@@ -1,0 +1,48 @@
+// The processes of a Decoupled DiLoCo run: the syncer, a learner, and `atoll run`, which starts
+// a syncer and M learners on this machine and reports on them. Each returns a process exit code
+// (0 ok, 1 runtime failure, 2 bad input) after printing a clear message; they never call exit().
+#pragma once
+
+#include <string>
+
+#include "atoll/model/trainer.h"
+#include "atoll/runtime/run_config.h"
+
+namespace atl::runtime {
+
+struct TlsFiles {
+  std::string cert, key;  // syncer
+  std::string ca;         // learner
+  std::string server_name;
+};
+
+struct SyncerProcessOptions {
+  RunConfig config;
+  std::string listen = "127.0.0.1:0";
+  std::string port_file;   // written (atomically) with the bound port once listening
+  std::string out_dir;     // metrics-syncer.jsonl, checkpoint, syncer-summary.json
+  TlsFiles tls;
+};
+int RunSyncerProcess(const SyncerProcessOptions& options);
+
+struct LearnerProcessOptions {
+  RunConfig config;
+  int id = 0;
+  std::string syncer;      // host:port
+  std::string out_dir;     // metrics-learner-<id>.jsonl, learner-<id>.json
+  bool rejoin = false;
+  TlsFiles tls;
+};
+int RunLearnerProcess(const LearnerProcessOptions& options);
+
+struct RunOptions {
+  RunConfig config;
+  bool live = true;        // live progress table on a terminal
+};
+int RunLocalCluster(const RunOptions& options);
+
+// The TrainerOptions a learner (or the syncer's evaluator) of this run uses. Needs the prepared
+// data folder for the vocabulary size.
+StatusOr<model::TrainerOptions> MakeTrainerOptions(const RunConfig& config, int learner_id);
+
+}  // namespace atl::runtime

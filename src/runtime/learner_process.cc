@@ -1,0 +1,160 @@
+// `atoll learner`: one island. Trains on its own clock; the LearnerAgent exchanges fragments in
+// the background. In `diloco` mode it blocks at every H-step barrier by design (the baseline).
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "atoll/core/clock.h"
+#include "atoll/core/file.h"
+#include "atoll/learner/learner_agent.h"
+#include "atoll/learner/wan_shaper.h"
+#include "atoll/model/data.h"
+#include "atoll/runtime/processes.h"
+#include "atoll/transport/grpc.h"
+#include "jsonl.h"
+
+namespace atl::runtime {
+
+StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<diloco::TensorSpec>& tensors);
+
+int RunLearnerProcess(const LearnerProcessOptions& opt) {
+  const RunConfig& c = opt.config;
+  const int id = opt.id;
+  auto fail = [id](const Status& st, int code) {
+    std::fprintf(stderr, "atoll learner %d: error: %s\n", id, st.ToString().c_str());
+    return code;
+  };
+  if (Status st = ValidateRunConfig(c); !st.ok()) return fail(st, 2);
+  if (id < 0 || id >= c.learners) {
+    return fail(InvalidArgumentError("--id " + std::to_string(id) + " out of range [0, " + std::to_string(c.learners) + ")"), 2);
+  }
+  if (opt.syncer.empty()) return fail(InvalidArgumentError("--syncer host:port is required"), 2);
+  const std::string out = opt.out_dir.empty() ? "." : opt.out_dir;
+  if (Status st = MakeDirs(out); !st.ok()) return fail(st, 1);
+  auto manifest = model::EnsureDataPrepared(c.data, nullptr);
+  if (!manifest.ok()) return fail(manifest.status(), 2);
+  auto topts = MakeTrainerOptions(c, id);
+  if (!topts.ok()) return fail(topts.status(), 2);
+  auto trainer_or = model::Trainer::Create(*topts);
+  if (!trainer_or.ok()) return fail(trainer_or.status(), 1);
+  model::Trainer& trainer = **trainer_or;
+  auto plan = MakePlan(c, trainer.tensors());
+  if (!plan.ok()) return fail(plan.status(), 2);
+
+  transport::ClientOptions co;
+  co.target = opt.syncer;
+  co.token = c.token;
+  co.tls.enabled = !opt.tls.ca.empty();
+  co.tls.ca_file = opt.tls.ca;
+  co.tls.server_name = opt.tls.server_name;
+  auto client = transport::GrpcSyncerClient::Connect(co);
+  if (!client.ok()) return fail(client.status(), 2);
+  RealClock& clock = RealClock::Default();
+  std::unique_ptr<learner::ShapedSyncerApi> shaped;
+  syncer::SyncerApi* api = client->get();
+  if (c.bandwidth_mbps > 0 || c.latency_ms > 0 || c.loss > 0) {
+    learner::ShaperOptions so;
+    so.bandwidth_bps = c.bandwidth_mbps * 1e6;
+    so.latency_s = c.latency_ms / 1000.0;
+    so.loss = c.loss;
+    so.seed = c.seed * 1000 + static_cast<uint64_t>(id) + 1;
+    shaped = std::make_unique<learner::ShapedSyncerApi>(**client, so, clock);
+    api = shaped.get();
+  }
+
+  learner::AgentOptions ao;
+  ao.run_id = c.run_id;
+  ao.learner_id = id;
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof(host) - 1);
+  ao.host = std::string(host) + ":" + std::to_string(::getpid());
+  ao.rejoin = opt.rejoin;
+  ao.mode = c.mode;
+  ao.schedule = {c.H, c.fragments, c.tau};
+  auto up = diloco::ParseEncoding(c.uplink);
+  if (!up.ok()) return fail(up.status(), 2);
+  ao.uplink = {*up, c.block};
+  ao.alpha = c.alpha;
+  learner::LearnerAgent agent(ao, *plan, [&] {
+    std::vector<std::span<float>> v;
+    for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) v.push_back(trainer.Parameter(i));
+    return v;
+  }(), *api, clock);
+  const double t_start = UnixSeconds();
+  if (Status st = agent.Start(); !st.ok()) return fail(st, 2);
+  std::printf("learner %d: %s, joined=%s, %lld steps of %lld tokens, speed %.2f\n", id,
+              c.mode.c_str(), agent.counters().joined ? "yes" : "not yet (training on; retrying)",
+              static_cast<long long>(c.steps), static_cast<long long>(trainer.tokens_per_step()), c.SpeedOf(id));
+  std::fflush(stdout);
+
+  JsonlWriter metrics(out + "/metrics-learner-" + std::to_string(id) + ".jsonl");
+  const double speed = c.SpeedOf(id);
+  double ema_step = 0, ema_tps = 0, last_loss = 0;
+  int64_t step = trainer.step();
+  double train_seconds = 0, wait_seconds = 0;
+  while (step < c.steps && !agent.finish_requested()) {
+    if (Status fatal = agent.fatal_error(); !fatal.ok()) return fail(fatal, 1);
+    const TimePoint t0 = clock.Now();
+    auto s = trainer.Step();
+    if (!s.ok()) return fail(s.status(), 1);
+    if (speed < 1.0) clock.SleepFor(FromSeconds(s->seconds * (1.0 / speed - 1.0)));  // slower hardware
+    const double step_s = ToSeconds(clock.Now() - t0);
+    train_seconds += step_s;
+    agent.OnStep(step, s->tokens);
+    ++step;
+    int applied = 0;
+    if (c.mode == "diloco" && step % c.H == 0) {
+      const TimePoint w0 = clock.Now();
+      applied = agent.WaitForAllFragments(step, 600.0);  // the synchronous barrier
+      wait_seconds += ToSeconds(clock.Now() - w0);
+    } else {
+      applied = agent.ApplyReady(step);
+    }
+    ema_step = ema_step == 0 ? step_s : 0.9 * ema_step + 0.1 * step_s;
+    ema_tps = static_cast<double>(s->tokens) / ema_step;
+    last_loss = s->loss;
+    learner::Progress p;
+    p.step = step;
+    p.tokens = trainer.tokens_trained();
+    p.loss = s->loss;
+    p.step_seconds = ema_step;
+    p.tokens_per_second = ema_tps;
+    agent.SetProgress(p);
+    metrics.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id},
+                   {"step", step}, {"tokens", trainer.tokens_trained()}, {"loss", s->loss},
+                   {"lr", s->lr}, {"tokens_per_s", ema_tps}, {"applied", applied}});
+    if (step % 25 == 0 || step == c.steps) {
+      std::printf("learner %d: step %lld/%lld loss %.4f %.0f tok/s\n", id, static_cast<long long>(step),
+                  static_cast<long long>(c.steps), s->loss, ema_tps);
+      std::fflush(stdout);
+    }
+  }
+  learner::Progress done;
+  done.step = step;
+  done.tokens = trainer.tokens_trained();
+  done.loss = last_loss;
+  done.state = "done";
+  agent.SetProgress(done);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // one heartbeat says "done"
+  agent.Stop();
+  const auto k = agent.counters();
+  const double wall = UnixSeconds() - t_start;
+  nlohmann::json summary = {
+      {"learner", id}, {"steps", step}, {"tokens", trainer.tokens_trained()}, {"loss", last_loss},
+      {"wall_seconds", wall}, {"train_seconds", train_seconds}, {"barrier_wait_seconds", wait_seconds},
+      {"tokens_per_second", wall > 0 ? trainer.tokens_trained() / wall : 0.0},
+      {"pushes", k.pushes}, {"pushes_failed", k.pushes_failed}, {"pulls", k.pulls},
+      {"fragments_applied", k.fragments_applied}, {"payload_bytes_up", k.payload_bytes_up},
+      {"payload_bytes_down", k.payload_bytes_down}, {"wire_bytes_up", (*client)->bytes_sent()},
+      {"wire_bytes_down", (*client)->bytes_received()}, {"joins", k.joins},
+      {"catchup_fragments", k.catchup_fragments},
+      {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected}, {"first_contribution_s", k.first_contribution_s},
+      {"speed", speed}};
+  (void)WriteFileAtomic(out + "/learner-" + std::to_string(id) + ".json", summary.dump(2));
+  std::printf("learner %d: done, %lld steps, %.0f tok/s, %lld pushes\n", id, static_cast<long long>(step),
+              summary["tokens_per_second"].get<double>(), static_cast<long long>(k.pushes));
+  return 0;
+}
+
+}  // namespace atl::runtime

@@ -1,0 +1,178 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <fmt/format.h>
+
+#include "atoll/core/file.h"
+
+namespace atl::runtime {
+namespace {
+
+std::string Bytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) {
+    b /= 1000;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", b, units[u]);
+}
+
+double Num(const nlohmann::json& j, const char* key, double fallback = 0) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+}  // namespace
+
+void ProgressView::Draw(const nlohmann::json& st, double t) {
+  std::string out;
+  const auto& ls = st.value("learners", nlohmann::json::array());
+  int64_t params_hint = 0;
+  (void)params_hint;
+  out += fmt::format("t={:5.0f}s  rounds {:6}  bytes up {:>9}  down {:>9}  t_step {:.2f}s  live {}\n", t,
+                     st.value("rounds", 0), Bytes(Num(st, "bytes_up")), Bytes(Num(st, "bytes_down")),
+                     Num(st, "t_step_s"), st.value("live", nlohmann::json::array()).size());
+  for (const auto& l : ls) {
+    out += fmt::format("  learner {:2}  {:9}  step {:5}/{:<5}  {:7.0f} tok/s  loss {:7.4f}  rounds {:5}  joins {}\n",
+                       l.value("id", -1), l.value("state", "?"), l.value("step", 0), config_.steps,
+                       Num(l, "tokens_per_second"), Num(l, "loss"), l.value("rounds_joined", 0),
+                       l.value("joins", 0));
+  }
+  if (redraw_) {
+    if (lines_drawn_ > 0) std::printf("\033[%dA", lines_drawn_);
+    std::string cleared;
+    for (char ch : out) {
+      if (ch == '\n') cleared += "\033[K";
+      cleared += ch;
+    }
+    std::fputs(cleared.c_str(), stdout);
+    lines_drawn_ = static_cast<int>(std::count(out.begin(), out.end(), '\n'));
+  } else if (t - last_line_ >= 10.0) {
+    std::fputs(out.c_str(), stdout);
+    last_line_ = t;
+  }
+  std::fflush(stdout);
+}
+
+nlohmann::json BuildRunSummary(const RunConfig& c, const nlohmann::json& syncer, double wall) {
+  nlohmann::json s;
+  s["mode"] = c.mode;
+  s["learners"] = c.learners;
+  s["fragments"] = c.fragments;
+  s["H"] = c.H;
+  s["tau"] = c.tau;
+  s["quorum"] = c.quorum;
+  s["grace"] = c.grace;
+  s["uplink"] = c.uplink;
+  s["downlink"] = c.downlink;
+  s["preset"] = c.preset;
+  s["wall_seconds"] = wall;
+  const double params = Num(syncer, "params");
+  s["params"] = params;
+  s["rounds"] = syncer.value("rounds", 0);
+  s["eval_loss"] = syncer.contains("eval_loss") ? syncer["eval_loss"] : nlohmann::json(nullptr);
+  s["eval_loss_start"] = syncer.contains("eval_loss_start") ? syncer["eval_loss_start"] : nlohmann::json(nullptr);
+  s["theta_checksum"] = syncer.value("theta_checksum", "");
+  int64_t tokens = 0, steps = 0;
+  double merged = 0;
+  double up = 0, down = 0, payload_up = 0, payload_down = 0;
+  nlohmann::json per = nlohmann::json::array();
+  std::map<int, nlohmann::json> syncer_rows;
+  for (const auto& l : syncer.value("learners", nlohmann::json::array())) syncer_rows[l.value("id", -1)] = l;
+  for (int i = 0; i < c.learners; ++i) {
+    nlohmann::json row = {{"learner", i}};
+    auto text = ReadFile(c.out + "/learner-" + std::to_string(i) + ".json");
+    if (text.ok()) {
+      auto l = nlohmann::json::parse(*text, nullptr, false);
+      if (!l.is_discarded()) {
+        row["tokens"] = l.value("tokens", 0);
+        row["steps"] = l.value("steps", 0);
+        row["tokens_per_second"] = Num(l, "tokens_per_second");
+        row["pushes"] = l.value("pushes", 0);
+        row["bytes_up"] = l.value("wire_bytes_up", 0);
+        row["bytes_down"] = l.value("wire_bytes_down", 0);
+        row["payload_bytes_up"] = l.value("payload_bytes_up", 0);
+        row["payload_bytes_down"] = l.value("payload_bytes_down", 0);
+        row["first_contribution_s"] = Num(l, "first_contribution_s", -1);
+        row["barrier_wait_seconds"] = Num(l, "barrier_wait_seconds");
+        row["speed"] = Num(l, "speed", 1);
+        row["checksum_mismatches"] = l.value("checksum_mismatches", 0);
+        tokens += l.value("tokens", int64_t{0});
+        steps += l.value("steps", int64_t{0});
+        up += Num(l, "wire_bytes_up");
+        down += Num(l, "wire_bytes_down");
+        payload_up += Num(l, "payload_bytes_up");
+        payload_down += Num(l, "payload_bytes_down");
+      }
+    } else {
+      row["error"] = "no learner summary (the learner did not finish)";
+    }
+    if (syncer_rows.count(i)) {
+      row["rounds_joined"] = syncer_rows[i].value("rounds_joined", 0);
+      row["tokens_merged"] = Num(syncer_rows[i], "tokens_merged");
+      row["late_folded"] = syncer_rows[i].value("late_folded", 0);
+      row["joins"] = syncer_rows[i].value("joins", 0);
+      merged += Num(syncer_rows[i], "tokens_merged");
+    }
+    per.push_back(row);
+  }
+  s["tokens_trained"] = tokens;
+  s["tokens_merged"] = merged;
+  s["tokens_per_second"] = wall > 0 ? tokens / wall : 0.0;
+  s["bytes_up"] = up;
+  s["bytes_down"] = down;
+  s["payload_bytes_up"] = payload_up;
+  s["payload_bytes_down"] = payload_down;
+  // What synchronous data-parallel would have moved for the same learner-steps: every step each
+  // learner sends its full gradient and receives the average, bf16 both ways.
+  s["dp_equivalent_bytes"] = static_cast<double>(steps) * params * 2.0 * 2.0;
+  s["per_learner"] = per;
+  return s;
+}
+
+void MergeMetrics(const RunConfig& c) {
+  std::vector<std::pair<double, std::string>> lines;
+  auto slurp = [&](const std::string& path) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) continue;  // a line cut by a kill
+      lines.emplace_back(Num(j, "t"), line);
+    }
+  };
+  slurp(c.out + "/metrics-syncer.jsonl");
+  for (int i = 0; i < c.learners; ++i) slurp(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl");
+  std::stable_sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string text;
+  for (const auto& [t, line] : lines) text += line + "\n";
+  (void)WriteFileAtomic(c.out + "/metrics.jsonl", text);
+}
+
+std::string FormatReport(const nlohmann::json& s) {
+  std::string r = "\n== atoll run report ==\n";
+  r += fmt::format("mode {}  learners {}  fragments {}  rounds {}  wall {:.1f}s\n", s.value("mode", "?"),
+                   s.value("learners", 0), s.value("fragments", 0), s.value("rounds", 0), Num(s, "wall_seconds"));
+  if (s["eval_loss"].is_number()) {
+    r += fmt::format("eval loss of the global model: {:.4f} (started at {:.4f})\n", s["eval_loss"].get<double>(),
+                     Num(s, "eval_loss_start"));
+  }
+  r += fmt::format("tokens trained {}  merged into the global model {:.0f}  ({:.0f} tokens/s across learners)\n",
+                   s.value("tokens_trained", 0), Num(s, "tokens_merged"), Num(s, "tokens_per_second"));
+  const double wire = Num(s, "bytes_up") + Num(s, "bytes_down");
+  const double dp = Num(s, "dp_equivalent_bytes");
+  r += fmt::format("bytes on the wire {} (up {}, down {}); data-parallel would have moved {} ({:.1f}x more)\n",
+                   Bytes(wire), Bytes(Num(s, "bytes_up")), Bytes(Num(s, "bytes_down")), Bytes(dp),
+                   wire > 0 ? dp / wire : 0.0);
+  for (const auto& l : s.value("per_learner", nlohmann::json::array())) {
+    r += fmt::format("  learner {}: {} tokens, {:.0f} tok/s, {} rounds joined, {} pushes, up {} down {}\n",
+                     l.value("learner", -1), l.value("tokens", 0), Num(l, "tokens_per_second"),
+                     l.value("rounds_joined", 0), l.value("pushes", 0), Bytes(Num(l, "bytes_up")),
+                     Bytes(Num(l, "bytes_down")));
+  }
+  return r;
+}
+
+}  // namespace atl::runtime

@@ -1,0 +1,33 @@
+// What `atoll run` shows and writes: the live progress view, summary.json, the merged
+// metrics.jsonl and the closing report.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "atoll/runtime/run_config.h"
+
+namespace atl::runtime {
+
+class ProgressView {
+ public:
+  // `redraw`: a terminal that can redraw the table in place; otherwise a line every 10 s.
+  ProgressView(const RunConfig& config, bool redraw) : config_(config), redraw_(redraw) {}
+  void Draw(const nlohmann::json& status, double elapsed_s);
+
+ private:
+  const RunConfig& config_;
+  bool redraw_;
+  int lines_drawn_ = 0;
+  double last_line_ = -1e9;
+};
+
+// Combines the syncer's summary with each learner's learner-<i>.json in the run folder.
+nlohmann::json BuildRunSummary(const RunConfig& config, const nlohmann::json& syncer_summary,
+                               double wall_seconds);
+// Merges metrics-syncer.jsonl and metrics-learner-*.jsonl into metrics.jsonl, ordered by time.
+void MergeMetrics(const RunConfig& config);
+std::string FormatReport(const nlohmann::json& summary);
+
+}  // namespace atl::runtime
