@@ -112,6 +112,15 @@ void RegisterTrain(CLI::App& app, CommandContext& ctx) {
     ctx.action = [f] {
       auto& run = f->run;
       run.log = PrintLine;
+      // Flags are checked before the data is prepared (which may take a while).
+      auto known = model::PresetConfig(f->preset, 256);
+      if (!known.ok()) return Fail("train", known.status());
+      if (run.steps < 1 || run.trainer.batch_size < 1 || f->seq < 1 || run.trainer.replicas < 1 ||
+          run.trainer.threads < 1 || run.trainer.optim.lr <= 0) {
+        return Fail("train", InvalidArgumentError(
+                                 "--steps, --batch, --seq, --replicas, --threads and --lr must be "
+                                 "positive"));
+      }
       auto data = model::EnsureDataPrepared(run.trainer.data_dir, PrintLine);
       if (!data.ok()) return Fail("train", data.status());
       auto config = model::PresetConfig(f->preset, data->vocab_size);

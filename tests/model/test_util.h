@@ -1,0 +1,49 @@
+// Helpers shared by the model tests: scratch folders and tiny deterministic corpora.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "atoll/core/file.h"
+#include "atoll/core/rng.h"
+
+namespace atl::model::testing {
+
+// A fresh, empty folder under the system temp dir, unique per process and name.
+inline std::string ScratchDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("atoll_model_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// ~bytes of English-like lines from a small vocabulary (so a tiny model can learn it fast).
+inline std::string TinyCorpus(size_t bytes, uint64_t seed = 1) {
+  static const char* kWords[] = {"the",  "king", "said", "unto", "his",   "people", "and",
+                                 "lo",   "a",    "great", "light", "came", "upon",  "land",
+                                 "of",   "river", "they", "went",  "forth", "in",   "peace"};
+  Rng rng(seed);
+  std::string out;
+  while (out.size() < bytes) {
+    int words = 4 + static_cast<int>(rng.UniformInt(8));
+    for (int w = 0; w < words; ++w) {
+      if (w) out.push_back(' ');
+      out += kWords[rng.UniformInt(sizeof(kWords) / sizeof(kWords[0]))];
+    }
+    out += ".\n";
+  }
+  return out;
+}
+
+inline std::string WriteText(const std::string& dir, const std::string& name,
+                             const std::string& text) {
+  std::string path = (std::filesystem::path(dir) / name).string();
+  Status st = WriteFileAtomic(path, text);
+  (void)st;
+  return path;
+}
+
+}  // namespace atl::model::testing
