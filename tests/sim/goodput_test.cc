@@ -158,7 +158,7 @@ TEST(SimGoodput, SyncDilocoBarrierCostsTimeAndNeverDeadlocks) {
   GoodputParams p = Mid();
   p.chips = 20'000;  // few slices per learner: learners can lose every slice
   p.slice_chips = 1024;
-  p.days = 20;
+  p.days = 5;
   auto base = RunGoodput(p, {Mode::kSyncDiloco});
   p.barrier_s = 6;  // 6 s of outer all-reduce per 24 s round
   auto slow = RunGoodput(p, {Mode::kSyncDiloco});
