@@ -112,6 +112,8 @@ void Register(CLI::App& app, CommandContext& ctx) {
     AddRunFlags(c, *o);
     c->add_option("--listen", p->listen, "Address to listen on (default 127.0.0.1:0 = a free port)");
     c->add_option("--port-file", p->port_file, "Write the bound port to this file once listening");
+    c->add_option("--state", p->state_dir,
+                  "Durable state folder (default <out>/state); a syncer restarted on it resumes from the last committed round");
     c->add_option("--tls-cert", p->tls.cert, "TLS server certificate (PEM); enables TLS")->check(CLI::ExistingFile);
     c->add_option("--tls-key", p->tls.key, "TLS server key (PEM)")->check(CLI::ExistingFile);
     c->callback([&ctx, o, p] {

@@ -12,6 +12,7 @@
 #include "atoll/model/data.h"
 #include "atoll/model/safetensors.h"
 #include "atoll/runtime/processes.h"
+#include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_loop.h"
 #include "atoll/transport/grpc.h"
 #include "jsonl.h"
@@ -89,6 +90,14 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
   sopts->incarnation = static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid());
   auto core = syncer::SyncerCore::Create(*sopts, *plan, std::move(initial));
   if (!core.ok()) return fail(core.status(), 2);
+  syncer::DurableState durable(opt.state_dir.empty() ? out + "/state" : opt.state_dir);
+  if (durable.Exists()) {
+    if (Status st = durable.Restore(*core); !st.ok()) return fail(st.WithContext("resuming from " + durable.dir()), 2);
+    std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", durable.dir().c_str(),
+                static_cast<long long>(core->rounds_closed()), nlohmann::json(core->versions()).dump().c_str());
+  } else if (Status st = durable.SaveAll(*core); !st.ok()) {
+    return fail(st.WithContext("writing the initial state"), 1);
+  }
 
   std::printf("syncer: run %s, mode %s, %lld params in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, up %s down %s\n",
               c.run_id.c_str(), c.mode.c_str(), static_cast<long long>(ev.num_params()),
@@ -101,7 +110,17 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
 
   JsonlWriter metrics(out + "/metrics-syncer.jsonl");
   RealClock& clock = RealClock::Default();
-  syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::RoundReport& r) {
+  double last_table_save = 0;
+  syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+    // Commit before the new version becomes visible (docs/failure-semantics.md).
+    if (Status st = durable.SaveFragment(sc, r.fragment); !st.ok()) {
+      std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
+      std::abort();  // never publish a version that is not durable
+    }
+    if (UnixSeconds() - last_table_save > 2.0) {
+      (void)durable.SaveLearners(sc);
+      last_table_save = UnixSeconds();
+    }
     metrics.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "round"},
                    {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
                    {"contributors", r.contributors}, {"weights", r.weights}, {"late", r.late},

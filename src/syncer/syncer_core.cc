@@ -377,6 +377,45 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
   return out;
 }
 
+SyncerCore::FragmentSnapshot SyncerCore::SnapshotFragment(int fragment) const {
+  const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
+  return {f.version, f.round, f.theta, f.momentum};
+}
+
+Status SyncerCore::RestoreFragment(int fragment, FragmentSnapshot snap) {
+  if (fragment < 0 || fragment >= plan_.num_fragments()) return InvalidArgumentError("restore: bad fragment");
+  FragmentState& f = fragments_[static_cast<size_t>(fragment)];
+  if (snap.theta.size() != f.theta.size() || snap.momentum.size() != f.theta.size()) {
+    return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " has " +
+                                std::to_string(snap.theta.size()) + " values, the plan " +
+                                std::to_string(f.theta.size()));
+  }
+  if (!exchange::AllFinite(snap.theta) || !exchange::AllFinite(snap.momentum) || snap.version < 0 ||
+      snap.round < 0) {
+    return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " holds invalid values");
+  }
+  f.theta = std::move(snap.theta);
+  f.momentum = std::move(snap.momentum);
+  f.version = snap.version;
+  f.round = snap.round;
+  f.pending.clear();
+  f.opened_at.reset();
+  f.quorum_at.reset();
+  for (auto it = copies_.begin(); it != copies_.end();) {
+    it = it->first.second == fragment ? copies_.erase(it) : std::next(it);
+  }
+  return Status::Ok();
+}
+
+void SyncerCore::RestoreLearners(const std::map<int, LearnerRecord>& learners, TimePoint now) {
+  for (const auto& [id, l] : learners) {
+    LearnerRecord r = l;
+    r.last_seen = now;
+    if (r.state != "done") r.state = "joining";
+    learners_[id] = r;
+  }
+}
+
 void SyncerCore::CountBytes(int learner_id, int64_t up, int64_t down) {
   auto it = learners_.find(learner_id);
   if (it == learners_.end()) return;

@@ -56,7 +56,7 @@ void SyncerLoop::Run() {
     for (auto& t : batch) t(core_, clock_.Now());
     const TimePoint now = clock_.Now();
     for (const RoundReport& r : core_.Poll(now, clock_)) {
-      if (on_round_) on_round_(r);
+      if (on_round_) on_round_(core_, r);
     }
     ServeWaiters(clock_.Now(), false);
   }

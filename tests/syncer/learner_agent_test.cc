@@ -63,7 +63,7 @@ TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
   ASSERT_TRUE(core.ok()) << core.status();
   RealClock clock;
   std::atomic<int> rounds{0};
-  syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::RoundReport&) { rounds++; });
+  syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::SyncerCore&, const syncer::RoundReport&) { rounds++; });
   std::vector<double> start_dist;
   std::vector<std::unique_ptr<ToyLearner>> toys;
   std::vector<ToyLearner*> raw;

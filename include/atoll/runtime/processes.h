@@ -21,6 +21,7 @@ struct SyncerProcessOptions {
   std::string listen = "127.0.0.1:0";
   std::string port_file;   // written (atomically) with the bound port once listening
   std::string out_dir;     // metrics-syncer.jsonl, checkpoint, syncer-summary.json
+  std::string state_dir;   // durable state; "" = <out_dir>/state. Resumed from when present.
   TlsFiles tls;
 };
 int RunSyncerProcess(const SyncerProcessOptions& options);

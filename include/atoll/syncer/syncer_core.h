@@ -180,6 +180,20 @@ class SyncerCore {
   const RoundEstimates& estimates() const { return estimates_; }
   nlohmann::json StatusJson(TimePoint now) const;
 
+  // For DurableState: the persisted part of one fragment, and restoring it.
+  struct FragmentSnapshot {
+    int64_t version = 0, round = 0;
+    std::vector<float> theta, momentum;
+  };
+  FragmentSnapshot SnapshotFragment(int fragment) const;
+  // Replaces fragment state (pending contributions and learner copies of it are dropped).
+  // InvalidArgument when sizes differ from the plan or values are not finite.
+  Status RestoreFragment(int fragment, FragmentSnapshot snapshot);
+  // Restores accounting rows (last_seen is set to `now`, so restored learners get the timeout).
+  void RestoreLearners(const std::map<int, LearnerRecord>& learners, TimePoint now);
+  // Rounds closed in total, restored with the fragments.
+  void set_rounds_closed(int64_t n) { rounds_closed_ = n; }
+
  private:
   struct Contribution {
     int learner = -1;

@@ -36,10 +36,10 @@ class SyncerApi {
 
 class SyncerLoop final : public SyncerApi {
  public:
-  using RoundCallback = std::function<void(const RoundReport&)>;
+  using RoundCallback = std::function<void(const SyncerCore&, const RoundReport&)>;
 
-  // `on_round` runs on the loop thread after every closed round (log, metrics, persistence);
-  // it must not call back into the loop.
+  // `on_round` runs on the loop thread after every closed round and before the new version is
+  // visible to any caller (log, metrics, persistence); it must not call back into the loop.
   SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round,
              Duration tick = std::chrono::milliseconds(50));
   ~SyncerLoop() override;

@@ -1,0 +1,54 @@
+// Durable syncer state: what lets a SIGKILLed syncer restart without losing a committed outer
+// step.
+//
+// Committed. A round is committed when its new global value Θ_p, Nesterov buffer, version and
+// round number are on disk. The syncer's event loop persists a fragment *before* the new version
+// becomes visible to any learner (pulls and heartbeats are served after the persist), so every
+// version a learner ever saw survives a crash; a round whose merge was in memory but not yet on
+// disk was never committed and never seen, and its contributions are simply lost (the learners
+// contribute again at their next sync of that fragment).
+//
+// Layout of the state folder (each file written atomically: temp, fsync, rename):
+//   meta.json            run id, model signature, plan fingerprint, P (self-checksummed)
+//   fragment-NNN.bin     magic "ATOLFRG1", version, round, numel, XXH3 of the body, then
+//                        Θ_p and the Nesterov buffer (fp32, little-endian)
+//   learners.json        the learner table (accounting; rewritten at most every few seconds)
+// Per-learner copies are not persisted: after a restart a learner's next exchange of a fragment
+// fetches it in full once (fp32), then deltas resume.
+// Thread-safety: called from the syncer's loop thread only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "atoll/core/status.h"
+#include "atoll/syncer/syncer_core.h"
+
+namespace atl::syncer {
+
+class DurableState {
+ public:
+  explicit DurableState(std::string dir) : dir_(std::move(dir)) {}
+
+  const std::string& dir() const { return dir_; }
+  // True when the folder holds a saved state (meta.json exists).
+  bool Exists() const;
+  // Writes meta.json and every fragment (at start, for a fresh run).
+  Status SaveAll(const SyncerCore& core);
+  // Writes one fragment (after each committed round).
+  Status SaveFragment(const SyncerCore& core, int fragment);
+  Status SaveLearners(const SyncerCore& core);
+  // Loads a saved state into `core` (which must have been created with the same plan).
+  // FailedPrecondition when it belongs to another run/model/plan; DataLoss naming the file for a
+  // truncated or corrupted file. On error `core` is unchanged.
+  Status Restore(SyncerCore& core) const;
+
+ private:
+  std::string FragmentPath(int p) const;
+  std::string dir_;
+};
+
+// A fingerprint of the plan: fragment count and every slice (tensor, offset, count).
+uint64_t PlanFingerprint(const diloco::FragmentPlan& plan);
+
+}  // namespace atl::syncer

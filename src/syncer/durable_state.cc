@@ -1,0 +1,183 @@
+#include "atoll/syncer/durable_state.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "atoll/core/checksum.h"
+#include "atoll/core/file.h"
+
+namespace atl::syncer {
+namespace {
+
+constexpr char kMagic[8] = {'A', 'T', 'O', 'L', 'F', 'R', 'G', '1'};
+struct FragmentHeader {
+  char magic[8];
+  int64_t version;
+  int64_t round;
+  int64_t numel;
+  uint64_t body_checksum;
+};
+static_assert(sizeof(FragmentHeader) == 40, "the fragment file header is pinned at 40 bytes");
+
+nlohmann::json Meta(const SyncerCore& core) {
+  return {{"format", "atoll-syncer-state/1"},
+          {"run_id", core.options().run_id},
+          {"model_signature", ChecksumHex(diloco::ModelSignature(core.plan().tensors))},
+          {"plan", ChecksumHex(PlanFingerprint(core.plan()))},
+          {"fragments", core.plan().num_fragments()}};
+}
+
+Status WriteSelfChecksummed(const std::string& path, nlohmann::json j) {
+  j.erase("checksum");
+  j["checksum"] = ChecksumHex(Checksum64(j.dump()));
+  return WriteFileAtomic(path, j.dump(2));
+}
+
+StatusOr<nlohmann::json> ReadSelfChecksummed(const std::string& path) {
+  ATOLL_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("checksum")) {
+    return DataLossError(path + " is corrupted: not a checksummed JSON document");
+  }
+  const std::string want = j["checksum"].get<std::string>();
+  j.erase("checksum");
+  if (ChecksumHex(Checksum64(j.dump())) != want) {
+    return DataLossError(path + " is corrupted: checksum mismatch");
+  }
+  return j;
+}
+
+}  // namespace
+
+uint64_t PlanFingerprint(const diloco::FragmentPlan& plan) {
+  Hasher h;
+  for (const auto& f : plan.fragments) {
+    int64_t hdr[2] = {f.index, f.numel};
+    h.Update(hdr, sizeof(hdr));
+    for (const auto& s : f.slices) {
+      int64_t v[3] = {s.tensor, s.offset, s.count};
+      h.Update(v, sizeof(v));
+    }
+  }
+  return h.Digest();
+}
+
+std::string DurableState::FragmentPath(int p) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "/fragment-%03d.bin", p);
+  return dir_ + name;
+}
+
+bool DurableState::Exists() const { return FileExists(dir_ + "/meta.json"); }
+
+Status DurableState::SaveFragment(const SyncerCore& core, int p) {
+  auto snap = core.SnapshotFragment(p);
+  const size_t n = snap.theta.size();
+  std::vector<std::byte> buf(sizeof(FragmentHeader) + 2 * n * sizeof(float));
+  FragmentHeader h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = snap.version;
+  h.round = snap.round;
+  h.numel = static_cast<int64_t>(n);
+  std::byte* body = buf.data() + sizeof(FragmentHeader);
+  std::memcpy(body, snap.theta.data(), n * sizeof(float));
+  std::memcpy(body + n * sizeof(float), snap.momentum.data(), n * sizeof(float));
+  h.body_checksum = Checksum64(body, 2 * n * sizeof(float));
+  std::memcpy(buf.data(), &h, sizeof(h));
+  return WriteFileAtomic(FragmentPath(p), buf);
+}
+
+Status DurableState::SaveAll(const SyncerCore& core) {
+  ATOLL_RETURN_IF_ERROR(MakeDirs(dir_));
+  for (int p = 0; p < core.plan().num_fragments(); ++p) ATOLL_RETURN_IF_ERROR(SaveFragment(core, p));
+  ATOLL_RETURN_IF_ERROR(SaveLearners(core));
+  return WriteSelfChecksummed(dir_ + "/meta.json", Meta(core));  // last: marks the state complete
+}
+
+Status DurableState::SaveLearners(const SyncerCore& core) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [id, l] : core.learners()) {
+    rows.push_back({{"id", id}, {"host", l.host}, {"state", l.state}, {"joins", l.joins},
+                    {"step", l.step}, {"tokens", l.tokens}, {"bytes_up", l.bytes_up},
+                    {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
+                    {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
+                    {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged}});
+  }
+  return WriteSelfChecksummed(dir_ + "/learners.json",
+                              {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
+}
+
+Status DurableState::Restore(SyncerCore& core) const {
+  ATOLL_ASSIGN_OR_RETURN(auto meta, ReadSelfChecksummed(dir_ + "/meta.json"));
+  const auto want = Meta(core);
+  for (const char* key : {"run_id", "model_signature", "plan", "fragments"}) {
+    if (meta.value(key, nlohmann::json()) != want[key]) {
+      return FailedPreconditionError("saved state in " + dir_ + " belongs to another " +
+                                     std::string(key) + " (" + meta.value(key, nlohmann::json()).dump() +
+                                     " vs this syncer's " + want[key].dump() +
+                                     "); point --state at a fresh folder to start over");
+    }
+  }
+  // Read and verify everything before changing anything.
+  std::vector<SyncerCore::FragmentSnapshot> snaps;
+  for (int p = 0; p < core.plan().num_fragments(); ++p) {
+    const std::string path = FragmentPath(p);
+    ATOLL_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+    FragmentHeader h{};
+    const size_t n = static_cast<size_t>(core.plan().fragments[static_cast<size_t>(p)].numel);
+    if (bytes.size() < sizeof(h)) return DataLossError(path + " is truncated (" + std::to_string(bytes.size()) + " bytes)");
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    if (std::memcmp(h.magic, kMagic, 8) != 0) return DataLossError(path + " is not a syncer fragment file (bad magic)");
+    if (h.numel != static_cast<int64_t>(n)) {
+      return DataLossError(path + " holds " + std::to_string(h.numel) + " values, the plan " + std::to_string(n));
+    }
+    if (bytes.size() != sizeof(h) + 2 * n * sizeof(float)) {
+      return DataLossError(path + " is truncated: " + std::to_string(bytes.size()) + " bytes, expected " +
+                           std::to_string(sizeof(h) + 2 * n * sizeof(float)));
+    }
+    const char* body = bytes.data() + sizeof(h);
+    if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum) {
+      return DataLossError(path + " is corrupted: checksum mismatch");
+    }
+    SyncerCore::FragmentSnapshot s;
+    s.version = h.version;
+    s.round = h.round;
+    s.theta.resize(n);
+    s.momentum.resize(n);
+    std::memcpy(s.theta.data(), body, n * sizeof(float));
+    std::memcpy(s.momentum.data(), body + n * sizeof(float), n * sizeof(float));
+    snaps.push_back(std::move(s));
+  }
+  std::map<int, LearnerRecord> table;
+  int64_t rounds_closed = 0;
+  if (auto lj = ReadSelfChecksummed(dir_ + "/learners.json"); lj.ok()) {
+    rounds_closed = lj->value("rounds_closed", int64_t{0});
+    for (const auto& r : lj->value("learners", nlohmann::json::array())) {
+      LearnerRecord l;
+      l.id = r.value("id", -1);
+      l.host = r.value("host", "");
+      l.state = r.value("state", "joining");
+      l.joins = r.value("joins", 0);
+      l.step = r.value("step", int64_t{0});
+      l.tokens = r.value("tokens", int64_t{0});
+      l.bytes_up = r.value("bytes_up", int64_t{0});
+      l.bytes_down = r.value("bytes_down", int64_t{0});
+      l.pushes = r.value("pushes", int64_t{0});
+      l.pushes_rejected = r.value("pushes_rejected", int64_t{0});
+      l.rounds_joined = r.value("rounds_joined", int64_t{0});
+      l.late_folded = r.value("late_folded", int64_t{0});
+      l.tokens_merged = r.value("tokens_merged", 0.0);
+      if (l.id >= 0) table[l.id] = l;
+    }
+  } else if (lj.status().code() != StatusCode::kNotFound) {
+    return lj.status();
+  }
+  for (int p = 0; p < core.plan().num_fragments(); ++p) {
+    ATOLL_RETURN_IF_ERROR(core.RestoreFragment(p, std::move(snaps[static_cast<size_t>(p)])));
+  }
+  core.RestoreLearners(table, TimePoint{});
+  core.set_rounds_closed(rounds_closed);
+  return Status::Ok();
+}
+
+}  // namespace atl::syncer

@@ -1,0 +1,138 @@
+#include "atoll/syncer/durable_state.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "atoll/core/file.h"
+#include "atoll/exchange/fragment_exchange.h"
+#include "toy_cluster.h"
+
+namespace atl::syncer {
+namespace {
+
+struct Env {
+  std::string dir;
+  diloco::FragmentPlan plan = testing::ToyPlan(3);
+  SyncerOptions options;
+  Env() {
+    dir = (std::filesystem::temp_directory_path() / ("atoll_durable_" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    options.run_id = "durable";
+    options.H = 3;
+    options.round.grace = false;
+    options.uplink = {diloco::Encoding::kFp32, 64};
+    options.downlink = {diloco::Encoding::kFp32, 64};
+  }
+  ~Env() { std::filesystem::remove_all(dir); }
+  SyncerCore Fresh() {
+    std::vector<std::vector<float>> init;
+    for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
+    auto c = SyncerCore::Create(options, plan, init);
+    ATOLL_CHECK(c.ok());
+    return std::move(*c);
+  }
+  // Joins learner 0 and runs `rounds` rounds of fragment 0.
+  void Train(SyncerCore& core, int rounds, DurableState* durable) {
+    ManualClock clock;
+    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(plan.tensors), 0, "t", true};
+    ATOLL_CHECK(core.Join(r, clock.Now()).ok());
+    int64_t have = -1;
+    for (int i = 0; i < rounds; ++i) {
+      auto pulled = core.Pull(0, 0, have);
+      ATOLL_CHECK(pulled.ok());
+      have = pulled->version;
+      std::vector<float> delta(static_cast<size_t>(plan.fragments[0].numel), 0.01f * (i + 1));
+      std::vector<std::byte> payload(delta.size() * 4);
+      std::memcpy(payload.data(), delta.data(), payload.size());
+      PushHeaderData h{0, 0, have, 100, 2, diloco::Encoding::kFp32, 64, static_cast<int64_t>(delta.size()), 0};
+      ATOLL_CHECK(core.Push(h, payload, clock.Now()).ok());
+      for (const auto& rep : core.Poll(clock.Now(), clock)) {
+        if (durable) ATOLL_CHECK(durable->SaveFragment(core, rep.fragment).ok());
+      }
+    }
+    if (durable) ATOLL_CHECK(durable->SaveLearners(core).ok());
+  }
+};
+
+TEST(DurableState, RestoreGivesBackTheCommittedState) {
+  Env env;
+  SyncerCore core = env.Fresh();
+  DurableState durable(env.dir);
+  EXPECT_FALSE(durable.Exists());
+  ASSERT_TRUE(durable.SaveAll(core).ok());
+  env.Train(core, 5, &durable);
+  ASSERT_EQ(core.version(0), 5);
+  const uint64_t theta_sum = exchange::ValuesChecksum(core.theta(0));
+
+  // "Restart": a fresh core from the initial values, then restore.
+  SyncerCore restarted = env.Fresh();
+  ASSERT_TRUE(durable.Exists());
+  ASSERT_TRUE(durable.Restore(restarted).ok());
+  EXPECT_EQ(restarted.versions(), core.versions());
+  EXPECT_EQ(restarted.rounds_closed(), 5);
+  EXPECT_EQ(exchange::ValuesChecksum(restarted.theta(0)), theta_sum);
+  EXPECT_EQ(restarted.learners().at(0).rounds_joined, 5);
+  // Versions continue from the last committed round.
+  env.Train(restarted, 1, nullptr);
+  EXPECT_EQ(restarted.version(0), 6);
+}
+
+TEST(DurableState, CorruptionIsDetectedWithAClearErrorAndNothingChanges) {
+  Env env;
+  SyncerCore core = env.Fresh();
+  DurableState durable(env.dir);
+  ASSERT_TRUE(durable.SaveAll(core).ok());
+  env.Train(core, 2, &durable);
+  const std::string frag = env.dir + "/fragment-001.bin";
+  auto original = ReadFile(frag);
+  ASSERT_TRUE(original.ok());
+
+  // A flipped byte in the body.
+  std::string flipped = *original;
+  flipped[flipped.size() / 2] ^= 0x10;
+  ASSERT_TRUE(WriteFileAtomic(frag, std::string_view(flipped)).ok());
+  SyncerCore target = env.Fresh();
+  Status st = durable.Restore(target);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("fragment-001.bin is corrupted: checksum mismatch"), std::string::npos) << st;
+  EXPECT_EQ(target.version(0), 0);  // unchanged, even though fragment 0 was fine
+
+  // A truncated file.
+  ASSERT_TRUE(WriteFileAtomic(frag, std::string_view(original->data(), original->size() - 7)).ok());
+  st = durable.Restore(target);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("truncated"), std::string::npos) << st;
+
+  // A corrupted manifest.
+  ASSERT_TRUE(WriteFileAtomic(frag, std::string_view(*original)).ok());
+  auto meta = ReadFile(env.dir + "/meta.json");
+  std::string bad_meta = *meta;
+  bad_meta.replace(bad_meta.find("durable"), 7, "durabl3");
+  ASSERT_TRUE(WriteFileAtomic(env.dir + "/meta.json", std::string_view(bad_meta)).ok());
+  st = durable.Restore(target);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("meta.json is corrupted"), std::string::npos) << st;
+
+  // Intact again: restores.
+  ASSERT_TRUE(WriteFileAtomic(env.dir + "/meta.json", std::string_view(*meta)).ok());
+  EXPECT_TRUE(durable.Restore(target).ok());
+  EXPECT_EQ(target.version(0), 2);
+}
+
+TEST(DurableState, RefusesTheStateOfAnotherRun) {
+  Env env;
+  SyncerCore core = env.Fresh();
+  DurableState durable(env.dir);
+  ASSERT_TRUE(durable.SaveAll(core).ok());
+  env.options.run_id = "other";
+  SyncerCore other = env.Fresh();
+  Status st = durable.Restore(other);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("belongs to another run_id"), std::string::npos) << st;
+}
+
+}  // namespace
+}  // namespace atl::syncer
