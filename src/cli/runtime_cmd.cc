@@ -134,6 +134,8 @@ void Register(CLI::App& app, CommandContext& ctx) {
     c->add_option("--id", p->id, "Learner id in [0, M)")->required();
     c->add_option("--syncer", p->syncer, "Syncer address host:port")->required();
     c->add_flag("--rejoin", p->rejoin, "This learner restarts after a failure");
+    c->add_option("--start-step", p->start_step, "Continue the step count from here (a restarted learner)");
+    c->add_option("--control-file", p->control_file, "Chaos control file polled every step (speed, partition, bandwidth_mbps)");
     c->add_option("--tls-ca", p->tls.ca, "CA certificate (PEM) that signed the syncer's; enables TLS")->check(CLI::ExistingFile);
     c->add_option("--tls-server-name", p->tls.server_name, "Expected server name in the syncer's certificate");
     c->callback([&ctx, o, p] {

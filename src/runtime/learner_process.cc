@@ -1,7 +1,9 @@
 // `atoll learner`: one island. Trains on its own clock; the LearnerAgent exchanges fragments in
 // the background. In `diloco` mode it blocks at every H-step barrier by design (the baseline).
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -15,6 +17,43 @@
 #include "jsonl.h"
 
 namespace atl::runtime {
+namespace {
+
+// Faults the chaos injector asks for through a small JSON file (speed factor, partition,
+// bandwidth cap). Re-read only when its modification time changes.
+struct ControlState {
+  double speed = 1.0;
+  bool partition = false;
+  double bandwidth_mbps = 0;
+};
+
+class ControlFile {
+ public:
+  explicit ControlFile(std::string path) : path_(std::move(path)) {}
+  // True when the file changed since the last call; `state` then holds its contents.
+  bool Poll(ControlState& state) {
+    if (path_.empty()) return false;
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) != 0) return false;
+    const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+    if (mtime == last_mtime_) return false;
+    last_mtime_ = mtime;
+    auto text = ReadFile(path_);
+    if (!text.ok()) return false;
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    if (j.is_discarded()) return false;
+    state.speed = j.value("speed", 1.0);
+    state.partition = j.value("partition", false);
+    state.bandwidth_mbps = j.value("bandwidth_mbps", 0.0);
+    return true;
+  }
+
+ private:
+  std::string path_;
+  int64_t last_mtime_ = -1;
+};
+
+}  // namespace
 
 StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<diloco::TensorSpec>& tensors);
 
@@ -51,17 +90,17 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   auto client = transport::GrpcSyncerClient::Connect(co);
   if (!client.ok()) return fail(client.status(), 2);
   RealClock& clock = RealClock::Default();
-  std::unique_ptr<learner::ShapedSyncerApi> shaped;
-  syncer::SyncerApi* api = client->get();
-  if (c.bandwidth_mbps > 0 || c.latency_ms > 0 || c.loss > 0) {
-    learner::ShaperOptions so;
-    so.bandwidth_bps = c.bandwidth_mbps * 1e6;
-    so.latency_s = c.latency_ms / 1000.0;
-    so.loss = c.loss;
-    so.seed = c.seed * 1000 + static_cast<uint64_t>(id) + 1;
-    shaped = std::make_unique<learner::ShapedSyncerApi>(**client, so, clock);
-    api = shaped.get();
-  }
+  // Always behind the WAN shaper: a no-op unless the run file or chaos sets bandwidth, latency,
+  // loss or a partition.
+  learner::ShaperOptions shaper_options;
+  shaper_options.bandwidth_bps = c.bandwidth_mbps * 1e6;
+  shaper_options.latency_s = c.latency_ms / 1000.0;
+  shaper_options.loss = c.loss;
+  shaper_options.seed = c.seed * 1000 + static_cast<uint64_t>(id) + 1;
+  auto shaped = std::make_unique<learner::ShapedSyncerApi>(**client, shaper_options, clock);
+  syncer::SyncerApi* api = shaped.get();
+  ControlFile control(opt.control_file);
+  ControlState chaos_state;
 
   learner::AgentOptions ao;
   ao.run_id = c.run_id;
@@ -83,18 +122,33 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   }(), *api, clock);
   const double t_start = UnixSeconds();
   if (Status st = agent.Start(); !st.ok()) return fail(st, 2);
-  std::printf("learner %d: %s, joined=%s, %lld steps of %lld tokens, speed %.2f\n", id,
+  std::printf("learner %d: %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id,
               c.mode.c_str(), agent.counters().joined ? "yes" : "not yet (training on; retrying)",
-              static_cast<long long>(c.steps), static_cast<long long>(trainer.tokens_per_step()), c.SpeedOf(id));
+              static_cast<long long>(opt.start_step), static_cast<long long>(c.steps),
+              static_cast<long long>(trainer.tokens_per_step()), c.SpeedOf(id),
+              opt.rejoin ? " (rejoined after a failure: fresh AdamW state, global parameters)" : "");
   std::fflush(stdout);
 
   JsonlWriter metrics(out + "/metrics-learner-" + std::to_string(id) + ".jsonl");
-  const double speed = c.SpeedOf(id);
+  const double base_speed = c.SpeedOf(id);
+  double speed = base_speed;
   double ema_step = 0, ema_tps = 0, last_loss = 0;
-  int64_t step = trainer.step();
+  int64_t step = opt.start_step;
+  bool contributed = false;
   double train_seconds = 0, wait_seconds = 0;
   while (step < c.steps && !agent.finish_requested()) {
     if (Status fatal = agent.fatal_error(); !fatal.ok()) return fail(fatal, 1);
+    if (control.Poll(chaos_state)) {
+      speed = base_speed * std::clamp(chaos_state.speed, 0.01, 1.0);
+      shaped->SetPartitioned(chaos_state.partition);
+      learner::ShaperOptions so = shaper_options;
+      if (chaos_state.bandwidth_mbps > 0) so.bandwidth_bps = chaos_state.bandwidth_mbps * 1e6;
+      shaped->SetOptions(so);
+      std::printf("learner %d: chaos control: speed %.2f, partition %s, bandwidth %s\n", id, speed,
+                  chaos_state.partition ? "on" : "off",
+                  so.bandwidth_bps > 0 ? (std::to_string(so.bandwidth_bps / 1e6) + " Mbit/s").c_str() : "unlimited");
+      std::fflush(stdout);
+    }
     const TimePoint t0 = clock.Now();
     auto s = trainer.Step();
     if (!s.ok()) return fail(s.status(), 1);
@@ -122,8 +176,14 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
     p.tokens_per_second = ema_tps;
     agent.SetProgress(p);
     metrics.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id},
-                   {"step", step}, {"tokens", trainer.tokens_trained()}, {"loss", s->loss},
+                   {"step", step}, {"tokens", trainer.tokens_trained()}, {"step_tokens", s->tokens},
+                   {"step_s", step_s}, {"loss", s->loss},
                    {"lr", s->lr}, {"tokens_per_s", ema_tps}, {"applied", applied}});
+    if (!contributed && agent.counters().pushes > 0) {
+      contributed = true;  // for the rejoin latency: restart → first accepted contribution
+      metrics.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id}, {"kind", "contributed"},
+                     {"step", step}, {"after_start_s", agent.counters().first_contribution_s}});
+    }
     if (step % 25 == 0 || step == c.steps) {
       std::printf("learner %d: step %lld/%lld loss %.4f %.0f tok/s\n", id, static_cast<long long>(step),
                   static_cast<long long>(c.steps), s->loss, ema_tps);
@@ -150,7 +210,7 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
       {"wire_bytes_down", (*client)->bytes_received()}, {"joins", k.joins},
       {"catchup_fragments", k.catchup_fragments},
       {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected}, {"first_contribution_s", k.first_contribution_s},
-      {"speed", speed}};
+      {"speed", base_speed}, {"start_step", opt.start_step}};
   (void)WriteFileAtomic(out + "/learner-" + std::to_string(id) + ".json", summary.dump(2));
   std::printf("learner %d: done, %lld steps, %.0f tok/s, %lld pushes\n", id, static_cast<long long>(step),
               summary["tokens_per_second"].get<double>(), static_cast<long long>(k.pushes));

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "atoll/core/file.h"
+#include "cluster.h"
 
 namespace atl::runtime {
 namespace {
@@ -52,6 +53,17 @@ void ProgressView::Draw(const nlohmann::json& st, double t) {
     lines_drawn_ = static_cast<int>(std::count(out.begin(), out.end(), '\n'));
   } else if (t - last_line_ >= 10.0) {
     std::fputs(out.c_str(), stdout);
+    last_line_ = t;
+  }
+  std::fflush(stdout);
+}
+
+void ProgressView::DrawLine(double t, const std::string& line) {
+  if (redraw_) {
+    std::printf("\r\033[Kt=%5.0fs  %s\n", t, line.c_str());
+    lines_drawn_ = 0;
+  } else if (t - last_line_ >= 10.0) {
+    std::printf("t=%5.0fs  %s\n", t, line.c_str());
     last_line_ = t;
   }
   std::fflush(stdout);
@@ -151,6 +163,99 @@ void MergeMetrics(const RunConfig& c) {
   (void)WriteFileAtomic(c.out + "/metrics.jsonl", text);
 }
 
+namespace {
+
+std::vector<nlohmann::json> ReadJsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall, nlohmann::json& s) {
+  const double t_end = t0 + wall;
+  double useful_total = 0, first_step_t = t_end, last_step_t = t0;
+  nlohmann::json& per = s["per_learner"];
+  for (int i = 0; i < c.learners; ++i) {
+    const auto lines = ReadJsonl(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl");
+    double computed = 0, train_s = 0;
+    std::vector<double> contributed_t;
+    for (const auto& l : lines) {
+      if (l.value("kind", "") == "contributed") {
+        contributed_t.push_back(Num(l, "t"));
+        continue;
+      }
+      computed += Num(l, "step_tokens");
+      train_s += Num(l, "step_s");  // includes the throttle of a slower learner: its hardware time
+      first_step_t = std::min(first_step_t, Num(l, "t", t_end) - Num(l, "step_s"));
+      last_step_t = std::max(last_step_t, Num(l, "t", t0));
+    }
+    nlohmann::json& row = per[static_cast<size_t>(i)];
+    const double merged = Num(row, "tokens_merged");
+    const LearnerSlot& slot = cluster.learners()[static_cast<size_t>(i)];
+    // Useful learner-seconds: the compute time of the tokens that reached the global model.
+    const double useful = computed > 0 ? train_s * std::min(1.0, merged / computed) : 0;
+    useful_total += useful;
+    row["tokens_computed"] = computed;
+    row["tokens_lost"] = std::max(0.0, computed - merged);
+    row["seconds_training"] = train_s;
+    row["seconds_dead"] = slot.dead_seconds + (slot.state == LearnerState::kDown ? (wall - slot.down_since) : 0.0);
+    row["seconds_paused"] = slot.paused_seconds;
+    row["seconds_alive"] = wall - Num(row, "seconds_dead") - slot.paused_seconds;
+    row["useful_seconds"] = useful;
+    row["incarnations"] = slot.incarnations;
+    nlohmann::json rejoin = nlohmann::json::array();
+    for (double r : slot.restarted_at) {
+      const double abs_r = t0 + r;
+      auto it = std::find_if(contributed_t.begin(), contributed_t.end(), [&](double t) { return t >= abs_r; });
+      rejoin.push_back(it == contributed_t.end() ? nlohmann::json(nullptr) : nlohmann::json(*it - abs_r));
+    }
+    row["restart_to_first_contribution_s"] = rejoin;
+  }
+  // Allocated learner-seconds: every learner, dead or alive, over the training window (from the
+  // first inner step to the last; start-up and the final evaluation are not counted).
+  const double window = std::max(1e-9, last_step_t - first_step_t);
+  s["training_window_seconds"] = window;
+  s["goodput"] = useful_total / (c.learners * window);
+  // Uptime: per fragment, a gap between two of its rounds that is longer than twice its usual
+  // cadence (median gap) counts as downtime beyond that allowance.
+  std::map<int, std::vector<double>> closes;
+  for (const auto& l : ReadJsonl(c.out + "/metrics-syncer.jsonl")) {
+    if (l.value("kind", "") == "round") closes[l.value("fragment", -1)].push_back(Num(l, "t"));
+  }
+  const double span = window;
+  double down = 0;
+  for (int p = 0; p < c.fragments; ++p) {
+    auto& t = closes[p];
+    std::sort(t.begin(), t.end());
+    if (t.empty()) {
+      down += span;
+      continue;
+    }
+    std::vector<double> gaps;
+    for (size_t k = 1; k < t.size(); ++k) gaps.push_back(t[k] - t[k - 1]);
+    const double allowance = 2 * std::max(Median(gaps), 1e-3);
+    double d = 0;
+    for (double g : gaps) d += std::max(0.0, g - allowance);
+    d += std::max(0.0, (last_step_t - t.back()) - allowance);
+    down += std::min(d, span);
+  }
+  s["uptime"] = std::clamp(1.0 - down / c.fragments / span, 0.0, 1.0);
+  s["faults"] = cluster.fault_log();
+  s["chaos"] = chaos::ToJson(c.chaos);
+}
+
 std::string FormatReport(const nlohmann::json& s) {
   std::string r = "\n== atoll run report ==\n";
   r += fmt::format("mode {}  learners {}  fragments {}  rounds {}  wall {:.1f}s\n", s.value("mode", "?"),
@@ -166,11 +271,18 @@ std::string FormatReport(const nlohmann::json& s) {
   r += fmt::format("bytes on the wire {} (up {}, down {}); data-parallel would have moved {} ({:.1f}x more)\n",
                    Bytes(wire), Bytes(Num(s, "bytes_up")), Bytes(Num(s, "bytes_down")), Bytes(dp),
                    wire > 0 ? dp / wire : 0.0);
+  if (s.contains("goodput")) {
+    r += fmt::format("goodput {:.3f} (useful / allocated learner-seconds)  uptime {:.3f}  faults injected {}\n",
+                     Num(s, "goodput"), Num(s, "uptime"), s.value("faults", nlohmann::json::array()).size());
+  }
   for (const auto& l : s.value("per_learner", nlohmann::json::array())) {
-    r += fmt::format("  learner {}: {} tokens, {:.0f} tok/s, {} rounds joined, {} pushes, up {} down {}\n",
-                     l.value("learner", -1), l.value("tokens", 0), Num(l, "tokens_per_second"),
-                     l.value("rounds_joined", 0), l.value("pushes", 0), Bytes(Num(l, "bytes_up")),
-                     Bytes(Num(l, "bytes_down")));
+    r += fmt::format("  learner {}: computed {:.0f} merged {:.0f} lost {:.0f} tokens, alive {:.0f}s dead {:.0f}s, {} rounds joined, up {} down {}",
+                     l.value("learner", -1), Num(l, "tokens_computed"), Num(l, "tokens_merged"),
+                     Num(l, "tokens_lost"), Num(l, "seconds_alive"), Num(l, "seconds_dead"),
+                     l.value("rounds_joined", 0), Bytes(Num(l, "bytes_up")), Bytes(Num(l, "bytes_down")));
+    const auto& rj = l.value("restart_to_first_contribution_s", nlohmann::json::array());
+    if (!rj.empty()) r += ", rejoin→contribution " + rj.dump() + " s";
+    r += "\n";
   }
   return r;
 }

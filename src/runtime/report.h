@@ -15,6 +15,7 @@ class ProgressView {
   // `redraw`: a terminal that can redraw the table in place; otherwise a line every 10 s.
   ProgressView(const RunConfig& config, bool redraw) : config_(config), redraw_(redraw) {}
   void Draw(const nlohmann::json& status, double elapsed_s);
+  void DrawLine(double elapsed_s, const std::string& line);
 
  private:
   const RunConfig& config_;
@@ -29,5 +30,13 @@ nlohmann::json BuildRunSummary(const RunConfig& config, const nlohmann::json& sy
 // Merges metrics-syncer.jsonl and metrics-learner-*.jsonl into metrics.jsonl, ordered by time.
 void MergeMetrics(const RunConfig& config);
 std::string FormatReport(const nlohmann::json& summary);
+
+class Cluster;
+// Goodput accounting from the metrics and the fault log: per learner tokens computed / merged /
+// lost, seconds alive / dead / paused, time from each restart to its first contribution; run-level
+// goodput (useful learner-seconds ÷ allocated learner-seconds) and uptime (share of the run in
+// which the global model kept advancing), and the list of injected faults.
+void AddAccounting(const RunConfig& config, Cluster& cluster, double t0, double wall_seconds,
+                   nlohmann::json& summary);
 
 }  // namespace atl::runtime

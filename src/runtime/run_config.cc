@@ -20,6 +20,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Sections() 
                   "learner_timeout"}},
       {"learners", {"speeds", "bandwidth_mbps", "latency_ms", "loss"}},
       {"eval", {"eval_batches"}},
+      {"chaos", {"chaos"}},  // kept as a nested table (see LoadRunConfig)
   };
   return s;
 }
@@ -88,7 +89,7 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!(c.bandwidth_mbps >= 0) || !(c.latency_ms >= 0) || !(c.loss >= 0 && c.loss < 1))
     return bad("bandwidth_mbps and latency_ms must be ≥ 0 and loss in [0, 1)");
   if (c.eval_batches < 1) return bad("eval_batches must be ≥ 1");
-  return Status::Ok();
+  return chaos::ValidateChaos(c.chaos, c.learners);
 }
 
 nlohmann::json ToJson(const RunConfig& c) {
@@ -102,7 +103,7 @@ nlohmann::json ToJson(const RunConfig& c) {
           {"uplink", c.uplink}, {"downlink", c.downlink}, {"block", c.block},
           {"learner_timeout", c.learner_timeout}, {"speeds", c.speeds},
           {"bandwidth_mbps", c.bandwidth_mbps}, {"latency_ms", c.latency_ms}, {"loss", c.loss},
-          {"eval_batches", c.eval_batches}};
+          {"eval_batches", c.eval_batches}, {"chaos", chaos::ToJson(c.chaos)}};
 }
 
 StatusOr<RunConfig> FromJson(const nlohmann::json& j, RunConfig c) {
@@ -147,6 +148,9 @@ StatusOr<RunConfig> FromJson(const nlohmann::json& j, RunConfig c) {
   ATOLL_RETURN_IF_ERROR(Take(j, "latency_ms", c.latency_ms));
   ATOLL_RETURN_IF_ERROR(Take(j, "loss", c.loss));
   ATOLL_RETURN_IF_ERROR(Take(j, "eval_batches", c.eval_batches));
+  if (j.contains("chaos")) {
+    ATOLL_ASSIGN_OR_RETURN(c.chaos, chaos::ChaosFromJson(j["chaos"]));
+  }
   return c;
 }
 
@@ -174,7 +178,11 @@ StatusOr<RunConfig> LoadRunConfig(const std::string& path, RunConfig base) {
       auto sec = std::find_if(Sections().begin(), Sections().end(),
                               [&](const auto& s) { return s.first == section; });
       if (sec == Sections().end() || !value.is_object()) {
-        return InvalidArgumentError(path + ": unknown section [" + section + "] (expected run, model, diloco, learners, eval)");
+        return InvalidArgumentError(path + ": unknown section [" + section + "] (expected run, model, diloco, learners, eval, chaos)");
+      }
+      if (section == "chaos") {
+        flat["chaos"] = value;
+        continue;
       }
       for (const auto& [k, v] : value.items()) {
         if (std::find(sec->second.begin(), sec->second.end(), k) == sec->second.end()) {

@@ -91,7 +91,8 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
   auto core = syncer::SyncerCore::Create(*sopts, *plan, std::move(initial));
   if (!core.ok()) return fail(core.status(), 2);
   syncer::DurableState durable(opt.state_dir.empty() ? out + "/state" : opt.state_dir);
-  if (durable.Exists()) {
+  const bool resumed = durable.Exists();
+  if (resumed) {
     if (Status st = durable.Restore(*core); !st.ok()) return fail(st.WithContext("resuming from " + durable.dir()), 2);
     std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", durable.dir().c_str(),
                 static_cast<long long>(core->rounds_closed()), nlohmann::json(core->versions()).dump().c_str());
@@ -103,12 +104,29 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
               c.run_id.c_str(), c.mode.c_str(), static_cast<long long>(ev.num_params()),
               plan->num_fragments(), plan->peak_to_ideal, c.H, c.tau, sopts->round.quorum,
               sopts->round.grace ? "on" : "off", c.merge.c_str(), c.uplink.c_str(), c.downlink.c_str());
-  auto start_eval = ev.Evaluate(c.eval_batches);
-  if (!start_eval.ok()) return fail(start_eval.status(), 1);
+  // The initial model's eval loss, measured once per run (a restarted syncer reads it back
+  // instead of spending seconds of its downtime re-evaluating).
+  model::EvalStats start_eval_stats;
+  const std::string start_eval_file = durable.dir() + "/eval-start.json";
+  if (auto saved = ReadFile(start_eval_file); resumed && saved.ok()) {
+    start_eval_stats.loss = nlohmann::json::parse(*saved, nullptr, false).value("loss", 0.0);
+  } else {
+    auto e = ev.Evaluate(c.eval_batches);
+    if (!e.ok()) return fail(e.status(), 1);
+    start_eval_stats = *e;
+    (void)WriteFileAtomic(start_eval_file, nlohmann::json({{"loss", e->loss}}).dump());
+  }
+  const model::EvalStats* start_eval = &start_eval_stats;
   std::printf("syncer: eval loss of the initial global model %.4f\n", start_eval->loss);
   std::fflush(stdout);
 
   JsonlWriter metrics(out + "/metrics-syncer.jsonl");
+  if (resumed) {
+    std::vector<std::string> sums;
+    for (int p = 0; p < plan->num_fragments(); ++p) sums.push_back(ChecksumHex(exchange::ValuesChecksum(core->theta(p))));
+    metrics.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "resumed"}, {"versions", core->versions()},
+                   {"rounds", core->rounds_closed()}, {"theta_checksums", sums}});
+  }
   RealClock& clock = RealClock::Default();
   double last_table_save = 0;
   syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
@@ -125,7 +143,8 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
                    {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
                    {"contributors", r.contributors}, {"weights", r.weights}, {"late", r.late},
                    {"grace_s", r.grace_seconds}, {"merged_norm", r.merged_norm},
-                   {"tokens_merged", r.tokens_merged}, {"reason", r.reason}});
+                   {"tokens_merged", r.tokens_merged}, {"reason", r.reason},
+                   {"theta_checksum", ChecksumHex(exchange::ValuesChecksum(sc.theta(r.fragment)))}});
     std::printf("round f%d#%lld -> v%lld from %s (late %s, grace %.2fs): %s\n", r.fragment,
                 static_cast<long long>(r.round), static_cast<long long>(r.version),
                 Ids(r.contributors).c_str(), Ids(r.late).c_str(), r.grace_seconds, r.reason.c_str());

@@ -32,6 +32,9 @@ struct LearnerProcessOptions {
   std::string syncer;      // host:port
   std::string out_dir;     // metrics-learner-<id>.jsonl, learner-<id>.json
   bool rejoin = false;
+  int64_t start_step = 0;  // a restarted learner continues its step count from here
+  // Chaos control file (JSON: speed, partition, bandwidth_mbps), polled every step; "" = none.
+  std::string control_file;
   TlsFiles tls;
 };
 int RunLearnerProcess(const LearnerProcessOptions& options);

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/chaos/schedule.h"
 #include "atoll/core/status.h"
 
 namespace atl::runtime {
@@ -57,6 +58,8 @@ struct RunConfig {
   double loss = 0;
   // [eval]
   int eval_batches = 16;
+  // [chaos]
+  chaos::ChaosConfig chaos;
 
   double SpeedOf(int learner) const {
     return learner < static_cast<int>(speeds.size()) ? speeds[static_cast<size_t>(learner)] : 1.0;

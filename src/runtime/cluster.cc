@@ -1,0 +1,205 @@
+#include "cluster.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "atoll/core/clock.h"
+#include "atoll/core/file.h"
+
+namespace atl::runtime {
+
+std::string TailOf(const std::string& path, size_t lines) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return "";
+  std::vector<std::string> all;
+  std::string cur;
+  for (char ch : *text) {
+    if (ch == '\n') {
+      all.push_back(cur);
+      cur.clear();
+    } else {
+      cur += ch;
+    }
+  }
+  if (!cur.empty()) all.push_back(cur);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "    " + all[i] + "\n";
+  return out;
+}
+
+Cluster::Cluster(RunConfig config, std::string config_path)
+    : c_(std::move(config)), config_path_(std::move(config_path)), self_(SelfExecutable()),
+      faults_(c_.out + "/faults.jsonl") {
+  learners_.resize(static_cast<size_t>(c_.learners));
+  std::filesystem::create_directories(c_.out + "/control");
+}
+
+std::string Cluster::LearnerLog(int id) const { return c_.out + "/learner-" + std::to_string(id) + ".log"; }
+
+Status Cluster::StartSyncer() {
+  const std::string port_file = c_.out + "/syncer.port";
+  std::filesystem::remove(port_file);
+  const std::string listen = "127.0.0.1:" + std::to_string(port_);  // port 0 the first time
+  ATOLL_ASSIGN_OR_RETURN(syncer_, ChildProcess::Start({self_, "syncer", "--config", config_path_, "--listen", listen,
+                                                       "--port-file", port_file, "--out", c_.out},
+                                                      c_.out + "/syncer.log"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!syncer_.running()) {
+      return UnavailableError("the syncer exited before listening; syncer.log ends with:\n" +
+                              TailOf(c_.out + "/syncer.log", 15));
+    }
+    auto text = ReadFile(port_file);
+    if (text.ok() && !text->empty()) {
+      port_ = std::stoi(*text);
+      address_ = "127.0.0.1:" + std::to_string(port_);
+      syncer_down_ = false;
+      return Status::Ok();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return DeadlineExceededError("the syncer did not start listening within 300 s");
+}
+
+Status Cluster::StartLearner(int id, bool rejoin, int64_t start_step) {
+  std::vector<std::string> argv = {self_, "learner", "--config", config_path_, "--id", std::to_string(id),
+                                   "--syncer", address_, "--out", c_.out, "--start-step",
+                                   std::to_string(start_step), "--control-file",
+                                   c_.out + "/control/learner-" + std::to_string(id) + ".json"};
+  if (rejoin) argv.push_back("--rejoin");
+  ATOLL_ASSIGN_OR_RETURN(auto p, ChildProcess::Start(argv, LearnerLog(id)));
+  LearnerSlot& s = learners_[static_cast<size_t>(id)];
+  s.process = std::move(p);
+  s.state = LearnerState::kRunning;
+  s.incarnations += 1;
+  return Status::Ok();
+}
+
+Status Cluster::WriteControl(int id) {
+  return WriteFileAtomic(c_.out + "/control/learner-" + std::to_string(id) + ".json",
+                         learners_[static_cast<size_t>(id)].control.dump());
+}
+
+void Cluster::Note(double now, const std::string& kind, int target, const std::string& note) {
+  nlohmann::json j = {{"t_run", now}, {"t", UnixSeconds()}, {"kind", kind}, {"note", note}};
+  if (target >= 0) j["learner"] = target;
+  faults_.Write(j);
+  fault_log_.push_back(j);
+  std::printf("[chaos t=%.1fs] %s%s: %s\n", now, kind.c_str(),
+              target >= 0 ? (" learner " + std::to_string(target)).c_str() : "", note.c_str());
+  std::fflush(stdout);
+}
+
+void Cluster::Inject(const chaos::FaultEvent& e, double now) {
+  const int id = e.target;
+  LearnerSlot* s = (e.kind != chaos::FaultKind::kKillSyncer) ? &learners_[static_cast<size_t>(id)] : nullptr;
+  const std::string kind = chaos::FaultKindName(e.kind);
+  auto skip = [&](const std::string& why) { Note(now, kind + "_skipped", id, why); };
+  switch (e.kind) {
+    case chaos::FaultKind::kKill:
+      if (s->state != LearnerState::kRunning && s->state != LearnerState::kPaused) return skip("learner not running");
+      s->process.Signal(SIGKILL);
+      s->process.WaitOrKill(5);
+      s->state = LearnerState::kDown;
+      s->down_since = now;
+      if (e.duration_s > 0) s->restart_at = now + e.duration_s;
+      Note(now, "kill", id, "SIGKILL" + (e.duration_s > 0 ? ", repair " + std::to_string(e.duration_s) + " s" : std::string(", permanent")));
+      break;
+    case chaos::FaultKind::kPause:
+      if (s->state != LearnerState::kRunning) return skip("learner not running");
+      s->process.Signal(SIGSTOP);
+      s->state = LearnerState::kPaused;
+      s->resume_at = now + e.duration_s;
+      s->down_since = now;
+      Note(now, "pause", id, "SIGSTOP for " + std::to_string(e.duration_s) + " s");
+      break;
+    case chaos::FaultKind::kSlow:
+    case chaos::FaultKind::kPartition:
+    case chaos::FaultKind::kBandwidth: {
+      if (e.kind == chaos::FaultKind::kSlow) s->control["speed"] = e.value;
+      if (e.kind == chaos::FaultKind::kPartition) s->control["partition"] = true;
+      if (e.kind == chaos::FaultKind::kBandwidth) s->control["bandwidth_mbps"] = e.value;
+      (void)WriteControl(id);
+      s->restore_control_at = now + e.duration_s;
+      Note(now, kind, id, (e.kind == chaos::FaultKind::kPartition ? std::string("cut off from the syncer")
+                           : e.kind == chaos::FaultKind::kSlow ? "speed x" + std::to_string(e.value)
+                                                               : "link capped at " + std::to_string(e.value) + " Mbit/s") +
+                              " for " + std::to_string(e.duration_s) + " s");
+      break;
+    }
+    case chaos::FaultKind::kKillSyncer:
+      if (syncer_down_) return skip("syncer already down");
+      syncer_.Signal(SIGKILL);
+      syncer_.WaitOrKill(5);
+      syncer_down_ = true;
+      syncer_restart_at_ = now + e.duration_s;
+      Note(now, "kill_syncer", -1, "SIGKILL, restart in " + std::to_string(e.duration_s) + " s from its durable state");
+      break;
+  }
+}
+
+void Cluster::Tick(double now) {
+  if (syncer_down_ && syncer_restart_at_ && now >= *syncer_restart_at_) {
+    syncer_restart_at_.reset();
+    Status st = StartSyncer();
+    Note(now, st.ok() ? "restart_syncer" : "restart_syncer_failed", -1,
+         st.ok() ? "listening again on " + address_ : st.ToString());
+  }
+  for (int id = 0; id < static_cast<int>(learners_.size()); ++id) {
+    LearnerSlot& s = learners_[static_cast<size_t>(id)];
+    if (s.state == LearnerState::kDown && s.restart_at && now >= *s.restart_at && !syncer_down_) {
+      s.restart_at.reset();
+      s.dead_seconds += now - s.down_since;
+      Status st = StartLearner(id, /*rejoin=*/true, s.last_step);
+      s.restarted_at.push_back(now);
+      Note(now, st.ok() ? "restart" : "restart_failed", id,
+           st.ok() ? "rejoining from step " + std::to_string(s.last_step) : st.ToString());
+    }
+    if (s.state == LearnerState::kPaused && s.resume_at && now >= *s.resume_at) {
+      s.resume_at.reset();
+      s.process.Signal(SIGCONT);
+      s.state = LearnerState::kRunning;
+      s.paused_seconds += now - s.down_since;
+      Note(now, "resume", id, "SIGCONT");
+    }
+    if (s.restore_control_at && now >= *s.restore_control_at) {
+      s.restore_control_at.reset();
+      s.control = nlohmann::json::object();
+      (void)WriteControl(id);
+      Note(now, "restore", id, "speed, link and partition back to normal");
+    }
+  }
+}
+
+std::vector<int> Cluster::ReapLearners(double now) {
+  std::vector<int> failed;
+  for (int id = 0; id < static_cast<int>(learners_.size()); ++id) {
+    LearnerSlot& s = learners_[static_cast<size_t>(id)];
+    if (s.state != LearnerState::kRunning) continue;
+    if (s.process.running()) continue;
+    const int code = s.process.exit_code().value_or(-1);
+    if (code == 0) {
+      s.state = LearnerState::kDone;
+    } else {
+      s.state = LearnerState::kFailed;
+      failed.push_back(id);
+      std::fprintf(stderr, "atoll run: learner %d exited with code %d at t=%.0fs; the others train on. learner-%d.log ends with:\n%s",
+                   id, code, now, id, TailOf(LearnerLog(id), 8).c_str());
+    }
+  }
+  return failed;
+}
+
+bool Cluster::AllLearnersFinished() const {
+  for (const auto& s : learners_) {
+    if (s.state == LearnerState::kRunning || s.state == LearnerState::kPaused) return false;
+    if (s.state == LearnerState::kDown && s.restart_at) return false;  // coming back
+  }
+  return true;
+}
+
+}  // namespace atl::runtime

@@ -1,0 +1,133 @@
+// Chaos on a real cluster (multi-process, loopback, port 0, bounded): a learner SIGKILLed
+// mid-run rejoins and contributes again while the others never stall beyond the grace bound;
+// the syncer SIGKILLed mid-run comes back from its durable state with no learner exiting.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "cluster_fixture.h"
+
+namespace atl {
+namespace {
+
+const char* kSmallRun = "-M 3 --steps 60 --seq 64 --batch 8 -P 8 -H 8 --tau 1 --eval-batches 4 --no-live";
+
+std::vector<nlohmann::json> Jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::string WriteRunFile(const std::string& dir, const std::string& chaos) {
+  const std::string path = dir + "/run.toml";
+  std::ofstream(path) << chaos;
+  return path;
+}
+
+TEST(Chaos, KilledLearnerRejoinsAndTheOthersNeverStall) {
+  const std::string dir = testing::TempDir("chaos_kill");
+  const std::string data = testing::PrepareSmallData(dir);
+  const std::string cfg = WriteRunFile(dir,
+      "[chaos]\nmode = \"events\"\n"
+      "events = [ { kind = \"kill\", learner = 1, at_step = 15, duration_s = 3.0 } ]\n");
+  auto r = testing::RunAtoll("run -c " + cfg + " --data " + data + " --out " + dir + "/run " + kSmallRun, 400);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir + "/run/summary.json");
+  ASSERT_EQ(s["faults"].size(), 2u) << s["faults"].dump(2);  // the kill and the restart
+  EXPECT_EQ(s["faults"][0]["kind"], "kill");
+  EXPECT_EQ(s["faults"][1]["kind"], "restart");
+  const auto& l1 = s["per_learner"][1];
+  EXPECT_EQ(l1["incarnations"].get<int>(), 2);
+  EXPECT_NEAR(l1["seconds_dead"].get<double>(), 3.0, 1.0);
+  ASSERT_EQ(l1["restart_to_first_contribution_s"].size(), 1u);
+  ASSERT_TRUE(l1["restart_to_first_contribution_s"][0].is_number()) << "the restarted learner never contributed again";
+  EXPECT_GT(l1["tokens_lost"].get<double>(), 0);
+  // The survivors kept stepping: no gap between two of their steps longer than the grace cap
+  // (5 s) plus a generous allowance for process start-up noise on 2 cores.
+  for (int id : {0, 2}) {
+    double last = 0, worst = 0;
+    for (const auto& l : Jsonl(dir + "/run/metrics-learner-" + std::to_string(id) + ".jsonl")) {
+      if (l.contains("kind")) continue;
+      const double t = l["t"].get<double>();
+      if (last > 0) worst = std::max(worst, t - last);
+      last = t;
+    }
+    EXPECT_LT(worst, 5.0 + 3.0) << "learner " << id << " stalled for " << worst << " s";
+  }
+  // A short run: start-up skew and the unmerged tail weigh a lot; long runs are near 0.9.
+  EXPECT_GT(s["goodput"].get<double>(), 0.3);
+  EXPECT_GT(s["uptime"].get<double>(), 0.7);
+  EXPECT_LT(s["eval_loss"].get<double>(), s["eval_loss_start"].get<double>());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
+  const std::string dir = testing::TempDir("chaos_syncer");
+  const std::string data = testing::PrepareSmallData(dir);
+  const std::string cfg = WriteRunFile(dir,
+      "[chaos]\nmode = \"events\"\n"
+      "events = [ { kind = \"kill_syncer\", at_step = 20, duration_s = 2.0 } ]\n");
+  auto r = testing::RunAtoll("run -c " + cfg + " --data " + data + " --out " + dir + "/run " + kSmallRun, 400);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir + "/run/summary.json");
+  // No learner exited: each ran once, start to finish.
+  for (const auto& l : s["per_learner"]) {
+    EXPECT_EQ(l["incarnations"].get<int>(), 1);
+    EXPECT_EQ(l["steps"].get<int>(), 60);
+  }
+  // After the restart, every fragment's version and Θ continue from the last committed round.
+  std::map<int, std::pair<int64_t, std::string>> last_commit;  // fragment → (version, Θ_p checksum)
+  bool resumed = false;
+  for (const auto& l : Jsonl(dir + "/run/metrics-syncer.jsonl")) {
+    if (l.value("kind", "") == "round" && !resumed) {
+      last_commit[l["fragment"].get<int>()] = {l["version"].get<int64_t>(), l["theta_checksum"].get<std::string>()};
+    }
+    if (l.value("kind", "") == "resumed") {
+      resumed = true;
+      for (int p = 0; p < 8; ++p) {
+        const int64_t v = l["versions"][p].get<int64_t>();
+        const auto it = last_commit.find(p);
+        const int64_t want = it == last_commit.end() ? 0 : it->second.first;
+        EXPECT_EQ(v, want) << "fragment " << p;
+        if (it != last_commit.end()) {
+          EXPECT_EQ(l["theta_checksums"][p].get<std::string>(), it->second.second) << "fragment " << p;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(resumed) << "the syncer never resumed";
+  EXPECT_GT(s["rounds"].get<int>(), static_cast<int>(last_commit.size()));
+  EXPECT_LT(s["eval_loss"].get<double>(), s["eval_loss_start"].get<double>());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Chaos, CorruptedSyncerStateIsRefusedOnStart) {
+  const std::string dir = testing::TempDir("chaos_corrupt");
+  const std::string data = testing::PrepareSmallData(dir);
+  auto r = testing::RunAtoll(std::string("run --data ") + data + " --out " + dir + "/run " +
+                             "-M 1 --steps 8 --seq 64 --batch 8 -P 8 -H 8 --tau 1 --eval-batches 2 --no-live", 200);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string frag = dir + "/run/state/fragment-002.bin";
+  {
+    std::fstream f(frag, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char byte = 0;
+    f.read(&byte, 1);
+    f.seekp(100);
+    byte ^= 0x40;
+    f.write(&byte, 1);
+  }
+  r = testing::RunAtoll("syncer -c " + dir + "/run/config.json --out " + dir + "/run", 60);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("fragment-002.bin is corrupted: checksum mismatch"), std::string::npos) << r.output;
+  std::filesystem::resize_file(frag, 64);
+  r = testing::RunAtoll("syncer -c " + dir + "/run/config.json --out " + dir + "/run", 60);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace atl
