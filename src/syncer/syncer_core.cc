@@ -92,6 +92,7 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
     while (learners_.count(id)) ++id;
   }
   auto it = learners_.find(id);
+  if (it != learners_.end()) ATOLL_RETURN_IF_ERROR(CheckNotBanned(it->second, now));
   if (it != learners_.end() && !r.rejoin && it->second.state != "done" &&
       now - it->second.last_seen <= FromSeconds(options_.learner_timeout_s)) {
     return AlreadyExistsError("learner id " + std::to_string(id) +
@@ -126,6 +127,7 @@ Status SyncerCore::Heartbeat(int learner_id, const LearnerRecord& progress, Time
     return NotFoundError("learner " + std::to_string(learner_id) + " has not joined (join first)");
   }
   LearnerRecord& l = it->second;
+  ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
   l.last_seen = now;
   l.step = progress.step;
   l.tokens = progress.tokens;
@@ -161,10 +163,19 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
                          " which has not joined (join first)");
   }
   LearnerRecord& l = lit->second;
+  ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
   auto reject = [&](Status s) -> Status {
     l.pushes_rejected += 1;
-    return s.WithContext("push from learner " + std::to_string(h.learner_id) + ", fragment " +
-                         std::to_string(h.fragment));
+    l.consecutive_rejects += 1;
+    std::string ctx = "push from learner " + std::to_string(h.learner_id) + ", fragment " +
+                      std::to_string(h.fragment);
+    if (s.code() != StatusCode::kAborted && options_.max_consecutive_rejects > 0 &&
+        l.consecutive_rejects >= options_.max_consecutive_rejects) {
+      l.banned_until = now + FromSeconds(options_.ban_seconds);
+      ctx += " (" + std::to_string(l.consecutive_rejects) +
+             " bad pushes in a row: this learner is now disconnected)";
+    }
+    return s.WithContext(ctx);
   };
   if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
     return reject(InvalidArgumentError("fragment index out of range [0, " +
@@ -215,7 +226,30 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   if (!exchange::AllFinite(c.local)) {
     return reject(InvalidArgumentError("outer gradient has non-finite values"));
   }
+  // Quarantine: an outer gradient far outside the fragment's recent range is not merged.
+  double norm2 = 0;
+  for (size_t i = 0; i < c.local.size(); ++i) {
+    const double v = static_cast<double>(f.theta[i]) - c.local[i];
+    norm2 += v * v;
+  }
+  const double norm = std::sqrt(norm2);
+  if (options_.quarantine_factor > 0 &&
+      static_cast<int>(f.recent_norms.size()) >= options_.quarantine_min_history) {
+    std::vector<double> sorted = f.recent_norms;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<ptrdiff_t>(sorted.size() / 2), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    if (norm > options_.quarantine_factor * median && norm > 1e-12) {
+      l.quarantined += 1;
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "quarantined: outer-gradient norm %.4g is %.1fx the recent median %.4g (limit %.1fx)",
+                    norm, norm / std::max(median, 1e-30), median, options_.quarantine_factor);
+      return reject(InvalidArgumentError(buf));
+    }
+  }
   // Validated: now change state.
+  f.recent_norms.push_back(norm);
+  if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
+  l.consecutive_rejects = 0;
   PushResult result;
   result.round = f.round;
   l.last_seen = now;
@@ -324,6 +358,16 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   return report;
 }
 
+Status SyncerCore::CheckNotBanned(const LearnerRecord& l, TimePoint now) const {
+  if (l.banned_until > TimePoint{} && now < l.banned_until) {
+    return PermissionDeniedError("learner " + std::to_string(l.id) + " is disconnected for " +
+                                 std::to_string(static_cast<int>(ToSeconds(l.banned_until - now))) +
+                                 " more seconds after " + std::to_string(l.consecutive_rejects) +
+                                 " invalid pushes in a row");
+  }
+  return Status::Ok();
+}
+
 StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t have_version) {
   if (fragment < 0 || fragment >= plan_.num_fragments()) {
     return InvalidArgumentError("pull: fragment " + std::to_string(fragment) + " out of range [0, " +
@@ -332,6 +376,8 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
   if (!learners_.count(learner_id)) {
     return NotFoundError("pull from learner " + std::to_string(learner_id) + " which has not joined (join first)");
   }
+  // (Pulls of a disconnected learner are refused by Heartbeat/Push/Join; a pull changes no
+  // global state, so it is served.)
   const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
   if (have_version > f.version) {
     return FailedPreconditionError("pull: learner holds version " + std::to_string(have_version) +
@@ -447,7 +493,9 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
                   {"step", l.step}, {"tokens", l.tokens}, {"loss", l.loss},
                   {"tokens_per_second", l.tokens_per_second}, {"step_seconds", l.step_seconds},
                   {"bytes_up", l.bytes_up}, {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
-                  {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
+                  {"pushes_rejected", l.pushes_rejected}, {"quarantined", l.quarantined},
+                  {"disconnected", l.banned_until > TimePoint{} && now < l.banned_until},
+                  {"rounds_joined", l.rounds_joined},
                   {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
                   {"seconds_since_seen", ToSeconds(now - l.last_seen)}});
   }

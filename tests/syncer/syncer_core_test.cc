@@ -335,3 +335,65 @@ TEST(SyncerCore, LostPullReplyRollsBackAndManyMissedVersionsCostOneDelta) {
 
 }  // namespace
 }  // namespace atl::syncer
+
+namespace atl::syncer {
+namespace {
+
+TEST(SyncerCore, OutlierOuterGradientIsQuarantinedNotMerged) {
+  auto f = Small();
+  auto o = Fp32Options();
+  o.quarantine_factor = 10;
+  o.quarantine_min_history = 3;
+  auto core = SyncerCore::Create(o, f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  JoinAndPull(*core, f.plan, 0, clock.Now());
+  int64_t have = 0;
+  auto round = [&](float delta) {
+    std::vector<float> d(4, delta);
+    auto r = core->Push(Header(0, 0, have, 10, 1), Fp32Payload(d), clock.Now());
+    if (r.ok()) {
+      core->Poll(clock.Now(), clock);
+      have = core->Pull(0, 0, have)->version;
+    }
+    return r;
+  };
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(round(0.01f).ok());  // norms 0.02: the recent range
+  const auto theta_before = std::vector<float>(core->theta(0).begin(), core->theta(0).end());
+  auto bad = round(5.0f);  // norm 10: 500x the median
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("quarantined"), std::string::npos) << bad.status();
+  EXPECT_EQ(std::vector<float>(core->theta(0).begin(), core->theta(0).end()), theta_before);
+  EXPECT_EQ(core->learners().at(0).quarantined, 1);
+  EXPECT_TRUE(round(0.015f).ok());  // a normal one afterwards is merged
+}
+
+TEST(SyncerCore, LearnerSendingGarbageRepeatedlyIsDisconnected) {
+  auto f = Small();
+  auto o = Fp32Options();
+  o.max_consecutive_rejects = 3;
+  o.ban_seconds = 60;
+  auto core = SyncerCore::Create(o, f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  JoinAndPull(*core, f.plan, 0, clock.Now());
+  JoinAndPull(*core, f.plan, 1, clock.Now());
+  std::vector<float> nan(4, std::nanf(""));
+  Status last;
+  for (int i = 0; i < 3; ++i) last = core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(nan), clock.Now()).status();
+  EXPECT_NE(last.message().find("now disconnected"), std::string::npos) << last;
+  std::vector<float> good(4, 0.1f);
+  auto refused = core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(good), clock.Now());
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  LearnerRecord hb;
+  EXPECT_EQ(core->Heartbeat(0, hb, clock.Now()).code(), StatusCode::kPermissionDenied);
+  // Other learners are unaffected.
+  EXPECT_TRUE(core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(good), clock.Now()).ok());
+  // The ban expires.
+  clock.AdvanceSeconds(61);
+  EXPECT_TRUE(core->Heartbeat(0, hb, clock.Now()).ok());
+}
+
+}  // namespace
+}  // namespace atl::syncer

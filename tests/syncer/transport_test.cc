@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "atoll/transport/grpc.h"
@@ -229,6 +231,78 @@ TEST_F(Rejections, BadFragmentAndUnknownLearner) {
   for (int i = 0; i < 100 && s.Status()["rounds"].get<int64_t>() == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(s.Status()["rounds"].get<int64_t>(), 1);
+}
+
+}  // namespace
+}  // namespace atl
+
+namespace atl {
+namespace {
+
+// Makes a CA and a server certificate for localhost/127.0.0.1 with the openssl CLI.
+std::string MakeCertificates() {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("atoll_tls_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string cmd =
+      "cd " + dir + " && "
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=atoll-test-ca >/dev/null 2>&1 && "
+      "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost >/dev/null 2>&1 && "
+      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext && "
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext >/dev/null 2>&1 && "
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other-ca.pem -days 2 -subj /CN=someone-else >/dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << "openssl failed (scripts/setup installs it)";
+  return dir;
+}
+
+TEST(GrpcTransport, TlsChannelWithTokenOnEveryCall) {
+  const std::string certs = MakeCertificates();
+  auto plan = testing::ToyPlan(2);
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
+  syncer::SyncerOptions o;
+  o.run_id = "grpc";
+  o.H = 2;
+  auto core = syncer::SyncerCore::Create(o, plan, init);
+  ASSERT_TRUE(core.ok());
+  RealClock clock;
+  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  transport::ServerOptions so;
+  so.token = "tls-secret";
+  so.tls = {true, certs + "/server.pem", certs + "/server.key", "", ""};
+  auto server = transport::GrpcSyncerServer::Start(so, loop, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = "127.0.0.1:" + std::to_string((*server)->port());
+  auto connect = [&](bool tls, const std::string& ca, const std::string& token) {
+    transport::ClientOptions co;
+    co.target = target;
+    co.token = token;
+    co.call_timeout_s = 3;
+    co.tls.enabled = tls;
+    co.tls.ca_file = ca;
+    auto c = transport::GrpcSyncerClient::Connect(co);
+    ATOLL_CHECK(c.ok());
+    return std::move(*c);
+  };
+  // TLS with the right CA and token: joins.
+  auto good = connect(true, certs + "/ca.pem", "tls-secret")->Join(Join(plan, 0));
+  EXPECT_TRUE(good.ok()) << good.status();
+  // Right CA, wrong token: refused by the token check on top of TLS.
+  EXPECT_EQ(connect(true, certs + "/ca.pem", "nope")->Join(Join(plan, 1)).status().code(),
+            StatusCode::kUnauthenticated);
+  // A plaintext client cannot talk to a TLS server.
+  EXPECT_EQ(connect(false, "", "tls-secret")->Join(Join(plan, 2)).status().code(), StatusCode::kUnavailable);
+  // A client that trusts another CA refuses the server's certificate.
+  EXPECT_EQ(connect(true, certs + "/other-ca.pem", "tls-secret")->Join(Join(plan, 3)).status().code(),
+            StatusCode::kUnavailable);
+  // A missing or non-PEM certificate file is a clear start-up error.
+  transport::ServerOptions bad = so;
+  bad.tls.cert_file = certs + "/san.ext";
+  auto refused = transport::GrpcSyncerServer::Start(bad, loop, nullptr);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("not a PEM file"), std::string::npos);
+  (*server)->Shutdown();
+  loop.Stop();
+  std::filesystem::remove_all(certs);
 }
 
 }  // namespace

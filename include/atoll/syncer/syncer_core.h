@@ -55,6 +55,16 @@ struct SyncerOptions {
   diloco::CodecOptions downlink{diloco::Encoding::kInt4, 128};
   double learner_timeout_s = 10.0;  // silent this long → no longer live
   uint64_t incarnation = 0;         // changes on every (re)start of the syncer
+  // Hostile or broken input. An outer gradient whose norm exceeds quarantine_factor × the median
+  // of the fragment's recent accepted norms (once `quarantine_min_history` are known) is
+  // quarantined: not merged, logged, counted. 0 turns the check off.
+  double quarantine_factor = 10.0;
+  int quarantine_window = 32;
+  int quarantine_min_history = 4;
+  // A learner whose pushes are rejected this many times in a row is disconnected (every call
+  // refused with PERMISSION_DENIED) for ban_seconds.
+  int max_consecutive_rejects = 8;
+  double ban_seconds = 300.0;
 };
 
 struct LearnerRecord {
@@ -67,6 +77,9 @@ struct LearnerRecord {
   double loss = 0, step_seconds = 0, tokens_per_second = 0;
   int64_t bytes_up = 0, bytes_down = 0;   // as the syncer counted them
   int64_t pushes = 0, pushes_rejected = 0, rounds_joined = 0, late_folded = 0;
+  int64_t quarantined = 0;
+  int consecutive_rejects = 0;
+  TimePoint banned_until{};               // disconnected until then (0: never banned)
   // Tokens whose updates were merged into Θ: Σ c_tokens / P over merged contributions (a token
   // updates all P fragments, and each fragment's contribution counts it once).
   double tokens_merged = 0;
@@ -208,7 +221,10 @@ class SyncerCore {
     int64_t round = 0;
     std::vector<Contribution> pending;
     std::optional<TimePoint> opened_at, quorum_at;
+    std::vector<double> recent_norms;  // accepted outer-gradient norms, oldest first (bounded)
   };
+  // PermissionDenied while the learner is disconnected for repeated bad input.
+  Status CheckNotBanned(const LearnerRecord& l, TimePoint now) const;
 
   SyncerCore(SyncerOptions options, diloco::FragmentPlan plan);
   RoundReport CloseRound(int p, const RoundDecision& decision, TimePoint now, const Clock& clock);
