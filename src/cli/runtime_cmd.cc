@@ -80,7 +80,7 @@ StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {
 #undef ATOLL_OVERRIDE
   if (!o.speeds.empty()) c.speeds = o.speeds;
   ATOLL_RETURN_IF_ERROR(runtime::ValidateRunConfig(c));
-  return c;
+  return runtime::Normalized(c);
 }
 
 int BadInput(const Status& st, const char* cmd) {

@@ -192,7 +192,7 @@ Status LearnerAgent::JoinAndCatchUp() {
     incarnation_ = reply.incarnation;
   }
   // Fragment-level catch-up: only fragments whose version differs from what we hold.
-  for (int p = 0; p < plan_.num_fragments(); ++p) {
+  for (int p = 0; options_.exchange_fragments && p < plan_.num_fragments(); ++p) {
     if (have_[static_cast<size_t>(p)] == reply.versions[static_cast<size_t>(p)]) continue;
     Status st = PullOne(p, 0.0, /*due_step=*/0);
     if (!st.ok()) return st;

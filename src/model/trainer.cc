@@ -38,6 +38,16 @@ class TorchTrainer final : public Trainer {
   }
   int64_t num_params() const override { return model_->num_params(); }
   StatusOr<StepStats> Step() override;
+  StatusOr<StepStats> ComputeGradients() override;
+  std::span<float> Gradient(int i) override {
+    auto& t = model_->params().at(static_cast<size_t>(i)).tensor;
+    if (!t.grad().defined()) t.mutable_grad() = torch::zeros_like(t);
+    auto g = t.grad();
+    ATOLL_CHECK(g.is_contiguous() && g.scalar_type() == torch::kFloat32);
+    have_gradients_ = true;  // the caller may fill it (an all-reduced average)
+    return {g.data_ptr<float>(), static_cast<size_t>(g.numel())};
+  }
+  StatusOr<StepStats> ApplyGradients(StepStats computed) override;
   StatusOr<EvalStats> Evaluate(int batches) override;
   int64_t step() const override { return step_; }
   int64_t tokens_trained() const override { return tokens_; }
@@ -55,6 +65,8 @@ class TorchTrainer final : public Trainer {
   std::vector<diloco::TensorSpec> specs_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   int64_t adam_step_ = 0;
+  bool have_gradients_ = false;
+  std::chrono::steady_clock::time_point step_started_{};
   std::vector<ShardReader> readers_;  // one per replica
   torch::Tensor batch_;               // [B, T+1] int64, refilled every micro-batch
   std::vector<uint16_t> val_;
@@ -118,7 +130,12 @@ StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
 }
 
 StatusOr<StepStats> TorchTrainer::Step() {
-  const auto t0 = std::chrono::steady_clock::now();
+  ATOLL_ASSIGN_OR_RETURN(StepStats computed, ComputeGradients());
+  return ApplyGradients(computed);
+}
+
+StatusOr<StepStats> TorchTrainer::ComputeGradients() {
+  step_started_ = std::chrono::steady_clock::now();
   StepStats st;
   try {
     auto& params = model_->params();
@@ -137,6 +154,19 @@ StatusOr<StepStats> TorchTrainer::Step() {
       return FailedPreconditionError("loss is not finite at step " + std::to_string(step_ + 1) +
                                      " (training diverged; lower the learning rate)");
     }
+  } catch (const std::exception& e) {
+    return TorchError("training step " + std::to_string(step_ + 1), e);
+  }
+  st.tokens = tokens_per_step();
+  have_gradients_ = true;
+  return st;
+}
+
+StatusOr<StepStats> TorchTrainer::ApplyGradients(StepStats st) {
+  if (!have_gradients_) return FailedPreconditionError("ApplyGradients without ComputeGradients");
+  have_gradients_ = false;
+  try {
+    auto& params = model_->params();
     std::vector<torch::Tensor> grads;
     for (auto& p : params) grads.push_back(p.tensor);
     st.grad_norm = torch::nn::utils::clip_grad_norm_(grads, opts_.optim.clip_norm);
@@ -161,6 +191,7 @@ StatusOr<StepStats> TorchTrainer::Step() {
   } catch (const std::exception& e) {
     return TorchError("training step " + std::to_string(step_ + 1), e);
   }
+  const auto t0 = step_started_;
   ++step_;
   st.step = step_;
   st.tokens = tokens_per_step();

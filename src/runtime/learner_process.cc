@@ -9,6 +9,7 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
+#include "atoll/learner/ddp_exchange.h"
 #include "atoll/learner/learner_agent.h"
 #include "atoll/learner/wan_shaper.h"
 #include "atoll/model/data.h"
@@ -115,6 +116,7 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   if (!up.ok()) return fail(up.status(), 2);
   ao.uplink = {*up, c.block};
   ao.alpha = c.alpha;
+  ao.exchange_fragments = c.mode != "ddp";
   learner::LearnerAgent agent(ao, *plan, [&] {
     std::vector<std::span<float>> v;
     for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) v.push_back(trainer.Parameter(i));
@@ -134,7 +136,20 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   double speed = base_speed;
   double ema_step = 0, ema_tps = 0, last_loss = 0;
   int64_t step = opt.start_step;
+  int64_t tokens_total = 0;
   bool contributed = false;
+  std::vector<std::span<float>> params;
+  for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) params.push_back(trainer.Parameter(i));
+  std::unique_ptr<learner::DdpExchange> ddp;
+  if (c.mode == "ddp") {
+    ddp = std::make_unique<learner::DdpExchange>(*plan, *api, diloco::CodecOptions{diloco::Encoding::kBf16, c.block});
+    Status st = ddp->Sync(agent.counters().learner_id, params);
+    while (!st.ok() && !agent.finish_requested()) {
+      if (Status fatal = agent.fatal_error(); !fatal.ok()) return fail(fatal, 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      st = ddp->Sync(agent.counters().learner_id, params);
+    }
+  }
   double train_seconds = 0, wait_seconds = 0;
   while (step < c.steps && !agent.finish_requested()) {
     if (Status fatal = agent.fatal_error(); !fatal.ok()) return fail(fatal, 1);
@@ -150,15 +165,35 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
       std::fflush(stdout);
     }
     const TimePoint t0 = clock.Now();
-    auto s = trainer.Step();
+    auto s = ddp ? trainer.ComputeGradients() : trainer.Step();
     if (!s.ok()) return fail(s.status(), 1);
-    if (speed < 1.0) clock.SleepFor(FromSeconds(s->seconds * (1.0 / speed - 1.0)));  // slower hardware
+    const double compute_s = ToSeconds(clock.Now() - t0);
+    if (speed < 1.0) clock.SleepFor(FromSeconds(compute_s * (1.0 / speed - 1.0)));  // slower hardware
     const double step_s = ToSeconds(clock.Now() - t0);
     train_seconds += step_s;
-    agent.OnStep(step, s->tokens);
-    ++step;
+    tokens_total += s->tokens;
     int applied = 0;
-    if (c.mode == "diloco" && step % c.H == 0) {
+    if (ddp) {
+      // The all-reduce: push the gradient, block until the parameter server's next step.
+      // (Gradient views are valid until the next ComputeGradients.)
+      std::vector<std::span<float>> grads;
+      for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) grads.push_back(trainer.Gradient(i));
+      const TimePoint w0 = clock.Now();
+      Status st = ddp->Step(agent.counters().learner_id, s->tokens, grads, params, 3600.0,
+                            [&] { return agent.finish_requested() || !agent.fatal_error().ok(); });
+      while (st.code() == StatusCode::kAborted || st.code() == StatusCode::kDataLoss ||
+             st.code() == StatusCode::kNotFound || st.code() == StatusCode::kUnavailable) {
+        // Behind the others (restarted, or the syncer restarted): take the current parameters;
+        // this step's gradient is lost, as in any synchronous job.
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (agent.finish_requested()) break;
+        st = ddp->Sync(agent.counters().learner_id, params);
+      }
+      if (!st.ok() && st.code() != StatusCode::kCancelled) return fail(st, 1);
+      wait_seconds += ToSeconds(clock.Now() - w0);
+      applied = 1;
+      ++step;
+    } else if (agent.OnStep(step, s->tokens), ++step; c.mode == "diloco" && step % c.H == 0) {
       const TimePoint w0 = clock.Now();
       applied = agent.WaitForAllFragments(step, 600.0);  // the synchronous barrier
       wait_seconds += ToSeconds(clock.Now() - w0);
@@ -170,16 +205,16 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
     last_loss = s->loss;
     learner::Progress p;
     p.step = step;
-    p.tokens = trainer.tokens_trained();
+    p.tokens = tokens_total;
     p.loss = s->loss;
     p.step_seconds = ema_step;
     p.tokens_per_second = ema_tps;
     agent.SetProgress(p);
     metrics.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id},
-                   {"step", step}, {"tokens", trainer.tokens_trained()}, {"step_tokens", s->tokens},
+                   {"step", step}, {"tokens", tokens_total}, {"step_tokens", s->tokens},
                    {"step_s", step_s}, {"loss", s->loss},
                    {"lr", s->lr}, {"tokens_per_s", ema_tps}, {"applied", applied}});
-    if (!contributed && agent.counters().pushes > 0) {
+    if (!contributed && (agent.counters().pushes > 0 || (ddp && applied > 0))) {
       contributed = true;  // for the rejoin latency: restart → first accepted contribution
       metrics.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id}, {"kind", "contributed"},
                      {"step", step}, {"after_start_s", agent.counters().first_contribution_s}});
@@ -192,7 +227,7 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   }
   learner::Progress done;
   done.step = step;
-  done.tokens = trainer.tokens_trained();
+  done.tokens = tokens_total;
   done.loss = last_loss;
   done.state = "done";
   agent.SetProgress(done);
@@ -201,12 +236,12 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   const auto k = agent.counters();
   const double wall = UnixSeconds() - t_start;
   nlohmann::json summary = {
-      {"learner", id}, {"steps", step}, {"tokens", trainer.tokens_trained()}, {"loss", last_loss},
+      {"learner", id}, {"steps", step}, {"tokens", tokens_total}, {"loss", last_loss},
       {"wall_seconds", wall}, {"train_seconds", train_seconds}, {"barrier_wait_seconds", wait_seconds},
-      {"tokens_per_second", wall > 0 ? trainer.tokens_trained() / wall : 0.0},
+      {"tokens_per_second", wall > 0 ? tokens_total / wall : 0.0},
       {"pushes", k.pushes}, {"pushes_failed", k.pushes_failed}, {"pulls", k.pulls},
-      {"fragments_applied", k.fragments_applied}, {"payload_bytes_up", k.payload_bytes_up},
-      {"payload_bytes_down", k.payload_bytes_down}, {"wire_bytes_up", (*client)->bytes_sent()},
+      {"fragments_applied", k.fragments_applied}, {"payload_bytes_up", ddp ? ddp->payload_bytes_up() : k.payload_bytes_up},
+      {"payload_bytes_down", ddp ? ddp->payload_bytes_down() : k.payload_bytes_down}, {"wire_bytes_up", (*client)->bytes_sent()},
       {"wire_bytes_down", (*client)->bytes_received()}, {"joins", k.joins},
       {"catchup_fragments", k.catchup_fragments},
       {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected}, {"first_contribution_s", k.first_contribution_s},

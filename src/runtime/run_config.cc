@@ -92,6 +92,21 @@ Status ValidateRunConfig(const RunConfig& c) {
   return chaos::ValidateChaos(c.chaos, c.learners);
 }
 
+RunConfig Normalized(RunConfig c) {
+  if (c.mode != "decoupled") {
+    c.quorum = c.learners;  // synchronous modes wait for everyone
+    c.grace = false;
+  }
+  if (c.mode == "ddp") {
+    c.fragments = 1;        // the whole gradient every step (clipping is global)
+    c.H = 1;
+    c.tau = 0;
+    c.uplink = "bf16";      // bf16 gradients up, bf16 parameter deltas down
+    c.downlink = "bf16";
+  }
+  return c;
+}
+
 nlohmann::json ToJson(const RunConfig& c) {
   return {{"mode", c.mode}, {"learners", c.learners}, {"steps", c.steps}, {"seed", c.seed},
           {"out", c.out}, {"data", c.data}, {"token", c.token}, {"run_id", c.run_id},

@@ -88,6 +88,20 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
   auto sopts = MakeSyncerOptions(c);
   if (!sopts.ok()) return fail(sopts.status(), 2);
   sopts->incarnation = static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid());
+  if (c.mode == "ddp") {
+    // The parameter server's optimizer: the evaluator trainer's AdamW applied to the averaged
+    // gradient. Runs on the syncer's loop thread only.
+    sopts->ddp_step = [&ev, &params, frag = plan->fragments[0]](std::span<const float> mean,
+                                                               std::span<float> theta) -> Status {
+      std::vector<std::span<float>> grads;
+      for (int i = 0; i < static_cast<int>(ev.tensors().size()); ++i) grads.push_back(ev.Gradient(i));
+      exchange::ScatterFragment(frag, mean, grads);
+      exchange::ScatterFragment(frag, theta, params);
+      ATOLL_RETURN_IF_ERROR(ev.ApplyGradients(model::StepStats{}).status());
+      exchange::GatherFragment(frag, params, theta);
+      return Status::Ok();
+    };
+  }
   auto core = syncer::SyncerCore::Create(*sopts, *plan, std::move(initial));
   if (!core.ok()) return fail(core.status(), 2);
   syncer::DurableState durable(opt.state_dir.empty() ? out + "/state" : opt.state_dir);
@@ -159,16 +173,17 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
     std::lock_guard<std::mutex> lock(finish_mu);
     if (finished) return summary_text;
     loop.RequestFinish();
-    // Snapshot Θ and the table on the loop thread, then evaluate Θ outside it.
-    auto snap = loop.Call([](syncer::SyncerCore& sc, TimePoint now) {
+    // Snapshot Θ and the table and load Θ into the evaluator on the loop thread (in ddp mode
+    // the loop thread also steps that trainer's optimizer, so nothing else may touch it).
+    auto snap = loop.Call([&](syncer::SyncerCore& sc, TimePoint now) {
       std::vector<std::vector<float>> theta;
       for (int p = 0; p < sc.plan().num_fragments(); ++p) {
         auto s = sc.theta(p);
         theta.emplace_back(s.begin(), s.end());
+        exchange::ScatterFragment(plan->fragments[static_cast<size_t>(p)], theta.back(), params);
       }
       return std::make_pair(theta, sc.StatusJson(now));
     });
-    for (size_t p = 0; p < snap.first.size(); ++p) exchange::ScatterFragment(plan->fragments[p], snap.first[p], params);
     nlohmann::json summary = snap.second;
     summary["eval_loss_start"] = start_eval->loss;
     summary["params"] = ev.num_params();

@@ -29,6 +29,10 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
                                 ") must be ≥ the number of fragments P (" + std::to_string(P) + ")");
   }
   if (options.round.quorum < 1) return InvalidArgumentError("syncer: quorum K must be ≥ 1");
+  if (options.mode == "ddp" && (!options.ddp_step || P != 1)) {
+    return InvalidArgumentError("syncer: ddp mode needs one fragment (plan has " + std::to_string(P) +
+                                ") and an optimizer hook" + (options.ddp_step ? "" : " (missing)"));
+  }
   if (static_cast<int>(initial.size()) != P) {
     return InvalidArgumentError("syncer: initial values for " + std::to_string(initial.size()) +
                                 " fragments, plan has " + std::to_string(P));
@@ -206,8 +210,13 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
                                        " is not a version this syncer produced (current " +
                                        std::to_string(f.version) + ")"));
   }
-  const std::vector<float>* base = CopyAt(h.learner_id, h.fragment, h.base_version);
-  if (base == nullptr) {
+  const bool ddp = options_.mode == "ddp";
+  if (ddp && h.base_version != f.version) {
+    return reject(AbortedError("ddp: gradient of step " + std::to_string(h.base_version) +
+                               " but the model is at step " + std::to_string(f.version) + ": pull first"));
+  }
+  const std::vector<float>* base = ddp ? nullptr : CopyAt(h.learner_id, h.fragment, h.base_version);
+  if (!ddp && base == nullptr) {
     return reject(AbortedError("the syncer holds no copy of this fragment at version " +
                                std::to_string(h.base_version) +
                                " for this learner: pull the fragment in full"));
@@ -219,12 +228,14 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   c.base_version = h.base_version;
   c.arrived = now;
   c.local.resize(f.theta.size());
-  // Decode Δ̂ into c.local, then θ_m = Φ_base − Δ̂.
+  // Decode Δ̂ into c.local, then θ_m = Φ_base − Δ̂ (ddp: c.local is the raw gradient).
   Status st = diloco::Decode(options_.uplink, payload, c.local);
   if (!st.ok()) return reject(st);
-  for (size_t i = 0; i < c.local.size(); ++i) c.local[i] = (*base)[i] - c.local[i];
+  if (!ddp) {
+    for (size_t i = 0; i < c.local.size(); ++i) c.local[i] = (*base)[i] - c.local[i];
+  }
   if (!exchange::AllFinite(c.local)) {
-    return reject(InvalidArgumentError("outer gradient has non-finite values"));
+    return reject(InvalidArgumentError(ddp ? "gradient has non-finite values" : "outer gradient has non-finite values"));
   }
   // Quarantine: an outer gradient far outside the fragment's recent range is not merged.
   double norm2 = 0;
@@ -233,7 +244,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
     norm2 += v * v;
   }
   const double norm = std::sqrt(norm2);
-  if (options_.quarantine_factor > 0 &&
+  if (!ddp && options_.quarantine_factor > 0 &&
       static_cast<int>(f.recent_norms.size()) >= options_.quarantine_min_history) {
     std::vector<double> sorted = f.recent_norms;
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<ptrdiff_t>(sorted.size() / 2), sorted.end());
@@ -321,24 +332,30 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   report.reason = d.reason;
   report.closed_at = now;
 
+  const bool ddp = options_.mode == "ddp";
   std::vector<std::vector<float>> grads(f.pending.size(), std::vector<float>(n));
   std::vector<std::span<const float>> views;
   std::vector<double> weights;
   for (size_t m = 0; m < f.pending.size(); ++m) {
     const Contribution& c = f.pending[m];
-    for (size_t i = 0; i < n; ++i) grads[m][i] = f.theta[i] - c.local[i];  // v_m = Θ_p − θ_m
+    if (ddp) {
+      grads[m] = c.local;  // the learner's gradient
+    } else {
+      for (size_t i = 0; i < n; ++i) grads[m][i] = f.theta[i] - c.local[i];  // v_m = Θ_p − θ_m
+    }
     views.emplace_back(grads[m]);
-    weights.push_back(diloco::TokenWeight(c.c_tokens, c.c_steps));
+    weights.push_back(ddp ? 1.0 : diloco::TokenWeight(c.c_tokens, c.c_steps));
     report.contributors.push_back(c.learner);
     report.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
   }
   report.weights = weights;
   std::vector<float> merged(n, 0.0f);
-  Status st = diloco::MergeFragment(plan_.fragments[static_cast<size_t>(p)], options_.merge_rule,
-                                    views, weights, merged);
+  Status st = ddp ? diloco::WeightedMean(views, weights, merged)
+                  : diloco::MergeFragment(plan_.fragments[static_cast<size_t>(p)], options_.merge_rule,
+                                          views, weights, merged);
   ATOLL_CHECK_MSG(st.ok(), st.ToString());  // inputs were validated on push
   report.merged_norm = diloco::L2Norm(merged);
-  st = diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
+  st = ddp ? options_.ddp_step(merged, f.theta) : diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
   ATOLL_CHECK_MSG(st.ok(), st.ToString());
   f.version += 1;
   report.version = f.version;

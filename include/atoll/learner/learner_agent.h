@@ -46,6 +46,8 @@ struct AgentOptions {
   double heartbeat_s = 0.5;
   double backoff_initial_s = 0.2, backoff_max_s = 5.0;
   double initial_join_timeout_s = 20.0;  // how long Start() waits for the first join + catch-up
+  // false (ddp mode): join and heartbeat only; the training loop exchanges (DdpExchange).
+  bool exchange_fragments = true;
 };
 
 struct AgentCounters {

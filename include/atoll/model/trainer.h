@@ -110,7 +110,16 @@ class Trainer {
   virtual int64_t num_params() const = 0;
 
   // One inner step: next batch of this learner's shard, forward, backward, clip, AdamW.
+  // Equivalent to ComputeGradients() followed by ApplyGradients().
   virtual StatusOr<StepStats> Step() = 0;
+  // The two halves of Step(), for a data-parallel step whose gradient is averaged elsewhere
+  // (atoll's `ddp` mode): ComputeGradients runs forward and backward on the next batch (loss and
+  // tokens filled in); Gradient(i) then views tensor i's gradient (contiguous fp32, writable, so a
+  // caller can replace it with the all-reduced average; valid until the next ComputeGradients); ApplyGradients clips, runs AdamW and
+  // advances the step. ApplyGradients without a preceding ComputeGradients is FailedPrecondition.
+  virtual StatusOr<StepStats> ComputeGradients() = 0;
+  virtual std::span<float> Gradient(int i) = 0;
+  virtual StatusOr<StepStats> ApplyGradients(StepStats computed) = 0;
   // Mean cross-entropy over `batches` fixed validation batches (same batches every call).
   virtual StatusOr<EvalStats> Evaluate(int batches) = 0;
 

@@ -69,6 +69,10 @@ struct RunConfig {
 // InvalidArgument naming the first bad field and why.
 Status ValidateRunConfig(const RunConfig& config);
 
+// The settings a mode implies, applied over the user's: diloco and ddp wait for all learners
+// (K = M, no grace); ddp moves the whole bf16 gradient every step (P = H = 1, τ = 0).
+RunConfig Normalized(RunConfig config);
+
 nlohmann::json ToJson(const RunConfig& config);
 // Unknown keys are an error (a typo must not silently fall back to a default).
 StatusOr<RunConfig> FromJson(const nlohmann::json& j, RunConfig base = {});

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -44,9 +45,16 @@ namespace atl::syncer {
 
 inline constexpr uint32_t kProtocolVersion = 1;
 
+// ddp mode (a parameter server): a push carries a learner's raw gradient of its current step,
+// a round averages the gradients of all live learners and this hook applies the inner optimizer
+// to Θ (the whole model: ddp runs with P = 1 because gradient clipping is global). Learners then
+// pull Θ like any fragment. The hook owns the optimizer state.
+using DdpStep = std::function<Status(std::span<const float> mean_gradient, std::span<float> theta)>;
+
 struct SyncerOptions {
   std::string run_id = "atoll";
-  std::string mode = "decoupled";   // decoupled | diloco
+  std::string mode = "decoupled";   // decoupled | diloco | ddp
+  DdpStep ddp_step;                 // required in ddp mode
   int H = 24;
   RoundOptions round;
   diloco::MergeRule merge_rule = diloco::MergeRule::kRda;
