@@ -206,7 +206,7 @@ Status LearnerAgent::JoinAndCatchUp() {
   return Status::Ok();
 }
 
-Status LearnerAgent::PullOne(int p, double wait_s, int64_t due_step) {
+Status LearnerAgent::PullOne(int p, double wait_s, int64_t due_step, bool apply) {
   const size_t pi = static_cast<size_t>(p);
   int learner_id;
   {
@@ -247,6 +247,7 @@ Status LearnerAgent::PullOne(int p, double wait_s, int64_t due_step) {
                          ": value checksum differs from the syncer's (copy diverged; refetching)");
   }
   have_[pi] = r->version;
+  if (!apply) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(ready_, [p](const Ready& x) { return x.fragment == p; });
   ready_.push_back({p, r->version, due_step, phi});
@@ -327,13 +328,19 @@ void LearnerAgent::ExchangeLoop() {
     if (job) {
       st = PushOne(*job);
       if (st.code() == StatusCode::kAborted) {
-        // Our base version fell out of the syncer's history: refetch the fragment in full.
+        // The syncer does not hold the copy our outer gradient was computed against (it
+        // restarted): fetch the fragment in full, then push the same local snapshot against it,
+        // so the local progress is not thrown away.
         have_[static_cast<size_t>(job->fragment)] = -1;
-        st = PullOne(job->fragment, 0.0, job->step + 1);
+        st = PullOne(job->fragment, 0.0, job->step + 1, /*apply=*/false);
+        if (st.ok()) st = PushOne(*job);
       }
     } else {
+      // Long-poll the first awaited fragment briefly (server-side wait), the rest without waiting.
+      double wait = 0.05;
       for (const auto& [p, due] : awaiting) {
-        st = PullOne(p, 0.0, due);
+        st = PullOne(p, wait, due);
+        wait = 0.0;
         if (!st.ok()) break;
       }
     }

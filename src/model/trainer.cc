@@ -124,6 +124,19 @@ StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
     ATOLL_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Create(stream, ro));
     t->readers_.push_back(std::move(reader));
   }
+  if (o.start_step < 0) return InvalidArgumentError("start_step must be ≥ 0");
+  if (o.start_step > 0) {
+    // Skip the batches the previous incarnation consumed: position = start_step batches in.
+    for (auto& reader : t->readers_) {
+      const int64_t per_epoch = std::max<int64_t>(1, reader.num_windows());
+      const int64_t consumed = o.start_step * o.batch_size;
+      ReaderPosition pos;
+      pos.epoch = consumed / per_epoch;
+      pos.index = consumed % per_epoch;
+      ATOLL_RETURN_IF_ERROR(reader.Seek(pos));
+    }
+    t->step_ = o.start_step;
+  }
   ATOLL_ASSIGN_OR_RETURN(t->val_, LoadValTokens(data));
   t->batch_ = torch::empty({o.batch_size, o.model.seq_len + 1}, torch::kInt64);
   return std::unique_ptr<Trainer>(std::move(t));

@@ -102,6 +102,10 @@ void Cluster::Inject(const chaos::FaultEvent& e, double now) {
   switch (e.kind) {
     case chaos::FaultKind::kKill:
       if (s->state != LearnerState::kRunning && s->state != LearnerState::kPaused) return skip("learner not running");
+      if (s->state == LearnerState::kPaused) {
+        s->paused_seconds += now - s->down_since;  // the pause ends here; the outage begins
+        s->resume_at.reset();
+      }
       s->process.Signal(SIGKILL);
       s->process.WaitOrKill(5);
       s->state = LearnerState::kDown;

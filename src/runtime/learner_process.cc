@@ -76,6 +76,7 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   if (!manifest.ok()) return fail(manifest.status(), 2);
   auto topts = MakeTrainerOptions(c, id);
   if (!topts.ok()) return fail(topts.status(), 2);
+  topts->start_step = opt.start_step;
   auto trainer_or = model::Trainer::Create(*topts);
   if (!trainer_or.ok()) return fail(trainer_or.status(), 1);
   model::Trainer& trainer = **trainer_or;
@@ -128,7 +129,7 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
               c.mode.c_str(), agent.counters().joined ? "yes" : "not yet (training on; retrying)",
               static_cast<long long>(opt.start_step), static_cast<long long>(c.steps),
               static_cast<long long>(trainer.tokens_per_step()), c.SpeedOf(id),
-              opt.rejoin ? " (rejoined after a failure: fresh AdamW state, global parameters)" : "");
+              opt.rejoin ? " (rejoined after a failure: global parameters, fresh AdamW moments, data and LR schedule continue at the start step)" : "");
   std::fflush(stdout);
 
   JsonlWriter metrics(out + "/metrics-learner-" + std::to_string(id) + ".jsonl");

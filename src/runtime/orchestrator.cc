@@ -161,7 +161,15 @@ int RunLocalCluster(const RunOptions& options) {
   std::fflush(stdout);
   nlohmann::json syncer_summary;
   if (cluster.syncer().running()) {
+    // Retried: on a loaded machine (or right after a syncer restart) the first call may time out.
     auto fin = (*client)->Finish(/*evaluate=*/true);
+    for (int attempt = 1; attempt < 20 && !fin.ok() && cluster.syncer().running() &&
+                          (fin.status().code() == StatusCode::kUnavailable ||
+                           fin.status().code() == StatusCode::kDeadlineExceeded);
+         ++attempt) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      fin = (*client)->Finish(/*evaluate=*/true);
+    }
     if (fin.ok()) {
       syncer_summary = nlohmann::json::parse(*fin);
     } else {

@@ -107,7 +107,7 @@ Status DurableState::SaveLearners(const SyncerCore& core) {
                               {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
 }
 
-Status DurableState::Restore(SyncerCore& core) const {
+Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
   ATOLL_ASSIGN_OR_RETURN(auto meta, ReadSelfChecksummed(dir_ + "/meta.json"));
   const auto want = Meta(core);
   for (const char* key : {"run_id", "model_signature", "plan", "fragments"}) {
@@ -175,7 +175,7 @@ Status DurableState::Restore(SyncerCore& core) const {
   for (int p = 0; p < core.plan().num_fragments(); ++p) {
     ATOLL_RETURN_IF_ERROR(core.RestoreFragment(p, std::move(snaps[static_cast<size_t>(p)])));
   }
-  core.RestoreLearners(table, TimePoint{});
+  core.RestoreLearners(table, now);
   core.set_rounds_closed(rounds_closed);
   return Status::Ok();
 }

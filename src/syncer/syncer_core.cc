@@ -170,7 +170,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
   auto reject = [&](Status s) -> Status {
     l.pushes_rejected += 1;
-    l.consecutive_rejects += 1;
+    if (s.code() != StatusCode::kAborted) l.consecutive_rejects += 1;
     std::string ctx = "push from learner " + std::to_string(h.learner_id) + ", fragment " +
                       std::to_string(h.fragment);
     if (s.code() != StatusCode::kAborted && options_.max_consecutive_rejects > 0 &&

@@ -46,7 +46,8 @@ class Service final : public Syncer::Service {
     p.step_seconds = req->step_seconds();
     p.tokens_per_second = req->tokens_per_second();
     p.state = req->state().substr(0, 32);
-    if (!std::isfinite(p.step_seconds) || p.step_seconds < 0 || p.step < 0 || p.tokens < 0) {
+    if (!std::isfinite(p.step_seconds) || p.step_seconds < 0 || p.step < 0 || p.tokens < 0 ||
+        !std::isfinite(p.loss) || !std::isfinite(p.tokens_per_second)) {
       return ToGrpc(InvalidArgumentError("heartbeat: negative or non-finite progress values"));
     }
     auto out = loop_.Heartbeat(req->learner_id(), p);
@@ -65,6 +66,7 @@ class Service final : public Syncer::Service {
       return ToGrpc(InvalidArgumentError("push: the first message must be a header"));
     }
     auto header = ParsePushHeader(chunk.header());
+    const int64_t header_bytes = static_cast<int64_t>(chunk.ByteSizeLong());
     if (!header.ok()) return ToGrpc(header.status());
     const int64_t total = chunk.header().payload_bytes();
     std::vector<std::byte> payload;
@@ -85,7 +87,7 @@ class Service final : public Syncer::Service {
     }
     auto out = loop_.Push(header->first, payload);
     const int id = header->first.learner_id;
-    const int64_t up = total + static_cast<int64_t>(sizeof(atl::v1::PushHeader));
+    const int64_t up = total + header_bytes;
     loop_.Call([id, up](syncer::SyncerCore& core, TimePoint) {
       core.CountBytes(id, up, 0);
       return 0;

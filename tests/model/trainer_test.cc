@@ -351,3 +351,31 @@ TEST(ModelRun, WritesMetricsSummaryAndCheckpointsThenResumesAndSamples) {
 
 }  // namespace
 }  // namespace atl::model
+
+namespace atl::model {
+namespace {
+
+TEST(ModelTrainer, RestartAtStartStepReadsTheNextBatchesAndContinuesTheSchedule) {
+  // A: the same initial weights; consume 5 batches without changing the parameters.
+  auto a = Make(TinyOptions());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a->ComputeGradients().ok());
+  auto la = a->ComputeGradients();
+  ASSERT_TRUE(la.ok());
+  // B: a restarted learner at step 5 sees exactly the batch A sees next.
+  auto o = TinyOptions();
+  o.start_step = 5;
+  auto b = Make(o);
+  EXPECT_EQ(b->step(), 5);
+  auto lb = b->ComputeGradients();
+  ASSERT_TRUE(lb.ok());
+  EXPECT_EQ(la->loss, lb->loss);
+  auto applied = b->ApplyGradients(*lb);
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->step, 6);
+  EXPECT_DOUBLE_EQ(applied->lr, ScheduledLearningRate(o.optim, 5));
+  // ApplyGradients needs gradients first.
+  EXPECT_EQ(b->ApplyGradients(*lb).status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace atl::model

@@ -70,7 +70,7 @@ TEST(DurableState, RestoreGivesBackTheCommittedState) {
   // "Restart": a fresh core from the initial values, then restore.
   SyncerCore restarted = env.Fresh();
   ASSERT_TRUE(durable.Exists());
-  ASSERT_TRUE(durable.Restore(restarted).ok());
+  ASSERT_TRUE(durable.Restore(restarted, TimePoint{}).ok());
   EXPECT_EQ(restarted.versions(), core.versions());
   EXPECT_EQ(restarted.rounds_closed(), 5);
   EXPECT_EQ(exchange::ValuesChecksum(restarted.theta(0)), theta_sum);
@@ -95,14 +95,14 @@ TEST(DurableState, CorruptionIsDetectedWithAClearErrorAndNothingChanges) {
   flipped[flipped.size() / 2] ^= 0x10;
   ASSERT_TRUE(WriteFileAtomic(frag, std::string_view(flipped)).ok());
   SyncerCore target = env.Fresh();
-  Status st = durable.Restore(target);
+  Status st = durable.Restore(target, TimePoint{});
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("fragment-001.bin is corrupted: checksum mismatch"), std::string::npos) << st;
   EXPECT_EQ(target.version(0), 0);  // unchanged, even though fragment 0 was fine
 
   // A truncated file.
   ASSERT_TRUE(WriteFileAtomic(frag, std::string_view(original->data(), original->size() - 7)).ok());
-  st = durable.Restore(target);
+  st = durable.Restore(target, TimePoint{});
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("truncated"), std::string::npos) << st;
 
@@ -112,13 +112,13 @@ TEST(DurableState, CorruptionIsDetectedWithAClearErrorAndNothingChanges) {
   std::string bad_meta = *meta;
   bad_meta.replace(bad_meta.find("durable"), 7, "durabl3");
   ASSERT_TRUE(WriteFileAtomic(env.dir + "/meta.json", std::string_view(bad_meta)).ok());
-  st = durable.Restore(target);
+  st = durable.Restore(target, TimePoint{});
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("meta.json is corrupted"), std::string::npos) << st;
 
   // Intact again: restores.
   ASSERT_TRUE(WriteFileAtomic(env.dir + "/meta.json", std::string_view(*meta)).ok());
-  EXPECT_TRUE(durable.Restore(target).ok());
+  EXPECT_TRUE(durable.Restore(target, TimePoint{}).ok());
   EXPECT_EQ(target.version(0), 2);
 }
 
@@ -129,7 +129,7 @@ TEST(DurableState, RefusesTheStateOfAnotherRun) {
   ASSERT_TRUE(durable.SaveAll(core).ok());
   env.options.run_id = "other";
   SyncerCore other = env.Fresh();
-  Status st = durable.Restore(other);
+  Status st = durable.Restore(other, TimePoint{});
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("belongs to another run_id"), std::string::npos) << st;
 }

@@ -1,13 +1,13 @@
 // The fragment exchange both ends of the wire share: gathering a fragment's slices out of the
-// model's tensors into one flat buffer (and back), and the compressed downlink with a *public
-// copy* that the syncer and every up-to-date learner hold bit-identically.
+// model's tensors into one flat buffer (and back), and the compressed downlink with a copy Φ that
+// the syncer and a learner hold bit-identically (the syncer keeps one per learner and fragment;
+// docs/decisions/002-per-learner-copies.md).
 //
-// Downlink with error feedback. For each fragment the syncer keeps Φ_p, the public copy at
-// version v. When the global value Θ_p moves to version v+1 the syncer encodes the delta
-// d = Θ_p − Φ_p (int4/bf16/fp32), decodes it to d̂ and sets Φ_p ← Φ_p + d̂ (fp32 adds in one fixed
-// order). A learner holding Φ_p at version v applies the same d̂ the same way and so holds the
-// same bits. The quantisation error Θ_p − Φ_p is never lost: it is part of the next delta.
-// A learner that holds another version gets Φ_p in full fp32 (catch-up).
+// Downlink with error feedback. When a learner asks for fragment p, the syncer encodes the delta
+// d = Θ_p − Φ_p (int4/int8/bf16/fp32) against that learner's copy, decodes it to d̂ and sets
+// Φ_p ← Φ_p + d̂ (fp32 adds in one fixed order). The learner applies the same d̂ the same way and
+// so holds the same bits. The quantisation error Θ_p − Φ_p is never lost: it is part of the next
+// delta. A learner whose copy the syncer does not know gets Θ_p in full fp32 (catch-up).
 //
 // Uplink. A learner's outer gradient for fragment p is Δ_m = Φ_p^{base} − θ_{m,p} (against the
 // public copy it last received), encoded; the syncer reconstructs θ_{m,p} = Φ_p^{base} − Δ̂_m and

@@ -113,7 +113,8 @@ class LearnerAgent {
   Status JoinAndCatchUp();
   Status PushOne(PushJob& job);
   // Pulls fragment p; on a newer version updates Φ_p and queues it for the training thread.
-  Status PullOne(int p, double wait_s, int64_t due_step);
+  // `apply` = false only refreshes Φ_p (a re-push follows; local progress is kept).
+  Status PullOne(int p, double wait_s, int64_t due_step, bool apply = true);
   void Backoff(double& delay_s);
 
   AgentOptions options_;

@@ -83,6 +83,11 @@ struct TrainerOptions {
   // (mathematically identical to M copies with an all-reduce, since every copy holds the same
   // parameters).
   int replicas = 1;
+  // A learner restarted after a failure continues at this step: the learning-rate schedule
+  // resumes there and every data reader skips the batches of the first start_step steps, so it
+  // does not train on its shard's beginning again. AdamW moments start fresh (they died with the
+  // process; docs/failure-semantics.md).
+  int64_t start_step = 0;
 };
 
 struct StepStats {

@@ -41,7 +41,8 @@ class DurableState {
   // Loads a saved state into `core` (which must have been created with the same plan).
   // FailedPrecondition when it belongs to another run/model/plan; DataLoss naming the file for a
   // truncated or corrupted file. On error `core` is unchanged.
-  Status Restore(SyncerCore& core) const;
+  // Restored learners count as live from `now` (they get the learner timeout to reappear).
+  Status Restore(SyncerCore& core, TimePoint now) const;
 
  private:
   std::string FragmentPath(int p) const;

@@ -20,7 +20,8 @@
 // closed is folded into the next round of that fragment, never dropped (docs/decisions/003).
 // Only a base the syncer no longer holds is refused (Aborted: pull the fragment in full).
 //
-// Thread-safety: none. The syncer's event-loop thread owns the one instance (docs/threading).
+// Thread-safety: none. The syncer's event-loop thread owns the one instance
+// (docs/architecture.md#threading).
 #pragma once
 
 #include <cstdint>
@@ -69,8 +70,9 @@ struct SyncerOptions {
   double quarantine_factor = 10.0;
   int quarantine_window = 32;
   int quarantine_min_history = 4;
-  // A learner whose pushes are rejected this many times in a row is disconnected (every call
-  // refused with PERMISSION_DENIED) for ban_seconds.
+  // A learner whose pushes are rejected this many times in a row (not counting ABORTED, which
+  // only asks for a full fetch) is disconnected for ban_seconds: its joins, heartbeats and pushes
+  // are refused with PERMISSION_DENIED (pulls change no state and are still served).
   int max_consecutive_rejects = 8;
   double ban_seconds = 300.0;
 };
