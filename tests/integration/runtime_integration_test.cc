@@ -71,6 +71,28 @@ TEST(RuntimeIntegration, SynchronousDilocoModeRunsToTheEnd) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(RuntimeIntegration, DdpModeIsAParameterServerOnTheSameWire) {
+  const std::string dir = testing::TempDir("rt_ddp");
+  const std::string data = testing::PrepareSmallData(dir);
+  auto r = testing::RunAtoll(std::string("run --mode ddp --data ") + data + " --out " + dir + "/run " +
+                             "-M 2 --steps 20 --seq 64 --batch 8 --eval-batches 4 --no-live", 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir + "/run/summary.json");
+  EXPECT_EQ(s["mode"], "ddp");
+  EXPECT_EQ(s["fragments"], 1);
+  EXPECT_EQ(s["uplink"], "bf16");
+  // One all-reduced step per round, every learner in every round, nothing lost.
+  EXPECT_EQ(s["rounds"].get<int>(), 20);
+  for (const auto& l : s["per_learner"]) {
+    EXPECT_EQ(l["rounds_joined"].get<int>(), 20);
+    EXPECT_EQ(l["tokens_lost"].get<double>(), 0.0);
+    // bf16 gradient up every step: 2 bytes per parameter.
+    EXPECT_NEAR(l["payload_bytes_up"].get<double>(), 20 * 2 * s["params"].get<double>(), 1.0);
+  }
+  EXPECT_LT(s["eval_loss"].get<double>(), s["eval_loss_start"].get<double>() - 0.5);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RuntimeIntegration, BadInputIsRefusedWithAClearMessage) {
   auto r = testing::RunAtoll("run -M 2 --quorum 3 --no-live", 30);
   EXPECT_EQ(r.exit_code, 2);
