@@ -26,7 +26,7 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
       ->check(CLI::ExistingFile);
   c->add_option("--mode", o.mode, "decoupled (default) | diloco (synchronous DiLoCo) | ddp");
   c->add_option("-M,--learners", o.learners, "Number of learners M (default 4)");
-  c->add_option("--steps", o.steps, "Inner steps per learner (default 150)");
+  c->add_option("--steps", o.steps, "Inner steps per learner (default 120)");
   c->add_option("--seed", o.seed, "Seed of weights and data order (default 0)");
   c->add_option("--out", o.out, "Run folder (default runs/<timestamp>-<mode>)");
   c->add_option("--data", o.data, "Prepared data folder (default data; prepared when missing)");

@@ -33,13 +33,18 @@ void ProgressView::Draw(const nlohmann::json& st, double t) {
   const auto& ls = st.value("learners", nlohmann::json::array());
   int64_t params_hint = 0;
   (void)params_hint;
-  out += fmt::format("t={:5.0f}s  rounds {:6}  bytes up {:>9}  down {:>9}  t_step {:.2f}s  live {}\n", t,
-                     st.value("rounds", 0), Bytes(Num(st, "bytes_up")), Bytes(Num(st, "bytes_down")),
+  double steps = 0;
+  for (const auto& l : ls) steps += Num(l, "step");
+  // What synchronous data-parallel would have moved by now: bf16 gradient up and down per step.
+  const double dp = steps * Num(st, "params") * 4.0;
+  out += fmt::format("t={:5.0f}s  rounds {:6}  on the wire up {:>9} down {:>9} (data-parallel: {:>9})  t_step {:.2f}s  live {}\n",
+                     t, st.value("rounds", 0), Bytes(Num(st, "bytes_up")), Bytes(Num(st, "bytes_down")), Bytes(dp),
                      Num(st, "t_step_s"), st.value("live", nlohmann::json::array()).size());
   for (const auto& l : ls) {
+    const bool silent = Num(l, "seconds_since_seen") > config_.learner_timeout && l.value("state", "") != "done";
     out += fmt::format("  learner {:2}  {:9}  step {:5}/{:<5}  {:7.0f} tok/s  loss {:7.4f}  rounds {:5}  joins {}\n",
-                       l.value("id", -1), l.value("state", "?"), l.value("step", 0), config_.steps,
-                       Num(l, "tokens_per_second"), Num(l, "loss"), l.value("rounds_joined", 0),
+                       l.value("id", -1), silent ? "silent" : l.value("state", "?"), l.value("step", 0),
+                       config_.steps, Num(l, "tokens_per_second"), Num(l, "loss"), l.value("rounds_joined", 0),
                        l.value("joins", 0));
   }
   if (redraw_) {

@@ -286,18 +286,22 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   return result;
 }
 
+RoundView SyncerCore::ViewOf(const FragmentState& f, const std::vector<int>& live) {
+  RoundView view;
+  view.opened_at = f.opened_at;
+  view.quorum_at = f.quorum_at;
+  view.live = live;
+  for (const auto& c : f.pending) view.contributors.push_back(c.learner);
+  return view;
+}
+
 std::vector<RoundReport> SyncerCore::Poll(TimePoint now, const Clock& clock) {
   std::vector<RoundReport> closed;
   const std::vector<int> live = LiveLearners(now);
   for (int p = 0; p < plan_.num_fragments(); ++p) {
     FragmentState& f = fragments_[static_cast<size_t>(p)];
     if (f.pending.empty()) continue;
-    RoundView view;
-    view.opened_at = f.opened_at;
-    view.quorum_at = f.quorum_at;
-    view.live = live;
-    for (const auto& c : f.pending) view.contributors.push_back(c.learner);
-    RoundDecision d = DecideRound(now, view, estimates_, options_.round);
+    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
     if (d.action == RoundAction::kClose) closed.push_back(CloseRound(p, d, now, clock));
   }
   return closed;
@@ -308,12 +312,7 @@ std::optional<TimePoint> SyncerCore::NextWake(TimePoint now) const {
   const std::vector<int> live = LiveLearners(now);
   for (const auto& f : fragments_) {
     if (f.pending.empty() || !f.quorum_at) continue;
-    RoundView view;
-    view.opened_at = f.opened_at;
-    view.quorum_at = f.quorum_at;
-    view.live = live;
-    for (const auto& c : f.pending) view.contributors.push_back(c.learner);
-    RoundDecision d = DecideRound(now, view, estimates_, options_.round);
+    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
     TimePoint t = d.action == RoundAction::kClose ? now : d.wake_at.value_or(now);
     if (!wake || t < *wake) wake = t;
   }
@@ -496,6 +495,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   j["run_id"] = options_.run_id;
   j["mode"] = options_.mode;
   j["fragments"] = plan_.num_fragments();
+  j["params"] = plan_.total_numel;
   j["rounds"] = rounds_closed_;
   j["versions"] = versions();
   j["t_step_s"] = estimates_.step_seconds;

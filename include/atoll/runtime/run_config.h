@@ -21,7 +21,7 @@ struct RunConfig {
   // [run]
   std::string mode = "decoupled";  // decoupled | diloco | ddp
   int learners = 4;                // M
-  int64_t steps = 150;             // inner steps per learner
+  int64_t steps = 120;             // inner steps per learner
   uint64_t seed = 0;
   std::string out;                 // run folder ("" = runs/<timestamp>)
   std::string data = "data";

@@ -233,6 +233,8 @@ class SyncerCore {
     std::optional<TimePoint> opened_at, quorum_at;
     std::vector<double> recent_norms;  // accepted outer-gradient norms, oldest first (bounded)
   };
+  // What the round policy sees of fragment state `f`.
+  static RoundView ViewOf(const FragmentState& f, const std::vector<int>& live);
   // PermissionDenied while the learner is disconnected for repeated bad input.
   Status CheckNotBanned(const LearnerRecord& l, TimePoint now) const;
 
