@@ -40,7 +40,7 @@ test-asan: setup
 	  -DATOLL_WERROR=ON $(CMAKE_ARGS)
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS) -L unit --timeout 600
+	  ctest --output-on-failure -j $(JOBS) -L "unit|integration" --timeout 600
 
 bench: build
 	@for b in $(BUILD)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done
