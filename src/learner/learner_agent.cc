@@ -80,6 +80,32 @@ void LearnerAgent::SetProgress(const Progress& p) {
   progress_ = p;
 }
 
+int LearnerAgent::FlushAll(int64_t step, double timeout_s) {
+  int queued = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!counters_.joined) return 0;
+    for (int p = 0; p < plan_.num_fragments(); ++p) {
+      if (c_steps_[static_cast<size_t>(p)] == 0) continue;
+      PushJob job;
+      job.fragment = p;
+      job.step = step;
+      job.c_tokens = c_tokens_[static_cast<size_t>(p)];
+      job.c_steps = c_steps_[static_cast<size_t>(p)];
+      job.local.resize(static_cast<size_t>(plan_.fragments[static_cast<size_t>(p)].numel));
+      exchange::GatherFragment(plan_.fragments[static_cast<size_t>(p)], tensors_, job.local);
+      std::erase_if(push_queue_, [p](const PushJob& j) { return j.fragment == p; });
+      push_queue_.push_back(std::move(job));
+      ++queued;
+    }
+  }
+  cv_.notify_all();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+               [&] { return stop_ || (push_queue_.empty() && pushes_in_flight_ == 0); });
+  return queued;
+}
+
 void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
   for (size_t p = 0; p < c_steps_.size(); ++p) {
     c_steps_[p] += 1;
@@ -321,6 +347,7 @@ void LearnerAgent::ExchangeLoop() {
       if (!push_queue_.empty()) {
         job = std::move(push_queue_.front());
         push_queue_.pop_front();
+        ++pushes_in_flight_;
       }
       awaiting = awaiting_;
     }
@@ -335,6 +362,9 @@ void LearnerAgent::ExchangeLoop() {
         st = PullOne(job->fragment, 0.0, job->step + 1, /*apply=*/false);
         if (st.ok()) st = PushOne(*job);
       }
+      std::lock_guard<std::mutex> lock(mu_);
+      --pushes_in_flight_;
+      cv_.notify_all();
     } else {
       // Long-poll the first awaited fragment briefly (server-side wait), the rest without waiting.
       double wait = 0.05;

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -158,10 +159,16 @@ void Cluster::Tick(double now) {
     if (s.state == LearnerState::kDown && s.restart_at && now >= *s.restart_at && !syncer_down_) {
       s.restart_at.reset();
       s.dead_seconds += now - s.down_since;
-      Status st = StartLearner(id, /*rejoin=*/true, s.last_step);
+      // Synchronous modes: rejoin at the barrier the others are waiting at (completed barriers ×
+      // H), so every learner takes part in the same rounds; decoupled: continue the step count.
+      int64_t start = s.last_step;
+      if (c_.mode != "decoupled" && !versions_.empty()) {
+        start = *std::min_element(versions_.begin(), versions_.end()) * c_.H;
+      }
+      Status st = StartLearner(id, /*rejoin=*/true, start);
       s.restarted_at.push_back(now);
       Note(now, st.ok() ? "restart" : "restart_failed", id,
-           st.ok() ? "rejoining from step " + std::to_string(s.last_step) : st.ToString());
+           st.ok() ? "rejoining from step " + std::to_string(start) : st.ToString());
     }
     if (s.state == LearnerState::kPaused && s.resume_at && now >= *s.resume_at) {
       s.resume_at.reset();

@@ -51,6 +51,9 @@ class Cluster {
   // Marks learners that exited by themselves; returns ids that exited with an error.
   std::vector<int> ReapLearners(double now);
   bool AllLearnersFinished() const;
+  // The global model's progress as last reported (fragment versions; in the synchronous modes the
+  // number of completed barriers / all-reduced steps).
+  void set_versions(std::vector<int64_t> v) { versions_ = std::move(v); }
 
  private:
   Status WriteControl(int id);
@@ -64,6 +67,7 @@ class Cluster {
   int port_ = 0;
   std::string address_;
   std::vector<LearnerSlot> learners_;
+  std::vector<int64_t> versions_;
   JsonlWriter faults_;
   nlohmann::json fault_log_ = nlohmann::json::array();
 };

@@ -226,6 +226,11 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
       std::fflush(stdout);
     }
   }
+  if (!ddp && !agent.finish_requested()) {
+    // Push what the last steps changed, so their tokens reach the global model too.
+    const int flushed = agent.FlushAll(step, 30.0);
+    if (flushed > 0) std::printf("learner %d: final sync of %d fragment(s)\n", id, flushed);
+  }
   learner::Progress done;
   done.step = step;
   done.tokens = tokens_total;

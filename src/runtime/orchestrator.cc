@@ -119,6 +119,7 @@ int RunLocalCluster(const RunOptions& options) {
       if (st.ok()) {
         auto status = nlohmann::json::parse(*st, nullptr, false);
         if (!status.is_discarded()) {
+          if (status.contains("versions")) cluster.set_versions(status["versions"].get<std::vector<int64_t>>());
           for (const auto& l : status.value("learners", nlohmann::json::array())) {
             const int id = l.value("id", -1);
             if (id >= 0 && id < c.learners) {

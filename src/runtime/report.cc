@@ -190,7 +190,8 @@ double Median(std::vector<double> v) {
 
 void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall, nlohmann::json& s) {
   const double t_end = t0 + wall;
-  double useful_total = 0, first_step_t = t_end, last_step_t = t0;
+  double useful_total = 0, first_step_t = t_end, last_step_t = t0, computed_total = 0;
+  std::vector<double> all_step_s;
   nlohmann::json& per = s["per_learner"];
   for (int i = 0; i < c.learners; ++i) {
     const auto lines = ReadJsonl(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl");
@@ -203,6 +204,7 @@ void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall,
       }
       computed += Num(l, "step_tokens");
       train_s += Num(l, "step_s");  // includes the throttle of a slower learner: its hardware time
+      all_step_s.push_back(Num(l, "step_s"));
       first_step_t = std::min(first_step_t, Num(l, "t", t_end) - Num(l, "step_s"));
       last_step_t = std::max(last_step_t, Num(l, "t", t0));
     }
@@ -213,6 +215,7 @@ void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall,
     const double useful = computed > 0 ? train_s * std::min(1.0, merged / computed) : 0;
     useful_total += useful;
     row["tokens_computed"] = computed;
+    computed_total += computed;
     row["tokens_lost"] = std::max(0.0, computed - merged);
     row["seconds_training"] = train_s;
     row["seconds_dead"] = slot.dead_seconds + (slot.state == LearnerState::kDown ? (wall - slot.down_since) : 0.0);
@@ -232,9 +235,13 @@ void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall,
   // first inner step to the last; start-up and the final evaluation are not counted).
   const double window = std::max(1e-9, last_step_t - first_step_t);
   s["training_window_seconds"] = window;
+  // Every incarnation's tokens (a killed learner's summary file is never written).
+  s["tokens_trained"] = computed_total;
+  s["tokens_per_second"] = wall > 0 ? computed_total / wall : 0.0;
   s["goodput"] = useful_total / (c.learners * window);
-  // Uptime: per fragment, a gap between two of its rounds that is longer than twice its usual
-  // cadence (median gap) counts as downtime beyond that allowance.
+  // Uptime: a fragment is synchronised at least once per H inner steps while any learner trains,
+  // so a gap between two of its rounds longer than twice that cadence (2·H·t_step, t_step the
+  // median inner-step time, plus 1 s of slack) counts as downtime beyond that allowance.
   std::map<int, std::vector<double>> closes;
   for (const auto& l : ReadJsonl(c.out + "/metrics-syncer.jsonl")) {
     if (l.value("kind", "") == "round") closes[l.value("fragment", -1)].push_back(Num(l, "t"));
@@ -250,7 +257,7 @@ void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall,
     }
     std::vector<double> gaps;
     for (size_t k = 1; k < t.size(); ++k) gaps.push_back(t[k] - t[k - 1]);
-    const double allowance = 2 * std::max(Median(gaps), 1e-3);
+    const double allowance = 2.0 * c.H * Median(all_step_s) + 1.0;
     double d = 0;
     for (double g : gaps) d += std::max(0.0, g - allowance);
     d += std::max(0.0, (last_step_t - t.back()) - allowance);

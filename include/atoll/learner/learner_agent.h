@@ -86,6 +86,10 @@ class LearnerAgent {
   // diloco mode: blocks until every fragment pushed at this barrier has come back merged (or
   // `timeout_s` passes / the run finishes). Returns the number of fragments applied.
   int WaitForAllFragments(int64_t next_step, double timeout_s);
+  // End of training: pushes every fragment that has unsent progress (c_steps > 0) and waits,
+  // bounded by `timeout_s`, until those pushes are accepted, so the last steps are merged too.
+  // Returns the number of fragments pushed.
+  int FlushAll(int64_t step, double timeout_s);
   void SetProgress(const Progress& p);
   // Stops the threads; pending pushes are abandoned.
   void Stop();
@@ -130,6 +134,7 @@ class LearnerAgent {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<PushJob> push_queue_;          // guarded by mu_
+  int pushes_in_flight_ = 0;                // popped, not yet answered; guarded by mu_
   std::deque<Ready> ready_;                 // guarded by mu_
   std::map<int, int64_t> awaiting_;         // fragment → due step; guarded by mu_
   Progress progress_;                       // guarded by mu_
