@@ -273,6 +273,10 @@ Status LearnerAgent::PullOne(int p, double wait_s, int64_t due_step, bool apply)
                          ": value checksum differs from the syncer's (copy diverged; refetching)");
   }
   have_[pi] = r->version;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.version_held = std::max(counters_.version_held, r->version);
+  }
   if (!apply) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(ready_, [p](const Ready& x) { return x.fragment == p; });
@@ -411,6 +415,10 @@ void LearnerAgent::HeartbeatLoop() {
     rec.step_seconds = p.step_seconds;
     rec.tokens_per_second = p.tokens_per_second;
     rec.state = p.state;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      rec.version_held = counters_.version_held;
+    }
     auto r = api_.Heartbeat(id, rec);
     std::lock_guard<std::mutex> lock(mu_);
     if (!r.ok()) {

@@ -42,10 +42,10 @@ void ProgressView::Draw(const nlohmann::json& st, double t) {
                      Num(st, "t_step_s"), st.value("live", nlohmann::json::array()).size());
   for (const auto& l : ls) {
     const bool silent = Num(l, "seconds_since_seen") > config_.learner_timeout && l.value("state", "") != "done";
-    out += fmt::format("  learner {:2}  {:9}  step {:5}/{:<5}  {:7.0f} tok/s  loss {:7.4f}  rounds {:5}  joins {}\n",
+    out += fmt::format("  learner {:2}  {:9}  step {:5}/{:<5}  {:7.0f} tok/s  loss {:7.4f}  rounds {:5}  version {:5}  joins {}\n",
                        l.value("id", -1), silent ? "silent" : l.value("state", "?"), l.value("step", 0),
                        config_.steps, Num(l, "tokens_per_second"), Num(l, "loss"), l.value("rounds_joined", 0),
-                       l.value("joins", 0));
+                       l.value("version_held", int64_t{-1}), l.value("joins", 0));
   }
   if (redraw_) {
     if (lines_drawn_ > 0) std::printf("\033[%dA", lines_drawn_);

@@ -138,6 +138,7 @@ Status SyncerCore::Heartbeat(int learner_id, const LearnerRecord& progress, Time
   l.loss = progress.loss;
   l.step_seconds = progress.step_seconds;
   l.tokens_per_second = progress.tokens_per_second;
+  l.version_held = progress.version_held;
   if (!progress.state.empty()) l.state = progress.state;
   if (progress.step_seconds > 0 && std::isfinite(progress.step_seconds)) {
     estimates_.step_seconds = Ema(estimates_.step_seconds, progress.step_seconds);
@@ -507,7 +508,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
     up += l.bytes_up;
     down += l.bytes_down;
     ls.push_back({{"id", id}, {"host", l.host}, {"state", l.state}, {"joins", l.joins},
-                  {"step", l.step}, {"tokens", l.tokens}, {"loss", l.loss},
+                  {"step", l.step}, {"tokens", l.tokens}, {"loss", l.loss}, {"version_held", l.version_held},
                   {"tokens_per_second", l.tokens_per_second}, {"step_seconds", l.step_seconds},
                   {"bytes_up", l.bytes_up}, {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
                   {"pushes_rejected", l.pushes_rejected}, {"quarantined", l.quarantined},

@@ -85,6 +85,7 @@ StatusOr<syncer::HeartbeatReplyData> GrpcSyncerClient::Heartbeat(int learner_id,
   req.set_bytes_up(bytes_sent_.load());
   req.set_bytes_down(bytes_received_.load());
   req.set_state(p.state);
+  req.set_version_held(p.version_held);
   atl::v1::HeartbeatReply reply;
   grpc::Status st = impl_->stub->Heartbeat(&ctx, req, &reply);
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());

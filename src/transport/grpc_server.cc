@@ -46,6 +46,7 @@ class Service final : public Syncer::Service {
     p.step_seconds = req->step_seconds();
     p.tokens_per_second = req->tokens_per_second();
     p.state = req->state().substr(0, 32);
+    p.version_held = req->version_held();
     if (!std::isfinite(p.step_seconds) || p.step_seconds < 0 || p.step < 0 || p.tokens < 0 ||
         !std::isfinite(p.loss) || !std::isfinite(p.tokens_per_second)) {
       return ToGrpc(InvalidArgumentError("heartbeat: negative or non-finite progress values"));

@@ -58,6 +58,7 @@ struct AgentCounters {
   double first_contribution_s = -1;  // seconds from Start() to the first accepted push
   bool joined = false;
   int learner_id = -1;
+  int64_t version_held = -1;         // newest fragment version received
 };
 
 struct Progress {

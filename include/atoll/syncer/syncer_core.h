@@ -85,6 +85,7 @@ struct LearnerRecord {
   int joins = 0;
   int64_t step = 0, tokens = 0;
   double loss = 0, step_seconds = 0, tokens_per_second = 0;
+  int64_t version_held = -1;              // newest fragment version the learner holds
   int64_t bytes_up = 0, bytes_down = 0;   // as the syncer counted them
   int64_t pushes = 0, pushes_rejected = 0, rounds_joined = 0, late_folded = 0;
   int64_t quarantined = 0;
