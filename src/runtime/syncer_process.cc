@@ -143,7 +143,7 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
   }
   RealClock& clock = RealClock::Default();
   double last_table_save = 0;
-  syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+  auto on_round = [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
     // Commit before the new version becomes visible (docs/failure-semantics.md).
     if (Status st = durable.SaveFragment(sc, r.fragment); !st.ok()) {
       std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
@@ -163,7 +163,8 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
                 static_cast<long long>(r.round), static_cast<long long>(r.version),
                 Ids(r.contributors).c_str(), Ids(r.late).c_str(), r.grace_seconds, r.reason.c_str());
     std::fflush(stdout);
-  });
+  };
+  syncer::SyncerLoop loop(std::move(*core), clock, on_round);
 
   std::mutex finish_mu;
   std::condition_variable finish_cv;
@@ -173,6 +174,11 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
     std::lock_guard<std::mutex> lock(finish_mu);
     if (finished) return summary_text;
     loop.RequestFinish();
+    // Merge what the learners pushed last (their final sync) before taking Θ.
+    loop.Call([&](syncer::SyncerCore& sc, TimePoint now) {
+      for (const auto& r : sc.CloseAllPending(now, clock)) on_round(sc, r);
+      return 0;
+    });
     // Snapshot Θ and the table and load Θ into the evaluator on the loop thread (in ddp mode
     // the loop thread also steps that trainer's optimizer, so nothing else may touch it).
     auto snap = loop.Call([&](syncer::SyncerCore& sc, TimePoint now) {

@@ -244,7 +244,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
     const double v = static_cast<double>(f.theta[i]) - c.local[i];
     norm2 += v * v;
   }
-  const double norm = std::sqrt(norm2);
+  const double norm = std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, h.c_steps)));
   if (!ddp && options_.quarantine_factor > 0 &&
       static_cast<int>(f.recent_norms.size()) >= options_.quarantine_min_history) {
     std::vector<double> sorted = f.recent_norms;
@@ -252,8 +252,9 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
     const double median = sorted[sorted.size() / 2];
     if (norm > options_.quarantine_factor * median && norm > 1e-12) {
       l.quarantined += 1;
+      l.consecutive_rejects -= 1;  // reject() counts it; quarantine alone never disconnects
       char buf[160];
-      std::snprintf(buf, sizeof(buf), "quarantined: outer-gradient norm %.4g is %.1fx the recent median %.4g (limit %.1fx)",
+      std::snprintf(buf, sizeof(buf), "quarantined: outer-gradient size %.4g (norm/sqrt(steps)) is %.1fx the recent median %.4g (limit %.1fx)",
                     norm, norm / std::max(median, 1e-30), median, options_.quarantine_factor);
       return reject(InvalidArgumentError(buf));
     }
@@ -304,6 +305,20 @@ std::vector<RoundReport> SyncerCore::Poll(TimePoint now, const Clock& clock) {
     if (f.pending.empty()) continue;
     RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
     if (d.action == RoundAction::kClose) closed.push_back(CloseRound(p, d, now, clock));
+  }
+  return closed;
+}
+
+std::vector<RoundReport> SyncerCore::CloseAllPending(TimePoint now, const Clock& clock) {
+  std::vector<RoundReport> closed;
+  const std::vector<int> live = LiveLearners(now);
+  for (int p = 0; p < plan_.num_fragments(); ++p) {
+    FragmentState& f = fragments_[static_cast<size_t>(p)];
+    if (f.pending.empty()) continue;
+    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
+    d.action = RoundAction::kClose;
+    d.reason = "final: the run is finishing (" + d.reason + ")";
+    closed.push_back(CloseRound(p, d, now, clock));
   }
   return closed;
 }

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "atoll.grpc.pb.h"
@@ -93,7 +94,12 @@ class Service final : public Syncer::Service {
       core.CountBytes(id, up, 0);
       return 0;
     });
-    if (!out.ok()) return ToGrpc(out.status());
+    if (!out.ok()) {
+      if (out.status().code() != StatusCode::kAborted) {
+        std::fprintf(stderr, "syncer: rejected %s\n", out.status().ToString().c_str());
+      }
+      return ToGrpc(out.status());
+    }
     reply->set_round(out->round);
     reply->set_note(out->note);
     return grpc::Status::OK;

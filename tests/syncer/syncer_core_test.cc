@@ -397,3 +397,34 @@ TEST(SyncerCore, LearnerSendingGarbageRepeatedlyIsDisconnected) {
 
 }  // namespace
 }  // namespace atl::syncer
+
+namespace atl::syncer {
+namespace {
+
+TEST(SyncerCore, FinishClosesRoundsStillInTheirGraceWindow) {
+  auto f = Small();
+  auto o = Fp32Options();
+  o.round.grace = true;
+  o.round.gamma = 1.0;
+  o.round.grace_cap_s = 30;
+  auto core = SyncerCore::Create(o, f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  JoinAndPull(*core, f.plan, 0, clock.Now());
+  JoinAndPull(*core, f.plan, 1, clock.Now());
+  LearnerRecord hb;
+  hb.step_seconds = 5.0;  // grace = 1·(2·5 − 0 − 0) = 10 s
+  ASSERT_TRUE(core->Heartbeat(0, hb, clock.Now()).ok());
+  std::vector<float> d(4, 0.1f);
+  ASSERT_TRUE(core->Push(Header(0, 1, 0, 10, 1), Fp32Payload(d), clock.Now()).ok());
+  EXPECT_TRUE(core->Poll(clock.Now(), clock).empty());  // waiting for learner 1 in the grace window
+  auto closed = core->CloseAllPending(clock.Now(), clock);
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].fragment, 1);
+  EXPECT_NE(closed[0].reason.find("final"), std::string::npos);
+  EXPECT_EQ(core->version(1), 1);
+  EXPECT_TRUE(core->CloseAllPending(clock.Now(), clock).empty());
+}
+
+}  // namespace
+}  // namespace atl::syncer

@@ -64,14 +64,16 @@ struct SyncerOptions {
   diloco::CodecOptions downlink{diloco::Encoding::kInt4, 128};
   double learner_timeout_s = 10.0;  // silent this long → no longer live
   uint64_t incarnation = 0;         // changes on every (re)start of the syncer
-  // Hostile or broken input. An outer gradient whose norm exceeds quarantine_factor × the median
-  // of the fragment's recent accepted norms (once `quarantine_min_history` are known) is
-  // quarantined: not merged, logged, counted. 0 turns the check off.
-  double quarantine_factor = 10.0;
+  // Hostile or broken input. An outer gradient whose size ‖v‖/√c_steps (an outer gradient grows
+  // with the inner steps behind it) exceeds quarantine_factor × the median of the fragment's
+  // recent accepted sizes (once `quarantine_min_history` are known) is quarantined: not merged,
+  // logged, counted. Honest learners vary by a few × over a run (warm-up, decay); garbage is
+  // orders of magnitude off. 0 turns the check off.
+  double quarantine_factor = 20.0;
   int quarantine_window = 32;
-  int quarantine_min_history = 4;
-  // A learner whose pushes are rejected this many times in a row (not counting ABORTED, which
-  // only asks for a full fetch) is disconnected for ban_seconds: its joins, heartbeats and pushes
+  int quarantine_min_history = 8;
+  // A learner whose pushes are rejected as invalid this many times in a row (not counting
+  // ABORTED, which only asks for a full fetch, nor quarantine) is disconnected for ban_seconds: its joins, heartbeats and pushes
   // are refused with PERMISSION_DENIED (pulls change no state and are still served).
   int max_consecutive_rejects = 8;
   double ban_seconds = 300.0;
@@ -179,6 +181,9 @@ class SyncerCore {
   // Runs the round policy of every fragment with an open round; closes those it says to close.
   // `clock` times the merge for the t_sync estimate. Returns the closed rounds.
   std::vector<RoundReport> Poll(TimePoint now, const Clock& clock);
+  // End of the run: closes every round that has contributions now, whatever the policy says
+  // (reason "final"), so nothing a learner pushed before finishing is left unmerged.
+  std::vector<RoundReport> CloseAllPending(TimePoint now, const Clock& clock);
   // Earliest pending grace deadline, if any.
   std::optional<TimePoint> NextWake(TimePoint now) const;
   // What learner `learner_id`, holding its copy of `fragment` at `have_version` (-1: none),
