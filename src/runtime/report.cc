@@ -192,6 +192,7 @@ void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall,
   const double t_end = t0 + wall;
   double useful_total = 0, first_step_t = t_end, last_step_t = t0, computed_total = 0;
   std::vector<double> all_step_s;
+  std::vector<double> learner_last_t(static_cast<size_t>(c.learners), t0);
   nlohmann::json& per = s["per_learner"];
   for (int i = 0; i < c.learners; ++i) {
     const auto lines = ReadJsonl(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl");
@@ -207,6 +208,7 @@ void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall,
       all_step_s.push_back(Num(l, "step_s"));
       first_step_t = std::min(first_step_t, Num(l, "t", t_end) - Num(l, "step_s"));
       last_step_t = std::max(last_step_t, Num(l, "t", t0));
+      learner_last_t[static_cast<size_t>(i)] = std::max(learner_last_t[static_cast<size_t>(i)], Num(l, "t", t0));
     }
     nlohmann::json& row = per[static_cast<size_t>(i)];
     const double merged = Num(row, "tokens_merged");
@@ -231,14 +233,25 @@ void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall,
     }
     row["restart_to_first_contribution_s"] = rejoin;
   }
-  // Allocated learner-seconds: every learner, dead or alive, over the training window (from the
-  // first inner step to the last; start-up and the final evaluation are not counted).
+  // Allocated learner-seconds: each learner's hardware from the first inner step of the run until
+  // that learner finished its share of the steps (dead and restarting time included; a learner
+  // that never finished — killed for good, or failed — stays allocated to the end). Time after a
+  // learner finished is not allocated: it released its chips. Start-up and the final evaluation
+  // are outside the window.
   const double window = std::max(1e-9, last_step_t - first_step_t);
   s["training_window_seconds"] = window;
+  double allocated = 0;
+  for (int i = 0; i < c.learners; ++i) {
+    const bool finished = cluster.learners()[static_cast<size_t>(i)].state == LearnerState::kDone;
+    const double end = finished ? learner_last_t[static_cast<size_t>(i)] : last_step_t;
+    per[static_cast<size_t>(i)]["seconds_allocated"] = std::max(0.0, end - first_step_t);
+    allocated += std::max(0.0, end - first_step_t);
+  }
+  s["allocated_learner_seconds"] = allocated;
   // Every incarnation's tokens (a killed learner's summary file is never written).
   s["tokens_trained"] = computed_total;
   s["tokens_per_second"] = wall > 0 ? computed_total / wall : 0.0;
-  s["goodput"] = useful_total / (c.learners * window);
+  s["goodput"] = allocated > 0 ? useful_total / allocated : 0.0;
   // Uptime: a fragment is synchronised at least once per H inner steps while any learner trains,
   // so a gap between two of its rounds longer than twice that cadence (2·H·t_step, t_step the
   // median inner-step time, plus 1 s of slack) counts as downtime beyond that allowance.
