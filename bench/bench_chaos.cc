@@ -149,7 +149,7 @@ void Driver::Chaos() {
   if (ddp.rc != 0 && !ddp.timed_out) {
     ddp_note = "ddp mode unavailable (atoll run --mode ddp exit " + std::to_string(ddp.rc) + ": " +
                bench::LastErrorLine(ddp.dir + ".log") + ")";
-  } else if (ddp.summary.is_object() &&
+  } else if (!ddp.timed_out && ddp.summary.is_object() &&
              !bench::DdpMovedDataParallelTraffic(ddp.summary, static_cast<double>(s.seq) * s.batch)) {
     ddp_note = "ddp mode unavailable (the run trained with decoupled-sized traffic; row not shown)";
   }
