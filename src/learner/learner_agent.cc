@@ -87,15 +87,7 @@ int LearnerAgent::FlushAll(int64_t step, double timeout_s) {
     if (!counters_.joined) return 0;
     for (int p = 0; p < plan_.num_fragments(); ++p) {
       if (c_steps_[static_cast<size_t>(p)] == 0) continue;
-      PushJob job;
-      job.fragment = p;
-      job.step = step;
-      job.c_tokens = c_tokens_[static_cast<size_t>(p)];
-      job.c_steps = c_steps_[static_cast<size_t>(p)];
-      job.local.resize(static_cast<size_t>(plan_.fragments[static_cast<size_t>(p)].numel));
-      exchange::GatherFragment(plan_.fragments[static_cast<size_t>(p)], tensors_, job.local);
-      std::erase_if(push_queue_, [p](const PushJob& j) { return j.fragment == p; });
-      push_queue_.push_back(std::move(job));
+      QueuePushLocked(p, step);
       ++queued;
     }
   }
@@ -124,19 +116,22 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
   if (send.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!counters_.joined) return;  // nothing to compute an outer gradient against yet
-  for (int p : send) {
-    PushJob job;
-    job.fragment = p;
-    job.step = step;
-    job.c_tokens = c_tokens_[static_cast<size_t>(p)];
-    job.c_steps = c_steps_[static_cast<size_t>(p)];
-    job.local.resize(static_cast<size_t>(plan_.fragments[static_cast<size_t>(p)].numel));
-    exchange::GatherFragment(plan_.fragments[static_cast<size_t>(p)], tensors_, job.local);
-    // A newer snapshot of the same fragment supersedes one still waiting to be sent.
-    std::erase_if(push_queue_, [p](const PushJob& j) { return j.fragment == p; });
-    push_queue_.push_back(std::move(job));
-  }
+  for (int p : send) QueuePushLocked(p, step);
   cv_.notify_all();
+}
+
+void LearnerAgent::QueuePushLocked(int p, int64_t step) {
+  const size_t pi = static_cast<size_t>(p);
+  PushJob job;
+  job.fragment = p;
+  job.step = step;
+  job.c_tokens = c_tokens_[pi];
+  job.c_steps = c_steps_[pi];
+  job.local.resize(static_cast<size_t>(plan_.fragments[pi].numel));
+  exchange::GatherFragment(plan_.fragments[pi], tensors_, job.local);
+  // A newer snapshot of the same fragment supersedes one still waiting to be sent.
+  std::erase_if(push_queue_, [p](const PushJob& j) { return j.fragment == p; });
+  push_queue_.push_back(std::move(job));
 }
 
 int LearnerAgent::ApplyReady(int64_t next_step) {

@@ -298,27 +298,25 @@ RoundView SyncerCore::ViewOf(const FragmentState& f, const std::vector<int>& liv
 }
 
 std::vector<RoundReport> SyncerCore::Poll(TimePoint now, const Clock& clock) {
-  std::vector<RoundReport> closed;
-  const std::vector<int> live = LiveLearners(now);
-  for (int p = 0; p < plan_.num_fragments(); ++p) {
-    FragmentState& f = fragments_[static_cast<size_t>(p)];
-    if (f.pending.empty()) continue;
-    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
-    if (d.action == RoundAction::kClose) closed.push_back(CloseRound(p, d, now, clock));
-  }
-  return closed;
+  return CloseRounds(now, clock, /*force=*/false);
 }
 
 std::vector<RoundReport> SyncerCore::CloseAllPending(TimePoint now, const Clock& clock) {
+  return CloseRounds(now, clock, /*force=*/true);
+}
+
+std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clock, bool force) {
   std::vector<RoundReport> closed;
   const std::vector<int> live = LiveLearners(now);
   for (int p = 0; p < plan_.num_fragments(); ++p) {
     FragmentState& f = fragments_[static_cast<size_t>(p)];
     if (f.pending.empty()) continue;
     RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
-    d.action = RoundAction::kClose;
-    d.reason = "final: the run is finishing (" + d.reason + ")";
-    closed.push_back(CloseRound(p, d, now, clock));
+    if (force && d.action != RoundAction::kClose) {
+      d.action = RoundAction::kClose;
+      d.reason = "final: the run is finishing (" + d.reason + ")";
+    }
+    if (d.action == RoundAction::kClose) closed.push_back(CloseRound(p, d, now, clock));
   }
   return closed;
 }

@@ -113,6 +113,8 @@ class LearnerAgent {
     std::vector<float> values;
   };
 
+  // Snapshots fragment p (training thread, mu_ held) and queues it for the exchange thread.
+  void QueuePushLocked(int p, int64_t step);
   void ExchangeLoop();
   void HeartbeatLoop();
   Status JoinAndCatchUp();

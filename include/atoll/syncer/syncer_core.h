@@ -246,6 +246,8 @@ class SyncerCore {
 
   SyncerCore(SyncerOptions options, diloco::FragmentPlan plan);
   RoundReport CloseRound(int p, const RoundDecision& decision, TimePoint now, const Clock& clock);
+  // Poll (force = false) and CloseAllPending (force = true).
+  std::vector<RoundReport> CloseRounds(TimePoint now, const Clock& clock, bool force);
   struct LearnerCopy {
     int64_t version = -1;             // the global version this copy was produced at
     std::vector<float> values;
