@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -90,6 +91,19 @@ Status MakeDirs(const std::string& path) {
   std::filesystem::create_directories(path, ec);
   if (ec) return InternalError("mkdir -p " + path + ": " + ec.message());
   return Status::Ok();
+}
+
+StatusOr<std::vector<std::string>> ListFilesRecursive(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) files.push_back(it->path().string());
+  }
+  if (ec) return InvalidArgumentError("cannot read folder " + dir + ": " + ec.message());
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 bool FileExists(const std::string& path) {

@@ -203,13 +203,7 @@ StatusOr<std::vector<CorpusText>> ReadTextInputs(const std::vector<std::string>&
     std::error_code ec;
     fs::path p(in);
     if (fs::is_directory(p, ec)) {
-      std::vector<fs::path> files;
-      for (auto it = fs::recursive_directory_iterator(p, ec);
-           !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (it->is_regular_file(ec)) files.push_back(it->path());
-      }
-      if (ec) return InvalidArgumentError("cannot read folder " + in + ": " + ec.message());
-      std::sort(files.begin(), files.end());
+      ATOLL_ASSIGN_OR_RETURN(auto files, ListFilesRecursive(in));
       for (const auto& f : files) ATOLL_RETURN_IF_ERROR(add_file(f, true));
     } else if (fs::exists(p, ec)) {
       ATOLL_RETURN_IF_ERROR(add_file(p, false));

@@ -53,12 +53,7 @@ StatusOr<nlohmann::json> DescribeInputs(const std::vector<std::string>& paths) {
     std::error_code ec;
     fs::path p(in);
     if (fs::is_directory(p, ec)) {
-      std::vector<fs::path> files;
-      for (auto it = fs::recursive_directory_iterator(p, ec);
-           !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (it->is_regular_file(ec)) files.push_back(it->path());
-      }
-      std::sort(files.begin(), files.end());
+      ATOLL_ASSIGN_OR_RETURN(auto files, ListFilesRecursive(in));  // was: walk errors ignored
       for (const auto& f : files) describe(f);
     } else if (fs::exists(p, ec)) {
       describe(p);

@@ -50,3 +50,24 @@ TEST(File, AtomicWriteReplacesAndLeavesNoTemp) {
 
 }  // namespace
 }  // namespace atl
+
+namespace atl {
+namespace {
+
+TEST(File, ListFilesRecursiveIsSortedAndReportsMissingFolders) {
+  auto dir = std::filesystem::temp_directory_path() / ("atoll_list_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(MakeDirs((dir / "b" / "c").string()).ok());
+  for (const char* f : {"z.txt", "b/c/y.txt", "a.txt"}) ASSERT_TRUE(WriteFileAtomic((dir / f).string(), std::string_view("x")).ok());
+  auto files = ListFilesRecursive(dir.string());
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->size(), 3u);
+  EXPECT_EQ((*files)[0], (dir / "a.txt").string());
+  EXPECT_EQ((*files)[1], (dir / "b/c/y.txt").string());
+  EXPECT_EQ((*files)[2], (dir / "z.txt").string());
+  EXPECT_EQ(ListFilesRecursive((dir / "missing").string()).status().code(), StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace atl

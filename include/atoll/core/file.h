@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "atoll/core/status.h"
 
@@ -25,5 +26,9 @@ StatusOr<std::string> ReadFile(const std::string& path);
 Status MakeDirs(const std::string& path);
 
 bool FileExists(const std::string& path);
+
+// Every regular file below `dir` (recursively), sorted by path, so callers read folders in a
+// deterministic order. InvalidArgument naming the folder when it cannot be walked.
+StatusOr<std::vector<std::string>> ListFilesRecursive(const std::string& dir);
 
 }  // namespace atl
