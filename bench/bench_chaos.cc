@@ -224,15 +224,5 @@ int main(int argc, char** argv) {
   d.Log(std::string("atoll ") + bench::AtollBin() + "; run folders under " + a.out + (a.quick ? " (--quick)" : ""));
   if (d.Want("chaos")) d.Chaos();
   if (d.Want("mixed")) d.Mixed();
-  Json& j = d.out();
-  j["bench"] = "chaos";
-  j["quick"] = a.quick;
-  j["date"] = bench::Today();
-  j["out"] = a.out;
-  j["seconds"] = bench::Now() - t0;
-  j["failures"] = d.failures();
-  std::printf("\nbench_chaos: %.0f s, %d failed run(s); run folders in %s\n", bench::Now() - t0, d.failures(),
-              a.out.c_str());
-  std::printf("%s\n", j.dump().c_str());
-  return d.failures() == 0 ? 0 : 1;
+  return bench::Finish("chaos", a, t0, d.failures(), d.out());
 }

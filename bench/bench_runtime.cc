@@ -466,15 +466,5 @@ int main(int argc, char** argv) {
   if (d.Want("bandwidth")) d.Bandwidth();
   if (d.Want("overlap")) d.Overlap();
   if (d.Want("anchor")) d.Anchor();
-  Json& j = d.out();
-  j["bench"] = "runtime";
-  j["quick"] = a.quick;
-  j["date"] = bench::Today();
-  j["out"] = a.out;
-  j["seconds"] = bench::Now() - t0;
-  j["failures"] = d.failures();
-  std::printf("\nbench_runtime: %.0f s, %d failed run(s); run folders in %s\n", bench::Now() - t0, d.failures(),
-              a.out.c_str());
-  std::printf("%s\n", j.dump().c_str());
-  return d.failures() == 0 ? 0 : 1;
+  return bench::Finish("runtime", a, t0, d.failures(), d.out());
 }

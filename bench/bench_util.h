@@ -361,4 +361,19 @@ inline void PrintTable(const std::vector<std::vector<std::string>>& rows) {
   std::fflush(stdout);
 }
 
+// The common end of a driver: stamps `j` with what ran, prints the closing line and the one JSON
+// line, and returns the exit code (0 when no run failed).
+inline int Finish(const std::string& name, const CommonArgs& a, double t0, int failures, Json& j) {
+  j["bench"] = name;
+  j["quick"] = a.quick;
+  j["date"] = Today();
+  j["out"] = a.out;
+  j["seconds"] = Now() - t0;
+  j["failures"] = failures;
+  std::printf("\nbench_%s: %.0f s, %d failed run(s); run folders in %s\n", name.c_str(), Now() - t0, failures,
+              a.out.c_str());
+  std::printf("%s\n", j.dump().c_str());
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace bench
