@@ -59,7 +59,7 @@ class ControlFile {
 StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<diloco::TensorSpec>& tensors);
 
 int RunLearnerProcess(const LearnerProcessOptions& opt) {
-  const RunConfig& c = opt.config;
+  const RunConfig c = Normalized(opt.config);
   const int id = opt.id;
   auto fail = [id](const Status& st, int code) {
     std::fprintf(stderr, "atoll learner %d: error: %s\n", id, st.ToString().c_str());

@@ -36,7 +36,7 @@ std::string Timestamp() {
 }  // namespace
 
 int RunLocalCluster(const RunOptions& options) {
-  RunConfig c = options.config;
+  RunConfig c = Normalized(options.config);  // idempotent; library callers may skip the CLI
   auto fail = [](const Status& st, int code) {
     std::fprintf(stderr, "atoll run: error: %s\n", st.ToString().c_str());
     return code;

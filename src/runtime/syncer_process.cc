@@ -61,7 +61,7 @@ StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<di
 }
 
 int RunSyncerProcess(const SyncerProcessOptions& opt) {
-  const RunConfig& c = opt.config;
+  const RunConfig c = Normalized(opt.config);
   auto fail = [](const Status& st, int code) {
     std::fprintf(stderr, "atoll syncer: error: %s\n", st.ToString().c_str());
     return code;
