@@ -153,11 +153,12 @@ int RunDemo() {
   std::printf("2. Staggered schedule, H = %d, P = %d, tau = %d: one fragment out, one back per step\n",
               schedule.H, schedule.P, schedule.tau);
   for (int64_t t = 0; t < 5; ++t) {
-    std::printf("   step %lld: send fragment %d", static_cast<long long>(t), schedule.FragmentAt(t));
-    if (t >= schedule.tau) {
-      std::printf(", apply merged fragment %d (sent at step %lld, due %lld)",
-                  schedule.FragmentAt(t - schedule.tau), static_cast<long long>(t - schedule.tau),
-                  static_cast<long long>(schedule.DueStep(t - schedule.tau)));
+    std::printf("   after step %lld: send fragment %d", static_cast<long long>(t), schedule.FragmentAt(t));
+    const int64_t sent = t + 1 - schedule.DueStep(0);  // the step whose merge is due before t + 1
+    if (sent >= 0) {
+      std::printf(", apply merged fragment %d (sent after step %lld, due before step %lld)",
+                  schedule.FragmentAt(sent), static_cast<long long>(sent),
+                  static_cast<long long>(schedule.DueStep(sent)));
     }
     std::printf("\n");
   }

@@ -1,64 +1,72 @@
 // `atoll run`, `atoll syncer`, `atoll learner`: flags → RunConfig → the runtime library.
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "atoll/runtime/processes.h"
 #include "command.h"
 
 namespace atl::cli {
 namespace {
 
-// Command-line overrides of the run file; unset flags leave the file's (or default) value.
+// Command-line overrides of the run file, as the flat JSON form of RunConfig (the keys of
+// configs/run.toml): unset flags leave the file's (or default) value, and the run config's own
+// parser checks types and names, so the field list lives in run_config.cc only.
 struct Overrides {
   std::string config_file;
-  std::optional<std::string> mode, out, data, token, run_id, preset, merge, plan, uplink, downlink;
-  std::optional<int> learners, batch, seq, threads, fragments, H, tau, quorum, block, eval_batches;
-  std::optional<int64_t> steps, warmup;
-  std::optional<uint64_t> seed;
-  std::optional<double> lr, gamma, grace_cap, outer_lr, outer_momentum, alpha, bandwidth_mbps,
-      latency_ms, loss, learner_timeout;
-  std::optional<bool> grace;
-  std::vector<double> speeds;
+  nlohmann::json values = nlohmann::json::object();
 };
+
+template <typename T>
+void Flag(CLI::App* c, Overrides& o, const std::string& names, const char* key, const std::string& help) {
+  c->add_option_function<T>(names, [&o, key](const T& v) { o.values[key] = v; }, help);
+}
 
 void AddRunFlags(CLI::App* c, Overrides& o) {
   c->add_option("-c,--config", o.config_file,
                 "Run file (TOML, see configs/run.toml) or a run folder's config.json; flags override it")
       ->check(CLI::ExistingFile);
-  c->add_option("--mode", o.mode, "decoupled (default) | diloco (synchronous DiLoCo) | ddp");
-  c->add_option("-M,--learners", o.learners, "Number of learners M (default 4)");
-  c->add_option("--steps", o.steps, "Inner steps per learner (default 120)");
-  c->add_option("--seed", o.seed, "Seed of weights and data order (default 0)");
-  c->add_option("--out", o.out, "Run folder (default runs/<timestamp>-<mode>)");
-  c->add_option("--data", o.data, "Prepared data folder (default data; prepared when missing)");
-  c->add_option("--token", o.token, "Shared auth token (default: generated per run)");
-  c->add_option("--run-id", o.run_id, "Run id learners must present (default: run folder name)");
-  c->add_option("--preset", o.preset, "Model preset: tiny | small | base (default tiny)");
-  c->add_option("--batch", o.batch, "Sequences per inner step (default 16)");
-  c->add_option("--seq", o.seq, "Sequence length (default 256)");
-  c->add_option("--lr", o.lr, "Inner AdamW peak learning rate (default 3e-3)");
-  c->add_option("--warmup", o.warmup, "Inner warm-up steps (default 20)");
-  c->add_option("--threads", o.threads, "Torch threads per learner (default 1)");
-  c->add_option("-P,--fragments", o.fragments, "Fragments P (default 24)");
-  c->add_option("-H,--inner-steps", o.H, "Inner steps between two syncs of a fragment, H ≥ P (default 24)");
-  c->add_option("--tau", o.tau, "Overlap: a merged fragment is applied tau steps after it was sent (default 2)");
-  c->add_option("-K,--quorum", o.quorum, "Minimum quorum K of learners per round (default 1)");
-  c->add_option("--grace", o.grace, "Adaptive grace window on/off (default true)");
-  c->add_option("--gamma", o.gamma, "Grace factor gamma in [0,1] (default 0.5)");
-  c->add_option("--grace-cap", o.grace_cap, "Upper bound of the grace window, seconds (default 5)");
-  c->add_option("--merge", o.merge, "rda (default) | mean");
-  c->add_option("--outer-lr", o.outer_lr, "Outer Nesterov learning rate (default 0.7)");
-  c->add_option("--outer-momentum", o.outer_momentum, "Outer Nesterov momentum (default 0.9)");
-  c->add_option("--alpha", o.alpha, "Mixing on receipt: theta = alpha*local + (1-alpha)*global (default 0)");
-  c->add_option("--plan", o.plan, "Fragment plan: balanced (default) | strided");
-  c->add_option("--uplink", o.uplink, "Outer-gradient encoding: int4 (default) | int8 | bf16 | fp32");
-  c->add_option("--downlink", o.downlink, "Global-fragment encoding: int4 (default) | int8 | bf16 | fp32");
-  c->add_option("--block", o.block, "int4/int8 block size (default 256)");
-  c->add_option("--speeds", o.speeds, "Per-learner speed factors in (0,1], e.g. 1 1 0.5 0.5")->expected(1, 256);
-  c->add_option("--bandwidth-mbps", o.bandwidth_mbps, "Emulated WAN bandwidth per learner link, Mbit/s (0 = unlimited)");
-  c->add_option("--latency-ms", o.latency_ms, "Emulated added latency per call, ms (default 0)");
-  c->add_option("--loss", o.loss, "Emulated probability that a call is dropped (default 0)");
-  c->add_option("--learner-timeout", o.learner_timeout, "Seconds without heartbeat before a learner stops counting as live (default 10)");
-  c->add_option("--eval-batches", o.eval_batches, "Validation batches for eval loss (default 16)");
+  Flag<std::string>(c, o, "--mode", "mode", "decoupled (default) | diloco (synchronous DiLoCo) | ddp");
+  Flag<int>(c, o, "-M,--learners", "learners", "Number of learners M (default 4)");
+  Flag<int64_t>(c, o, "--steps", "steps", "Inner steps per learner (default 120)");
+  Flag<uint64_t>(c, o, "--seed", "seed", "Seed of weights and data order (default 0)");
+  Flag<std::string>(c, o, "--out", "out", "Run folder (default runs/<timestamp>-<mode>)");
+  Flag<std::string>(c, o, "--data", "data", "Prepared data folder (default data; prepared when missing)");
+  Flag<std::string>(c, o, "--token", "token", "Shared auth token (default: generated per run by atoll run; none otherwise)");
+  Flag<std::string>(c, o, "--run-id", "run_id", "Run id learners must present (default: run folder name)");
+  Flag<std::string>(c, o, "--preset", "preset", "Model preset: tiny | small | base (default tiny)");
+  Flag<int>(c, o, "--batch", "batch", "Sequences per inner step (default 16)");
+  Flag<int>(c, o, "--seq", "seq", "Sequence length (default 256)");
+  Flag<double>(c, o, "--lr", "lr", "Inner AdamW peak learning rate (default 3e-3)");
+  Flag<int64_t>(c, o, "--warmup", "warmup", "Inner warm-up steps (default 20)");
+  Flag<int>(c, o, "--threads", "threads", "Torch threads per learner (default 1)");
+  Flag<int>(c, o, "-P,--fragments", "fragments", "Fragments P (default 24)");
+  Flag<int>(c, o, "-H,--inner-steps", "H", "Inner steps between two syncs of a fragment, H ≥ P (default 24)");
+  Flag<int>(c, o, "--tau", "tau", "Overlap: a merged fragment is applied tau steps after it was sent (default 2)");
+  Flag<int>(c, o, "-K,--quorum", "quorum", "Minimum quorum K of learners per round (default 1)");
+  Flag<bool>(c, o, "--grace", "grace", "Adaptive grace window on/off (default true)");
+  Flag<double>(c, o, "--gamma", "gamma", "Grace factor gamma in [0,1] (default 0.5)");
+  Flag<double>(c, o, "--grace-cap", "grace_cap", "Upper bound of the grace window, seconds (default 5)");
+  Flag<std::string>(c, o, "--merge", "merge", "rda (default) | mean");
+  Flag<double>(c, o, "--outer-lr", "outer_lr", "Outer Nesterov learning rate (default 0.7)");
+  Flag<double>(c, o, "--outer-momentum", "outer_momentum", "Outer Nesterov momentum (default 0.9)");
+  Flag<std::string>(c, o, "--outer-step", "outer_step",
+                    "sweep (default: each round moves by its token share, momentum once per full round of tokens) | round (a full step per round)");
+  Flag<std::string>(c, o, "--outer-gradient", "outer_gradient",
+                    "current (default: v = global now - local) | base (v = the learner's copy - local)");
+  Flag<double>(c, o, "--alpha", "alpha", "Mixing on receipt: theta = alpha*local + (1-alpha)*global (default 0)");
+  Flag<bool>(c, o, "--keep-progress", "keep_progress", "Keep the steps trained since a fragment was sent when its merge arrives (default true)");
+  Flag<std::string>(c, o, "--plan", "plan", "Fragment plan: balanced (default) | strided");
+  Flag<std::string>(c, o, "--uplink", "uplink", "Outer-gradient encoding: int4 (default) | int8 | bf16 | fp32");
+  Flag<std::string>(c, o, "--downlink", "downlink", "Global-fragment encoding: int4 (default) | int8 | bf16 | fp32");
+  Flag<int>(c, o, "--block", "block", "int4/int8 block size (default 256)");
+  Flag<std::vector<double>>(c, o, "--speeds", "speeds", "Per-learner speed factors in (0,1], e.g. 1 1 0.5 0.5");
+  Flag<double>(c, o, "--bandwidth-mbps", "bandwidth_mbps", "Emulated WAN bandwidth per learner link, Mbit/s (0 = unlimited)");
+  Flag<double>(c, o, "--latency-ms", "latency_ms", "Emulated added latency per call, ms (default 0)");
+  Flag<double>(c, o, "--loss", "loss", "Emulated probability that a call is dropped (default 0)");
+  Flag<double>(c, o, "--learner-timeout", "learner_timeout", "Seconds without heartbeat before a learner stops counting as live (default 10)");
+  Flag<int>(c, o, "--eval-batches", "eval_batches", "Validation batches for eval loss (default 16)");
+  Flag<int>(c, o, "--eval-every", "eval_every", "Rounds between evaluations of the global model during the run (default 48; 0 = off)");
 }
 
 StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {
@@ -66,21 +74,10 @@ StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {
   if (!o.config_file.empty()) {
     ATOLL_ASSIGN_OR_RETURN(c, runtime::LoadRunConfig(o.config_file));
   }
-#define ATOLL_OVERRIDE(field) \
-  if (o.field) c.field = *o.field
-  ATOLL_OVERRIDE(mode); ATOLL_OVERRIDE(out); ATOLL_OVERRIDE(data); ATOLL_OVERRIDE(token);
-  ATOLL_OVERRIDE(run_id); ATOLL_OVERRIDE(preset); ATOLL_OVERRIDE(merge); ATOLL_OVERRIDE(plan);
-  ATOLL_OVERRIDE(uplink); ATOLL_OVERRIDE(downlink); ATOLL_OVERRIDE(learners); ATOLL_OVERRIDE(batch);
-  ATOLL_OVERRIDE(seq); ATOLL_OVERRIDE(threads); ATOLL_OVERRIDE(fragments); ATOLL_OVERRIDE(H);
-  ATOLL_OVERRIDE(tau); ATOLL_OVERRIDE(quorum); ATOLL_OVERRIDE(block); ATOLL_OVERRIDE(eval_batches);
-  ATOLL_OVERRIDE(steps); ATOLL_OVERRIDE(warmup); ATOLL_OVERRIDE(seed); ATOLL_OVERRIDE(lr);
-  ATOLL_OVERRIDE(gamma); ATOLL_OVERRIDE(grace_cap); ATOLL_OVERRIDE(outer_lr);
-  ATOLL_OVERRIDE(outer_momentum); ATOLL_OVERRIDE(alpha); ATOLL_OVERRIDE(bandwidth_mbps);
-  ATOLL_OVERRIDE(latency_ms); ATOLL_OVERRIDE(loss); ATOLL_OVERRIDE(learner_timeout); ATOLL_OVERRIDE(grace);
-#undef ATOLL_OVERRIDE
-  if (!o.speeds.empty()) c.speeds = o.speeds;
-  ATOLL_RETURN_IF_ERROR(runtime::ValidateRunConfig(c));
-  return runtime::Normalized(c);
+  auto flagged = runtime::FromJson(o.values, c);
+  if (!flagged.ok()) return flagged.status().WithContext("command-line flags");
+  ATOLL_RETURN_IF_ERROR(runtime::ValidateRunConfig(*flagged));
+  return runtime::Normalized(*flagged);
 }
 
 int BadInput(const Status& st, const char* cmd) {

@@ -1,9 +1,31 @@
 #include "atoll/diloco/outer_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 namespace atl::diloco {
+namespace {
+
+Status CheckOptions(const OuterOptimizerOptions& options) {
+  if (!std::isfinite(options.lr) || options.lr < 0) {
+    return InvalidArgumentError("outer step: lr must be finite and ≥ 0, got " + std::to_string(options.lr));
+  }
+  if (!std::isfinite(options.momentum) || options.momentum < 0 || options.momentum >= 1) {
+    return InvalidArgumentError("outer step: momentum must be in [0, 1), got " +
+                                std::to_string(options.momentum));
+  }
+  return Status::Ok();
+}
+
+double SliceNorm(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return std::sqrt(s);
+}
+
+}  // namespace
+
 
 Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> delta,
                  std::span<float> momentum_buffer, std::span<float> theta) {
@@ -12,14 +34,7 @@ Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> de
                                 ", momentum " + std::to_string(momentum_buffer.size()) +
                                 ", theta " + std::to_string(theta.size()) + ")");
   }
-  if (!std::isfinite(options.lr) || options.lr < 0) {
-    return InvalidArgumentError("outer step: lr must be finite and ≥ 0, got " +
-                                std::to_string(options.lr));
-  }
-  if (!std::isfinite(options.momentum) || options.momentum < 0 || options.momentum >= 1) {
-    return InvalidArgumentError("outer step: momentum must be in [0, 1), got " +
-                                std::to_string(options.momentum));
-  }
+  ATOLL_RETURN_IF_ERROR(CheckOptions(options));
   // Intermediates in double; the stored state is fp32. The Nesterov update uses the new momentum
   // before it is rounded, so plain SGD (μ = 0) is exactly θ − lr·Δ rounded once.
   const double lr = options.lr;
@@ -43,6 +58,84 @@ Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> de
     }
   }
   return Status::Ok();
+}
+
+
+StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const Fragment& fragment,
+                                     bool rda, std::span<const float> merged, double rho,
+                                     SweepState& state, std::span<float> momentum_buffer,
+                                     std::span<float> theta) {
+  const size_t n = theta.size();
+  if (merged.size() != n || momentum_buffer.size() != n || static_cast<int64_t>(n) != fragment.numel) {
+    return InvalidArgumentError("sweep outer step: lengths differ (merged " + std::to_string(merged.size()) +
+                                ", momentum " + std::to_string(momentum_buffer.size()) + ", theta " +
+                                std::to_string(n) + ", fragment " + std::to_string(fragment.numel) + ")");
+  }
+  ATOLL_RETURN_IF_ERROR(CheckOptions(options));
+  if (!(rho > 0 && rho <= 1)) {
+    return InvalidArgumentError("sweep outer step: token share must be in (0, 1], got " + std::to_string(rho));
+  }
+  if (state.accum.size() != n) {
+    state.accum.assign(n, 0.0f);
+    state.share = 0;
+  }
+  if (state.slice_norm.size() != fragment.slices.size()) state.slice_norm.assign(fragment.slices.size(), 0.0);
+  const double lr = options.lr;
+  const double mu = options.momentum;
+  double moved2 = 0;
+  // The round's own share, applied at once.
+  int64_t off = 0;
+  for (size_t s = 0; s < fragment.slices.size(); ++s) {
+    const int64_t c = fragment.slices[s].count;
+    state.slice_norm[s] += rho * SliceNorm(merged.data() + off, c);
+    off += c;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const double g = rho * static_cast<double>(merged[i]);
+    const float before = theta[i];
+    theta[i] = static_cast<float>(static_cast<double>(theta[i]) - lr * g);
+    state.accum[i] = static_cast<float>(static_cast<double>(state.accum[i]) + g);
+    const double d = static_cast<double>(theta[i]) - before;
+    moved2 += d * d;
+  }
+  state.share += rho;
+  SweepResult result;
+  if (state.share < 1.0 - 1e-9) {
+    result.step_norm = std::sqrt(moved2);
+    return result;
+  }
+  // A sweep: complete it to the synchronous Nesterov step on its contributions.
+  off = 0;
+  for (size_t s = 0; s < fragment.slices.size(); ++s) {
+    const TensorSlice& sl = fragment.slices[s];
+    float* a = state.accum.data() + off;
+    float* b = momentum_buffer.data() + off;
+    float* t = theta.data() + off;
+    // S·ĝ_s: for RDA slices the sum's direction with S times the average norm; else the sum.
+    double scale = 1.0;
+    if (rda && !sl.is_embedding) {
+      const double an = SliceNorm(a, sl.count);
+      scale = an > 0 ? state.slice_norm[s] / an : 0.0;
+    }
+    for (int64_t i = 0; i < sl.count; ++i) {
+      const double ai = static_cast<double>(a[i]);
+      const double sg = scale * ai;  // S·ĝ
+      const double bi = mu * static_cast<double>(b[i]) + sg;
+      b[i] = static_cast<float>(bi);
+      const float before = t[i];
+      t[i] = static_cast<float>(static_cast<double>(t[i]) - lr * (sg - ai) - lr * mu * bi);
+      const double d = static_cast<double>(t[i]) - before;
+      moved2 += d * d;
+    }
+    off += sl.count;
+  }
+  std::fill(state.accum.begin(), state.accum.end(), 0.0f);
+  std::fill(state.slice_norm.begin(), state.slice_norm.end(), 0.0);
+  state.share = 0;
+  state.sweeps += 1;
+  result.sweep_completed = true;
+  result.step_norm = std::sqrt(moved2);
+  return result;
 }
 
 }  // namespace atl::diloco

@@ -104,7 +104,7 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
     c_tokens_[p] += tokens;
   }
   std::vector<int> send;
-  if (options_.mode == "diloco") {
+  if (options_.mode == diloco::Mode::kDiloco) {
     // Synchronous DiLoCo: every fragment at the end of each period of H steps.
     if ((step + 1) % options_.schedule.H == 0) {
       for (int p = 0; p < plan_.num_fragments(); ++p) send.push_back(p);
@@ -129,6 +129,7 @@ void LearnerAgent::QueuePushLocked(int p, int64_t step) {
   job.c_steps = c_steps_[pi];
   job.local.resize(static_cast<size_t>(plan_.fragments[pi].numel));
   exchange::GatherFragment(plan_.fragments[pi], tensors_, job.local);
+  if (options_.keep_progress) sent_[p] = {job.local, job.c_tokens, job.c_steps};
   // A newer snapshot of the same fragment supersedes one still waiting to be sent.
   std::erase_if(push_queue_, [p](const PushJob& j) { return j.fragment == p; });
   push_queue_.push_back(std::move(job));
@@ -147,17 +148,34 @@ int LearnerAgent::ApplyReady(int64_t next_step) {
       }
     }
   }
-  for (const Ready& r : due) {
-    exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(r.fragment)], r.values, tensors_,
-                              options_.alpha);
-    c_steps_[static_cast<size_t>(r.fragment)] = 0;
-    c_tokens_[static_cast<size_t>(r.fragment)] = 0;
-  }
+  for (const Ready& r : due) ApplyOne(r);
   if (!due.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     counters_.fragments_applied += static_cast<int64_t>(due.size());
   }
   return static_cast<int>(due.size());
+}
+
+void LearnerAgent::ApplyOne(const Ready& r) {
+  const size_t pi = static_cast<size_t>(r.fragment);
+  const diloco::Fragment& fragment = plan_.fragments[pi];
+  auto sent = sent_.find(r.fragment);
+  if (!r.own_push || sent == sent_.end() || sent->second.local.size() != r.values.size()) {
+    exchange::ScatterFragment(fragment, r.values, tensors_, options_.alpha);
+    c_steps_[pi] = 0;
+    c_tokens_[pi] = 0;
+    sent_.erase(r.fragment);
+    return;
+  }
+  // Keep the progress made since the send: Θ_p + (θ_now − θ_sent).
+  std::vector<float> target(r.values.size());
+  exchange::GatherFragment(fragment, tensors_, target);
+  const std::vector<float>& at_send = sent->second.local;
+  for (size_t i = 0; i < target.size(); ++i) target[i] = r.values[i] + (target[i] - at_send[i]);
+  exchange::ScatterFragment(fragment, target, tensors_, options_.alpha);
+  c_steps_[pi] = std::max<int64_t>(0, c_steps_[pi] - sent->second.c_steps);
+  c_tokens_[pi] = std::max<int64_t>(0, c_tokens_[pi] - sent->second.c_tokens);
+  sent_.erase(sent);
 }
 
 int LearnerAgent::WaitForAllFragments(int64_t next_step, double timeout_s) {
@@ -215,7 +233,7 @@ Status LearnerAgent::JoinAndCatchUp() {
   // Fragment-level catch-up: only fragments whose version differs from what we hold.
   for (int p = 0; options_.exchange_fragments && p < plan_.num_fragments(); ++p) {
     if (have_[static_cast<size_t>(p)] == reply.versions[static_cast<size_t>(p)]) continue;
-    Status st = PullOne(p, 0.0, /*due_step=*/0);
+    Status st = PullOne(p, 0.0, PullPurpose::kCatchUp);
     if (!st.ok()) return st;
     std::lock_guard<std::mutex> lock(mu_);
     counters_.catchup_fragments += 1;
@@ -227,7 +245,7 @@ Status LearnerAgent::JoinAndCatchUp() {
   return Status::Ok();
 }
 
-Status LearnerAgent::PullOne(int p, double wait_s, int64_t due_step, bool apply) {
+Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited) {
   const size_t pi = static_cast<size_t>(p);
   int learner_id;
   {
@@ -272,10 +290,13 @@ Status LearnerAgent::PullOne(int p, double wait_s, int64_t due_step, bool apply)
     std::lock_guard<std::mutex> lock(mu_);
     counters_.version_held = std::max(counters_.version_held, r->version);
   }
-  if (!apply) return Status::Ok();
+  if (purpose == PullPurpose::kRefresh) return Status::Ok();
+  // An awaited fragment is applied only once the version holds this learner's push.
+  if (purpose == PullPurpose::kAwaited && r->version < awaited.merged_version) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(ready_, [p](const Ready& x) { return x.fragment == p; });
-  ready_.push_back({p, r->version, due_step, phi});
+  const bool own = purpose == PullPurpose::kAwaited;
+  ready_.push_back({p, r->version, own ? awaited.due_step : 0, own, phi});
   awaiting_.erase(p);
   cv_.notify_all();
   return Status::Ok();
@@ -307,8 +328,9 @@ Status LearnerAgent::PushOne(PushJob& job) {
   counters_.pushes += 1;
   counters_.payload_bytes_up += static_cast<int64_t>(payload.size());
   if (counters_.first_contribution_s < 0) counters_.first_contribution_s = ToSeconds(clock_.Now() - started_);
-  const int64_t due = options_.mode == "diloco" ? job.step + 1 : job.step + 1 + options_.schedule.tau;
-  awaiting_[job.fragment] = due;
+  // diloco: applied at the barrier right after the send; decoupled: τ steps later.
+  const int64_t due = options_.mode == diloco::Mode::kDiloco ? job.step + 1 : options_.schedule.DueStep(job.step);
+  awaiting_[job.fragment] = {due, r->merged_version};
   return Status::Ok();
 }
 
@@ -337,7 +359,7 @@ void LearnerAgent::ExchangeLoop() {
       delay = options_.backoff_initial_s;
     }
     std::optional<PushJob> job;
-    std::map<int, int64_t> awaiting;
+    std::map<int, Awaited> awaiting;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(10),
@@ -358,7 +380,7 @@ void LearnerAgent::ExchangeLoop() {
         // restarted): fetch the fragment in full, then push the same local snapshot against it,
         // so the local progress is not thrown away.
         have_[static_cast<size_t>(job->fragment)] = -1;
-        st = PullOne(job->fragment, 0.0, job->step + 1, /*apply=*/false);
+        st = PullOne(job->fragment, 0.0, PullPurpose::kRefresh);
         if (st.ok()) st = PushOne(*job);
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -367,8 +389,8 @@ void LearnerAgent::ExchangeLoop() {
     } else {
       // Long-poll the first awaited fragment briefly (server-side wait), the rest without waiting.
       double wait = 0.05;
-      for (const auto& [p, due] : awaiting) {
-        st = PullOne(p, wait, due);
+      for (const auto& [p, a] : awaiting) {
+        st = PullOne(p, wait, PullPurpose::kAwaited, a);
         wait = 0.0;
         if (!st.ok()) break;
       }

@@ -162,7 +162,7 @@ void Cluster::Tick(double now) {
       // Synchronous modes: rejoin at the barrier the others are waiting at (completed barriers ×
       // H), so every learner takes part in the same rounds; decoupled: continue the step count.
       int64_t start = s.last_step;
-      if (c_.mode != "decoupled" && !versions_.empty()) {
+      if (diloco::IsSynchronous(c_.mode) && !versions_.empty()) {
         start = *std::min_element(versions_.begin(), versions_.end()) * c_.H;
       }
       Status st = StartLearner(id, /*rejoin=*/true, start);

@@ -117,7 +117,8 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   if (!up.ok()) return fail(up.status(), 2);
   ao.uplink = {*up, c.block};
   ao.alpha = c.alpha;
-  ao.exchange_fragments = c.mode != "ddp";
+  ao.keep_progress = c.keep_progress;
+  ao.exchange_fragments = c.mode != diloco::Mode::kDdp;
   learner::LearnerAgent agent(ao, *plan, [&] {
     std::vector<std::span<float>> v;
     for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) v.push_back(trainer.Parameter(i));
@@ -126,7 +127,7 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   const double t_start = UnixSeconds();
   if (Status st = agent.Start(); !st.ok()) return fail(st, 2);
   std::printf("learner %d: %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id,
-              c.mode.c_str(), agent.counters().joined ? "yes" : "not yet (training on; retrying)",
+              diloco::ModeName(c.mode), agent.counters().joined ? "yes" : "not yet (training on; retrying)",
               static_cast<long long>(opt.start_step), static_cast<long long>(c.steps),
               static_cast<long long>(trainer.tokens_per_step()), c.SpeedOf(id),
               opt.rejoin ? " (rejoined after a failure: global parameters, fresh AdamW moments, data and LR schedule continue at the start step)" : "");
@@ -142,7 +143,7 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   std::vector<std::span<float>> params;
   for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) params.push_back(trainer.Parameter(i));
   std::unique_ptr<learner::DdpExchange> ddp;
-  if (c.mode == "ddp") {
+  if (c.mode == diloco::Mode::kDdp) {
     ddp = std::make_unique<learner::DdpExchange>(*plan, *api, diloco::CodecOptions{diloco::Encoding::kBf16, c.block});
     Status st = ddp->Sync(agent.counters().learner_id, params);
     while (!st.ok() && !agent.finish_requested()) {
@@ -194,7 +195,7 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
       wait_seconds += ToSeconds(clock.Now() - w0);
       applied = 1;
       ++step;
-    } else if (agent.OnStep(step, s->tokens), ++step; c.mode == "diloco" && step % c.H == 0) {
+    } else if (agent.OnStep(step, s->tokens), ++step; c.mode == diloco::Mode::kDiloco && step % c.H == 0) {
       const TimePoint w0 = clock.Now();
       applied = agent.WaitForAllFragments(step, 600.0);  // the synchronous barrier
       wait_seconds += ToSeconds(clock.Now() - w0);

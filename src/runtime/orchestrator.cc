@@ -42,7 +42,7 @@ int RunLocalCluster(const RunOptions& options) {
     return code;
   };
   if (Status st = ValidateRunConfig(c); !st.ok()) return fail(st, 2);
-  if (c.out.empty()) c.out = "runs/" + Timestamp() + "-" + c.mode;
+  if (c.out.empty()) c.out = "runs/" + Timestamp() + "-" + diloco::ModeName(c.mode);
   if (Status st = MakeDirs(c.out); !st.ok()) return fail(st, 1);
   c.out = std::filesystem::absolute(c.out).lexically_normal().string();
   c.data = std::filesystem::absolute(c.data).lexically_normal().string();
@@ -58,7 +58,7 @@ int RunLocalCluster(const RunOptions& options) {
   auto schedule = chaos::BuildSchedule(c.chaos, c.learners, 24 * 3600.0);
   if (!schedule.ok()) return fail(schedule.status(), 2);
   std::printf("atoll run: %s, %d learners, %lld steps each, preset %s, P=%d H=%d tau=%d K=%d grace=%s, %s/%s on the wire\n",
-              c.mode.c_str(), c.learners, static_cast<long long>(c.steps), c.preset.c_str(), c.fragments,
+              diloco::ModeName(c.mode), c.learners, static_cast<long long>(c.steps), c.preset.c_str(), c.fragments,
               c.H, c.tau, c.quorum, c.grace ? "on" : "off", c.uplink.c_str(), c.downlink.c_str());
   if (!schedule->empty()) {
     std::printf("chaos (%s, seed %llu): %zu fault(s) scheduled, the first: %s\n", c.chaos.mode.c_str(),

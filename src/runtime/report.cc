@@ -76,7 +76,7 @@ void ProgressView::DrawLine(double t, const std::string& line) {
 
 nlohmann::json BuildRunSummary(const RunConfig& c, const nlohmann::json& syncer, double wall) {
   nlohmann::json s;
-  s["mode"] = c.mode;
+  s["mode"] = diloco::ModeName(c.mode);
   s["learners"] = c.learners;
   s["fragments"] = c.fragments;
   s["H"] = c.H;

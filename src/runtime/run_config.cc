@@ -3,26 +3,74 @@
 #include <toml++/toml.h>
 
 #include <cmath>
-#include <set>
+#include <type_traits>
 
 #include "atoll/core/file.h"
 
 namespace atl::runtime {
 namespace {
 
-// Which section of the TOML file each key lives in (the JSON form is flat).
-const std::vector<std::pair<std::string, std::vector<std::string>>>& Sections() {
-  static const std::vector<std::pair<std::string, std::vector<std::string>>> s = {
-      {"run", {"mode", "learners", "steps", "seed", "out", "data", "token", "run_id"}},
-      {"model", {"preset", "batch", "seq", "lr", "warmup", "threads"}},
-      {"diloco", {"fragments", "H", "tau", "quorum", "grace", "gamma", "grace_cap", "merge",
-                  "outer_lr", "outer_momentum", "alpha", "plan", "uplink", "downlink", "block",
-                  "learner_timeout"}},
-      {"learners", {"speeds", "bandwidth_mbps", "latency_ms", "loss"}},
-      {"eval", {"eval_batches"}},
-      {"chaos", {"chaos"}},  // kept as a nested table (see LoadRunConfig)
-  };
-  return s;
+// Every field of RunConfig, once: its TOML section, its key (the JSON form is flat) and the
+// member. ToJson, FromJson and the TOML section check are all this one list.
+template <typename Config, typename F>
+void VisitFields(Config& c, F&& f) {
+  f("run", "mode", c.mode);
+  f("run", "learners", c.learners);
+  f("run", "steps", c.steps);
+  f("run", "seed", c.seed);
+  f("run", "out", c.out);
+  f("run", "data", c.data);
+  f("run", "token", c.token);
+  f("run", "run_id", c.run_id);
+  f("model", "preset", c.preset);
+  f("model", "batch", c.batch);
+  f("model", "seq", c.seq);
+  f("model", "lr", c.lr);
+  f("model", "warmup", c.warmup);
+  f("model", "threads", c.threads);
+  f("diloco", "fragments", c.fragments);
+  f("diloco", "H", c.H);
+  f("diloco", "tau", c.tau);
+  f("diloco", "quorum", c.quorum);
+  f("diloco", "grace", c.grace);
+  f("diloco", "gamma", c.gamma);
+  f("diloco", "grace_cap", c.grace_cap);
+  f("diloco", "merge", c.merge);
+  f("diloco", "outer_lr", c.outer_lr);
+  f("diloco", "outer_momentum", c.outer_momentum);
+  f("diloco", "outer_step", c.outer_step);
+  f("diloco", "outer_gradient", c.outer_gradient);
+  f("diloco", "alpha", c.alpha);
+  f("diloco", "keep_progress", c.keep_progress);
+  f("diloco", "plan", c.plan);
+  f("diloco", "uplink", c.uplink);
+  f("diloco", "downlink", c.downlink);
+  f("diloco", "block", c.block);
+  f("diloco", "learner_timeout", c.learner_timeout);
+  f("learners", "speeds", c.speeds);
+  f("learners", "bandwidth_mbps", c.bandwidth_mbps);
+  f("learners", "latency_ms", c.latency_ms);
+  f("learners", "loss", c.loss);
+  f("eval", "eval_batches", c.eval_batches);
+  f("eval", "eval_every", c.eval_every);
+}
+
+// The section a key lives in ("" for none); "chaos" is a nested table of its own.
+std::string SectionOf(const std::string& key) {
+  if (key == "chaos") return "chaos";
+  std::string found;
+  RunConfig probe;
+  VisitFields(probe, [&](const char* section, const char* k, const auto&) {
+    if (key == k) found = section;
+  });
+  return found;
+}
+
+bool IsSection(const std::string& s) {
+  for (const char* known : {"run", "model", "diloco", "learners", "eval", "chaos"}) {
+    if (s == known) return true;
+  }
+  return false;
 }
 
 nlohmann::json TomlToJson(const toml::node& node) {
@@ -54,12 +102,19 @@ Status Take(const nlohmann::json& j, const std::string& key, T& out) {
   return Status::Ok();
 }
 
+Status Take(const nlohmann::json& j, const std::string& key, diloco::Mode& out) {
+  std::string name = diloco::ModeName(out);
+  ATOLL_RETURN_IF_ERROR(Take(j, key, name));
+  auto m = diloco::ParseMode(name);
+  if (!m) return InvalidArgumentError("mode must be decoupled, diloco or ddp (got '" + name + "')");
+  out = *m;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateRunConfig(const RunConfig& c) {
   auto bad = [](const std::string& m) { return InvalidArgumentError("run config: " + m); };
-  if (c.mode != "decoupled" && c.mode != "diloco" && c.mode != "ddp")
-    return bad("mode must be decoupled, diloco or ddp (got '" + c.mode + "')");
   if (c.learners < 1 || c.learners > 256) return bad("learners must be in [1, 256]");
   if (c.steps < 1) return bad("steps must be ≥ 1");
   if (c.batch < 1 || c.seq < 2) return bad("batch must be ≥ 1 and seq ≥ 2");
@@ -74,6 +129,9 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!(c.gamma >= 0 && c.gamma <= 1)) return bad("gamma must be in [0, 1]");
   if (!(c.grace_cap >= 0)) return bad("grace_cap must be ≥ 0");
   if (c.merge != "rda" && c.merge != "mean") return bad("merge must be rda or mean");
+  if (c.outer_step != "sweep" && c.outer_step != "round") return bad("outer_step must be sweep or round");
+  if (c.outer_gradient != "current" && c.outer_gradient != "base")
+    return bad("outer_gradient must be current or base");
   if (!(c.outer_lr >= 0) || !(c.outer_momentum >= 0 && c.outer_momentum < 1))
     return bad("outer_lr must be ≥ 0 and outer_momentum in [0, 1)");
   if (!(c.alpha >= 0 && c.alpha < 1)) return bad("alpha must be in [0, 1)");
@@ -89,15 +147,17 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!(c.bandwidth_mbps >= 0) || !(c.latency_ms >= 0) || !(c.loss >= 0 && c.loss < 1))
     return bad("bandwidth_mbps and latency_ms must be ≥ 0 and loss in [0, 1)");
   if (c.eval_batches < 1) return bad("eval_batches must be ≥ 1");
+  if (c.eval_every < 0) return bad("eval_every must be ≥ 0 (0 = no evaluation during the run)");
   return chaos::ValidateChaos(c.chaos, c.learners);
 }
 
 RunConfig Normalized(RunConfig c) {
-  if (c.mode != "decoupled") {
+  if (diloco::IsSynchronous(c.mode)) {
     c.quorum = c.learners;  // synchronous modes wait for everyone
     c.grace = false;
+    c.outer_step = "round"; // every round holds every learner: one full outer step each
   }
-  if (c.mode == "ddp") {
+  if (c.mode == diloco::Mode::kDdp) {
     c.fragments = 1;        // the whole gradient every step (clipping is global)
     c.H = 1;
     c.tau = 0;
@@ -108,61 +168,28 @@ RunConfig Normalized(RunConfig c) {
 }
 
 nlohmann::json ToJson(const RunConfig& c) {
-  return {{"mode", c.mode}, {"learners", c.learners}, {"steps", c.steps}, {"seed", c.seed},
-          {"out", c.out}, {"data", c.data}, {"token", c.token}, {"run_id", c.run_id},
-          {"preset", c.preset}, {"batch", c.batch}, {"seq", c.seq}, {"lr", c.lr},
-          {"warmup", c.warmup}, {"threads", c.threads}, {"fragments", c.fragments}, {"H", c.H},
-          {"tau", c.tau}, {"quorum", c.quorum}, {"grace", c.grace}, {"gamma", c.gamma},
-          {"grace_cap", c.grace_cap}, {"merge", c.merge}, {"outer_lr", c.outer_lr},
-          {"outer_momentum", c.outer_momentum}, {"alpha", c.alpha}, {"plan", c.plan},
-          {"uplink", c.uplink}, {"downlink", c.downlink}, {"block", c.block},
-          {"learner_timeout", c.learner_timeout}, {"speeds", c.speeds},
-          {"bandwidth_mbps", c.bandwidth_mbps}, {"latency_ms", c.latency_ms}, {"loss", c.loss},
-          {"eval_batches", c.eval_batches}, {"chaos", chaos::ToJson(c.chaos)}};
+  nlohmann::json j = nlohmann::json::object();
+  VisitFields(c, [&](const char*, const char* key, const auto& value) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, diloco::Mode>) {
+      j[key] = diloco::ModeName(value);
+    } else {
+      j[key] = value;
+    }
+  });
+  j["chaos"] = chaos::ToJson(c.chaos);
+  return j;
 }
 
 StatusOr<RunConfig> FromJson(const nlohmann::json& j, RunConfig c) {
   if (!j.is_object()) return InvalidArgumentError("config must be an object");
-  std::set<std::string> known;
-  for (const auto& [section, keys] : Sections()) known.insert(keys.begin(), keys.end());
   for (const auto& [k, v] : j.items()) {
-    if (!known.count(k)) return InvalidArgumentError("unknown config key '" + k + "'");
+    if (SectionOf(k).empty()) return InvalidArgumentError("unknown config key '" + k + "'");
   }
-  ATOLL_RETURN_IF_ERROR(Take(j, "mode", c.mode));
-  ATOLL_RETURN_IF_ERROR(Take(j, "learners", c.learners));
-  ATOLL_RETURN_IF_ERROR(Take(j, "steps", c.steps));
-  ATOLL_RETURN_IF_ERROR(Take(j, "seed", c.seed));
-  ATOLL_RETURN_IF_ERROR(Take(j, "out", c.out));
-  ATOLL_RETURN_IF_ERROR(Take(j, "data", c.data));
-  ATOLL_RETURN_IF_ERROR(Take(j, "token", c.token));
-  ATOLL_RETURN_IF_ERROR(Take(j, "run_id", c.run_id));
-  ATOLL_RETURN_IF_ERROR(Take(j, "preset", c.preset));
-  ATOLL_RETURN_IF_ERROR(Take(j, "batch", c.batch));
-  ATOLL_RETURN_IF_ERROR(Take(j, "seq", c.seq));
-  ATOLL_RETURN_IF_ERROR(Take(j, "lr", c.lr));
-  ATOLL_RETURN_IF_ERROR(Take(j, "warmup", c.warmup));
-  ATOLL_RETURN_IF_ERROR(Take(j, "threads", c.threads));
-  ATOLL_RETURN_IF_ERROR(Take(j, "fragments", c.fragments));
-  ATOLL_RETURN_IF_ERROR(Take(j, "H", c.H));
-  ATOLL_RETURN_IF_ERROR(Take(j, "tau", c.tau));
-  ATOLL_RETURN_IF_ERROR(Take(j, "quorum", c.quorum));
-  ATOLL_RETURN_IF_ERROR(Take(j, "grace", c.grace));
-  ATOLL_RETURN_IF_ERROR(Take(j, "gamma", c.gamma));
-  ATOLL_RETURN_IF_ERROR(Take(j, "grace_cap", c.grace_cap));
-  ATOLL_RETURN_IF_ERROR(Take(j, "merge", c.merge));
-  ATOLL_RETURN_IF_ERROR(Take(j, "outer_lr", c.outer_lr));
-  ATOLL_RETURN_IF_ERROR(Take(j, "outer_momentum", c.outer_momentum));
-  ATOLL_RETURN_IF_ERROR(Take(j, "alpha", c.alpha));
-  ATOLL_RETURN_IF_ERROR(Take(j, "plan", c.plan));
-  ATOLL_RETURN_IF_ERROR(Take(j, "uplink", c.uplink));
-  ATOLL_RETURN_IF_ERROR(Take(j, "downlink", c.downlink));
-  ATOLL_RETURN_IF_ERROR(Take(j, "block", c.block));
-  ATOLL_RETURN_IF_ERROR(Take(j, "learner_timeout", c.learner_timeout));
-  ATOLL_RETURN_IF_ERROR(Take(j, "speeds", c.speeds));
-  ATOLL_RETURN_IF_ERROR(Take(j, "bandwidth_mbps", c.bandwidth_mbps));
-  ATOLL_RETURN_IF_ERROR(Take(j, "latency_ms", c.latency_ms));
-  ATOLL_RETURN_IF_ERROR(Take(j, "loss", c.loss));
-  ATOLL_RETURN_IF_ERROR(Take(j, "eval_batches", c.eval_batches));
+  Status st;
+  VisitFields(c, [&](const char*, const char* key, auto& value) {
+    if (st.ok()) st = Take(j, key, value);
+  });
+  ATOLL_RETURN_IF_ERROR(st);
   if (j.contains("chaos")) {
     ATOLL_ASSIGN_OR_RETURN(c.chaos, chaos::ChaosFromJson(j["chaos"]));
   }
@@ -190,9 +217,7 @@ StatusOr<RunConfig> LoadRunConfig(const std::string& path, RunConfig base) {
     nlohmann::json doc = TomlToJson(table);
     flat = nlohmann::json::object();
     for (const auto& [section, value] : doc.items()) {
-      auto sec = std::find_if(Sections().begin(), Sections().end(),
-                              [&](const auto& s) { return s.first == section; });
-      if (sec == Sections().end() || !value.is_object()) {
+      if (!IsSection(section) || !value.is_object()) {
         return InvalidArgumentError(path + ": unknown section [" + section + "] (expected run, model, diloco, learners, eval, chaos)");
       }
       if (section == "chaos") {
@@ -200,7 +225,7 @@ StatusOr<RunConfig> LoadRunConfig(const std::string& path, RunConfig base) {
         continue;
       }
       for (const auto& [k, v] : value.items()) {
-        if (std::find(sec->second.begin(), sec->second.end(), k) == sec->second.end()) {
+        if (SectionOf(k) != section) {
           return InvalidArgumentError(path + ": unknown key '" + k + "' in [" + section + "]");
         }
         flat[k] = v;

@@ -36,13 +36,15 @@ StatusOr<syncer::SyncerOptions> MakeSyncerOptions(const RunConfig& c) {
   o.run_id = c.run_id;
   o.mode = c.mode;
   o.H = c.H;
-  o.round.quorum = c.mode == "decoupled" ? c.quorum : c.learners;  // synchronous modes wait for all
-  o.round.grace = c.mode == "decoupled" && c.grace;
+  o.round.quorum = c.quorum;  // Normalized: K = M in the synchronous modes
+  o.round.grace = c.grace;
   o.round.gamma = c.gamma;
   o.round.grace_cap_s = c.grace_cap;
   o.round.tau = c.tau;
   o.merge_rule = c.merge == "rda" ? diloco::MergeRule::kRda : diloco::MergeRule::kMean;
   o.outer = {c.outer_lr, c.outer_momentum, true};
+  o.outer_step = c.outer_step == "round" ? syncer::OuterStepRule::kRound : syncer::OuterStepRule::kSweep;
+  o.outer_gradient = c.outer_gradient == "base" ? syncer::OuterGradientRule::kBase : syncer::OuterGradientRule::kCurrent;
   ATOLL_ASSIGN_OR_RETURN(auto up, diloco::ParseEncoding(c.uplink));
   ATOLL_ASSIGN_OR_RETURN(auto down, diloco::ParseEncoding(c.downlink));
   o.uplink = {up, c.block};
@@ -88,7 +90,7 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
   auto sopts = MakeSyncerOptions(c);
   if (!sopts.ok()) return fail(sopts.status(), 2);
   sopts->incarnation = static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid());
-  if (c.mode == "ddp") {
+  if (c.mode == diloco::Mode::kDdp) {
     // The parameter server's optimizer: the evaluator trainer's AdamW applied to the averaged
     // gradient. Runs on the syncer's loop thread only.
     sopts->ddp_step = [&ev, &params, frag = plan->fragments[0]](std::span<const float> mean,
@@ -115,7 +117,7 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
   }
 
   std::printf("syncer: run %s, mode %s, %lld params in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, up %s down %s\n",
-              c.run_id.c_str(), c.mode.c_str(), static_cast<long long>(ev.num_params()),
+              c.run_id.c_str(), diloco::ModeName(c.mode), static_cast<long long>(ev.num_params()),
               plan->num_fragments(), plan->peak_to_ideal, c.H, c.tau, sopts->round.quorum,
               sopts->round.grace ? "on" : "off", c.merge.c_str(), c.uplink.c_str(), c.downlink.c_str());
   // The initial model's eval loss, measured once per run (a restarted syncer reads it back

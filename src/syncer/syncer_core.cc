@@ -29,7 +29,7 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
                                 ") must be ≥ the number of fragments P (" + std::to_string(P) + ")");
   }
   if (options.round.quorum < 1) return InvalidArgumentError("syncer: quorum K must be ≥ 1");
-  if (options.mode == "ddp" && (!options.ddp_step || P != 1)) {
+  if (options.mode == diloco::Mode::kDdp && (!options.ddp_step || P != 1)) {
     return InvalidArgumentError("syncer: ddp mode needs one fragment (plan has " + std::to_string(P) +
                                 ") and an optimizer hook" + (options.ddp_step ? "" : " (missing)"));
   }
@@ -211,7 +211,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
                                        " is not a version this syncer produced (current " +
                                        std::to_string(f.version) + ")"));
   }
-  const bool ddp = options_.mode == "ddp";
+  const bool ddp = options_.mode == diloco::Mode::kDdp;
   if (ddp && h.base_version != f.version) {
     return reject(AbortedError("ddp: gradient of step " + std::to_string(h.base_version) +
                                " but the model is at step " + std::to_string(f.version) + ": pull first"));
@@ -228,20 +228,21 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   c.c_steps = h.c_steps;
   c.base_version = h.base_version;
   c.arrived = now;
-  c.local.resize(f.theta.size());
-  // Decode Δ̂ into c.local, then θ_m = Φ_base − Δ̂ (ddp: c.local is the raw gradient).
-  Status st = diloco::Decode(options_.uplink, payload, c.local);
+  c.values.resize(f.theta.size());
+  // Decode Δ̂; under kCurrent keep θ_m = Φ_base − Δ̂ (ddp and kBase keep what was sent).
+  Status st = diloco::Decode(options_.uplink, payload, c.values);
   if (!st.ok()) return reject(st);
-  if (!ddp) {
-    for (size_t i = 0; i < c.local.size(); ++i) c.local[i] = (*base)[i] - c.local[i];
+  const bool against_current = !ddp && options_.outer_gradient == OuterGradientRule::kCurrent;
+  if (against_current) {
+    for (size_t i = 0; i < c.values.size(); ++i) c.values[i] = (*base)[i] - c.values[i];
   }
-  if (!exchange::AllFinite(c.local)) {
+  if (!exchange::AllFinite(c.values)) {
     return reject(InvalidArgumentError(ddp ? "gradient has non-finite values" : "outer gradient has non-finite values"));
   }
   // Quarantine: an outer gradient far outside the fragment's recent range is not merged.
   double norm2 = 0;
-  for (size_t i = 0; i < c.local.size(); ++i) {
-    const double v = static_cast<double>(f.theta[i]) - c.local[i];
+  for (size_t i = 0; i < c.values.size(); ++i) {
+    const double v = against_current ? static_cast<double>(f.theta[i]) - c.values[i] : c.values[i];
     norm2 += v * v;
   }
   const double norm = std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, h.c_steps)));
@@ -263,8 +264,12 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   f.recent_norms.push_back(norm);
   if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
   l.consecutive_rejects = 0;
+  if (h.c_steps > 0) {
+    l.tokens_per_step = Ema(l.tokens_per_step, static_cast<double>(h.c_tokens) / static_cast<double>(h.c_steps));
+  }
   PushResult result;
   result.round = f.round;
+  result.merged_version = f.version + 1;
   l.last_seen = now;
   l.pushes += 1;
   if (l.state == "joining") l.state = "training";
@@ -345,16 +350,17 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   report.reason = d.reason;
   report.closed_at = now;
 
-  const bool ddp = options_.mode == "ddp";
+  const bool ddp = options_.mode == diloco::Mode::kDdp;
+  const bool against_current = options_.outer_gradient == OuterGradientRule::kCurrent;
   std::vector<std::vector<float>> grads(f.pending.size(), std::vector<float>(n));
   std::vector<std::span<const float>> views;
   std::vector<double> weights;
   for (size_t m = 0; m < f.pending.size(); ++m) {
     const Contribution& c = f.pending[m];
-    if (ddp) {
-      grads[m] = c.local;  // the learner's gradient
+    if (ddp || !against_current) {
+      grads[m] = c.values;  // the learner's gradient (ddp) or its outer gradient Δ̂ (kBase)
     } else {
-      for (size_t i = 0; i < n; ++i) grads[m][i] = f.theta[i] - c.local[i];  // v_m = Θ_p − θ_m
+      for (size_t i = 0; i < n; ++i) grads[m][i] = f.theta[i] - c.values[i];  // v_m = Θ_p − θ_m
     }
     views.emplace_back(grads[m]);
     weights.push_back(ddp ? 1.0 : diloco::TokenWeight(c.c_tokens, c.c_steps));
@@ -363,12 +369,25 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   }
   report.weights = weights;
   std::vector<float> merged(n, 0.0f);
+  const diloco::Fragment& fragment = plan_.fragments[static_cast<size_t>(p)];
   Status st = ddp ? diloco::WeightedMean(views, weights, merged)
-                  : diloco::MergeFragment(plan_.fragments[static_cast<size_t>(p)], options_.merge_rule,
-                                          views, weights, merged);
+                  : diloco::MergeFragment(fragment, options_.merge_rule, views, weights, merged);
   ATOLL_CHECK_MSG(st.ok(), st.ToString());  // inputs were validated on push
   report.merged_norm = diloco::L2Norm(merged);
-  st = ddp ? options_.ddp_step(merged, f.theta) : diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
+  if (ddp) {
+    st = options_.ddp_step(merged, f.theta);
+  } else if (options_.outer_step == OuterStepRule::kSweep) {
+    report.token_share = TokenShare(f, LiveLearners(now));
+    auto r = diloco::SweepOuterStep(options_.outer, fragment, options_.merge_rule == diloco::MergeRule::kRda,
+                                    merged, report.token_share, f.sweep, f.momentum, f.theta);
+    st = r.status();
+    if (r.ok()) {
+      report.sweep_completed = r->sweep_completed;
+      report.step_norm = r->step_norm;
+    }
+  } else {
+    st = diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
+  }
   ATOLL_CHECK_MSG(st.ok(), st.ToString());
   f.version += 1;
   report.version = f.version;
@@ -386,6 +405,27 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   rounds_closed_ += 1;
   estimates_.sync_seconds = Ema(estimates_.sync_seconds, ToSeconds(clock.Now() - t0));
   return report;
+}
+
+double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& live) const {
+  // Tokens per step of every learner a full round would hold: the live ones and this round's.
+  double round_tokens = 0, round_tps = 0;
+  std::vector<int> members = live;
+  for (const auto& c : f.pending) {
+    round_tokens += static_cast<double>(c.c_tokens);
+    if (c.c_steps > 0) round_tps += static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps);
+    if (std::find(members.begin(), members.end(), c.learner) == members.end()) members.push_back(c.learner);
+  }
+  const double fallback_tps = round_tps / static_cast<double>(std::max<size_t>(1, f.pending.size()));
+  double full = 0;
+  for (int id : members) {
+    auto it = learners_.find(id);
+    const double tps = it != learners_.end() && it->second.tokens_per_step > 0 ? it->second.tokens_per_step : fallback_tps;
+    full += tps * options_.H;
+  }
+  if (!(round_tokens > 0)) return 1e-6;  // no tokens behind this round: it may not move Θ
+  if (!(full > 0)) return 1.0;
+  return std::clamp(round_tokens / full, 1e-6, 1.0);
 }
 
 Status SyncerCore::CheckNotBanned(const LearnerRecord& l, TimePoint now) const {
@@ -507,7 +547,7 @@ void SyncerCore::MarkDone(int learner_id) {
 nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   nlohmann::json j;
   j["run_id"] = options_.run_id;
-  j["mode"] = options_.mode;
+  j["mode"] = diloco::ModeName(options_.mode);
   j["fragments"] = plan_.num_fragments();
   j["params"] = plan_.total_numel;
   j["rounds"] = rounds_closed_;

@@ -101,6 +101,7 @@ class Service final : public Syncer::Service {
       return ToGrpc(out.status());
     }
     reply->set_round(out->round);
+    reply->set_merged_version(out->merged_version);
     reply->set_note(out->note);
     return grpc::Status::OK;
   }

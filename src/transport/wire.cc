@@ -116,7 +116,7 @@ void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   out->set_uplink_encoding(diloco::EncodingName(r.uplink.encoding));
   out->set_downlink_encoding(diloco::EncodingName(r.downlink.encoding));
   out->set_block_size(r.uplink.block_size);
-  out->set_mode(r.mode);
+  out->set_mode(diloco::ModeName(r.mode));
   out->set_incarnation(r.incarnation);
 }
 
@@ -127,7 +127,9 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   d.fragment_numel.assign(r.fragment_numel().begin(), r.fragment_numel().end());
   d.H = r.inner_steps_per_sync();
   d.tau = r.overlap_steps();
-  d.mode = r.mode();
+  auto mode = diloco::ParseMode(r.mode());
+  if (!mode) return InvalidArgumentError("join reply: unknown mode '" + r.mode().substr(0, 32) + "'");
+  d.mode = *mode;
   d.incarnation = r.incarnation();
   auto up = diloco::ParseEncoding(r.uplink_encoding());
   auto down = diloco::ParseEncoding(r.downlink_encoding());

@@ -293,7 +293,7 @@ TEST(ScheduleTest, OneFragmentPerStepWhenPEqualsH) {
   Schedule s{.H = 24, .P = 24, .tau = 2};
   ASSERT_TRUE(s.Validate().ok());
   for (int64_t t = 0; t < 100; ++t) EXPECT_EQ(s.FragmentAt(t), static_cast<int>(t % 24));
-  EXPECT_EQ(s.DueStep(5), 7);
+  EXPECT_EQ(s.DueStep(5), 8);  // sent after step 5; steps 6 and 7 overlap the round
   EXPECT_EQ(s.SendOffset(13), 13);
   EXPECT_EQ(s.FragmentAt(-1), -1);
 }
@@ -305,7 +305,7 @@ TEST(ScheduleTest, SpreadsFragmentsWhenHExceedsP) {
   const int expected[10] = {0, -1, 1, -1, -1, 2, -1, 3, -1, -1};
   for (int64_t t = 0; t < 30; ++t) EXPECT_EQ(s.FragmentAt(t), expected[t % 10]) << t;
   EXPECT_EQ(s.SendOffset(2), 5);
-  EXPECT_EQ(s.DueStep(17), 20);
+  EXPECT_EQ(s.DueStep(17), 21);
 }
 
 TEST(ScheduleTest, EveryFragmentOncePerPeriod) {

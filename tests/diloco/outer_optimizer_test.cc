@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -79,6 +80,95 @@ TEST(OuterStepTest, RejectsBadArguments) {
   EXPECT_EQ(OuterStep({.momentum = -0.1}, d, b, theta).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(OuterStep({.momentum = nan}, d, b, theta).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(OuterStep({}, d, b, theta).ok());
+}
+
+
+// The sweep outer step (docs/decisions/007).
+Fragment OneSlice(int64_t n, bool embedding = false) {
+  Fragment f;
+  f.slices.push_back({0, 0, n, embedding});
+  f.numel = n;
+  return f;
+}
+
+TEST(SweepOuterStepTest, OneFullRoundIsOneSynchronousNesterovStep) {
+  const std::vector<float> g = {0.5f, -1.25f, 2.0f};
+  for (bool rda : {false, true}) {
+    std::vector<float> theta_sync = {1.0f, 2.0f, 3.0f}, b_sync(3, 0.1f);
+    std::vector<float> theta = theta_sync, b = b_sync;
+    SweepState state;
+    const OuterOptimizerOptions o{.lr = 0.7, .momentum = 0.9};
+    ASSERT_TRUE(OuterStep(o, g, b_sync, theta_sync).ok());
+    auto r = SweepOuterStep(o, OneSlice(3), rda, g, 1.0, state, b, theta);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->sweep_completed);
+    EXPECT_EQ(state.sweeps, 1);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_NEAR(theta[i], theta_sync[i], 1e-6) << i;
+      EXPECT_NEAR(b[i], b_sync[i], 1e-6) << i;
+    }
+  }
+}
+
+TEST(SweepOuterStepTest, PartialRoundsMoveByTheirShareAndMomentumWaitsForTheSweep) {
+  // lr 1, μ 0.5, mean: four single-learner rounds of a quarter each.
+  const OuterOptimizerOptions o{.lr = 1.0, .momentum = 0.5};
+  std::vector<float> theta = {0, 0, 0, 0}, b(4, 0.0f);
+  SweepState state;
+  for (int m = 0; m < 4; ++m) {
+    std::vector<float> g(4, 0.0f);
+    g[static_cast<size_t>(m)] = 4.0f;  // learner m's outer gradient
+    auto r = SweepOuterStep(o, OneSlice(4), /*rda=*/false, g, 0.25, state, b, theta);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->sweep_completed, m == 3);
+    if (m < 3) {
+      // Only the round's share moved Θ; no momentum yet.
+      EXPECT_FLOAT_EQ(theta[static_cast<size_t>(m)], -1.0f);
+      EXPECT_FLOAT_EQ(b[static_cast<size_t>(m)], 0.0f);
+    }
+  }
+  // After the sweep: mean of the four = (1,1,1,1); b = 1; Θ = −lr·(1 + μ·1) = −1.5 everywhere.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(b[static_cast<size_t>(i)], 1.0f);
+    EXPECT_FLOAT_EQ(theta[static_cast<size_t>(i)], -1.5f);
+  }
+  EXPECT_EQ(state.share, 0.0);
+}
+
+TEST(SweepOuterStepTest, RdaOverTheSweepKeepsTheAverageNorm) {
+  // Four orthogonal unit outer gradients in single rounds: the sweep's RDA step has norm 1 (the
+  // average norm) along the mean direction, as one synchronous RDA round of the four would.
+  const OuterOptimizerOptions o{.lr = 1.0, .momentum = 0.0};
+  std::vector<float> theta(4, 0.0f), b(4, 0.0f);
+  SweepState state;
+  for (int m = 0; m < 4; ++m) {
+    std::vector<float> g(4, 0.0f);
+    g[static_cast<size_t>(m)] = 1.0f;
+    ASSERT_TRUE(SweepOuterStep(o, OneSlice(4), /*rda=*/true, g, 0.25, state, b, theta).ok());
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(theta[static_cast<size_t>(i)], -0.5, 1e-6);
+  // The same four as a mean (embedding slices are never RDA): the plain average, norm 1/2.
+  std::vector<float> theta2(4, 0.0f), b2(4, 0.0f);
+  SweepState state2;
+  for (int m = 0; m < 4; ++m) {
+    std::vector<float> g(4, 0.0f);
+    g[static_cast<size_t>(m)] = 1.0f;
+    ASSERT_TRUE(SweepOuterStep(o, OneSlice(4, /*embedding=*/true), /*rda=*/true, g, 0.25, state2, b2, theta2).ok());
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(theta2[static_cast<size_t>(i)], -0.25, 1e-6);
+}
+
+TEST(SweepOuterStepTest, RejectsBadArgumentsAndChangesNothing) {
+  std::vector<float> theta = {1, 2}, b = {0, 0}, g = {1, 1}, short_v = {1};
+  SweepState state;
+  const OuterOptimizerOptions o;
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), true, g, 0.0, state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), true, g, 1.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), true, g, std::nan(""), state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), true, short_v, 0.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep({.momentum = 1.0}, OneSlice(2), true, g, 0.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(theta, (std::vector<float>{1, 2}));
+  EXPECT_TRUE(state.accum.empty());
 }
 
 }  // namespace

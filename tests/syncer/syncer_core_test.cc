@@ -40,6 +40,7 @@ SyncerOptions Fp32Options() {
   o.round.grace = false;
   o.merge_rule = diloco::MergeRule::kMean;
   o.outer = {1.0, 0.0, true};  // Θ ← Θ − Δ: the new Θ is the (weighted) mean of the learners
+  o.outer_step = OuterStepRule::kRound;  // round-level merge math; the sweep has its own tests
   o.uplink = {Encoding::kFp32, 128};
   o.downlink = {Encoding::kFp32, 128};
   return o;
@@ -196,6 +197,43 @@ TEST(SyncerCore, LateUpdateIsFoldedIntoTheNextRound) {
   // Outer gradient against the current Θ: v = 0.8 − 0.6 = 0.2 → Θ = 0.6.
   for (float v : core->theta(0)) EXPECT_NEAR(v, 0.6f, 1e-6);
   EXPECT_EQ(core->learners().at(1).late_folded, 1);
+}
+
+// The sweep outer step (docs/decisions/007): a round moves Θ by its token share of a full round
+// (H · Σ tokens-per-step of the live learners), and a full round's worth completes the sweep.
+TEST(SyncerCore, SweepScalesAPartialRoundByItsTokenShare) {
+  for (auto rule : {OuterGradientRule::kCurrent, OuterGradientRule::kBase}) {
+    auto f = Small();
+    auto o = Fp32Options();
+    o.outer_step = OuterStepRule::kSweep;
+    o.outer_gradient = rule;
+    auto core = SyncerCore::Create(o, f.plan, f.initial);
+    ASSERT_TRUE(core.ok());
+    ManualClock clock;
+    JoinAndPull(*core, f.plan, 0, clock.Now());
+    JoinAndPull(*core, f.plan, 1, clock.Now());
+    // Learner 0 alone: 20 tokens in 2 steps (10 per step); two live learners → a full round is
+    // H·(10 + 10) = 40 tokens, so ρ = 0.5 and Θ = 1 − 0.5·0.2 = 0.9.
+    auto first = core->Push(Header(0, 0, 0, 20, 2), Fp32Payload(std::vector<float>(4, 0.2f)), clock.Now());
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(first->merged_version, 1);
+    auto r0 = core->Poll(clock.Now(), clock);
+    ASSERT_EQ(r0.size(), 1u);
+    EXPECT_DOUBLE_EQ(r0[0].token_share, 0.5);
+    EXPECT_FALSE(r0[0].sweep_completed);
+    for (float v : core->theta(0)) EXPECT_NEAR(v, 0.9f, 1e-6);
+    // Learner 1, computed against version 0 (θ_1 = 0.6), folded into the next round.
+    auto late = core->Push(Header(1, 0, 0, 20, 2), Fp32Payload(std::vector<float>(4, 0.4f)), clock.Now());
+    ASSERT_TRUE(late.ok());
+    EXPECT_EQ(late->merged_version, 2);
+    auto r1 = core->Poll(clock.Now(), clock);
+    ASSERT_EQ(r1.size(), 1u);
+    EXPECT_TRUE(r1[0].sweep_completed);
+    // kCurrent: v = 0.9 − 0.6 = 0.3 → Θ = 0.9 − 0.15 = 0.75.
+    // kBase:    v = Δ̂ = 0.4        → Θ = 0.9 − 0.2 = 0.7 (the mean of both learners' progress).
+    const float expected = rule == OuterGradientRule::kCurrent ? 0.75f : 0.7f;
+    for (float v : core->theta(0)) EXPECT_NEAR(v, expected, 1e-6);
+  }
 }
 
 TEST(SyncerCore, QuorumAndGraceFollowTheManualClock) {

@@ -80,8 +80,10 @@ PlanStrategy ParsePlanStrategy(const std::string& s, bool* ok);
 const char* PlanStrategyName(PlanStrategy s);
 
 // The staggered schedule. Inner steps are counted from 0 on each learner. With H ≥ P, fragment p
-// is sent at every local step t with (t mod H) == floor(p·H / P); its merged value is due
-// (applied) at step t + τ. When P = H exactly one fragment goes out every step.
+// is sent after every local step t with (t mod H) == floor(p·H / P); its merged value is due
+// before step t + 1 + τ (τ = 0: applied before the very next step, no overlap; τ = 2: two inner
+// steps run while the round is merged). When P = H exactly one fragment goes out every step.
+// This is the one place that rule lives: the learner agent asks DueStep.
 struct Schedule {
   int H = 24;    // inner steps between two syncs of the same fragment
   int P = 24;    // number of fragments, 1 ≤ P ≤ H
@@ -92,8 +94,8 @@ struct Schedule {
   Status Validate() const;
   // The fragment sent at local step t, or -1 when none is sent at t (or t < 0).
   int FragmentAt(int64_t step) const;
-  // The local step at which the merge of a fragment sent at `send_step` is applied.
-  int64_t DueStep(int64_t send_step) const { return send_step + tau; }
+  // The local step before which the merge of a fragment sent after step `send_step` is applied.
+  int64_t DueStep(int64_t send_step) const { return send_step + 1 + tau; }
   // The offset within a period of H at which fragment p is sent.
   int SendOffset(int p) const;
 };

@@ -8,9 +8,12 @@
 // Thread-safety: pure function over caller-owned buffers.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "atoll/core/status.h"
+#include "atoll/diloco/fragment_plan.h"
 
 namespace atl::diloco {
 
@@ -24,5 +27,53 @@ struct OuterOptimizerOptions {
 // or lr < 0 or momentum ∉ [0, 1).
 Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> delta,
                  std::span<float> momentum_buffer, std::span<float> theta);
+
+}  // namespace atl::diloco
+
+namespace atl::diloco {
+
+// The sweep outer step: Nesterov on partial rounds without amplifying them (docs/decisions/007).
+//
+// In synchronous DiLoCo every outer step merges all M learners. In Decoupled DiLoCo with K = 1 a
+// round of a fragment may hold one learner's outer gradient; a full Nesterov step per such round
+// moves Θ about M times as far per token and feeds momentum with partial, noisy gradients (the
+// outer loop amplifies instead of averaging). The sweep step scales each round by the share of a
+// full round's tokens it holds and updates momentum once per full round's worth of tokens:
+//
+//   round r with merged outer gradient g_r (token-weighted RDA/mean over its contributors) and
+//   token share ρ_r = Σ_contributors c_tokens / (H · Σ_live learners tokens-per-step), ρ_r ∈ (0,1]:
+//     Θ ← Θ − lr·ρ_r·g_r              (applied at once: every contribution reaches Θ now)
+//     a ← a + ρ_r·g_r,  S ← S + ρ_r,  n_s ← n_s + ρ_r·‖g_r,s‖ per slice s
+//   when S ≥ 1 (a sweep: one full round's worth of tokens has arrived):
+//     ĝ_s = (n_s / S) · a_s / ‖a_s‖   for RDA slices (the sweep's RDA: norm of the average,
+//                                       direction of the sum), ĝ_s = a_s / S otherwise
+//     b ← μ·b + S·ĝ
+//     Θ ← Θ − lr·(S·ĝ − a) − lr·μ·b   (completes the sweep to the synchronous Nesterov step)
+//     a ← 0, S ← 0, n ← 0
+//
+// Over a sweep Θ moves by lr·(S·ĝ + μ·b): exactly the synchronous step on the sweep's
+// contributions, whether they came in one round or in many. One round with ρ = 1 is one
+// synchronous DiLoCo step (up to fp32 rounding); μ = 0, lr = 1 with the mean is asynchronous
+// model averaging (each learner moves Θ by its share). This is delayed Nesterov (Liu et al. 2024)
+// with the delay counted in tokens rather than arrivals, plus RDA at the level of the sweep.
+struct SweepState {
+  std::vector<float> accum;        // a: Σ ρ_r·g_r since the last sweep (fragment layout)
+  double share = 0;                // S: Σ ρ_r since the last sweep
+  std::vector<double> slice_norm;  // n_s: Σ ρ_r·‖g_r,s‖ per slice since the last sweep
+  int64_t sweeps = 0;              // sweeps completed (momentum updates)
+};
+
+struct SweepResult {
+  bool sweep_completed = false;
+  double step_norm = 0;  // ‖Θ_after − Θ_before‖ of this call
+};
+
+// Applies round r to Θ_p per the formulas above. `rda` selects RDA for non-embedding slices of
+// `fragment` (the mean otherwise). `state` is sized on first use. InvalidArgument when lengths
+// differ, ρ ∉ (0, 1], or the optimizer options are invalid; on error nothing changes.
+StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const Fragment& fragment,
+                                     bool rda, std::span<const float> merged, double rho,
+                                     SweepState& state, std::span<float> momentum_buffer,
+                                     std::span<float> theta);
 
 }  // namespace atl::diloco

@@ -9,8 +9,15 @@
 //
 // Per fragment the agent keeps the public copy Φ_p it last received and its version, so uplink
 // (Δ = Φ_p − θ_p) and downlink deltas stay bit-identical with the syncer's view.
-// Counters c_steps/c_tokens of a fragment count inner steps/tokens since it was last received;
-// they reset when a merged value is applied.
+// Counters c_steps/c_tokens of a fragment count the inner steps/tokens not yet merged into the
+// value the learner holds.
+//
+// Receipt (docs/decisions/007). A fragment sent after step s is applied before step
+// Schedule::DueStep(s) = s + 1 + τ, and only once the syncer has merged *this* push (the version
+// the push reply names): a version without it would throw the learner's own progress away. With
+// keep_progress the τ steps trained while the round was merged are kept:
+//   θ_p ← α·θ_p + (1 − α)·(Θ_p + θ_p − θ_p,sent)
+// and the counters keep those τ steps; without it θ_p ← α·θ_p + (1 − α)·Θ_p and they reset.
 //
 // Thread-safety: OnStep/ApplyReady/WaitForAllFragments/Progress are called from the training
 // thread only; the parameter spans are touched only on that thread. Everything else is internal.
@@ -30,6 +37,7 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/diloco/fragment_plan.h"
+#include "atoll/diloco/mode.h"
 #include "atoll/syncer/syncer_loop.h"
 
 namespace atl::learner {
@@ -39,10 +47,11 @@ struct AgentOptions {
   int learner_id = -1;         // -1: let the syncer choose
   std::string host = "localhost";
   bool rejoin = false;         // restarting after a failure
-  std::string mode = "decoupled";  // decoupled | diloco
+  diloco::Mode mode = diloco::Mode::kDecoupled;  // decoupled | diloco (ddp: exchange_fragments = false)
   diloco::Schedule schedule;   // H, P, τ
   diloco::CodecOptions uplink{diloco::Encoding::kInt4, 128};
   double alpha = 0.0;          // mixing on receipt: θ ← α·θ + (1−α)·Θ_p
+  bool keep_progress = true;   // keep the steps trained since the send on receipt
   double heartbeat_s = 0.5;
   double backoff_initial_s = 0.2, backoff_max_s = 5.0;
   double initial_join_timeout_s = 20.0;  // how long Start() waits for the first join + catch-up
@@ -110,8 +119,22 @@ class LearnerAgent {
     int fragment;
     int64_t version;
     int64_t due_step;
+    bool own_push;               // the merge of this learner's push (false: catch-up)
     std::vector<float> values;
   };
+  struct Awaited {
+    int64_t due_step;
+    int64_t merged_version;      // the version that includes the push
+  };
+  // What a pulled version is for.
+  enum class PullPurpose { kCatchUp, kAwaited, kRefresh };
+  // The snapshot last sent of a fragment, for keep_progress (training thread).
+  struct Sent {
+    std::vector<float> local;
+    int64_t c_tokens = 0, c_steps = 0;
+  };
+  // Writes a received fragment into the parameters (training thread).
+  void ApplyOne(const Ready& r);
 
   // Snapshots fragment p (training thread, mu_ held) and queues it for the exchange thread.
   void QueuePushLocked(int p, int64_t step);
@@ -119,9 +142,10 @@ class LearnerAgent {
   void HeartbeatLoop();
   Status JoinAndCatchUp();
   Status PushOne(PushJob& job);
-  // Pulls fragment p; on a newer version updates Φ_p and queues it for the training thread.
-  // `apply` = false only refreshes Φ_p (a re-push follows; local progress is kept).
-  Status PullOne(int p, double wait_s, int64_t due_step, bool apply = true);
+  // Pulls fragment p; on a newer version updates Φ_p. kCatchUp queues it for the training thread
+  // at once; kAwaited queues it once it holds the learner's push (`awaited`); kRefresh only
+  // refreshes Φ_p (a re-push follows; local progress is kept).
+  Status PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited = {0, 0});
   void Backoff(double& delay_s);
 
   AgentOptions options_;
@@ -133,13 +157,14 @@ class LearnerAgent {
 
   // Training-thread state.
   std::vector<int64_t> c_tokens_, c_steps_;
+  std::map<int, Sent> sent_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<PushJob> push_queue_;          // guarded by mu_
   int pushes_in_flight_ = 0;                // popped, not yet answered; guarded by mu_
   std::deque<Ready> ready_;                 // guarded by mu_
-  std::map<int, int64_t> awaiting_;         // fragment → due step; guarded by mu_
+  std::map<int, Awaited> awaiting_;         // fragment → its pushed round; guarded by mu_
   Progress progress_;                       // guarded by mu_
   AgentCounters counters_;                  // guarded by mu_
   Status fatal_;                            // guarded by mu_

@@ -14,12 +14,13 @@
 
 #include "atoll/chaos/schedule.h"
 #include "atoll/core/status.h"
+#include "atoll/diloco/mode.h"
 
 namespace atl::runtime {
 
 struct RunConfig {
   // [run]
-  std::string mode = "decoupled";  // decoupled | diloco | ddp
+  diloco::Mode mode = diloco::Mode::kDecoupled;
   int learners = 4;                // M
   int64_t steps = 120;             // inner steps per learner
   uint64_t seed = 0;
@@ -45,7 +46,10 @@ struct RunConfig {
   std::string merge = "rda";       // rda | mean
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
+  std::string outer_step = "sweep";      // sweep | round (docs/decisions/007)
+  std::string outer_gradient = "current"; // current | base
   double alpha = 0.0;
+  bool keep_progress = true;       // keep the steps trained since a fragment's send on receipt
   std::string plan = "balanced";   // balanced | strided
   std::string uplink = "int4";
   std::string downlink = "int4";
@@ -58,6 +62,7 @@ struct RunConfig {
   double loss = 0;
   // [eval]
   int eval_batches = 16;
+  int eval_every = 48;             // rounds between evaluations of the global model (0 = off)
   // [chaos]
   chaos::ChaosConfig chaos;
 

@@ -39,6 +39,7 @@
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/diloco/merge.h"
+#include "atoll/diloco/mode.h"
 #include "atoll/diloco/outer_optimizer.h"
 #include "atoll/syncer/round_policy.h"
 
@@ -52,14 +53,29 @@ inline constexpr uint32_t kProtocolVersion = 1;
 // pull Θ like any fragment. The hook owns the optimizer state.
 using DdpStep = std::function<Status(std::span<const float> mean_gradient, std::span<float> theta)>;
 
+// How a closed round moves Θ_p (docs/decisions/007).
+//   kSweep: each round moves Θ_p by its token share ρ of a full round and momentum is updated
+//           once per full round's worth of tokens (diloco::SweepOuterStep). The default for
+//           decoupled mode.
+//   kRound: one full Nesterov step per round, whatever it holds (synchronous modes, where every
+//           round holds every learner).
+enum class OuterStepRule { kSweep, kRound };
+// What a learner's outer gradient is taken against.
+//   kCurrent: v_m = Θ_p(now) − θ_m (the paper: the syncer's current value).
+//   kBase:    v_m = Φ_{m,p}[base] − θ_m = Δ̂_m (the learner's own progress since the copy it
+//             started from, as in asynchronous local SGD).
+enum class OuterGradientRule { kCurrent, kBase };
+
 struct SyncerOptions {
   std::string run_id = "atoll";
-  std::string mode = "decoupled";   // decoupled | diloco | ddp
+  diloco::Mode mode = diloco::Mode::kDecoupled;
   DdpStep ddp_step;                 // required in ddp mode
   int H = 24;
   RoundOptions round;
   diloco::MergeRule merge_rule = diloco::MergeRule::kRda;
   diloco::OuterOptimizerOptions outer;
+  OuterStepRule outer_step = OuterStepRule::kSweep;
+  OuterGradientRule outer_gradient = OuterGradientRule::kCurrent;
   diloco::CodecOptions uplink{diloco::Encoding::kInt4, 128};
   diloco::CodecOptions downlink{diloco::Encoding::kInt4, 128};
   double learner_timeout_s = 10.0;  // silent this long → no longer live
@@ -96,6 +112,7 @@ struct LearnerRecord {
   // Tokens whose updates were merged into Θ: Σ c_tokens / P over merged contributions (a token
   // updates all P fragments, and each fragment's contribution counts it once).
   double tokens_merged = 0;
+  double tokens_per_step = 0;             // c_tokens / c_steps of its pushes (EMA): a full round's size
 };
 
 struct JoinRequestData {
@@ -112,7 +129,7 @@ struct JoinReplyData {
   std::vector<int64_t> versions;
   std::vector<int64_t> fragment_numel;
   int H = 0, tau = 0;
-  std::string mode;
+  diloco::Mode mode = diloco::Mode::kDecoupled;
   diloco::CodecOptions uplink, downlink;
   uint64_t incarnation = 0;
 };
@@ -136,6 +153,7 @@ struct PushHeaderData {
 
 struct PushResult {
   int64_t round = 0;
+  int64_t merged_version = 0;  // the version of the fragment that will include this push
   std::string note;
 };
 
@@ -161,6 +179,9 @@ struct RoundReport {
   double grace_seconds = 0;
   double merged_norm = 0;
   double tokens_merged = 0;        // Σ c_tokens / P of the contributors
+  double token_share = 1;          // ρ: the round's tokens ÷ a full round's (1 under kRound)
+  bool sweep_completed = true;     // momentum updated by this round (always under kRound)
+  double step_norm = 0;            // ‖Θ_p after − before‖
   std::string reason;
   TimePoint closed_at{};
 };
@@ -228,7 +249,9 @@ class SyncerCore {
     int learner = -1;
     int64_t c_tokens = 0, c_steps = 0;
     int64_t base_version = 0;
-    std::vector<float> local;  // θ_{m,p} reconstructed as Φ_base − Δ̂
+    // kCurrent: θ_{m,p} reconstructed as Φ_base − Δ̂; kBase: the outer gradient Δ̂ itself;
+    // ddp: the raw gradient.
+    std::vector<float> values;
     TimePoint arrived{};
   };
   struct FragmentState {
@@ -238,7 +261,10 @@ class SyncerCore {
     std::vector<Contribution> pending;
     std::optional<TimePoint> opened_at, quorum_at;
     std::vector<double> recent_norms;  // accepted outer-gradient norms, oldest first (bounded)
+    diloco::SweepState sweep;          // kSweep: the partial sweep (not persisted)
   };
+  // ρ of a round: its tokens ÷ H · Σ tokens-per-step of the live learners and its contributors.
+  double TokenShare(const FragmentState& f, const std::vector<int>& live) const;
   // What the round policy sees of fragment state `f`.
   static RoundView ViewOf(const FragmentState& f, const std::vector<int>& live);
   // PermissionDenied while the learner is disconnected for repeated bad input.
