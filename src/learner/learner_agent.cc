@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "atoll/exchange/fragment_exchange.h"
 
@@ -81,6 +82,17 @@ void LearnerAgent::SetProgress(const Progress& p) {
 }
 
 int LearnerAgent::FlushAll(int64_t step, double timeout_s) {
+  // First take in the merges still in flight (bounded by half the budget): pushing a fragment
+  // whose last push is not yet applied would send that progress a second time.
+  const TimePoint deadline = clock_.Now() + FromSeconds(timeout_s / 2);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_ && !finish_ && (!push_queue_.empty() || pushes_in_flight_ > 0 || !awaiting_.empty()) &&
+           clock_.Now() < deadline) {
+      cv_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+  }
+  ApplyReady(std::numeric_limits<int64_t>::max());
   int queued = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -93,7 +105,7 @@ int LearnerAgent::FlushAll(int64_t step, double timeout_s) {
   }
   cv_.notify_all();
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s / 2),
                [&] { return stop_ || (push_queue_.empty() && pushes_in_flight_ == 0); });
   return queued;
 }

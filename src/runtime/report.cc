@@ -40,6 +40,16 @@ void ProgressView::Draw(const nlohmann::json& st, double t) {
   out += fmt::format("t={:5.0f}s  rounds {:6}  on the wire up {:>9} down {:>9} (data-parallel: {:>9})  t_step {:.2f}s  live {}\n",
                      t, st.value("rounds", 0), Bytes(Num(st, "bytes_up")), Bytes(Num(st, "bytes_down")), Bytes(dp),
                      Num(st, "t_step_s"), st.value("live", nlohmann::json::array()).size());
+  // The global model beside the learners' own training losses: does it keep up?
+  if (st.contains("global_eval_loss")) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& l : ls) {
+      if (Num(l, "loss") > 0) sum += Num(l, "loss"), ++n;
+    }
+    out += fmt::format("  global model: eval loss {:7.4f} (round {})   learners' mean training loss {:7.4f}\n",
+                       Num(st, "global_eval_loss"), st.value("global_eval_rounds", int64_t{0}), n ? sum / n : 0.0);
+  }
   for (const auto& l : ls) {
     const bool silent = Num(l, "seconds_since_seen") > config_.learner_timeout && l.value("state", "") != "done";
     out += fmt::format("  learner {:2}  {:9}  step {:5}/{:<5}  {:7.0f} tok/s  loss {:7.4f}  rounds {:5}  version {:5}  joins {}\n",
@@ -92,6 +102,7 @@ nlohmann::json BuildRunSummary(const RunConfig& c, const nlohmann::json& syncer,
   s["rounds"] = syncer.value("rounds", 0);
   s["eval_loss"] = syncer.contains("eval_loss") ? syncer["eval_loss"] : nlohmann::json(nullptr);
   s["eval_loss_start"] = syncer.contains("eval_loss_start") ? syncer["eval_loss_start"] : nlohmann::json(nullptr);
+  s["global_eval_curve"] = syncer.value("global_eval_curve", nlohmann::json::array());
   s["theta_checksum"] = syncer.value("theta_checksum", "");
   int64_t tokens = 0, steps = 0;
   double merged = 0;
@@ -288,6 +299,12 @@ std::string FormatReport(const nlohmann::json& s) {
   if (s["eval_loss"].is_number()) {
     r += fmt::format("eval loss of the global model: {:.4f} (started at {:.4f})\n", s["eval_loss"].get<double>(),
                      Num(s, "eval_loss_start"));
+    const auto& curve = s.value("global_eval_curve", nlohmann::json::array());
+    if (!curve.empty()) {
+      std::string points;
+      for (const auto& e : curve) points += fmt::format(" {:.3f}", Num(e, "eval_loss"));
+      r += fmt::format("eval loss of the global model during the run:{}\n", points);
+    }
   }
   r += fmt::format("tokens trained {}  merged into the global model {:.0f}  ({:.0f} tokens/s across learners)\n",
                    s.value("tokens_trained", 0), Num(s, "tokens_merged"), Num(s, "tokens_per_second"));

@@ -15,6 +15,7 @@
 #include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_loop.h"
 #include "atoll/transport/grpc.h"
+#include "global_eval.h"
 #include "jsonl.h"
 
 namespace atl::runtime {
@@ -145,6 +146,35 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
   }
   RealClock& clock = RealClock::Default();
   double last_table_save = 0;
+  // The global model's eval loss during the run, off the loop thread (its own Trainer).
+  std::mutex curve_mu;
+  nlohmann::json curve = nlohmann::json::array();  // guarded by curve_mu
+  std::unique_ptr<GlobalEvaluator> live_eval;
+  syncer::SyncerLoop* loop_ptr = nullptr;
+  if (c.eval_every > 0) {
+    auto eval_trainer = model::Trainer::Create(*topts);
+    if (!eval_trainer.ok()) return fail(eval_trainer.status(), 1);
+    live_eval = std::make_unique<GlobalEvaluator>(std::move(*eval_trainer), *plan, std::max(1, c.eval_batches / 4),
+        [&](const GlobalEvalPoint& e) {
+          metrics.Write({{"t", e.t}, {"source", "syncer"}, {"kind", "global_eval"}, {"rounds", e.rounds},
+                         {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
+          {
+            std::lock_guard<std::mutex> lock(curve_mu);
+            curve.push_back({{"t", e.t}, {"rounds", e.rounds}, {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
+          }
+          // Stop() of this evaluator always comes before the loop stops, so this Call returns.
+          if (loop_ptr) loop_ptr->Call([&e](syncer::SyncerCore& sc, TimePoint) { sc.SetGlobalEval(e.loss, e.rounds); return 0; });
+        });
+  }
+  auto OfferGlobalEval = [&](const syncer::SyncerCore& sc) {
+    if (!live_eval || sc.rounds_closed() % c.eval_every != 0) return;
+    std::vector<std::vector<float>> theta;
+    for (int p = 0; p < sc.plan().num_fragments(); ++p) {
+      auto s = sc.theta(p);
+      theta.emplace_back(s.begin(), s.end());
+    }
+    live_eval->Offer(std::move(theta), {UnixSeconds(), sc.rounds_closed(), sc.tokens_merged(), 0});
+  };
   auto on_round = [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
     // Commit before the new version becomes visible (docs/failure-semantics.md).
     if (Status st = durable.SaveFragment(sc, r.fragment); !st.ok()) {
@@ -159,14 +189,19 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
                    {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
                    {"contributors", r.contributors}, {"weights", r.weights}, {"late", r.late},
                    {"grace_s", r.grace_seconds}, {"merged_norm", r.merged_norm},
-                   {"tokens_merged", r.tokens_merged}, {"reason", r.reason},
+                   {"tokens_merged", r.tokens_merged}, {"token_share", r.token_share},
+                   {"sweep", r.sweep_completed}, {"step_norm", r.step_norm}, {"reason", r.reason},
                    {"theta_checksum", ChecksumHex(exchange::ValuesChecksum(sc.theta(r.fragment)))}});
     std::printf("round f%d#%lld -> v%lld from %s (late %s, grace %.2fs): %s\n", r.fragment,
                 static_cast<long long>(r.round), static_cast<long long>(r.version),
                 Ids(r.contributors).c_str(), Ids(r.late).c_str(), r.grace_seconds, r.reason.c_str());
     std::fflush(stdout);
   };
-  syncer::SyncerLoop loop(std::move(*core), clock, on_round);
+  syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+    on_round(sc, r);
+    OfferGlobalEval(sc);
+  });
+  loop_ptr = &loop;
 
   std::mutex finish_mu;
   std::condition_variable finish_cv;
@@ -175,6 +210,7 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
   auto on_finish = [&](bool evaluate) -> std::string {
     std::lock_guard<std::mutex> lock(finish_mu);
     if (finished) return summary_text;
+    if (live_eval) live_eval->Stop();
     loop.RequestFinish();
     // Merge what the learners pushed last (their final sync) before taking Θ.
     loop.Call([&](syncer::SyncerCore& sc, TimePoint now) {
@@ -194,6 +230,10 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
     });
     nlohmann::json summary = snap.second;
     summary["eval_loss_start"] = start_eval->loss;
+    {
+      std::lock_guard<std::mutex> lock(curve_mu);
+      summary["global_eval_curve"] = curve;
+    }
     summary["params"] = ev.num_params();
     summary["plan_peak_to_ideal"] = plan->peak_to_ideal;
     uint64_t theta_sum = 0;
@@ -238,6 +278,7 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
     std::unique_lock<std::mutex> lock(finish_mu);
     while (!finished && !g_stop) finish_cv.wait_for(lock, std::chrono::milliseconds(200));
   }
+  if (live_eval) live_eval->Stop();
   // Give learners a moment to see the finish flag in a heartbeat reply, then stop.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   (*server)->Shutdown();

@@ -539,9 +539,10 @@ void SyncerCore::CountBytes(int learner_id, int64_t up, int64_t down) {
   it->second.bytes_down += down;
 }
 
-void SyncerCore::MarkDone(int learner_id) {
-  auto it = learners_.find(learner_id);
-  if (it != learners_.end()) it->second.state = "done";
+double SyncerCore::tokens_merged() const {
+  double t = 0;
+  for (const auto& [id, l] : learners_) t += l.tokens_merged;
+  return t;
 }
 
 nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
@@ -555,6 +556,10 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   j["t_step_s"] = estimates_.step_seconds;
   j["t_sync_s"] = estimates_.sync_seconds;
   j["live"] = LiveLearners(now);
+  if (global_eval_loss_ >= 0) {
+    j["global_eval_loss"] = global_eval_loss_;
+    j["global_eval_rounds"] = global_eval_rounds_;
+  }
   int64_t up = 0, down = 0;
   nlohmann::json ls = nlohmann::json::array();
   for (const auto& [id, l] : learners_) {

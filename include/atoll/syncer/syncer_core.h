@@ -214,8 +214,12 @@ class SyncerCore {
 
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
   void CountBytes(int learner_id, int64_t up, int64_t down);
-  // Marks a learner finished (it will not be counted as live any more).
-  void MarkDone(int learner_id);
+  // The newest evaluation of the global model made during the run (shown in StatusJson).
+  void SetGlobalEval(double loss, int64_t at_rounds) {
+    global_eval_loss_ = loss;
+    global_eval_rounds_ = at_rounds;
+  }
+  double tokens_merged() const;
 
   const diloco::FragmentPlan& plan() const { return plan_; }
   const SyncerOptions& options() const { return options_; }
@@ -290,6 +294,8 @@ class SyncerCore {
   std::map<std::pair<int, int>, LearnerCopy> copies_;  // (learner, fragment) → copy
   RoundEstimates estimates_;
   int64_t rounds_closed_ = 0;
+  double global_eval_loss_ = -1;   // < 0: none yet
+  int64_t global_eval_rounds_ = 0;
 };
 
 }  // namespace atl::syncer
