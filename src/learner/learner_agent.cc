@@ -66,6 +66,18 @@ void LearnerAgent::Stop() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
+Status LearnerAgent::Leave() {
+  int id;
+  bool joined;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = counters_.learner_id;
+    joined = counters_.joined;
+  }
+  Stop();  // no heartbeat may race the goodbye and mark the learner live again
+  return joined ? api_.Leave(id) : Status::Ok();
+}
+
 Status LearnerAgent::fatal_error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return fatal_;
@@ -437,13 +449,7 @@ void LearnerAgent::HeartbeatLoop() {
       joined = counters_.joined && !need_rejoin_;
     }
     if (!joined) continue;
-    syncer::LearnerRecord rec;
-    rec.step = p.step;
-    rec.tokens = p.tokens;
-    rec.loss = p.loss;
-    rec.step_seconds = p.step_seconds;
-    rec.tokens_per_second = p.tokens_per_second;
-    rec.state = p.state;
+    syncer::LearnerProgress rec = p;
     {
       std::lock_guard<std::mutex> lock(mu_);
       rec.version_held = counters_.version_held;

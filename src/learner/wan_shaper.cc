@@ -17,11 +17,6 @@ ShaperOptions ShapedSyncerApi::options() const {
   return options_;
 }
 
-double ShapedSyncerApi::delayed_seconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return delayed_s_;
-}
-
 Status ShapedSyncerApi::Transit(int64_t bytes, bool upstream) {
   Duration wait{};
   bool lost = false;
@@ -41,7 +36,6 @@ Status ShapedSyncerApi::Transit(int64_t bytes, bool upstream) {
     }
     wait = (done - now) + FromSeconds(latency);
     lost = options_.loss > 0 && rng_.Bernoulli(options_.loss);
-    delayed_s_ += ToSeconds(wait);
   }
   clock_.SleepFor(wait);
   if (partitioned_) return UnavailableError("network partition (shaper): syncer unreachable");
@@ -56,7 +50,7 @@ StatusOr<syncer::JoinReplyData> ShapedSyncerApi::Join(const syncer::JoinRequestD
   return out;
 }
 
-StatusOr<syncer::HeartbeatReplyData> ShapedSyncerApi::Heartbeat(int id, const syncer::LearnerRecord& p) {
+StatusOr<syncer::HeartbeatReplyData> ShapedSyncerApi::Heartbeat(int id, const syncer::LearnerProgress& p) {
   ATOLL_RETURN_IF_ERROR(Transit(128, true));
   auto out = inner_.Heartbeat(id, p);
   ATOLL_RETURN_IF_ERROR(Transit(128, false));
@@ -75,6 +69,11 @@ StatusOr<syncer::PullPayload> ShapedSyncerApi::Pull(int id, int fragment, int64_
   if (!out.ok()) return out;
   ATOLL_RETURN_IF_ERROR(Transit(static_cast<int64_t>(out->bytes.size()) + 96, false));
   return out;
+}
+
+Status ShapedSyncerApi::Leave(int id) {
+  ATOLL_RETURN_IF_ERROR(Transit(64, true));
+  return inner_.Leave(id);
 }
 
 }  // namespace atl::learner

@@ -236,10 +236,12 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   done.step = step;
   done.tokens = tokens_total;
   done.loss = last_loss;
-  done.state = "done";
+  done.state = syncer::LearnerState::kDone;
   agent.SetProgress(done);
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // one heartbeat says "done"
-  agent.Stop();
+  if (Status st = agent.Leave(); !st.ok()) {
+    std::printf("learner %d: could not say goodbye to the syncer (%s); it will notice the silence\n", id,
+                st.ToString().c_str());
+  }
   const auto k = agent.counters();
   const double wall = UnixSeconds() - t_start;
   nlohmann::json summary = {

@@ -279,8 +279,13 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
     while (!finished && !g_stop) finish_cv.wait_for(lock, std::chrono::milliseconds(200));
   }
   if (live_eval) live_eval->Stop();
-  // Give learners a moment to see the finish flag in a heartbeat reply, then stop.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Learners still running learn of the finish from their next heartbeat reply and leave; wait
+  // (bounded by two heartbeat periods' worth) until none is live, then stop.
+  for (int i = 0; i < 40 && finished; ++i) {
+    const bool anyone = loop.Call([](syncer::SyncerCore& sc, TimePoint now) { return !sc.LiveLearners(now).empty(); });
+    if (!anyone) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   (*server)->Shutdown();
   loop.Stop();
   std::printf("syncer: stopped (%s)\n", finished ? "run finished" : "signal");

@@ -97,7 +97,7 @@ Status DurableState::SaveAll(const SyncerCore& core) {
 Status DurableState::SaveLearners(const SyncerCore& core) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [id, l] : core.learners()) {
-    rows.push_back({{"id", id}, {"host", l.host}, {"state", l.state}, {"joins", l.joins},
+    rows.push_back({{"id", id}, {"host", l.host}, {"state", LearnerStateName(l.state)}, {"joins", l.joins},
                     {"step", l.step}, {"tokens", l.tokens}, {"bytes_up", l.bytes_up},
                     {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
                     {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
@@ -156,7 +156,7 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
       LearnerRecord l;
       l.id = r.value("id", -1);
       l.host = r.value("host", "");
-      l.state = r.value("state", "joining");
+      l.state = ParseLearnerState(r.value("state", "joining")).value_or(LearnerState::kJoining);
       l.joins = r.value("joins", 0);
       l.step = r.value("step", int64_t{0});
       l.tokens = r.value("tokens", int64_t{0});

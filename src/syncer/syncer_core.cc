@@ -65,7 +65,7 @@ std::vector<int> SyncerCore::LiveLearners(TimePoint now) const {
   std::vector<int> live;
   const Duration timeout = FromSeconds(options_.learner_timeout_s);
   for (const auto& [id, l] : learners_) {
-    if (l.state != "done" && now - l.last_seen <= timeout) live.push_back(id);
+    if (l.state != LearnerState::kDone && now - l.last_seen <= timeout) live.push_back(id);
   }
   return live;
 }
@@ -97,7 +97,7 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   }
   auto it = learners_.find(id);
   if (it != learners_.end()) ATOLL_RETURN_IF_ERROR(CheckNotBanned(it->second, now));
-  if (it != learners_.end() && !r.rejoin && it->second.state != "done" &&
+  if (it != learners_.end() && !r.rejoin && it->second.state != LearnerState::kDone &&
       now - it->second.last_seen <= FromSeconds(options_.learner_timeout_s)) {
     return AlreadyExistsError("learner id " + std::to_string(id) +
                               " is held by a live learner (host " + it->second.host +
@@ -107,7 +107,7 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   l.id = id;
   l.host = r.host;
   l.last_seen = now;
-  l.state = "joining";
+  l.state = LearnerState::kJoining;
   l.joins += 1;
   // A (re)joining learner starts from the current global model; its old pending contributions
   // were computed from a state it no longer has, so they stay valid only as what they are —
@@ -125,7 +125,7 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   return reply;
 }
 
-Status SyncerCore::Heartbeat(int learner_id, const LearnerRecord& progress, TimePoint now) {
+Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& progress, TimePoint now) {
   auto it = learners_.find(learner_id);
   if (it == learners_.end()) {
     return NotFoundError("learner " + std::to_string(learner_id) + " has not joined (join first)");
@@ -139,7 +139,7 @@ Status SyncerCore::Heartbeat(int learner_id, const LearnerRecord& progress, Time
   l.step_seconds = progress.step_seconds;
   l.tokens_per_second = progress.tokens_per_second;
   l.version_held = progress.version_held;
-  if (!progress.state.empty()) l.state = progress.state;
+  l.state = progress.state;
   if (progress.step_seconds > 0 && std::isfinite(progress.step_seconds)) {
     estimates_.step_seconds = Ema(estimates_.step_seconds, progress.step_seconds);
   }
@@ -272,7 +272,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   result.merged_version = f.version + 1;
   l.last_seen = now;
   l.pushes += 1;
-  if (l.state == "joining") l.state = "training";
+  if (l.state == LearnerState::kJoining) l.state = LearnerState::kTraining;
   auto existing = std::find_if(f.pending.begin(), f.pending.end(),
                                [&](const Contribution& x) { return x.learner == h.learner_id; });
   if (h.base_version < f.version) {
@@ -527,7 +527,7 @@ void SyncerCore::RestoreLearners(const std::map<int, LearnerRecord>& learners, T
   for (const auto& [id, l] : learners) {
     LearnerRecord r = l;
     r.last_seen = now;
-    if (r.state != "done") r.state = "joining";
+    if (r.state != LearnerState::kDone) r.state = LearnerState::kJoining;
     learners_[id] = r;
   }
 }
@@ -537,6 +537,14 @@ void SyncerCore::CountBytes(int learner_id, int64_t up, int64_t down) {
   if (it == learners_.end()) return;
   it->second.bytes_up += up;
   it->second.bytes_down += down;
+}
+
+Status SyncerCore::Leave(int learner_id, TimePoint now) {
+  auto it = learners_.find(learner_id);
+  if (it == learners_.end()) return NotFoundError("leave from learner " + std::to_string(learner_id) + " which has not joined");
+  it->second.state = LearnerState::kDone;
+  it->second.last_seen = now;
+  return Status::Ok();
 }
 
 double SyncerCore::tokens_merged() const {
@@ -565,7 +573,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   for (const auto& [id, l] : learners_) {
     up += l.bytes_up;
     down += l.bytes_down;
-    ls.push_back({{"id", id}, {"host", l.host}, {"state", l.state}, {"joins", l.joins},
+    ls.push_back({{"id", id}, {"host", l.host}, {"state", LearnerStateName(l.state)}, {"joins", l.joins},
                   {"step", l.step}, {"tokens", l.tokens}, {"loss", l.loss}, {"version_held", l.version_held},
                   {"tokens_per_second", l.tokens_per_second}, {"step_seconds", l.step_seconds},
                   {"bytes_up", l.bytes_up}, {"bytes_down", l.bytes_down}, {"pushes", l.pushes},

@@ -93,6 +93,13 @@ StatusOr<T> Await(std::future<StatusOr<T>>& f) {
     return UnavailableError("syncer is shutting down");
   }
 }
+Status Await(std::future<Status>& f) {
+  try {
+    return f.get();
+  } catch (const std::future_error&) {
+    return UnavailableError("syncer is shutting down");
+  }
+}
 }  // namespace
 
 StatusOr<JoinReplyData> SyncerLoop::Join(const JoinRequestData& request) {
@@ -102,7 +109,14 @@ StatusOr<JoinReplyData> SyncerLoop::Join(const JoinRequestData& request) {
   return Await(f);
 }
 
-StatusOr<HeartbeatReplyData> SyncerLoop::Heartbeat(int learner_id, const LearnerRecord& progress) {
+Status SyncerLoop::Leave(int learner_id) {
+  auto p = std::make_shared<std::promise<Status>>();
+  auto f = p->get_future();
+  Post([p, learner_id](SyncerCore& core, TimePoint now) { p->set_value(core.Leave(learner_id, now)); });
+  return Await(f);
+}
+
+StatusOr<HeartbeatReplyData> SyncerLoop::Heartbeat(int learner_id, const LearnerProgress& progress) {
   auto p = std::make_shared<std::promise<StatusOr<HeartbeatReplyData>>>();
   auto f = p->get_future();
   const bool finish = finish_requested();

@@ -71,8 +71,20 @@ StatusOr<syncer::JoinReplyData> GrpcSyncerClient::Join(const syncer::JoinRequest
   return ParseJoinReply(reply);
 }
 
+Status GrpcSyncerClient::Leave(int learner_id) {
+  grpc::ClientContext ctx;
+  impl_->Prepare(ctx, impl_->options.call_timeout_s);
+  atl::v1::LeaveRequest req;
+  req.set_learner_id(learner_id);
+  atl::v1::LeaveReply reply;
+  grpc::Status st = impl_->stub->Leave(&ctx, req, &reply);
+  bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
+  if (!st.ok()) return FromGrpc(st, "leave");
+  return Status::Ok();
+}
+
 StatusOr<syncer::HeartbeatReplyData> GrpcSyncerClient::Heartbeat(int learner_id,
-                                                                 const syncer::LearnerRecord& p) {
+                                                                 const syncer::LearnerProgress& p) {
   grpc::ClientContext ctx;
   impl_->Prepare(ctx, impl_->options.call_timeout_s);
   atl::v1::HeartbeatRequest req;
@@ -82,9 +94,7 @@ StatusOr<syncer::HeartbeatReplyData> GrpcSyncerClient::Heartbeat(int learner_id,
   req.set_loss(p.loss);
   req.set_step_seconds(p.step_seconds);
   req.set_tokens_per_second(p.tokens_per_second);
-  req.set_bytes_up(bytes_sent_.load());
-  req.set_bytes_down(bytes_received_.load());
-  req.set_state(p.state);
+  req.set_state(syncer::LearnerStateName(p.state));
   req.set_version_held(p.version_held);
   atl::v1::HeartbeatReply reply;
   grpc::Status st = impl_->stub->Heartbeat(&ctx, req, &reply);

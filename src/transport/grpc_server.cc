@@ -40,13 +40,15 @@ class Service final : public Syncer::Service {
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const atl::v1::HeartbeatRequest* req,
                          atl::v1::HeartbeatReply* reply) override {
     if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
-    syncer::LearnerRecord p;
+    syncer::LearnerProgress p;
     p.step = req->step();
     p.tokens = req->tokens();
     p.loss = req->loss();
     p.step_seconds = req->step_seconds();
     p.tokens_per_second = req->tokens_per_second();
-    p.state = req->state().substr(0, 32);
+    auto state = syncer::ParseLearnerState(req->state());
+    if (!state) return ToGrpc(InvalidArgumentError("heartbeat: unknown learner state (expected joining, training or done)"));
+    p.state = *state;
     p.version_held = req->version_held();
     if (!std::isfinite(p.step_seconds) || p.step_seconds < 0 || p.step < 0 || p.tokens < 0 ||
         !std::isfinite(p.loss) || !std::isfinite(p.tokens_per_second)) {
@@ -130,6 +132,11 @@ class Service final : public Syncer::Service {
       return core.StatusJson(now).dump();
     }));
     return grpc::Status::OK;
+  }
+
+  grpc::Status Leave(grpc::ServerContext* ctx, const atl::v1::LeaveRequest* req, atl::v1::LeaveReply*) override {
+    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    return ToGrpc(loop_.Leave(req->learner_id()));
   }
 
   grpc::Status Finish(grpc::ServerContext* ctx, const atl::v1::FinishRequest* req,

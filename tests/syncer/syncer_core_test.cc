@@ -246,7 +246,7 @@ TEST(SyncerCore, QuorumAndGraceFollowTheManualClock) {
   ASSERT_TRUE(core.ok());
   ManualClock clock;
   for (int id = 0; id < 3; ++id) JoinAndPull(*core, f.plan, id, clock.Now());
-  LearnerRecord hb;
+  LearnerProgress hb;
   hb.step_seconds = 1.0;  // t_step = 1 s → grace = 0.5·(2·1 − 0 − 0) = 1 s
   for (int id = 0; id < 3; ++id) ASSERT_TRUE(core->Heartbeat(id, hb, clock.Now()).ok());
   std::vector<float> d(4, 0.1f);
@@ -424,7 +424,7 @@ TEST(SyncerCore, LearnerSendingGarbageRepeatedlyIsDisconnected) {
   std::vector<float> good(4, 0.1f);
   auto refused = core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(good), clock.Now());
   EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
-  LearnerRecord hb;
+  LearnerProgress hb;
   EXPECT_EQ(core->Heartbeat(0, hb, clock.Now()).code(), StatusCode::kPermissionDenied);
   // Other learners are unaffected.
   EXPECT_TRUE(core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(good), clock.Now()).ok());
@@ -450,7 +450,7 @@ TEST(SyncerCore, FinishClosesRoundsStillInTheirGraceWindow) {
   ManualClock clock;
   JoinAndPull(*core, f.plan, 0, clock.Now());
   JoinAndPull(*core, f.plan, 1, clock.Now());
-  LearnerRecord hb;
+  LearnerProgress hb;
   hb.step_seconds = 5.0;  // grace = 1·(2·5 − 0 − 0) = 10 s
   ASSERT_TRUE(core->Heartbeat(0, hb, clock.Now()).ok());
   std::vector<float> d(4, 0.1f);

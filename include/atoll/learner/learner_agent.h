@@ -38,7 +38,7 @@
 #include "atoll/core/clock.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/diloco/mode.h"
-#include "atoll/syncer/syncer_loop.h"
+#include "atoll/syncer/api.h"
 
 namespace atl::learner {
 
@@ -70,11 +70,7 @@ struct AgentCounters {
   int64_t version_held = -1;         // newest fragment version received
 };
 
-struct Progress {
-  int64_t step = 0, tokens = 0;
-  double loss = 0, step_seconds = 0, tokens_per_second = 0;
-  std::string state = "training";
-};
+using Progress = syncer::LearnerProgress;  // version_held is filled in by the agent
 
 class LearnerAgent {
  public:
@@ -103,6 +99,9 @@ class LearnerAgent {
   void SetProgress(const Progress& p);
   // Stops the threads; pending pushes are abandoned.
   void Stop();
+  // End of training: tells the syncer this learner is done (it stops counting as live at once,
+  // so no round waits for it), then stops the threads. Returns the Leave call's status.
+  Status Leave();
 
   bool finish_requested() const { return finish_.load(); }
   Status fatal_error() const;

@@ -29,7 +29,8 @@ class ShapedSyncerApi final : public syncer::SyncerApi {
 
   StatusOr<syncer::JoinReplyData> Join(const syncer::JoinRequestData& request) override;
   StatusOr<syncer::HeartbeatReplyData> Heartbeat(int learner_id,
-                                                 const syncer::LearnerRecord& progress) override;
+                                                 const syncer::LearnerProgress& progress) override;
+  Status Leave(int learner_id) override;
   StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& header,
                                     std::span<const std::byte> payload) override;
   StatusOr<syncer::PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
@@ -38,8 +39,6 @@ class ShapedSyncerApi final : public syncer::SyncerApi {
   void SetPartitioned(bool partitioned) { partitioned_ = partitioned; }
   void SetOptions(const ShaperOptions& options);
   ShaperOptions options() const;
-  // Seconds the shaper has made calls wait in total (for reports).
-  double delayed_seconds() const;
 
  private:
   // Waits for latency plus the time `bytes` take at the configured rate; returns Unavailable
@@ -52,7 +51,6 @@ class ShapedSyncerApi final : public syncer::SyncerApi {
   ShaperOptions options_;            // guarded by mu_
   Rng rng_;                          // guarded by mu_
   TimePoint up_free_{}, down_free_{};  // when each direction's link is next idle; guarded by mu_
-  double delayed_s_ = 0;             // guarded by mu_
   std::atomic<bool> partitioned_{false};
 };
 

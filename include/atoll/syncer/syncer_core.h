@@ -41,11 +41,11 @@
 #include "atoll/diloco/merge.h"
 #include "atoll/diloco/mode.h"
 #include "atoll/diloco/outer_optimizer.h"
+#include "atoll/syncer/api.h"
 #include "atoll/syncer/round_policy.h"
 
 namespace atl::syncer {
 
-inline constexpr uint32_t kProtocolVersion = 1;
 
 // ddp mode (a parameter server): a push carries a learner's raw gradient of its current step,
 // a round averages the gradients of all live learners and this hook applies the inner optimizer
@@ -99,7 +99,7 @@ struct LearnerRecord {
   int id = -1;
   std::string host;
   TimePoint last_seen{};
-  std::string state = "joining";
+  LearnerState state = LearnerState::kJoining;
   int joins = 0;
   int64_t step = 0, tokens = 0;
   double loss = 0, step_seconds = 0, tokens_per_second = 0;
@@ -115,58 +115,11 @@ struct LearnerRecord {
   double tokens_per_step = 0;             // c_tokens / c_steps of its pushes (EMA): a full round's size
 };
 
-struct JoinRequestData {
-  uint32_t protocol_version = 0;
-  std::string run_id;
-  uint64_t model_signature = 0;
-  int learner_id = -1;
-  std::string host;
-  bool rejoin = false;
-};
 
-struct JoinReplyData {
-  int learner_id = -1;
-  std::vector<int64_t> versions;
-  std::vector<int64_t> fragment_numel;
-  int H = 0, tau = 0;
-  diloco::Mode mode = diloco::Mode::kDecoupled;
-  diloco::CodecOptions uplink, downlink;
-  uint64_t incarnation = 0;
-};
 
-struct HeartbeatReplyData {
-  std::vector<int64_t> versions;
-  bool finish = false;
-  uint64_t incarnation = 0;
-};
 
-struct PushHeaderData {
-  int learner_id = -1;
-  int fragment = -1;
-  int64_t base_version = -1;
-  int64_t c_tokens = 0, c_steps = 0;
-  diloco::Encoding encoding = diloco::Encoding::kInt4;
-  int block_size = 0;
-  int64_t num_values = 0;
-  int64_t local_step = 0;
-};
 
-struct PushResult {
-  int64_t round = 0;
-  int64_t merged_version = 0;  // the version of the fragment that will include this push
-  std::string note;
-};
 
-struct PullPayload {
-  int fragment = 0;
-  int64_t version = 0;
-  bool not_modified = false;
-  bool is_delta = false;
-  int64_t base_version = -1;
-  diloco::CodecOptions codec;
-  std::vector<std::byte> bytes;     // encoded delta, or fp32 values of Φ
-  uint64_t value_checksum = 0;      // of Φ at `version`
-};
 
 // One closed round, for the log and metrics.
 struct RoundReport {
@@ -195,7 +148,9 @@ class SyncerCore {
 
   StatusOr<JoinReplyData> Join(const JoinRequestData& request, TimePoint now);
   // Updates the learner's progress row. NotFound for an unknown learner.
-  Status Heartbeat(int learner_id, const LearnerRecord& progress, TimePoint now);
+  Status Heartbeat(int learner_id, const LearnerProgress& progress, TimePoint now);
+  // The learner leaves (done): no longer live. NotFound for an unknown learner.
+  Status Leave(int learner_id, TimePoint now);
   // Accepts one decoded push. Validates everything first; on error nothing changes.
   StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload,
                             TimePoint now);

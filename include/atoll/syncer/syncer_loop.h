@@ -21,18 +21,6 @@
 
 namespace atl::syncer {
 
-// The operations a transport needs from a syncer; implemented by SyncerLoop and by the gRPC
-// client (so a learner can talk to either).
-class SyncerApi {
- public:
-  virtual ~SyncerApi() = default;
-  virtual StatusOr<JoinReplyData> Join(const JoinRequestData& request) = 0;
-  virtual StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerRecord& progress) = 0;
-  virtual StatusOr<PushResult> Push(const PushHeaderData& header,
-                                    std::span<const std::byte> payload) = 0;
-  virtual StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
-                                     double wait_seconds) = 0;
-};
 
 class SyncerLoop final : public SyncerApi {
  public:
@@ -47,10 +35,11 @@ class SyncerLoop final : public SyncerApi {
   SyncerLoop& operator=(const SyncerLoop&) = delete;
 
   StatusOr<JoinReplyData> Join(const JoinRequestData& request) override;
-  StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerRecord& progress) override;
+  StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerProgress& progress) override;
   StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload) override;
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
                              double wait_seconds) override;
+  Status Leave(int learner_id) override;
 
   // Runs f(core, now) on the loop thread and returns its result (for status, snapshots, bytes).
   template <typename F>

@@ -61,7 +61,8 @@ class GrpcSyncerClient final : public syncer::SyncerApi {
 
   StatusOr<syncer::JoinReplyData> Join(const syncer::JoinRequestData& request) override;
   StatusOr<syncer::HeartbeatReplyData> Heartbeat(int learner_id,
-                                                 const syncer::LearnerRecord& progress) override;
+                                                 const syncer::LearnerProgress& progress) override;
+  Status Leave(int learner_id) override;
   StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& header,
                                     std::span<const std::byte> payload) override;
   StatusOr<syncer::PullPayload> Pull(int learner_id, int fragment, int64_t have_version,

@@ -1,0 +1,106 @@
+// The syncer's service interface: the messages of the atl.v1 protocol as C++ values and the
+// abstract SyncerApi that SyncerLoop implements in process and the gRPC client over the network.
+// It sits below both the syncer and the learner, so a learner links no syncer implementation
+// (docs/architecture.md). docs/wire-protocol.md describes each message on the wire.
+// Thread-safety: values; implementations of SyncerApi say their own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "atoll/core/status.h"
+#include "atoll/diloco/codec.h"
+#include "atoll/diloco/mode.h"
+
+namespace atl::syncer {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// Where a learner is in its life, as the syncer's table and the heartbeats say it.
+enum class LearnerState { kJoining, kTraining, kDone };
+const char* LearnerStateName(LearnerState s);
+std::optional<LearnerState> ParseLearnerState(std::string_view s);
+
+// What a learner reports in a heartbeat.
+struct LearnerProgress {
+  int64_t step = 0, tokens = 0;
+  double loss = 0, step_seconds = 0, tokens_per_second = 0;
+  int64_t version_held = -1;  // newest fragment version the learner holds
+  LearnerState state = LearnerState::kTraining;
+};
+
+struct JoinRequestData {
+  uint32_t protocol_version = 0;
+  std::string run_id;
+  uint64_t model_signature = 0;
+  int learner_id = -1;
+  std::string host;
+  bool rejoin = false;
+};
+
+struct JoinReplyData {
+  int learner_id = -1;
+  std::vector<int64_t> versions;
+  std::vector<int64_t> fragment_numel;
+  int H = 0, tau = 0;
+  diloco::Mode mode = diloco::Mode::kDecoupled;
+  diloco::CodecOptions uplink, downlink;
+  uint64_t incarnation = 0;
+};
+
+struct HeartbeatReplyData {
+  std::vector<int64_t> versions;
+  bool finish = false;
+  uint64_t incarnation = 0;
+};
+
+struct PushHeaderData {
+  int learner_id = -1;
+  int fragment = -1;
+  int64_t base_version = -1;
+  int64_t c_tokens = 0, c_steps = 0;
+  diloco::Encoding encoding = diloco::Encoding::kInt4;
+  int block_size = 0;
+  int64_t num_values = 0;
+  int64_t local_step = 0;
+};
+
+struct PushResult {
+  int64_t round = 0;
+  int64_t merged_version = 0;  // the version of the fragment that will include this push
+  std::string note;
+};
+
+struct PullPayload {
+  int fragment = 0;
+  int64_t version = 0;
+  bool not_modified = false;
+  bool is_delta = false;
+  int64_t base_version = -1;
+  diloco::CodecOptions codec;
+  std::vector<std::byte> bytes;     // encoded delta, or fp32 values of Φ
+  uint64_t value_checksum = 0;      // of Φ at `version`
+};
+
+// The operations a learner needs from a syncer; implemented by SyncerLoop (in process), the gRPC
+// client, and the WAN shaper that decorates either.
+class SyncerApi {
+ public:
+  virtual ~SyncerApi() = default;
+  virtual StatusOr<JoinReplyData> Join(const JoinRequestData& request) = 0;
+  virtual StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerProgress& progress) = 0;
+  virtual StatusOr<PushResult> Push(const PushHeaderData& header,
+                                    std::span<const std::byte> payload) = 0;
+  virtual StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
+                                     double wait_seconds) = 0;
+  // The learner is done (or shutting down) and leaves the run: it stops counting as live at once,
+  // instead of after the learner timeout. NotFound for a learner that never joined.
+  virtual Status Leave(int learner_id) = 0;
+};
+
+}  // namespace atl::syncer
