@@ -75,15 +75,11 @@ Status EncodeOuterGradient(const diloco::CodecOptions& codec, std::span<const fl
   return diloco::Encode(codec, delta, encoded);
 }
 
-Status OuterGradientAgainst(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
-                            std::span<const float> public_base, std::span<const float> theta,
-                            std::span<float> out) {
-  if (public_base.size() != theta.size() || out.size() != theta.size()) {
-    return InvalidArgumentError("outer gradient: size mismatch");
-  }
+Status DecodeLocal(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
+                   std::span<const float> public_base, std::span<float> out) {
+  if (public_base.size() != out.size()) return InvalidArgumentError("outer gradient: size mismatch");
   ATOLL_RETURN_IF_ERROR(diloco::Decode(codec, encoded, out));  // out = Δ̂ = Φ_base − θ_m
-  // v = Θ − θ_m = Θ − Φ_base + Δ̂
-  for (size_t i = 0; i < out.size(); ++i) out[i] = theta[i] - public_base[i] + out[i];
+  for (size_t i = 0; i < out.size(); ++i) out[i] = public_base[i] - out[i];
   return Status::Ok();
 }
 

@@ -8,28 +8,18 @@
 
 namespace atl::learner {
 
-DdpExchange::DdpExchange(diloco::FragmentPlan plan, syncer::SyncerApi& api, diloco::CodecOptions uplink)
-    : plan_(std::move(plan)), api_(api), uplink_(uplink) {
+DdpExchange::DdpExchange(diloco::FragmentPlan plan, syncer::SyncerApi& api, diloco::CodecOptions uplink,
+                         Clock& clock)
+    : plan_(std::move(plan)), api_(api), clock_(clock), uplink_(uplink) {
   ATOLL_CHECK(plan_.num_fragments() == 1);
 }
 
 Status DdpExchange::Apply(const syncer::PullPayload& r, std::span<const std::span<float>> params) {
-  const size_t n = static_cast<size_t>(plan_.fragments[0].numel);
   bytes_down_ += static_cast<int64_t>(r.bytes.size());
-  if (r.is_delta) {
-    if (r.base_version != version_) return DataLossError("ddp: delta against a version this learner does not hold");
-    std::vector<float> next = copy_;
-    ATOLL_RETURN_IF_ERROR(exchange::ApplyDelta(r.codec, r.bytes, next));
-    copy_.swap(next);
-  } else {
-    if (r.bytes.size() != n * sizeof(float)) return DataLossError("ddp: full parameters have the wrong size");
-    copy_.resize(n);
-    std::memcpy(copy_.data(), r.bytes.data(), r.bytes.size());
-  }
-  if (exchange::ValuesChecksum(copy_) != r.value_checksum) {
+  if (Status st = syncer::ApplyPulled(r, version_, static_cast<size_t>(plan_.fragments[0].numel), copy_); !st.ok()) {
     ++mismatches_;
-    version_ = -1;
-    return DataLossError("ddp: parameters differ from the syncer's (refetching in full)");
+    version_ = -1;  // refetch in full
+    return st.WithContext("ddp");
   }
   version_ = r.version;
   exchange::ScatterFragment(plan_.fragments[0], copy_, params);
@@ -60,15 +50,15 @@ Status DdpExchange::Step(int learner_id, int64_t step_tokens, std::span<const st
   h.num_values = static_cast<int64_t>(g.size());
   ATOLL_RETURN_IF_ERROR(api_.Push(h, payload).status());
   bytes_up_ += static_cast<int64_t>(payload.size());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
+  const TimePoint deadline = clock_.Now() + FromSeconds(timeout_s);
+  while (clock_.Now() < deadline) {
     if (stop && stop()) return CancelledError("ddp: stopped while waiting for the all-reduce");
     auto r = api_.Pull(learner_id, 0, version_, 1.0);  // long poll, 1 s at a time
     if (!r.ok()) {
       if (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kDeadlineExceeded) {
         return r.status();
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // syncer down: wait (and stall)
+      clock_.SleepFor(std::chrono::milliseconds(200));  // syncer down: wait (and stall)
       continue;
     }
     if (r->not_modified) continue;

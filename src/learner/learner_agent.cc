@@ -289,25 +289,11 @@ Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited 
   }
   if (r->not_modified) return Status::Ok();
   std::vector<float>& phi = public_[pi];
-  const size_t n = static_cast<size_t>(plan_.fragments[pi].numel);
-  if (r->is_delta) {
-    if (r->base_version != have_[pi]) return DataLossError("pull: delta against a version we do not hold");
-    std::vector<float> next = phi;
-    ATOLL_RETURN_IF_ERROR(exchange::ApplyDelta(r->codec, r->bytes, next));
-    phi.swap(next);
-  } else {
-    if (r->bytes.size() != n * sizeof(float)) return DataLossError("pull: full fragment has the wrong size");
-    phi.resize(n);
-    std::memcpy(phi.data(), r->bytes.data(), r->bytes.size());
-  }
-  if (exchange::ValuesChecksum(phi) != r->value_checksum) {
-    have_[pi] = -1;  // our copy diverged: the next pull fetches it in full
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      counters_.checksum_mismatches += 1;
-    }
-    return DataLossError("fragment " + std::to_string(p) + " version " + std::to_string(r->version) +
-                         ": value checksum differs from the syncer's (copy diverged; refetching)");
+  if (Status st = syncer::ApplyPulled(*r, have_[pi], static_cast<size_t>(plan_.fragments[pi].numel), phi); !st.ok()) {
+    have_[pi] = -1;  // whatever went wrong, the next pull fetches the fragment in full
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.checksum_mismatches += 1;
+    return st;
   }
   have_[pi] = r->version;
   {

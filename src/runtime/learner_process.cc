@@ -144,7 +144,7 @@ int RunLearnerProcess(const LearnerProcessOptions& opt) {
   for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) params.push_back(trainer.Parameter(i));
   std::unique_ptr<learner::DdpExchange> ddp;
   if (c.mode == diloco::Mode::kDdp) {
-    ddp = std::make_unique<learner::DdpExchange>(*plan, *api, diloco::CodecOptions{diloco::Encoding::kBf16, c.block});
+    ddp = std::make_unique<learner::DdpExchange>(*plan, *api, diloco::CodecOptions{diloco::Encoding::kBf16, c.block}, clock);
     Status st = ddp->Sync(agent.counters().learner_id, params);
     while (!st.ok() && !agent.finish_requested()) {
       if (Status fatal = agent.fatal_error(); !fatal.ok()) return fail(fatal, 1);

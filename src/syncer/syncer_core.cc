@@ -229,13 +229,11 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   c.base_version = h.base_version;
   c.arrived = now;
   c.values.resize(f.theta.size());
-  // Decode Δ̂; under kCurrent keep θ_m = Φ_base − Δ̂ (ddp and kBase keep what was sent).
-  Status st = diloco::Decode(options_.uplink, payload, c.values);
-  if (!st.ok()) return reject(st);
+  // Under kCurrent keep θ_m = Φ_base − Δ̂; ddp and kBase keep what was sent.
   const bool against_current = !ddp && options_.outer_gradient == OuterGradientRule::kCurrent;
-  if (against_current) {
-    for (size_t i = 0; i < c.values.size(); ++i) c.values[i] = (*base)[i] - c.values[i];
-  }
+  Status st = against_current ? exchange::DecodeLocal(options_.uplink, payload, *base, c.values)
+                              : diloco::Decode(options_.uplink, payload, c.values);
+  if (!st.ok()) return reject(st);
   if (!exchange::AllFinite(c.values)) {
     return reject(InvalidArgumentError(ddp ? "gradient has non-finite values" : "outer gradient has non-finite values"));
   }

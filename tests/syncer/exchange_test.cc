@@ -41,17 +41,18 @@ TEST(FragmentExchange, GatherScatterCoverEveryElementOnce) {
   EXPECT_FLOAT_EQ(storage[s0.tensor][s0.offset], 0.25f * before[s0.tensor][s0.offset] + 0.75f);
 }
 
-TEST(FragmentExchange, OuterGradientRoundTripAgainstCurrentTheta) {
+TEST(FragmentExchange, OuterGradientRoundTripRebuildsTheLearnersParameters) {
   diloco::CodecOptions fp32{diloco::Encoding::kFp32, 64};
-  std::vector<float> base = {1, 2, 3, 4}, local = {0.5, 2.5, 3, 3}, theta = {1.5, 2, 3, 4};
+  std::vector<float> base = {1, 2, 3, 4}, local = {0.5, 2.5, 3, 3};
   std::vector<std::byte> enc;
   ASSERT_TRUE(EncodeOuterGradient(fp32, base, local, enc).ok());
-  std::vector<float> v(4);
-  ASSERT_TRUE(OuterGradientAgainst(fp32, enc, base, theta, v).ok());
-  // v = Θ − θ_local
-  EXPECT_EQ(v, (std::vector<float>{1.0f, -0.5f, 0.0f, 1.0f}));
+  std::vector<float> rebuilt(4);
+  ASSERT_TRUE(DecodeLocal(fp32, enc, base, rebuilt).ok());
+  EXPECT_EQ(rebuilt, local);  // fp32: exact
   std::vector<std::byte> truncated(enc.begin(), enc.end() - 1);
-  EXPECT_FALSE(OuterGradientAgainst(fp32, truncated, base, theta, v).ok());
+  EXPECT_FALSE(DecodeLocal(fp32, truncated, base, rebuilt).ok());
+  std::vector<float> short_out(3);
+  EXPECT_EQ(DecodeLocal(fp32, enc, base, short_out).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -11,7 +11,8 @@
 //
 // Uplink. A learner's outer gradient for fragment p is Δ_m = Φ_p^{base} − θ_{m,p} (against the
 // public copy it last received), encoded; the syncer reconstructs θ_{m,p} = Φ_p^{base} − Δ̂_m and
-// computes the outer gradient against the *current* global value v_m = Θ_p − θ_{m,p}.
+// takes the outer gradient against the current global value, v_m = Θ_p − θ_{m,p}, or uses Δ̂_m
+// itself (SyncerOptions::outer_gradient, docs/decisions/007).
 // Thread-safety: pure functions over caller-owned buffers.
 #pragma once
 
@@ -46,10 +47,10 @@ Status ApplyDelta(const diloco::CodecOptions& codec, std::span<const std::byte> 
 // Uplink: encodes Δ = Φ_base − θ.
 Status EncodeOuterGradient(const diloco::CodecOptions& codec, std::span<const float> public_base,
                            std::span<const float> local, std::vector<std::byte>& encoded);
-// Syncer side: v = Θ − (Φ_base − Δ̂) into out. DataLoss on a malformed payload.
-Status OuterGradientAgainst(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
-                            std::span<const float> public_base, std::span<const float> theta,
-                            std::span<float> out);
+// Syncer side: the learner's parameters θ_m = Φ_base − Δ̂ into out. InvalidArgument on a size
+// mismatch or a malformed payload.
+Status DecodeLocal(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
+                   std::span<const float> public_base, std::span<float> out);
 
 // XXH3-64 of fp32 values (the bits both sides must agree on).
 uint64_t ValuesChecksum(std::span<const float> values);

@@ -13,14 +13,15 @@
 
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/fragment_plan.h"
-#include "atoll/syncer/syncer_loop.h"
+#include "atoll/core/clock.h"
+#include "atoll/syncer/api.h"
 
 namespace atl::learner {
 
 class DdpExchange {
  public:
   // `plan` must have one fragment (the whole model).
-  DdpExchange(diloco::FragmentPlan plan, syncer::SyncerApi& api, diloco::CodecOptions uplink);
+  DdpExchange(diloco::FragmentPlan plan, syncer::SyncerApi& api, diloco::CodecOptions uplink, Clock& clock);
 
   // Fetches the global parameters in full and writes them into `params`.
   Status Sync(int learner_id, std::span<const std::span<float>> params);
@@ -41,6 +42,7 @@ class DdpExchange {
 
   diloco::FragmentPlan plan_;
   syncer::SyncerApi& api_;
+  Clock& clock_;
   diloco::CodecOptions uplink_;
   std::vector<float> copy_;  // Θ as the syncer believes this learner holds it
   int64_t version_ = -1;

@@ -87,6 +87,13 @@ struct PullPayload {
   uint64_t value_checksum = 0;      // of Φ at `version`
 };
 
+// Learner side of a pull: brings `copy` (Φ, held at `have_version`) to the payload's version —
+// a delta against `have_version` or the full fp32 values — and checks the value checksum, so
+// both sides hold the same bits. DataLoss (copy unchanged) for a delta against another version,
+// a full copy of the wrong size, a malformed delta, or values that differ from the syncer's (the
+// caller then fetches in full). Not for not_modified payloads.
+Status ApplyPulled(const PullPayload& payload, int64_t have_version, size_t numel, std::vector<float>& copy);
+
 // The operations a learner needs from a syncer; implemented by SyncerLoop (in process), the gRPC
 // client, and the WAN shaper that decorates either.
 class SyncerApi {
