@@ -63,184 +63,214 @@ StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<di
   return diloco::MakeFragmentPlan(tensors, po);
 }
 
-int RunSyncerProcess(const SyncerProcessOptions& opt) {
-  const RunConfig c = Normalized(opt.config);
-  auto fail = [](const Status& st, int code) {
+namespace {
+
+// `atoll syncer` in named stages: Setup (model, plan, Θ⁰, core, durable state, start eval),
+// Serve (gRPC until Finish or a signal), and the per-round and finish work in between.
+// Everything here runs on the main thread except OnRound (the loop thread), Finish (a gRPC
+// thread, serialised by finish_mu_) and the live evaluator's callback (its own thread).
+class SyncerProcess {
+ public:
+  explicit SyncerProcess(const SyncerProcessOptions& opt)
+      : opt_(opt), c_(Normalized(opt.config)), out_(opt.out_dir.empty() ? "." : opt.out_dir) {}
+
+  // Exit code and message for each failure; 0 when the run finished or was stopped cleanly.
+  int Run() {
+    if (Status st = ValidateRunConfig(c_); !st.ok()) return Fail(st, 2);
+    if (Status st = MakeDirs(out_); !st.ok()) return Fail(st, 1);
+    if (int rc = Setup(); rc != 0) return rc;
+    loop_ = std::make_unique<syncer::SyncerLoop>(std::move(*core_), clock_,
+        [this](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+          Commit(sc, r);
+          OfferGlobalEval(sc);
+        });
+    return Serve();
+  }
+
+ private:
+  static int Fail(const Status& st, int code) {
     std::fprintf(stderr, "atoll syncer: error: %s\n", st.ToString().c_str());
     return code;
-  };
-  if (Status st = ValidateRunConfig(c); !st.ok()) return fail(st, 2);
-  const std::string out = opt.out_dir.empty() ? "." : opt.out_dir;
-  if (Status st = MakeDirs(out); !st.ok()) return fail(st, 1);
-  auto manifest = model::EnsureDataPrepared(c.data, [](const std::string& m) { std::printf("%s\n", m.c_str()); });
-  if (!manifest.ok()) return fail(manifest.status(), 2);
-  auto topts = MakeTrainerOptions(c, 0);
-  if (!topts.ok()) return fail(topts.status(), 2);
-  auto evaluator = model::Trainer::Create(*topts);  // Θ⁰ (same seed as the learners) and evaluation
-  if (!evaluator.ok()) return fail(evaluator.status(), 1);
-  model::Trainer& ev = **evaluator;
-  auto plan = MakePlan(c, ev.tensors());
-  if (!plan.ok()) return fail(plan.status(), 2);
-  std::vector<std::span<float>> params;
-  for (int i = 0; i < static_cast<int>(ev.tensors().size()); ++i) params.push_back(ev.Parameter(i));
-  std::vector<std::vector<float>> initial;
-  for (const auto& f : plan->fragments) {
-    initial.emplace_back(static_cast<size_t>(f.numel));
-    exchange::GatherFragment(f, params, initial.back());
   }
-  auto sopts = MakeSyncerOptions(c);
-  if (!sopts.ok()) return fail(sopts.status(), 2);
-  sopts->incarnation = static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid());
-  if (c.mode == diloco::Mode::kDdp) {
-    // The parameter server's optimizer: the evaluator trainer's AdamW applied to the averaged
-    // gradient. Runs on the syncer's loop thread only.
-    sopts->ddp_step = [&ev, &params, frag = plan->fragments[0]](std::span<const float> mean,
-                                                               std::span<float> theta) -> Status {
+
+  int Setup() {
+    auto manifest = model::EnsureDataPrepared(c_.data, [](const std::string& m) { std::printf("%s\n", m.c_str()); });
+    if (!manifest.ok()) return Fail(manifest.status(), 2);
+    auto topts = MakeTrainerOptions(c_, 0);
+    if (!topts.ok()) return Fail(topts.status(), 2);
+    auto trainer = model::Trainer::Create(*topts);  // Θ⁰ (same seed as the learners) and evaluation
+    if (!trainer.ok()) return Fail(trainer.status(), 1);
+    ev_ = std::move(*trainer);
+    auto plan = MakePlan(c_, ev_->tensors());
+    if (!plan.ok()) return Fail(plan.status(), 2);
+    plan_ = std::move(*plan);
+    for (int i = 0; i < static_cast<int>(ev_->tensors().size()); ++i) params_.push_back(ev_->Parameter(i));
+    if (int rc = CreateCore(); rc != 0) return rc;
+    std::printf("syncer: run %s, mode %s, %lld params in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, outer step %s, up %s down %s\n",
+                c_.run_id.c_str(), diloco::ModeName(c_.mode), static_cast<long long>(ev_->num_params()),
+                plan_.num_fragments(), plan_.peak_to_ideal, c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off",
+                c_.merge.c_str(), c_.outer_step.c_str(), c_.uplink.c_str(), c_.downlink.c_str());
+    if (int rc = EvaluateStart(); rc != 0) return rc;
+    metrics_.Open(out_ + "/metrics-syncer.jsonl");
+    if (resumed_) {
+      std::vector<std::string> sums;
+      for (int p = 0; p < plan_.num_fragments(); ++p) sums.push_back(ChecksumHex(exchange::ValuesChecksum(core_->theta(p))));
+      metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "resumed"}, {"versions", core_->versions()},
+                      {"rounds", core_->rounds_closed()}, {"theta_checksums", sums}});
+    }
+    return StartLiveEval(*topts);
+  }
+
+  // The parameter server's optimizer (ddp mode): the evaluator trainer's AdamW applied to the
+  // averaged gradient. Runs on the syncer's loop thread only.
+  syncer::DdpStep MakeDdpStep() {
+    return [this](std::span<const float> mean, std::span<float> theta) -> Status {
+      const diloco::Fragment& frag = plan_.fragments[0];
       std::vector<std::span<float>> grads;
-      for (int i = 0; i < static_cast<int>(ev.tensors().size()); ++i) grads.push_back(ev.Gradient(i));
+      for (int i = 0; i < static_cast<int>(ev_->tensors().size()); ++i) grads.push_back(ev_->Gradient(i));
       exchange::ScatterFragment(frag, mean, grads);
-      exchange::ScatterFragment(frag, theta, params);
-      ATOLL_RETURN_IF_ERROR(ev.ApplyGradients(model::StepStats{}).status());
-      exchange::GatherFragment(frag, params, theta);
+      exchange::ScatterFragment(frag, theta, params_);
+      ATOLL_RETURN_IF_ERROR(ev_->ApplyGradients(model::StepStats{}).status());
+      exchange::GatherFragment(frag, params_, theta);
       return Status::Ok();
     };
   }
-  auto core = syncer::SyncerCore::Create(*sopts, *plan, std::move(initial));
-  if (!core.ok()) return fail(core.status(), 2);
-  syncer::DurableState durable(opt.state_dir.empty() ? out + "/state" : opt.state_dir);
-  const bool resumed = durable.Exists();
-  if (resumed) {
-    if (Status st = durable.Restore(*core, RealClock::Default().Now()); !st.ok()) return fail(st.WithContext("resuming from " + durable.dir()), 2);
-    std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", durable.dir().c_str(),
-                static_cast<long long>(core->rounds_closed()), nlohmann::json(core->versions()).dump().c_str());
-  } else if (Status st = durable.SaveAll(*core); !st.ok()) {
-    return fail(st.WithContext("writing the initial state"), 1);
+
+  // The core from Θ⁰, then restored from the durable state if there is one (or that state written).
+  int CreateCore() {
+    std::vector<std::vector<float>> initial;
+    for (const auto& f : plan_.fragments) {
+      initial.emplace_back(static_cast<size_t>(f.numel));
+      exchange::GatherFragment(f, params_, initial.back());
+    }
+    auto sopts = MakeSyncerOptions(c_);
+    if (!sopts.ok()) return Fail(sopts.status(), 2);
+    sopts->incarnation = static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid());
+    if (c_.mode == diloco::Mode::kDdp) sopts->ddp_step = MakeDdpStep();
+    auto core = syncer::SyncerCore::Create(*sopts, plan_, std::move(initial));
+    if (!core.ok()) return Fail(core.status(), 2);
+    core_ = std::move(*core);
+    durable_ = std::make_unique<syncer::DurableState>(opt_.state_dir.empty() ? out_ + "/state" : opt_.state_dir);
+    resumed_ = durable_->Exists();
+    if (resumed_) {
+      if (Status st = durable_->Restore(*core_, clock_.Now()); !st.ok()) {
+        return Fail(st.WithContext("resuming from " + durable_->dir()), 2);
+      }
+      std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", durable_->dir().c_str(),
+                  static_cast<long long>(core_->rounds_closed()), nlohmann::json(core_->versions()).dump().c_str());
+    } else if (Status st = durable_->SaveAll(*core_); !st.ok()) {
+      return Fail(st.WithContext("writing the initial state"), 1);
+    }
+    return 0;
   }
 
-  std::printf("syncer: run %s, mode %s, %lld params in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, up %s down %s\n",
-              c.run_id.c_str(), diloco::ModeName(c.mode), static_cast<long long>(ev.num_params()),
-              plan->num_fragments(), plan->peak_to_ideal, c.H, c.tau, sopts->round.quorum,
-              sopts->round.grace ? "on" : "off", c.merge.c_str(), c.uplink.c_str(), c.downlink.c_str());
   // The initial model's eval loss, measured once per run (a restarted syncer reads it back
   // instead of spending seconds of its downtime re-evaluating).
-  model::EvalStats start_eval_stats;
-  const std::string start_eval_file = durable.dir() + "/eval-start.json";
-  if (auto saved = ReadFile(start_eval_file); resumed && saved.ok()) {
-    start_eval_stats.loss = nlohmann::json::parse(*saved, nullptr, false).value("loss", 0.0);
-  } else {
-    auto e = ev.Evaluate(c.eval_batches);
-    if (!e.ok()) return fail(e.status(), 1);
-    start_eval_stats = *e;
-    (void)WriteFileAtomic(start_eval_file, nlohmann::json({{"loss", e->loss}}).dump());
+  int EvaluateStart() {
+    const std::string file = durable_->dir() + "/eval-start.json";
+    if (auto saved = ReadFile(file); resumed_ && saved.ok()) {
+      start_eval_loss_ = nlohmann::json::parse(*saved, nullptr, false).value("loss", 0.0);
+    } else {
+      auto e = ev_->Evaluate(c_.eval_batches);
+      if (!e.ok()) return Fail(e.status(), 1);
+      start_eval_loss_ = e->loss;
+      (void)WriteFileAtomic(file, nlohmann::json({{"loss", e->loss}}).dump());
+    }
+    std::printf("syncer: eval loss of the initial global model %.4f\n", start_eval_loss_);
+    std::fflush(stdout);
+    return 0;
   }
-  const model::EvalStats* start_eval = &start_eval_stats;
-  std::printf("syncer: eval loss of the initial global model %.4f\n", start_eval->loss);
-  std::fflush(stdout);
 
-  JsonlWriter metrics(out + "/metrics-syncer.jsonl");
-  if (resumed) {
-    std::vector<std::string> sums;
-    for (int p = 0; p < plan->num_fragments(); ++p) sums.push_back(ChecksumHex(exchange::ValuesChecksum(core->theta(p))));
-    metrics.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "resumed"}, {"versions", core->versions()},
-                   {"rounds", core->rounds_closed()}, {"theta_checksums", sums}});
-  }
-  RealClock& clock = RealClock::Default();
-  double last_table_save = 0;
   // The global model's eval loss during the run, off the loop thread (its own Trainer).
-  std::mutex curve_mu;
-  nlohmann::json curve = nlohmann::json::array();  // guarded by curve_mu
-  std::unique_ptr<GlobalEvaluator> live_eval;
-  syncer::SyncerLoop* loop_ptr = nullptr;
-  if (c.eval_every > 0) {
-    auto eval_trainer = model::Trainer::Create(*topts);
-    if (!eval_trainer.ok()) return fail(eval_trainer.status(), 1);
-    live_eval = std::make_unique<GlobalEvaluator>(std::move(*eval_trainer), *plan, std::max(1, c.eval_batches / 4),
-        [&](const GlobalEvalPoint& e) {
-          metrics.Write({{"t", e.t}, {"source", "syncer"}, {"kind", "global_eval"}, {"rounds", e.rounds},
-                         {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
-          {
-            std::lock_guard<std::mutex> lock(curve_mu);
-            curve.push_back({{"t", e.t}, {"rounds", e.rounds}, {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
-          }
-          // Stop() of this evaluator always comes before the loop stops, so this Call returns.
-          if (loop_ptr) loop_ptr->Call([&e](syncer::SyncerCore& sc, TimePoint) { sc.SetGlobalEval(e.loss, e.rounds); return 0; });
-        });
+  int StartLiveEval(const model::TrainerOptions& topts) {
+    if (c_.eval_every <= 0) return 0;
+    auto trainer = model::Trainer::Create(topts);
+    if (!trainer.ok()) return Fail(trainer.status(), 1);
+    live_eval_ = std::make_unique<GlobalEvaluator>(std::move(*trainer), plan_, std::max(1, c_.eval_batches / 4),
+                                                   [this](const GlobalEvalPoint& e) { OnGlobalEval(e); });
+    return 0;
   }
-  auto OfferGlobalEval = [&](const syncer::SyncerCore& sc) {
-    if (!live_eval || sc.rounds_closed() % c.eval_every != 0) return;
+
+  // Evaluator thread.
+  void OnGlobalEval(const GlobalEvalPoint& e) {
+    metrics_.Write({{"t", e.t}, {"source", "syncer"}, {"kind", "global_eval"}, {"rounds", e.rounds},
+                    {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
+    {
+      std::lock_guard<std::mutex> lock(curve_mu_);
+      curve_.push_back({{"t", e.t}, {"rounds", e.rounds}, {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
+    }
+    // The evaluator is always stopped before the loop, so this call returns.
+    loop_->Call([&e](syncer::SyncerCore& sc, TimePoint) {
+      sc.SetGlobalEval(e.loss, e.rounds);
+      return 0;
+    });
+  }
+
+  // Loop thread, after each closed round.
+  void OfferGlobalEval(const syncer::SyncerCore& sc) {
+    if (!live_eval_ || sc.rounds_closed() % c_.eval_every != 0) return;
     std::vector<std::vector<float>> theta;
     for (int p = 0; p < sc.plan().num_fragments(); ++p) {
-      auto s = sc.theta(p);
-      theta.emplace_back(s.begin(), s.end());
+      auto v = sc.theta(p);
+      theta.emplace_back(v.begin(), v.end());
     }
-    live_eval->Offer(std::move(theta), {UnixSeconds(), sc.rounds_closed(), sc.tokens_merged(), 0});
-  };
-  auto on_round = [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
-    // Commit before the new version becomes visible (docs/failure-semantics.md).
-    if (Status st = durable.SaveFragment(sc, r.fragment); !st.ok()) {
+    live_eval_->Offer(std::move(theta), {UnixSeconds(), sc.rounds_closed(), sc.tokens_merged(), 0});
+  }
+
+  // Loop thread: commit before the new version becomes visible (docs/failure-semantics.md).
+  void Commit(const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+    if (Status st = durable_->SaveFragment(sc, r.fragment); !st.ok()) {
       std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
       std::abort();  // never publish a version that is not durable
     }
-    if (UnixSeconds() - last_table_save > 2.0) {
-      (void)durable.SaveLearners(sc);
-      last_table_save = UnixSeconds();
+    if (UnixSeconds() - last_table_save_ > 2.0) {
+      (void)durable_->SaveLearners(sc);
+      last_table_save_ = UnixSeconds();
     }
-    metrics.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "round"},
-                   {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
-                   {"contributors", r.contributors}, {"weights", r.weights}, {"late", r.late},
-                   {"grace_s", r.grace_seconds}, {"merged_norm", r.merged_norm},
-                   {"tokens_merged", r.tokens_merged}, {"token_share", r.token_share},
-                   {"sweep", r.sweep_completed}, {"step_norm", r.step_norm}, {"reason", r.reason},
-                   {"theta_checksum", ChecksumHex(exchange::ValuesChecksum(sc.theta(r.fragment)))}});
-    std::printf("round f%d#%lld -> v%lld from %s (late %s, grace %.2fs): %s\n", r.fragment,
-                static_cast<long long>(r.round), static_cast<long long>(r.version),
-                Ids(r.contributors).c_str(), Ids(r.late).c_str(), r.grace_seconds, r.reason.c_str());
+    metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "round"},
+                    {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
+                    {"contributors", r.contributors}, {"weights", r.weights}, {"late", r.late},
+                    {"grace_s", r.grace_seconds}, {"merged_norm", r.merged_norm},
+                    {"tokens_merged", r.tokens_merged}, {"token_share", r.token_share},
+                    {"sweep", r.sweep_completed}, {"step_norm", r.step_norm}, {"reason", r.reason},
+                    {"theta_checksum", ChecksumHex(exchange::ValuesChecksum(sc.theta(r.fragment)))}});
+    std::printf("round f%d#%lld -> v%lld from %s (late %s, grace %.2fs, share %.2f): %s\n", r.fragment,
+                static_cast<long long>(r.round), static_cast<long long>(r.version), Ids(r.contributors).c_str(),
+                Ids(r.late).c_str(), r.grace_seconds, r.token_share, r.reason.c_str());
     std::fflush(stdout);
-  };
-  syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
-    on_round(sc, r);
-    OfferGlobalEval(sc);
-  });
-  loop_ptr = &loop;
+  }
 
-  std::mutex finish_mu;
-  std::condition_variable finish_cv;
-  bool finished = false;
-  std::string summary_text;
-  auto on_finish = [&](bool evaluate) -> std::string {
-    std::lock_guard<std::mutex> lock(finish_mu);
-    if (finished) return summary_text;
-    if (live_eval) live_eval->Stop();
-    loop.RequestFinish();
-    // Merge what the learners pushed last (their final sync) before taking Θ.
-    loop.Call([&](syncer::SyncerCore& sc, TimePoint now) {
-      for (const auto& r : sc.CloseAllPending(now, clock)) on_round(sc, r);
-      return 0;
-    });
-    // Snapshot Θ and the table and load Θ into the evaluator on the loop thread (in ddp mode
-    // the loop thread also steps that trainer's optimizer, so nothing else may touch it).
-    auto snap = loop.Call([&](syncer::SyncerCore& sc, TimePoint now) {
-      std::vector<std::vector<float>> theta;
+  // gRPC thread (Finish): merge what is pending, evaluate, write the model and the summary.
+  std::string Finish(bool evaluate) {
+    std::lock_guard<std::mutex> lock(finish_mu_);
+    if (finished_) return summary_text_;
+    if (live_eval_) live_eval_->Stop();
+    loop_->RequestFinish();
+    // Snapshot Θ and the table and load Θ into the evaluator on the loop thread (in ddp mode the
+    // loop thread also steps that trainer's optimizer, so nothing else may touch it), after merging
+    // what the learners pushed last (their final sync).
+    auto [theta, summary] = loop_->Call([&](syncer::SyncerCore& sc, TimePoint now) {
+      for (const auto& r : sc.CloseAllPending(now, clock_)) Commit(sc, r);
+      std::vector<std::vector<float>> t;
       for (int p = 0; p < sc.plan().num_fragments(); ++p) {
-        auto s = sc.theta(p);
-        theta.emplace_back(s.begin(), s.end());
-        exchange::ScatterFragment(plan->fragments[static_cast<size_t>(p)], theta.back(), params);
+        auto v = sc.theta(p);
+        t.emplace_back(v.begin(), v.end());
+        exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], t.back(), params_);
       }
-      return std::make_pair(theta, sc.StatusJson(now));
+      return std::make_pair(t, sc.StatusJson(now));
     });
-    nlohmann::json summary = snap.second;
-    summary["eval_loss_start"] = start_eval->loss;
+    summary["eval_loss_start"] = start_eval_loss_;
     {
-      std::lock_guard<std::mutex> curve_lock(curve_mu);
-      summary["global_eval_curve"] = curve;
+      std::lock_guard<std::mutex> curve_lock(curve_mu_);
+      summary["global_eval_curve"] = curve_;
     }
-    summary["params"] = ev.num_params();
-    summary["plan_peak_to_ideal"] = plan->peak_to_ideal;
+    summary["params"] = ev_->num_params();
+    summary["plan_peak_to_ideal"] = plan_.peak_to_ideal;
     uint64_t theta_sum = 0;
-    for (const auto& f : snap.first) theta_sum ^= exchange::ValuesChecksum(f);
+    for (const auto& f : theta) theta_sum ^= exchange::ValuesChecksum(f);
     summary["theta_checksum"] = ChecksumHex(theta_sum);
     if (evaluate) {
-      auto e = ev.Evaluate(c.eval_batches);
+      auto e = ev_->Evaluate(c_.eval_batches);
       if (e.ok()) {
         summary["eval_loss"] = e->loss;
         summary["eval_perplexity"] = e->perplexity;
@@ -248,48 +278,77 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
         summary["eval_error"] = e.status().ToString();
       }
     }
-    std::vector<std::span<const float>> views(params.begin(), params.end());
-    Status st = model::WriteSafetensors(out + "/global.safetensors", ev.tensors(), views,
-                                        {{"run_id", c.run_id}, {"rounds", std::to_string(summary["rounds"].get<int64_t>())}});
-    summary["checkpoint"] = st.ok() ? out + "/global.safetensors" : "error: " + st.ToString();
-    summary_text = summary.dump();
-    (void)WriteFileAtomic(out + "/syncer-summary.json", summary.dump(2));
-    finished = true;
-    finish_cv.notify_all();
-    return summary_text;
-  };
+    std::vector<std::span<const float>> views(params_.begin(), params_.end());
+    Status st = model::WriteSafetensors(out_ + "/global.safetensors", ev_->tensors(), views,
+                                        {{"run_id", c_.run_id}, {"rounds", std::to_string(summary["rounds"].get<int64_t>())}});
+    summary["checkpoint"] = st.ok() ? out_ + "/global.safetensors" : "error: " + st.ToString();
+    summary_text_ = summary.dump();
+    (void)WriteFileAtomic(out_ + "/syncer-summary.json", summary.dump(2));
+    finished_ = true;
+    finish_cv_.notify_all();
+    return summary_text_;
+  }
 
-  transport::ServerOptions so;
-  so.address = opt.listen;
-  so.token = c.token;
-  so.tls.enabled = !opt.tls.cert.empty();
-  so.tls.cert_file = opt.tls.cert;
-  so.tls.key_file = opt.tls.key;
-  auto server = transport::GrpcSyncerServer::Start(so, loop, on_finish);
-  if (!server.ok()) return fail(server.status(), 1);
-  std::printf("syncer: listening on port %d\n", (*server)->port());
-  std::fflush(stdout);
-  if (!opt.port_file.empty()) {
-    if (Status st = WriteFileAtomic(opt.port_file, std::to_string((*server)->port())); !st.ok()) return fail(st, 1);
+  int Serve() {
+    transport::ServerOptions so;
+    so.address = opt_.listen;
+    so.token = c_.token;
+    so.tls.enabled = !opt_.tls.cert.empty();
+    so.tls.cert_file = opt_.tls.cert;
+    so.tls.key_file = opt_.tls.key;
+    auto server = transport::GrpcSyncerServer::Start(so, *loop_, [this](bool evaluate) { return Finish(evaluate); });
+    if (!server.ok()) return Fail(server.status(), 1);
+    std::printf("syncer: listening on port %d\n", (*server)->port());
+    std::fflush(stdout);
+    if (!opt_.port_file.empty()) {
+      if (Status st = WriteFileAtomic(opt_.port_file, std::to_string((*server)->port())); !st.ok()) return Fail(st, 1);
+    }
+    std::signal(SIGTERM, OnSignal);
+    std::signal(SIGINT, OnSignal);
+    bool finished = false;
+    {
+      std::unique_lock<std::mutex> lock(finish_mu_);
+      while (!finished_ && !g_stop) finish_cv_.wait_for(lock, std::chrono::milliseconds(200));
+      finished = finished_;
+    }
+    if (live_eval_) live_eval_->Stop();
+    // Learners still running learn of the finish from their next heartbeat reply and leave; wait
+    // (bounded, 2 s) until none is live, then stop.
+    for (int i = 0; i < 40 && finished; ++i) {
+      if (loop_->Call([](syncer::SyncerCore& sc, TimePoint now) { return sc.LiveLearners(now).empty(); })) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    (*server)->Shutdown();
+    loop_->Stop();
+    std::printf("syncer: stopped (%s)\n", finished ? "run finished" : "signal");
+    return 0;
   }
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  {
-    std::unique_lock<std::mutex> lock(finish_mu);
-    while (!finished && !g_stop) finish_cv.wait_for(lock, std::chrono::milliseconds(200));
-  }
-  if (live_eval) live_eval->Stop();
-  // Learners still running learn of the finish from their next heartbeat reply and leave; wait
-  // (bounded by two heartbeat periods' worth) until none is live, then stop.
-  for (int i = 0; i < 40 && finished; ++i) {
-    const bool anyone = loop.Call([](syncer::SyncerCore& sc, TimePoint now) { return !sc.LiveLearners(now).empty(); });
-    if (!anyone) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  (*server)->Shutdown();
-  loop.Stop();
-  std::printf("syncer: stopped (%s)\n", finished ? "run finished" : "signal");
-  return 0;
-}
+
+  const SyncerProcessOptions& opt_;
+  const RunConfig c_;
+  const std::string out_;
+  RealClock& clock_ = RealClock::Default();
+  std::unique_ptr<model::Trainer> ev_;
+  diloco::FragmentPlan plan_;
+  std::vector<std::span<float>> params_;        // views of ev_'s parameters
+  std::optional<syncer::SyncerCore> core_;      // until moved into loop_
+  std::unique_ptr<syncer::DurableState> durable_;
+  bool resumed_ = false;
+  double start_eval_loss_ = 0;
+  JsonlWriter metrics_;
+  double last_table_save_ = 0;                  // loop thread
+  std::mutex curve_mu_;
+  nlohmann::json curve_ = nlohmann::json::array();  // guarded by curve_mu_
+  std::unique_ptr<GlobalEvaluator> live_eval_;
+  std::unique_ptr<syncer::SyncerLoop> loop_;
+  std::mutex finish_mu_;
+  std::condition_variable finish_cv_;
+  bool finished_ = false;                       // guarded by finish_mu_
+  std::string summary_text_;                    // guarded by finish_mu_
+};
+
+}  // namespace
+
+int RunSyncerProcess(const SyncerProcessOptions& opt) { return SyncerProcess(opt).Run(); }
 
 }  // namespace atl::runtime

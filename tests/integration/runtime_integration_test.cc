@@ -43,17 +43,21 @@ TEST(RuntimeIntegration, SyncerAndThreeLearnersTrainTogether) {
   EXPECT_EQ(static_cast<double>(n), s["params"].get<double>());
   // metrics.jsonl holds syncer rounds and learner steps, in time order.
   std::ifstream in(dir + "/run/metrics.jsonl");
-  int rounds = 0, steps = 0;
+  int rounds = 0, steps = 0, global_evals = 0;
   double last_t = 0;
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line);
     EXPECT_GE(j["t"].get<double>(), last_t);
     last_t = j["t"].get<double>();
-    if (j["source"] == "syncer") ++rounds;
+    if (j["source"] == "syncer" && j.value("kind", "") == "round") ++rounds;
+    if (j["source"] == "syncer" && j.value("kind", "") == "global_eval") ++global_evals;
     if (j["source"] == "learner" && !j.contains("kind")) ++steps;
   }
   EXPECT_EQ(rounds, s["rounds"].get<int>());
   EXPECT_EQ(steps, 3 * 48);
+  // The global model was evaluated during the run (every 48 rounds by default), not only at the end.
+  EXPECT_GT(global_evals, 0);
+  EXPECT_EQ(s["global_eval_curve"].size(), static_cast<size_t>(global_evals));
   std::filesystem::remove_all(dir);
 }
 
