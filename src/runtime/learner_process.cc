@@ -58,207 +58,270 @@ class ControlFile {
 
 StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<diloco::TensorSpec>& tensors);
 
-int RunLearnerProcess(const LearnerProcessOptions& opt) {
-  const RunConfig c = Normalized(opt.config);
-  const int id = opt.id;
-  auto fail = [id](const Status& st, int code) {
-    std::fprintf(stderr, "atoll learner %d: error: %s\n", id, st.ToString().c_str());
+namespace {
+
+// `atoll learner` in named stages: Setup (data, trainer, plan, transport, agent), then the
+// training loop — one inner step, the mode's exchange (decoupled: hand-off to the agent;
+// diloco: the H-step barrier; ddp: the parameter server's step), progress and metrics — then the
+// final sync, goodbye and summary. Runs on the main thread; the agent has its own threads.
+class LearnerProcess {
+ public:
+  explicit LearnerProcess(const LearnerProcessOptions& opt)
+      : opt_(opt), c_(Normalized(opt.config)), id_(opt.id), out_(opt.out_dir.empty() ? "." : opt.out_dir),
+        control_(opt.control_file), step_(opt.start_step) {}
+
+  int Run() {
+    if (int rc = Setup(); rc != 0) return rc;
+    t_start_ = UnixSeconds();
+    if (Status st = agent_->Start(); !st.ok()) return Fail(st, 2);
+    std::printf("learner %d: %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id_,
+                diloco::ModeName(c_.mode), agent_->counters().joined ? "yes" : "not yet (training on; retrying)",
+                static_cast<long long>(opt_.start_step), static_cast<long long>(c_.steps),
+                static_cast<long long>(trainer_->tokens_per_step()), c_.SpeedOf(id_),
+                opt_.rejoin ? " (rejoined after a failure: global parameters, fresh AdamW moments, data and LR schedule continue at the start step)" : "");
+    std::fflush(stdout);
+    metrics_.Open(out_ + "/metrics-learner-" + std::to_string(id_) + ".jsonl");
+    speed_ = c_.SpeedOf(id_);
+    if (ddp_) {
+      if (Status st = DdpCatchUp(); !st.ok()) return Fail(st, 1);
+    }
+    while (step_ < c_.steps && !agent_->finish_requested()) {
+      if (Status fatal = agent_->fatal_error(); !fatal.ok()) return Fail(fatal, 1);
+      PollChaos();
+      if (Status st = TrainOneStep(); !st.ok()) return Fail(st, 1);
+    }
+    return Finish();
+  }
+
+ private:
+  int Fail(const Status& st, int code) const {
+    std::fprintf(stderr, "atoll learner %d: error: %s\n", id_, st.ToString().c_str());
     return code;
-  };
-  if (Status st = ValidateRunConfig(c); !st.ok()) return fail(st, 2);
-  if (id < 0 || id >= c.learners) {
-    return fail(InvalidArgumentError("--id " + std::to_string(id) + " out of range [0, " + std::to_string(c.learners) + ")"), 2);
   }
-  if (opt.syncer.empty()) return fail(InvalidArgumentError("--syncer host:port is required"), 2);
-  const std::string out = opt.out_dir.empty() ? "." : opt.out_dir;
-  if (Status st = MakeDirs(out); !st.ok()) return fail(st, 1);
-  auto manifest = model::EnsureDataPrepared(c.data, nullptr);
-  if (!manifest.ok()) return fail(manifest.status(), 2);
-  auto topts = MakeTrainerOptions(c, id);
-  if (!topts.ok()) return fail(topts.status(), 2);
-  topts->start_step = opt.start_step;
-  auto trainer_or = model::Trainer::Create(*topts);
-  if (!trainer_or.ok()) return fail(trainer_or.status(), 1);
-  model::Trainer& trainer = **trainer_or;
-  auto plan = MakePlan(c, trainer.tensors());
-  if (!plan.ok()) return fail(plan.status(), 2);
 
-  transport::ClientOptions co;
-  co.target = opt.syncer;
-  co.token = c.token;
-  co.tls.enabled = !opt.tls.ca.empty();
-  co.tls.ca_file = opt.tls.ca;
-  co.tls.server_name = opt.tls.server_name;
-  auto client = transport::GrpcSyncerClient::Connect(co);
-  if (!client.ok()) return fail(client.status(), 2);
-  RealClock& clock = RealClock::Default();
-  // Always behind the WAN shaper: a no-op unless the run file or chaos sets bandwidth, latency,
-  // loss or a partition.
-  learner::ShaperOptions shaper_options;
-  shaper_options.bandwidth_bps = c.bandwidth_mbps * 1e6;
-  shaper_options.latency_s = c.latency_ms / 1000.0;
-  shaper_options.loss = c.loss;
-  shaper_options.seed = c.seed * 1000 + static_cast<uint64_t>(id) + 1;
-  auto shaped = std::make_unique<learner::ShapedSyncerApi>(**client, shaper_options, clock);
-  syncer::SyncerApi* api = shaped.get();
-  ControlFile control(opt.control_file);
-  ControlState chaos_state;
-
-  learner::AgentOptions ao;
-  ao.run_id = c.run_id;
-  ao.learner_id = id;
-  char host[256] = "localhost";
-  ::gethostname(host, sizeof(host) - 1);
-  ao.host = std::string(host) + ":" + std::to_string(::getpid());
-  ao.rejoin = opt.rejoin;
-  ao.mode = c.mode;
-  ao.schedule = {c.H, c.fragments, c.tau};
-  auto up = diloco::ParseEncoding(c.uplink);
-  if (!up.ok()) return fail(up.status(), 2);
-  ao.uplink = {*up, c.block};
-  ao.alpha = c.alpha;
-  ao.keep_progress = c.keep_progress;
-  ao.exchange_fragments = c.mode != diloco::Mode::kDdp;
-  learner::LearnerAgent agent(ao, *plan, [&] {
-    std::vector<std::span<float>> v;
-    for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) v.push_back(trainer.Parameter(i));
-    return v;
-  }(), *api, clock);
-  const double t_start = UnixSeconds();
-  if (Status st = agent.Start(); !st.ok()) return fail(st, 2);
-  std::printf("learner %d: %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id,
-              diloco::ModeName(c.mode), agent.counters().joined ? "yes" : "not yet (training on; retrying)",
-              static_cast<long long>(opt.start_step), static_cast<long long>(c.steps),
-              static_cast<long long>(trainer.tokens_per_step()), c.SpeedOf(id),
-              opt.rejoin ? " (rejoined after a failure: global parameters, fresh AdamW moments, data and LR schedule continue at the start step)" : "");
-  std::fflush(stdout);
-
-  JsonlWriter metrics(out + "/metrics-learner-" + std::to_string(id) + ".jsonl");
-  const double base_speed = c.SpeedOf(id);
-  double speed = base_speed;
-  double ema_step = 0, ema_tps = 0, last_loss = 0;
-  int64_t step = opt.start_step;
-  int64_t tokens_total = 0;
-  bool contributed = false;
-  std::vector<std::span<float>> params;
-  for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) params.push_back(trainer.Parameter(i));
-  std::unique_ptr<learner::DdpExchange> ddp;
-  if (c.mode == diloco::Mode::kDdp) {
-    ddp = std::make_unique<learner::DdpExchange>(*plan, *api, diloco::CodecOptions{diloco::Encoding::kBf16, c.block}, clock);
-    Status st = ddp->Sync(agent.counters().learner_id, params);
-    while (!st.ok() && !agent.finish_requested()) {
-      if (Status fatal = agent.fatal_error(); !fatal.ok()) return fail(fatal, 1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      st = ddp->Sync(agent.counters().learner_id, params);
+  int Setup() {
+    if (Status st = ValidateRunConfig(c_); !st.ok()) return Fail(st, 2);
+    if (id_ < 0 || id_ >= c_.learners) {
+      return Fail(InvalidArgumentError("--id " + std::to_string(id_) + " out of range [0, " + std::to_string(c_.learners) + ")"), 2);
     }
+    if (opt_.syncer.empty()) return Fail(InvalidArgumentError("--syncer host:port is required"), 2);
+    if (Status st = MakeDirs(out_); !st.ok()) return Fail(st, 1);
+    auto manifest = model::EnsureDataPrepared(c_.data, nullptr);
+    if (!manifest.ok()) return Fail(manifest.status(), 2);
+    auto topts = MakeTrainerOptions(c_, id_);
+    if (!topts.ok()) return Fail(topts.status(), 2);
+    topts->start_step = opt_.start_step;
+    auto trainer = model::Trainer::Create(*topts);
+    if (!trainer.ok()) return Fail(trainer.status(), 1);
+    trainer_ = std::move(*trainer);
+    for (int i = 0; i < static_cast<int>(trainer_->tensors().size()); ++i) params_.push_back(trainer_->Parameter(i));
+    auto plan = MakePlan(c_, trainer_->tensors());
+    if (!plan.ok()) return Fail(plan.status(), 2);
+    plan_ = std::move(*plan);
+    if (int rc = Connect(); rc != 0) return rc;
+    return MakeAgent();
   }
-  double train_seconds = 0, wait_seconds = 0;
-  while (step < c.steps && !agent.finish_requested()) {
-    if (Status fatal = agent.fatal_error(); !fatal.ok()) return fail(fatal, 1);
-    if (control.Poll(chaos_state)) {
-      speed = base_speed * std::clamp(chaos_state.speed, 0.01, 1.0);
-      shaped->SetPartitioned(chaos_state.partition);
-      learner::ShaperOptions so = shaper_options;
-      if (chaos_state.bandwidth_mbps > 0) so.bandwidth_bps = chaos_state.bandwidth_mbps * 1e6;
-      shaped->SetOptions(so);
-      std::printf("learner %d: chaos control: speed %.2f, partition %s, bandwidth %s\n", id, speed,
-                  chaos_state.partition ? "on" : "off",
-                  so.bandwidth_bps > 0 ? (std::to_string(so.bandwidth_bps / 1e6) + " Mbit/s").c_str() : "unlimited");
-      std::fflush(stdout);
+
+  // gRPC client behind the WAN shaper: a no-op unless the run file or chaos sets bandwidth,
+  // latency, loss or a partition.
+  int Connect() {
+    transport::ClientOptions co;
+    co.target = opt_.syncer;
+    co.token = c_.token;
+    co.tls.enabled = !opt_.tls.ca.empty();
+    co.tls.ca_file = opt_.tls.ca;
+    co.tls.server_name = opt_.tls.server_name;
+    auto client = transport::GrpcSyncerClient::Connect(co);
+    if (!client.ok()) return Fail(client.status(), 2);
+    client_ = std::move(*client);
+    shaper_options_.bandwidth_bps = c_.bandwidth_mbps * 1e6;
+    shaper_options_.latency_s = c_.latency_ms / 1000.0;
+    shaper_options_.loss = c_.loss;
+    shaper_options_.seed = c_.seed * 1000 + static_cast<uint64_t>(id_) + 1;
+    shaped_ = std::make_unique<learner::ShapedSyncerApi>(*client_, shaper_options_, clock_);
+    return 0;
+  }
+
+  int MakeAgent() {
+    learner::AgentOptions ao;
+    ao.run_id = c_.run_id;
+    ao.learner_id = id_;
+    char host[256] = "localhost";
+    ::gethostname(host, sizeof(host) - 1);
+    ao.host = std::string(host) + ":" + std::to_string(::getpid());
+    ao.rejoin = opt_.rejoin;
+    ao.mode = c_.mode;
+    ao.schedule = {c_.H, c_.fragments, c_.tau};
+    auto up = diloco::ParseEncoding(c_.uplink);
+    if (!up.ok()) return Fail(up.status(), 2);
+    ao.uplink = {*up, c_.block};
+    ao.alpha = c_.alpha;
+    ao.keep_progress = c_.keep_progress;
+    ao.exchange_fragments = c_.mode != diloco::Mode::kDdp;
+    agent_ = std::make_unique<learner::LearnerAgent>(ao, plan_, params_, *shaped_, clock_);
+    if (c_.mode == diloco::Mode::kDdp) {
+      ddp_ = std::make_unique<learner::DdpExchange>(plan_, *shaped_, diloco::CodecOptions{diloco::Encoding::kBf16, c_.block}, clock_);
     }
-    const TimePoint t0 = clock.Now();
-    auto s = ddp ? trainer.ComputeGradients() : trainer.Step();
-    if (!s.ok()) return fail(s.status(), 1);
-    const double compute_s = ToSeconds(clock.Now() - t0);
-    if (speed < 1.0) clock.SleepFor(FromSeconds(compute_s * (1.0 / speed - 1.0)));  // slower hardware
-    const double step_s = ToSeconds(clock.Now() - t0);
-    train_seconds += step_s;
-    tokens_total += s->tokens;
-    int applied = 0;
-    if (ddp) {
-      // The all-reduce: push the gradient, block until the parameter server's next step.
-      // (Gradient views are valid until the next ComputeGradients.)
-      std::vector<std::span<float>> grads;
-      for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) grads.push_back(trainer.Gradient(i));
-      const TimePoint w0 = clock.Now();
-      Status st = ddp->Step(agent.counters().learner_id, s->tokens, grads, params, 3600.0,
-                            [&] { return agent.finish_requested() || !agent.fatal_error().ok(); });
-      while (st.code() == StatusCode::kAborted || st.code() == StatusCode::kDataLoss ||
-             st.code() == StatusCode::kNotFound || st.code() == StatusCode::kUnavailable) {
-        // Behind the others (restarted, or the syncer restarted): take the current parameters;
-        // this step's gradient is lost, as in any synchronous job.
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        if (agent.finish_requested()) break;
-        st = ddp->Sync(agent.counters().learner_id, params);
-      }
-      if (!st.ok() && st.code() != StatusCode::kCancelled) return fail(st, 1);
-      wait_seconds += ToSeconds(clock.Now() - w0);
-      applied = 1;
-      ++step;
-    } else if (agent.OnStep(step, s->tokens), ++step; c.mode == diloco::Mode::kDiloco && step % c.H == 0) {
-      const TimePoint w0 = clock.Now();
-      applied = agent.WaitForAllFragments(step, 600.0);  // the synchronous barrier
-      wait_seconds += ToSeconds(clock.Now() - w0);
-    } else {
-      applied = agent.ApplyReady(step);
+    return 0;
+  }
+
+  // ddp: take the parameter server's current parameters before the first step.
+  Status DdpCatchUp() {
+    Status st = ddp_->Sync(agent_->counters().learner_id, params_);
+    while (!st.ok() && !agent_->finish_requested()) {
+      if (Status fatal = agent_->fatal_error(); !fatal.ok()) return fatal;
+      clock_.SleepFor(std::chrono::milliseconds(300));
+      st = ddp_->Sync(agent_->counters().learner_id, params_);
     }
-    ema_step = ema_step == 0 ? step_s : 0.9 * ema_step + 0.1 * step_s;
-    ema_tps = static_cast<double>(s->tokens) / ema_step;
-    last_loss = s->loss;
+    return Status::Ok();
+  }
+
+  // Chaos faults from the control file: speed, partition, bandwidth (docs/decisions/005).
+  void PollChaos() {
+    if (!control_.Poll(chaos_state_)) return;
+    speed_ = c_.SpeedOf(id_) * std::clamp(chaos_state_.speed, 0.01, 1.0);
+    shaped_->SetPartitioned(chaos_state_.partition);
+    learner::ShaperOptions so = shaper_options_;
+    if (chaos_state_.bandwidth_mbps > 0) so.bandwidth_bps = chaos_state_.bandwidth_mbps * 1e6;
+    shaped_->SetOptions(so);
+    std::printf("learner %d: chaos control: speed %.2f, partition %s, bandwidth %s\n", id_, speed_,
+                chaos_state_.partition ? "on" : "off",
+                so.bandwidth_bps > 0 ? (std::to_string(so.bandwidth_bps / 1e6) + " Mbit/s").c_str() : "unlimited");
+    std::fflush(stdout);
+  }
+
+  Status TrainOneStep() {
+    const TimePoint t0 = clock_.Now();
+    auto s = ddp_ ? trainer_->ComputeGradients() : trainer_->Step();
+    if (!s.ok()) return s.status();
+    const double compute_s = ToSeconds(clock_.Now() - t0);
+    if (speed_ < 1.0) clock_.SleepFor(FromSeconds(compute_s * (1.0 / speed_ - 1.0)));  // slower hardware
+    const double step_s = ToSeconds(clock_.Now() - t0);
+    train_seconds_ += step_s;
+    tokens_total_ += s->tokens;
+    ATOLL_ASSIGN_OR_RETURN(int applied, ddp_ ? DdpStep(s->tokens) : Exchange(s->tokens));
+    Report(*s, step_s, applied);
+    return Status::Ok();
+  }
+
+  // ddp: the all-reduce — push the gradient, block until the parameter server's next step.
+  StatusOr<int> DdpStep(int64_t tokens) {
+    std::vector<std::span<float>> grads;  // valid until the next ComputeGradients
+    for (int i = 0; i < static_cast<int>(trainer_->tensors().size()); ++i) grads.push_back(trainer_->Gradient(i));
+    const TimePoint w0 = clock_.Now();
+    Status st = ddp_->Step(agent_->counters().learner_id, tokens, grads, params_, 3600.0,
+                           [&] { return agent_->finish_requested() || !agent_->fatal_error().ok(); });
+    while (st.code() == StatusCode::kAborted || st.code() == StatusCode::kDataLoss ||
+           st.code() == StatusCode::kNotFound || st.code() == StatusCode::kUnavailable) {
+      // Behind the others (restarted, or the syncer restarted): take the current parameters;
+      // this step's gradient is lost, as in any synchronous job.
+      clock_.SleepFor(std::chrono::milliseconds(200));
+      if (agent_->finish_requested()) break;
+      st = ddp_->Sync(agent_->counters().learner_id, params_);
+    }
+    if (!st.ok() && st.code() != StatusCode::kCancelled) return st;
+    wait_seconds_ += ToSeconds(clock_.Now() - w0);
+    ++step_;
+    return 1;
+  }
+
+  // decoupled / diloco: hand the step to the agent; diloco blocks at the H-step barrier.
+  StatusOr<int> Exchange(int64_t tokens) {
+    agent_->OnStep(step_, tokens);
+    ++step_;
+    if (c_.mode != diloco::Mode::kDiloco || step_ % c_.H != 0) return agent_->ApplyReady(step_);
+    const TimePoint w0 = clock_.Now();
+    const int applied = agent_->WaitForAllFragments(step_, 600.0);  // the synchronous barrier
+    wait_seconds_ += ToSeconds(clock_.Now() - w0);
+    return applied;
+  }
+
+  void Report(const model::StepStats& s, double step_s, int applied) {
+    ema_step_ = ema_step_ == 0 ? step_s : 0.9 * ema_step_ + 0.1 * step_s;
+    const double ema_tps = static_cast<double>(s.tokens) / ema_step_;
+    last_loss_ = s.loss;
     learner::Progress p;
-    p.step = step;
-    p.tokens = tokens_total;
-    p.loss = s->loss;
-    p.step_seconds = ema_step;
+    p.step = step_;
+    p.tokens = tokens_total_;
+    p.loss = s.loss;
+    p.step_seconds = ema_step_;
     p.tokens_per_second = ema_tps;
-    agent.SetProgress(p);
-    metrics.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id},
-                   {"step", step}, {"tokens", tokens_total}, {"step_tokens", s->tokens},
-                   {"step_s", step_s}, {"loss", s->loss},
-                   {"lr", s->lr}, {"tokens_per_s", ema_tps}, {"applied", applied}});
-    if (!contributed && (agent.counters().pushes > 0 || (ddp && applied > 0))) {
-      contributed = true;  // for the rejoin latency: restart → first accepted contribution
-      metrics.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id}, {"kind", "contributed"},
-                     {"step", step}, {"after_start_s", agent.counters().first_contribution_s}});
+    agent_->SetProgress(p);
+    metrics_.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id_}, {"step", step_},
+                    {"tokens", tokens_total_}, {"step_tokens", s.tokens}, {"step_s", step_s}, {"loss", s.loss},
+                    {"lr", s.lr}, {"tokens_per_s", ema_tps}, {"applied", applied}});
+    if (!contributed_ && (agent_->counters().pushes > 0 || (ddp_ && applied > 0))) {
+      contributed_ = true;  // for the rejoin latency: restart → first accepted contribution
+      metrics_.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id_}, {"kind", "contributed"},
+                      {"step", step_}, {"after_start_s", agent_->counters().first_contribution_s}});
     }
-    if (step % 25 == 0 || step == c.steps) {
-      std::printf("learner %d: step %lld/%lld loss %.4f %.0f tok/s\n", id, static_cast<long long>(step),
-                  static_cast<long long>(c.steps), s->loss, ema_tps);
+    if (step_ % 25 == 0 || step_ == c_.steps) {
+      std::printf("learner %d: step %lld/%lld loss %.4f %.0f tok/s\n", id_, static_cast<long long>(step_),
+                  static_cast<long long>(c_.steps), s.loss, ema_tps);
       std::fflush(stdout);
     }
   }
-  if (!ddp && !agent.finish_requested()) {
-    // Push what the last steps changed, so their tokens reach the global model too.
-    const int flushed = agent.FlushAll(step, 30.0);
-    if (flushed > 0) std::printf("learner %d: final sync of %d fragment(s)\n", id, flushed);
+
+  // Final sync (what the last steps changed reaches the global model too), goodbye, summary.
+  int Finish() {
+    if (!ddp_ && !agent_->finish_requested()) {
+      const int flushed = agent_->FlushAll(step_, 30.0);
+      if (flushed > 0) std::printf("learner %d: final sync of %d fragment(s)\n", id_, flushed);
+    }
+    learner::Progress done;
+    done.step = step_;
+    done.tokens = tokens_total_;
+    done.loss = last_loss_;
+    done.state = syncer::LearnerState::kDone;
+    agent_->SetProgress(done);
+    if (Status st = agent_->Leave(); !st.ok()) {
+      std::printf("learner %d: could not say goodbye to the syncer (%s); it will notice the silence\n", id_,
+                  st.ToString().c_str());
+    }
+    const auto k = agent_->counters();
+    const double wall = UnixSeconds() - t_start_;
+    nlohmann::json summary = {
+        {"learner", id_}, {"steps", step_}, {"tokens", tokens_total_}, {"loss", last_loss_},
+        {"wall_seconds", wall}, {"train_seconds", train_seconds_}, {"barrier_wait_seconds", wait_seconds_},
+        {"tokens_per_second", wall > 0 ? tokens_total_ / wall : 0.0},
+        {"pushes", k.pushes}, {"pushes_failed", k.pushes_failed}, {"pulls", k.pulls},
+        {"fragments_applied", k.fragments_applied},
+        {"payload_bytes_up", ddp_ ? ddp_->payload_bytes_up() : k.payload_bytes_up},
+        {"payload_bytes_down", ddp_ ? ddp_->payload_bytes_down() : k.payload_bytes_down},
+        {"wire_bytes_up", client_->bytes_sent()}, {"wire_bytes_down", client_->bytes_received()},
+        {"joins", k.joins}, {"catchup_fragments", k.catchup_fragments},
+        {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
+        {"first_contribution_s", k.first_contribution_s}, {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step}};
+    (void)WriteFileAtomic(out_ + "/learner-" + std::to_string(id_) + ".json", summary.dump(2));
+    std::printf("learner %d: done, %lld steps, %.0f tok/s, %lld pushes\n", id_, static_cast<long long>(step_),
+                summary["tokens_per_second"].get<double>(), static_cast<long long>(k.pushes));
+    return 0;
   }
-  learner::Progress done;
-  done.step = step;
-  done.tokens = tokens_total;
-  done.loss = last_loss;
-  done.state = syncer::LearnerState::kDone;
-  agent.SetProgress(done);
-  if (Status st = agent.Leave(); !st.ok()) {
-    std::printf("learner %d: could not say goodbye to the syncer (%s); it will notice the silence\n", id,
-                st.ToString().c_str());
-  }
-  const auto k = agent.counters();
-  const double wall = UnixSeconds() - t_start;
-  nlohmann::json summary = {
-      {"learner", id}, {"steps", step}, {"tokens", tokens_total}, {"loss", last_loss},
-      {"wall_seconds", wall}, {"train_seconds", train_seconds}, {"barrier_wait_seconds", wait_seconds},
-      {"tokens_per_second", wall > 0 ? tokens_total / wall : 0.0},
-      {"pushes", k.pushes}, {"pushes_failed", k.pushes_failed}, {"pulls", k.pulls},
-      {"fragments_applied", k.fragments_applied}, {"payload_bytes_up", ddp ? ddp->payload_bytes_up() : k.payload_bytes_up},
-      {"payload_bytes_down", ddp ? ddp->payload_bytes_down() : k.payload_bytes_down}, {"wire_bytes_up", (*client)->bytes_sent()},
-      {"wire_bytes_down", (*client)->bytes_received()}, {"joins", k.joins},
-      {"catchup_fragments", k.catchup_fragments},
-      {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected}, {"first_contribution_s", k.first_contribution_s},
-      {"speed", base_speed}, {"start_step", opt.start_step}};
-  (void)WriteFileAtomic(out + "/learner-" + std::to_string(id) + ".json", summary.dump(2));
-  std::printf("learner %d: done, %lld steps, %.0f tok/s, %lld pushes\n", id, static_cast<long long>(step),
-              summary["tokens_per_second"].get<double>(), static_cast<long long>(k.pushes));
-  return 0;
-}
+
+  const LearnerProcessOptions& opt_;
+  const RunConfig c_;
+  const int id_;
+  const std::string out_;
+  RealClock& clock_ = RealClock::Default();
+  std::unique_ptr<model::Trainer> trainer_;
+  std::vector<std::span<float>> params_;  // views of trainer_'s parameters
+  diloco::FragmentPlan plan_;
+  std::unique_ptr<transport::GrpcSyncerClient> client_;
+  learner::ShaperOptions shaper_options_;
+  std::unique_ptr<learner::ShapedSyncerApi> shaped_;
+  std::unique_ptr<learner::LearnerAgent> agent_;
+  std::unique_ptr<learner::DdpExchange> ddp_;
+  ControlFile control_;
+  ControlState chaos_state_;
+  JsonlWriter metrics_;
+  double t_start_ = 0, speed_ = 1.0, ema_step_ = 0, last_loss_ = 0;
+  double train_seconds_ = 0, wait_seconds_ = 0;
+  int64_t step_ = 0, tokens_total_ = 0;
+  bool contributed_ = false;
+};
+
+}  // namespace
+
+int RunLearnerProcess(const LearnerProcessOptions& opt) { return LearnerProcess(opt).Run(); }
 
 }  // namespace atl::runtime
