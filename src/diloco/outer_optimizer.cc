@@ -24,6 +24,68 @@ double SliceNorm(const float* x, int64_t n) {
   return std::sqrt(s);
 }
 
+// The running sweep (see the header): Θ = Θ_s − lr·(ĝ + μ·(μ·b + ĝ)) between rounds; at S ≥ 1
+// b ← μ·b + S·ĝ and Θ = Θ_s − lr·(S·ĝ + μ·b), then Θ_s ← Θ.
+SweepResult RunningSweepStep(double lr, double mu, const Fragment& fragment, bool rda,
+                             std::span<const float> merged, double rho, SweepState& state,
+                             std::span<float> momentum_buffer, std::span<float> theta) {
+  const size_t n = theta.size();
+  if (state.start.size() != n) state.start.assign(theta.begin(), theta.end());
+  int64_t off = 0;
+  for (size_t s = 0; s < fragment.slices.size(); ++s) {
+    const int64_t c = fragment.slices[s].count;
+    state.slice_norm[s] += rho * SliceNorm(merged.data() + off, c);
+    off += c;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    state.accum[i] = static_cast<float>(static_cast<double>(state.accum[i]) + rho * static_cast<double>(merged[i]));
+  }
+  state.share += rho;
+  const double S = state.share;
+  const bool complete = S >= 1.0 - 1e-9;
+  double moved2 = 0;
+  off = 0;
+  for (size_t s = 0; s < fragment.slices.size(); ++s) {
+    const TensorSlice& sl = fragment.slices[s];
+    const float* a = state.accum.data() + off;
+    float* b = momentum_buffer.data() + off;
+    float* t = theta.data() + off;
+    const float* t0 = state.start.data() + off;
+    // ĝ = scale·a: RDA slices keep the average norm along the sum's direction; others a/S.
+    double scale = 1.0 / S;
+    if (rda && !sl.is_embedding) {
+      const double an = SliceNorm(a, sl.count);
+      scale = an > 0 ? (state.slice_norm[s] / S) / an : 0.0;
+    }
+    for (int64_t i = 0; i < sl.count; ++i) {
+      const double g = scale * static_cast<double>(a[i]);
+      const float before = t[i];
+      if (complete) {
+        const double bi = mu * static_cast<double>(b[i]) + S * g;
+        b[i] = static_cast<float>(bi);
+        t[i] = static_cast<float>(static_cast<double>(t0[i]) - lr * (S * g + mu * bi));
+      } else {
+        const double bi = mu * static_cast<double>(b[i]) + g;  // not stored: the estimate only
+        t[i] = static_cast<float>(static_cast<double>(t0[i]) - lr * (g + mu * bi));
+      }
+      const double d = static_cast<double>(t[i]) - before;
+      moved2 += d * d;
+    }
+    off += sl.count;
+  }
+  SweepResult result;
+  result.step_norm = std::sqrt(moved2);
+  if (complete) {
+    std::fill(state.accum.begin(), state.accum.end(), 0.0f);
+    std::fill(state.slice_norm.begin(), state.slice_norm.end(), 0.0);
+    state.share = 0;
+    state.sweeps += 1;
+    state.start.assign(theta.begin(), theta.end());
+    result.sweep_completed = true;
+  }
+  return result;
+}
+
 }  // namespace
 
 
@@ -64,7 +126,7 @@ Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> de
 StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const Fragment& fragment,
                                      bool rda, std::span<const float> merged, double rho,
                                      SweepState& state, std::span<float> momentum_buffer,
-                                     std::span<float> theta) {
+                                     std::span<float> theta, bool extrapolate) {
   const size_t n = theta.size();
   if (merged.size() != n || momentum_buffer.size() != n || static_cast<int64_t>(n) != fragment.numel) {
     return InvalidArgumentError("sweep outer step: lengths differ (merged " + std::to_string(merged.size()) +
@@ -82,6 +144,7 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
   if (state.slice_norm.size() != fragment.slices.size()) state.slice_norm.assign(fragment.slices.size(), 0.0);
   const double lr = options.lr;
   const double mu = options.momentum;
+  if (extrapolate) return RunningSweepStep(lr, mu, fragment, rda, merged, rho, state, momentum_buffer, theta);
   double moved2 = 0;
   // The round's own share, applied at once.
   int64_t off = 0;

@@ -129,7 +129,8 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!(c.gamma >= 0 && c.gamma <= 1)) return bad("gamma must be in [0, 1]");
   if (!(c.grace_cap >= 0)) return bad("grace_cap must be ≥ 0");
   if (c.merge != "rda" && c.merge != "mean") return bad("merge must be rda or mean");
-  if (c.outer_step != "sweep" && c.outer_step != "round") return bad("outer_step must be sweep or round");
+  if (c.outer_step != "sweep" && c.outer_step != "round" && c.outer_step != "running")
+    return bad("outer_step must be sweep, running or round");
   if (c.outer_gradient != "current" && c.outer_gradient != "base")
     return bad("outer_gradient must be current or base");
   if (!(c.outer_lr >= 0) || !(c.outer_momentum >= 0 && c.outer_momentum < 1))

@@ -44,7 +44,9 @@ StatusOr<syncer::SyncerOptions> MakeSyncerOptions(const RunConfig& c) {
   o.round.tau = c.tau;
   o.merge_rule = c.merge == "rda" ? diloco::MergeRule::kRda : diloco::MergeRule::kMean;
   o.outer = {c.outer_lr, c.outer_momentum, true};
-  o.outer_step = c.outer_step == "round" ? syncer::OuterStepRule::kRound : syncer::OuterStepRule::kSweep;
+  o.outer_step = c.outer_step == "round"     ? syncer::OuterStepRule::kRound
+                 : c.outer_step == "running" ? syncer::OuterStepRule::kRunning
+                                             : syncer::OuterStepRule::kSweep;
   o.outer_gradient = c.outer_gradient == "base" ? syncer::OuterGradientRule::kBase : syncer::OuterGradientRule::kCurrent;
   ATOLL_ASSIGN_OR_RETURN(auto up, diloco::ParseEncoding(c.uplink));
   ATOLL_ASSIGN_OR_RETURN(auto down, diloco::ParseEncoding(c.downlink));

@@ -350,6 +350,9 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
 
   const bool ddp = options_.mode == diloco::Mode::kDdp;
   const bool against_current = options_.outer_gradient == OuterGradientRule::kCurrent;
+  const bool running = options_.outer_step == OuterStepRule::kRunning;
+  // The value outer gradients are taken against: Θ_p now, or at the running sweep's start.
+  const std::vector<float>& reference = running && !f.sweep.start.empty() ? f.sweep.start : f.theta;
   std::vector<std::vector<float>> grads(f.pending.size(), std::vector<float>(n));
   std::vector<std::span<const float>> views;
   std::vector<double> weights;
@@ -358,7 +361,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
     if (ddp || !against_current) {
       grads[m] = c.values;  // the learner's gradient (ddp) or its outer gradient Δ̂ (kBase)
     } else {
-      for (size_t i = 0; i < n; ++i) grads[m][i] = f.theta[i] - c.values[i];  // v_m = Θ_p − θ_m
+      for (size_t i = 0; i < n; ++i) grads[m][i] = reference[i] - c.values[i];  // v_m = Θ_p − θ_m
     }
     views.emplace_back(grads[m]);
     weights.push_back(ddp ? 1.0 : diloco::TokenWeight(c.c_tokens, c.c_steps));
@@ -374,10 +377,10 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   report.merged_norm = diloco::L2Norm(merged);
   if (ddp) {
     st = options_.ddp_step(merged, f.theta);
-  } else if (options_.outer_step == OuterStepRule::kSweep) {
+  } else if (options_.outer_step != OuterStepRule::kRound) {
     report.token_share = TokenShare(f, LiveLearners(now));
     auto r = diloco::SweepOuterStep(options_.outer, fragment, options_.merge_rule == diloco::MergeRule::kRda,
-                                    merged, report.token_share, f.sweep, f.momentum, f.theta);
+                                    merged, report.token_share, f.sweep, f.momentum, f.theta, running);
     st = r.status();
     if (r.ok()) {
       report.sweep_completed = r->sweep_completed;
@@ -512,6 +515,7 @@ Status SyncerCore::RestoreFragment(int fragment, FragmentSnapshot snap) {
   f.momentum = std::move(snap.momentum);
   f.version = snap.version;
   f.round = snap.round;
+  f.sweep = {};  // a partial sweep is not persisted: its rounds are in Θ already
   f.pending.clear();
   f.opened_at.reset();
   f.quorum_at.reset();

@@ -158,6 +158,35 @@ TEST(SweepOuterStepTest, RdaOverTheSweepKeepsTheAverageNorm) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(theta2[static_cast<size_t>(i)], -0.25, 1e-6);
 }
 
+TEST(SweepOuterStepTest, RunningSweepHoldsTheEstimatedStepAndEndsAtTheSynchronousOne) {
+  // lr 1, μ 0.5, mean. Learner outer gradients g_m = 4·e_m arrive one per round, ρ = 1/4 each.
+  const OuterOptimizerOptions o{.lr = 1.0, .momentum = 0.5};
+  std::vector<float> theta(4, 0.0f), b(4, 0.0f);
+  SweepState state;
+  std::vector<float> g(4, 0.0f);
+  g[0] = 4.0f;
+  auto r = SweepOuterStep(o, OneSlice(4), /*rda=*/false, g, 0.25, state, b, theta, /*extrapolate=*/true);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->sweep_completed);
+  // The estimate from the first arrival alone: ĝ = g_0, Θ = −(ĝ + μ·ĝ) = −1.5·g_0; b untouched.
+  EXPECT_FLOAT_EQ(theta[0], -6.0f);
+  EXPECT_FLOAT_EQ(b[0], 0.0f);
+  for (int m = 1; m < 4; ++m) {
+    std::fill(g.begin(), g.end(), 0.0f);
+    g[static_cast<size_t>(m)] = 4.0f;
+    r = SweepOuterStep(o, OneSlice(4), false, g, 0.25, state, b, theta, true);
+    ASSERT_TRUE(r.ok());
+  }
+  EXPECT_TRUE(r->sweep_completed);
+  // The synchronous step on the mean (1,1,1,1): b = 1, Θ = −(1 + 0.5) = −1.5; the next sweep
+  // starts from there.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(b[static_cast<size_t>(i)], 1.0f);
+    EXPECT_FLOAT_EQ(theta[static_cast<size_t>(i)], -1.5f);
+    EXPECT_FLOAT_EQ(state.start[static_cast<size_t>(i)], -1.5f);
+  }
+}
+
 TEST(SweepOuterStepTest, RejectsBadArgumentsAndChangesNothing) {
   std::vector<float> theta = {1, 2}, b = {0, 0}, g = {1, 1}, short_v = {1};
   SweepState state;

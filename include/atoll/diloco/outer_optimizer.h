@@ -56,7 +56,14 @@ namespace atl::diloco {
 // synchronous DiLoCo step (up to fp32 rounding); μ = 0, lr = 1 with the mean is asynchronous
 // model averaging (each learner moves Θ by its share). This is delayed Nesterov (Liu et al. 2024)
 // with the delay counted in tokens rather than arrivals, plus RDA at the level of the sweep.
+// The running sweep (extrapolate = true) keeps Θ at the sweep's start, Θ_s, and between rounds
+// holds Θ at the synchronous step *estimated* from what has arrived so far:
+//     Θ = Θ_s − lr·(ĝ + μ·(μ·b + ĝ)),  ĝ from a/S as above (momentum b not yet updated)
+// so the first learner of a sweep gets back its own progress (× the outer step), not a 1/M share
+// of it, and the sweep ends at the same synchronous step. Under it an outer gradient taken
+// "against the current value" is taken against Θ_s (`start`).
 struct SweepState {
+  std::vector<float> start;        // Θ_s (running sweep only; empty until first used)
   std::vector<float> accum;        // a: Σ ρ_r·g_r since the last sweep (fragment layout)
   double share = 0;                // S: Σ ρ_r since the last sweep
   std::vector<double> slice_norm;  // n_s: Σ ρ_r·‖g_r,s‖ per slice since the last sweep
@@ -74,6 +81,6 @@ struct SweepResult {
 StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const Fragment& fragment,
                                      bool rda, std::span<const float> merged, double rho,
                                      SweepState& state, std::span<float> momentum_buffer,
-                                     std::span<float> theta);
+                                     std::span<float> theta, bool extrapolate = false);
 
 }  // namespace atl::diloco

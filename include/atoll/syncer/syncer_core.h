@@ -59,7 +59,10 @@ using DdpStep = std::function<Status(std::span<const float> mean_gradient, std::
 //           decoupled mode.
 //   kRound: one full Nesterov step per round, whatever it holds (synchronous modes, where every
 //           round holds every learner).
-enum class OuterStepRule { kSweep, kRound };
+//   kRunning: as kSweep, but between rounds Θ_p holds the synchronous step estimated from the
+//           sweep's arrivals so far, and outer gradients "against the current value" are taken
+//           against Θ_p at the sweep's start (diloco::SweepOuterStep with extrapolate).
+enum class OuterStepRule { kSweep, kRound, kRunning };
 // What a learner's outer gradient is taken against.
 //   kCurrent: v_m = Θ_p(now) − θ_m (the paper: the syncer's current value).
 //   kBase:    v_m = Φ_{m,p}[base] − θ_m = Δ̂_m (the learner's own progress since the copy it
