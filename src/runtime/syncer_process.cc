@@ -231,7 +231,7 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
     nlohmann::json summary = snap.second;
     summary["eval_loss_start"] = start_eval->loss;
     {
-      std::lock_guard<std::mutex> lock(curve_mu);
+      std::lock_guard<std::mutex> curve_lock(curve_mu);
       summary["global_eval_curve"] = curve;
     }
     summary["params"] = ev.num_params();
