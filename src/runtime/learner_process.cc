@@ -56,8 +56,6 @@ class ControlFile {
 
 }  // namespace
 
-StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<diloco::TensorSpec>& tensors);
-
 int RunLearnerProcess(const LearnerProcessOptions& opt) {
   const RunConfig c = Normalized(opt.config);
   const int id = opt.id;

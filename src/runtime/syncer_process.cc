@@ -110,7 +110,10 @@ int RunSyncerProcess(const SyncerProcessOptions& opt) {
   syncer::DurableState durable(opt.state_dir.empty() ? out + "/state" : opt.state_dir);
   const bool resumed = durable.Exists();
   if (resumed) {
-    if (Status st = durable.Restore(*core, RealClock::Default().Now()); !st.ok()) return fail(st.WithContext("resuming from " + durable.dir()), 2);
+    if (Status st = durable.Restore(*core, RealClock::Default().Now()); !st.ok()) {
+      const char* hint = st.code() == StatusCode::kFailedPrecondition ? " (point --state at a fresh folder to start over)" : "";
+      return fail(Status(st.code(), st.message() + hint).WithContext("resuming from " + durable.dir()), 2);
+    }
     std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", durable.dir().c_str(),
                 static_cast<long long>(core->rounds_closed()), nlohmann::json(core->versions()).dump().c_str());
   } else if (Status st = durable.SaveAll(*core); !st.ok()) {
