@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/format.h"
 #include "atoll/core/rng.h"
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/fragment_plan.h"
@@ -20,16 +21,6 @@ namespace atl::cli {
 namespace {
 
 namespace dl = atl::diloco;
-
-std::string Commas(int64_t v) {
-  const std::string d = std::to_string(v);
-  std::string out;
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (i > 0 && d[i - 1] != '-' && (d.size() - i) % 3 == 0) out += ',';
-    out += d[i];
-  }
-  return out;
-}
 
 int Fail(const char* command, const Status& s) {
   std::fprintf(stderr, "atoll %s: %s\n", command, s.ToString().c_str());
@@ -118,12 +109,12 @@ int RunDemo() {
   for (const auto& t : tensors) total += t.numel;
   std::printf("atoll demo: the math of Decoupled DiLoCo on a tiny GPT\n"
               "(vocab 4096, d 128, 4 layers, tied embedding: %zu tensors, %s parameters)\n\n",
-              tensors.size(), Commas(total).c_str());
+              tensors.size(), Grouped(total).c_str());
 
   // 1. Fragments.
   const int P = 24;
   std::printf("1. Fragments: P = %d, ideal %s values each\n", P,
-              Commas(static_cast<int64_t>(std::llround(static_cast<double>(total) / P))).c_str());
+              Grouped(static_cast<int64_t>(std::llround(static_cast<double>(total) / P))).c_str());
   struct Variant { const char* label; dl::PlanOptions options; };
   const Variant variants[] = {
       {"balanced (largest first into lightest, split big tensors)", {P, dl::PlanStrategy::kBalanced, true}},
@@ -141,7 +132,7 @@ int RunDemo() {
       empty += f.numel == 0 ? 1 : 0;
     }
     std::printf("   %-58s peak/ideal %5.2f  sizes %s..%s", v.label, plan->peak_to_ideal,
-                Commas(lo).c_str(), Commas(hi).c_str());
+                Grouped(lo).c_str(), Grouped(hi).c_str());
     if (empty > 0) std::printf("  (%d empty)", empty);
     std::printf("\n");
   }
@@ -179,7 +170,7 @@ int RunDemo() {
   }
   std::vector<double> weights;
   std::printf("3. Merging 4 outer gradients of %s values, each of norm 1 (cosine ~ 0)\n",
-              Commas(static_cast<int64_t>(n)).c_str());
+              Grouped(static_cast<int64_t>(n)).c_str());
   std::printf("   token weights w = tokens^2 / steps:");
   for (int m = 0; m < 4; ++m) {
     weights.push_back(dl::TokenWeight(tokens[m], steps[m]));
@@ -207,7 +198,7 @@ int RunDemo() {
 
   // 5. Codecs on the RDA outer gradient.
   std::printf("5. Codecs on that outer gradient (%s values, blocks of 128):\n",
-              Commas(static_cast<int64_t>(n)).c_str());
+              Grouped(static_cast<int64_t>(n)).c_str());
   std::vector<std::byte> wire;
   std::vector<float> back(n);
   for (dl::Encoding e : {dl::Encoding::kFp32, dl::Encoding::kBf16, dl::Encoding::kInt8,
@@ -222,7 +213,7 @@ int RunDemo() {
       max_abs = std::max(max_abs, std::fabs(static_cast<double>(rda[i])));
     }
     std::printf("   %s  %9s bytes (%4.1fx smaller)  max error %.2e (%.3f%% of max |x|)\n",
-                dl::EncodingName(e), Commas(static_cast<int64_t>(wire.size())).c_str(),
+                dl::EncodingName(e), Grouped(static_cast<int64_t>(wire.size())).c_str(),
                 static_cast<double>(n * 4) / static_cast<double>(wire.size()), max_err,
                 100 * max_err / max_abs);
   }

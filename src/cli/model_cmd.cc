@@ -1,9 +1,14 @@
-// `atoll data prepare`, `atoll train`, `atoll sample`: flag parsing for the model module; the
-// work happens in atoll/model (data.h, run.h).
+// `atoll data prepare`, `atoll train`, `atoll sample`, `atoll eval`: flag parsing for the model
+// module; the work happens in atoll/model (data.h, run.h, model_source.h).
 #include <cstdio>
 #include <memory>
+#include <optional>
 
+#include <nlohmann/json.hpp>
+
+#include "atoll/core/format.h"
 #include "atoll/model/data.h"
+#include "atoll/model/model_source.h"
 #include "atoll/model/run.h"
 #include "atoll/model/trainer.h"
 #include "command.h"
@@ -45,9 +50,9 @@ void RegisterData(CLI::App& app, CommandContext& ctx) {
       opts->log = PrintLine;
       auto m = model::PrepareData(*opts);
       if (!m.ok()) return Fail("data prepare", m.status());
-      std::printf("data ready in %s: tokenizer %s, vocab %d, %lld train + %lld val tokens\n",
+      std::printf("data ready in %s: tokenizer %s, vocab %d, %s train + %s val tokens\n",
                   m->dir.c_str(), m->tokenizer.c_str(), m->vocab_size,
-                  static_cast<long long>(m->train_tokens), static_cast<long long>(m->val_tokens));
+                  Grouped(m->train_tokens).c_str(), Grouped(m->val_tokens).c_str());
       return 0;
     };
   });
@@ -61,6 +66,72 @@ struct TrainFlags {
   std::string mlp;
   int64_t warmup = -1;
 };
+
+bool Given(const CLI::App& cmd, const char* flag) { return cmd.count(flag) > 0; }
+
+// --resume: flags the user left unset follow the source (the model it holds, the data folder and
+// seed it was trained with), so `atoll train --resume DIR` needs nothing else.
+StatusOr<std::optional<model::ModelSource>> AdoptResumeSource(const CLI::App& cmd, TrainFlags& f) {
+  if (f.run.resume.empty()) return std::optional<model::ModelSource>();
+  ATOLL_ASSIGN_OR_RETURN(model::ModelSource src, model::ResolveModelSource(f.run.resume));
+  if (!Given(cmd, "--data")) f.run.trainer.data_dir = src.data_dir;
+  if (!Given(cmd, "--seed")) f.run.trainer.seed = src.seed;
+  PrintLine("resume from " + src.Describe());
+  return std::optional<model::ModelSource>(src);
+}
+
+bool ModelFlagsGiven(const CLI::App& cmd) {
+  for (const char* flag : {"--preset", "--d-model", "--layers", "--heads", "--d-ff", "--mlp"}) {
+    if (Given(cmd, flag)) return true;
+  }
+  return false;
+}
+
+// The model of the run: the preset and overrides, or, resuming without model flags, the source's.
+StatusOr<model::ModelConfig> TrainModelConfig(const CLI::App& cmd, const TrainFlags& f,
+                                              const std::optional<model::ModelSource>& src,
+                                              int vocab) {
+  model::ModelConfig config;
+  if (src && !ModelFlagsGiven(cmd)) {
+    config = src->model;
+  } else {
+    ATOLL_ASSIGN_OR_RETURN(config, model::PresetConfig(f.preset, vocab));
+  }
+  if (Given(cmd, "--seq") || !src) config.seq_len = f.seq;
+  if (f.d_model > 0) config.d_model = f.d_model;
+  if (f.layers > 0) config.n_layers = f.layers;
+  if (f.heads > 0) config.n_heads = f.heads;
+  if (f.d_ff > 0) config.d_ff = f.d_ff;
+  if (!f.mlp.empty()) config.mlp = f.mlp;
+  return config;
+}
+
+int RunTrain(const CLI::App& cmd, TrainFlags& f) {
+  auto& run = f.run;
+  run.log = PrintLine;
+  // Flags are checked before the data is prepared (which may take a while).
+  auto known = model::PresetConfig(f.preset, 256);
+  if (!known.ok()) return Fail("train", known.status());
+  if (run.steps < 1 || run.trainer.batch_size < 1 || f.seq < 1 || run.trainer.replicas < 1 ||
+      run.trainer.threads < 1 || run.trainer.optim.lr <= 0) {
+    return Fail("train", InvalidArgumentError(
+                             "--steps, --batch, --seq, --replicas, --threads and --lr must be "
+                             "positive"));
+  }
+  auto src = AdoptResumeSource(cmd, f);
+  if (!src.ok()) return Fail("train", src.status().WithContext("--resume"));
+  auto data = model::EnsureDataPrepared(run.trainer.data_dir, PrintLine);
+  if (!data.ok()) return Fail("train", data.status());
+  auto config = TrainModelConfig(cmd, f, *src, data->vocab_size);
+  if (!config.ok()) return Fail("train", config.status());
+  run.trainer.model = *config;
+  run.trainer.optim.total_steps = run.steps;
+  run.trainer.optim.warmup_steps = f.warmup >= 0 ? f.warmup : run.steps / 10;
+  auto res = model::RunTraining(run);
+  if (!res.ok()) return Fail("train", res.status());
+  std::printf("run folder: %s\n", res->out_dir.c_str());
+  return 0;
+}
 
 void RegisterTrain(CLI::App& app, CommandContext& ctx) {
   auto f = std::make_shared<TrainFlags>();
@@ -102,50 +173,24 @@ void RegisterTrain(CLI::App& app, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--seed", t.seed, "Seed of initial weights and data order")
       ->capture_default_str();
-  cmd->add_option("--resume", r.resume, "Checkpoint (or run) folder to continue from");
+  cmd->add_option("--resume", r.resume,
+                  "Continue from a checkpoint or `atoll train` run folder (bit-exact), or start "
+                  "from an `atoll run` folder's global model (weights only: fresh AdamW "
+                  "moments). Unset model flags, --data and --seed follow it");
   cmd->add_option("--d-model", f->d_model, "Override the preset's width");
   cmd->add_option("--layers", f->layers, "Override the preset's layer count");
   cmd->add_option("--heads", f->heads, "Override the preset's head count");
   cmd->add_option("--d-ff", f->d_ff, "Override the preset's MLP width");
   cmd->add_option("--mlp", f->mlp, "swiglu or gelu");
-  cmd->callback([&ctx, f] {
-    ctx.action = [f] {
-      auto& run = f->run;
-      run.log = PrintLine;
-      // Flags are checked before the data is prepared (which may take a while).
-      auto known = model::PresetConfig(f->preset, 256);
-      if (!known.ok()) return Fail("train", known.status());
-      if (run.steps < 1 || run.trainer.batch_size < 1 || f->seq < 1 || run.trainer.replicas < 1 ||
-          run.trainer.threads < 1 || run.trainer.optim.lr <= 0) {
-        return Fail("train", InvalidArgumentError(
-                                 "--steps, --batch, --seq, --replicas, --threads and --lr must be "
-                                 "positive"));
-      }
-      auto data = model::EnsureDataPrepared(run.trainer.data_dir, PrintLine);
-      if (!data.ok()) return Fail("train", data.status());
-      auto config = model::PresetConfig(f->preset, data->vocab_size);
-      if (!config.ok()) return Fail("train", config.status());
-      config->seq_len = f->seq;
-      if (f->d_model > 0) config->d_model = f->d_model;
-      if (f->layers > 0) config->n_layers = f->layers;
-      if (f->heads > 0) config->n_heads = f->heads;
-      if (f->d_ff > 0) config->d_ff = f->d_ff;
-      if (!f->mlp.empty()) config->mlp = f->mlp;
-      run.trainer.model = *config;
-      run.trainer.optim.total_steps = run.steps;
-      run.trainer.optim.warmup_steps = f->warmup >= 0 ? f->warmup : run.steps / 10;
-      auto res = model::RunTraining(run);
-      if (!res.ok()) return Fail("train", res.status());
-      std::printf("run folder: %s\n", res->out_dir.c_str());
-      return 0;
-    };
-  });
+  cmd->callback([&ctx, f, cmd] { ctx.action = [f, cmd] { return RunTrain(*cmd, *f); }; });
 }
 
 void RegisterSample(CLI::App& app, CommandContext& ctx) {
   auto o = std::make_shared<model::SampleOptions>();
-  auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
-  cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint folder, or a run folder")
+  auto* cmd = app.add_subcommand("sample", "Generate text from a trained model");
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "Checkpoint folder, `atoll train` run folder, or `atoll run` folder "
+                  "(global.safetensors)")
       ->required();
   cmd->add_option("--prompt", o->prompt, "Text to continue");
   cmd->add_option("--tokens", o->max_new_tokens, "New tokens to generate")->capture_default_str();
@@ -168,10 +213,65 @@ void RegisterSample(CLI::App& app, CommandContext& ctx) {
   });
 }
 
+void PrintEval(const model::EvalResult& r, bool json) {
+  if (json) {
+    nlohmann::json j = {{"checkpoint", r.source.path},
+                        {"kind", model::ModelSourceKindName(r.source.kind)},
+                        {"weights", r.source.weights_file},
+                        {"step", r.source.step},
+                        {"preset", r.source.model.preset},
+                        {"params", r.params},
+                        {"data", r.data_dir},
+                        {"batches", r.batches},
+                        {"batch_size", r.batch_size},
+                        {"seq", r.source.model.seq_len},
+                        {"eval_loss", r.stats.loss},
+                        {"perplexity", r.stats.perplexity},
+                        {"eval_tokens", r.stats.tokens},
+                        {"seconds", r.seconds}};
+    PrintLine(j.dump());
+    return;
+  }
+  std::printf("eval loss %.4f, perplexity %.2f on %s validation tokens (%d batches × %d × %d) "
+              "of %s\n",
+              r.stats.loss, r.stats.perplexity, Grouped(r.stats.tokens).c_str(), r.batches,
+              r.batch_size, r.source.model.seq_len, r.data_dir.c_str());
+  std::printf("model: %s; %s params; %.1f s\n", r.source.Describe().c_str(),
+              Grouped(r.params).c_str(), r.seconds);
+}
+
+void RegisterEval(CLI::App& app, CommandContext& ctx) {
+  auto o = std::make_shared<model::EvalOptions>();
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand(
+      "eval", "Eval loss and perplexity of a trained model on a validation set");
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "Checkpoint folder, `atoll train` run folder, or `atoll run` folder")
+      ->required();
+  cmd->add_option("--data", o->data_dir,
+                  "Data folder to evaluate on (default: the one the model was trained on; it "
+                  "must use the same tokenizer)");
+  cmd->add_option("--batches", o->batches,
+                  "Validation batches (default: the run's own eval batches, else 16)");
+  cmd->add_option("--batch", o->batch_size,
+                  "Sequences per batch (default: the model's training batch)");
+  cmd->add_option("--threads", o->threads, "Torch threads")->capture_default_str();
+  cmd->add_flag("--json", *json, "Print one JSON object instead of the lines for people");
+  cmd->callback([&ctx, o, json] {
+    ctx.action = [o, json] {
+      auto res = model::EvaluateSource(*o);
+      if (!res.ok()) return Fail("eval", res.status());
+      PrintEval(*res, *json);
+      return 0;
+    };
+  });
+}
+
 }  // namespace
 
 ATOLL_COMMAND(20, RegisterData);
 ATOLL_COMMAND(21, RegisterTrain);
 ATOLL_COMMAND(22, RegisterSample);
+ATOLL_COMMAND(23, RegisterEval);
 
 }  // namespace atl::cli

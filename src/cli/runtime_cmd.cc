@@ -1,8 +1,11 @@
-// `atoll run`, `atoll syncer`, `atoll learner`: flags → RunConfig → the runtime library.
+// `atoll run`, `atoll syncer`, `atoll learner`: flags → RunConfig → the runtime library; and
+// `atoll export` (durable syncer state → safetensors).
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/format.h"
+#include "atoll/runtime/export.h"
 #include "atoll/runtime/processes.h"
 #include "command.h"
 
@@ -147,7 +150,38 @@ void Register(CLI::App& app, CommandContext& ctx) {
   }
 }
 
+void RegisterExport(CLI::App& app, CommandContext& ctx) {
+  auto o = std::make_shared<runtime::ExportOptions>();
+  auto* c = app.add_subcommand(
+      "export",
+      "Write the global model of a run from the syncer's committed durable state (state/) to a\n"
+      "safetensors file: for a run that ended without global.safetensors, or one still running.");
+  c->add_option("--config", o->config, "The run folder, or its config.json")->required();
+  c->add_option("--state", o->state, "Durable state folder (default <run folder>/state)");
+  c->add_option("--out", o->out,
+                "Output .safetensors (written as <run folder>/global.safetensors, `atoll sample` "
+                "and `atoll eval` read it from the run folder)")
+      ->required();
+  c->add_flag("--force", o->force, "Overwrite --out if it exists");
+  c->callback([&ctx, o] {
+    ctx.action = [o] {
+      auto r = runtime::ExportState(*o);
+      if (!r.ok()) {
+        std::fprintf(stderr, "atoll export: error: %s\n", r.status().ToString().c_str());
+        return r.status().code() == StatusCode::kInternal ? 1 : 2;
+      }
+      std::printf("exported the global model of run %s (%s params, %lld committed rounds, "
+                  "fragment versions %s) from %s to %s\n",
+                  r->run_id.c_str(), Grouped(r->params).c_str(),
+                  static_cast<long long>(r->rounds), nlohmann::json(r->versions).dump().c_str(),
+                  r->state.c_str(), r->out.c_str());
+      return 0;
+    };
+  });
+}
+
 }  // namespace
 }  // namespace atl::cli
 
 ATOLL_COMMAND(10, atl::cli::Register);
+ATOLL_COMMAND(11, atl::cli::RegisterExport);

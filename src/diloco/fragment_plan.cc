@@ -8,6 +8,8 @@
 #include <set>
 #include <string_view>
 
+#include "atoll/core/format.h"
+
 namespace atl::diloco {
 namespace {
 
@@ -131,16 +133,6 @@ void PackStrided(FragmentPlan& plan) {
   }
 }
 
-std::string WithCommas(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
-}
-
 }  // namespace
 
 StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
@@ -204,13 +196,13 @@ std::string DescribePlan(const FragmentPlan& plan) {
   char buf[160];
   std::snprintf(buf, sizeof(buf),
                 "%zu tensors, %s elements, P=%d, ideal %s elements/fragment, peak/ideal %.3f\n",
-                plan.tensors.size(), WithCommas(plan.total_numel).c_str(), plan.num_fragments(),
-                WithCommas(static_cast<int64_t>(plan.ideal_numel + 0.5)).c_str(),
+                plan.tensors.size(), Grouped(plan.total_numel).c_str(), plan.num_fragments(),
+                Grouped(static_cast<int64_t>(plan.ideal_numel + 0.5)).c_str(),
                 plan.peak_to_ideal);
   out += buf;
   for (const auto& f : plan.fragments) {
     std::snprintf(buf, sizeof(buf), "fragment %2d: %9s elements (%.2f× ideal):", f.index,
-                  WithCommas(f.numel).c_str(), static_cast<double>(f.numel) / plan.ideal_numel);
+                  Grouped(f.numel).c_str(), static_cast<double>(f.numel) / plan.ideal_numel);
     out += buf;
     if (f.slices.empty()) out += " (empty)";
     for (size_t i = 0; i < f.slices.size(); ++i) {

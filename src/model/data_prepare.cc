@@ -11,6 +11,7 @@
 #include "atoll/core/checksum.h"
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
+#include "atoll/core/format.h"
 #include "atoll/model/data.h"
 #include "atoll/model/safetensors.h"
 #include "atoll/model/shard.h"
@@ -184,7 +185,7 @@ StatusOr<DataManifest> PrepareData(const DataOptions& o) {
     if (existing.ok() && existing->json.value("request", nlohmann::json()) == request &&
         FilesPresent(*existing)) {
       Log(o.log, "data: " + o.out_dir + " is already prepared (" +
-                     std::to_string(existing->train_tokens) + " train tokens)");
+                     Grouped(existing->train_tokens) + " train tokens)");
       return existing;
     }
   }
@@ -306,10 +307,11 @@ StatusOr<DataManifest> PrepareData(const DataOptions& o) {
     j["tokenizer_checksum"] = tokenizer_checksum;
   }
   ATOLL_RETURN_IF_ERROR(WriteJsonWithChecksum(JoinPath(o.out_dir, kManifestName), j));
-  Log(o.log, "data: " + std::to_string(stream.size()) + " tokens (" + tokenizer_kind +
-                 ", vocab " + std::to_string(vocab) + "): train " +
-                 std::to_string(train.size()) + " in " + std::to_string(train_files.size()) +
-                 " shard file(s), val " + std::to_string(val.size()) + "; " +
+  Log(o.log, "data: " + Grouped(static_cast<int64_t>(stream.size())) + " tokens (" +
+                 tokenizer_kind + ", vocab " + std::to_string(vocab) + "): train " +
+                 Grouped(static_cast<int64_t>(train.size())) + " in " +
+                 std::to_string(train_files.size()) + " shard file(s), val " +
+                 Grouped(static_cast<int64_t>(val.size())) + "; " +
                  Fmt("%.1f", seconds) + " s → " + o.out_dir);
   return LoadDataManifest(o.out_dir);
 }

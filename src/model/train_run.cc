@@ -5,10 +5,13 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
+#include "atoll/core/format.h"
 #include "atoll/model/data.h"
+#include "atoll/model/model_source.h"
 #include "atoll/model/run.h"
 #include "atoll/model/safetensors.h"
 #include "model_json.h"
@@ -52,6 +55,25 @@ class JsonLines {
  private:
   std::FILE* f_;
 };
+
+// Continues from a checkpoint (everything restored, bit-exact), or starts from the global model
+// of an atoll run folder, which holds the weights only.
+Status Resume(const ModelSource& from, Trainer& trainer,
+              const std::function<void(const std::string&)>& log) {
+  if (from.kind != ModelSourceKind::kClusterRun) {
+    Status st = trainer.LoadCheckpoint(from.checkpoint_dir);
+    if (!st.ok()) return st.WithContext("resuming from " + from.checkpoint_dir);
+    log("resumed from " + from.checkpoint_dir + " at step " + std::to_string(trainer.step()));
+    return Status::Ok();
+  }
+  Status st = LoadSourceWeights(from, trainer);
+  if (!st.ok()) return st.WithContext("starting from " + from.weights_file);
+  trainer.ResetOptimizerState();
+  log("started from the global model of " + from.Describe() +
+      ": weights only; an atoll run folder keeps no optimizer state, so the AdamW moments start "
+      "fresh, at step 0, with the warm-up and schedule from their start");
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -100,19 +122,18 @@ StatusOr<TrainRunResult> RunTraining(const TrainRunOptions& in) {
   if (o.trainer.optim.total_steps <= 0) o.trainer.optim.total_steps = o.steps;
   const double wall0 = RealClock::Default().NowSeconds();
 
-  std::string resume_dir;
+  std::optional<ModelSource> resume;
   if (!o.resume.empty()) {
-    ATOLL_ASSIGN_OR_RETURN(resume_dir, ResolveCheckpointDir(o.resume));
+    ATOLL_ASSIGN_OR_RETURN(resume, ResolveModelSource(o.resume));
   }
   if (o.out_dir.empty()) o.out_dir = FreshRunDir("runs", "train");
   ATOLL_RETURN_IF_ERROR(MakeDirs(o.out_dir));
 
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(o.trainer));
-  if (!resume_dir.empty()) {
-    Status st = trainer->LoadCheckpoint(resume_dir);
-    if (!st.ok()) return st.WithContext("resuming from " + resume_dir);
-    log("resumed from " + resume_dir + " at step " + std::to_string(trainer->step()));
-  }
+  if (resume) ATOLL_RETURN_IF_ERROR(Resume(*resume, *trainer, log));
+  const std::string resume_dir = !resume                   ? std::string()
+                                 : resume->checkpoint_dir.empty() ? resume->weights_file
+                                                                  : resume->checkpoint_dir;
   const auto& tc = o.trainer;
   const auto& mc = tc.model;
   const std::string mode = tc.replicas > 1 ? "data_parallel" : "single";
@@ -120,10 +141,10 @@ StatusOr<TrainRunResult> RunTraining(const TrainRunOptions& in) {
              "seq %d)",
              mc.preset.c_str(), trainer->num_params() / 1e6, mc.d_model, mc.n_layers, mc.n_heads,
              mc.d_ff, mc.mlp.c_str(), mc.vocab_size, mc.seq_len));
-  log(Printf("train: %s, %d replica(s) × batch %d × seq %d = %lld tokens/step, %lld steps, "
+  log(Printf("train: %s, %d replica(s) × batch %d × seq %d = %s tokens/step, %lld steps, "
              "lr %.2g, %d thread(s) → %s",
              mode.c_str(), tc.replicas, tc.batch_size, mc.seq_len,
-             static_cast<long long>(trainer->tokens_per_step()), static_cast<long long>(o.steps),
+             Grouped(trainer->tokens_per_step()).c_str(), static_cast<long long>(o.steps),
              tc.optim.lr, tc.threads, o.out_dir.c_str()));
 
   nlohmann::json config = {
@@ -159,9 +180,9 @@ StatusOr<TrainRunResult> RunTraining(const TrainRunOptions& in) {
                    {"eval_loss", last_eval.loss},
                    {"perplexity", last_eval.perplexity},
                    {"eval_tokens", last_eval.tokens}});
-    log(Printf("eval  step %lld: loss %.4f, perplexity %.2f (%lld tokens)",
+    log(Printf("eval  step %lld: loss %.4f, perplexity %.2f (%s tokens)",
                static_cast<long long>(trainer->step()), last_eval.loss, last_eval.perplexity,
-               static_cast<long long>(last_eval.tokens)));
+               Grouped(last_eval.tokens).c_str()));
     return Status::Ok();
   };
   std::string last_checkpoint;
@@ -247,9 +268,9 @@ StatusOr<TrainRunResult> RunTraining(const TrainRunOptions& in) {
       {"out_dir", o.out_dir}};
   ATOLL_RETURN_IF_ERROR(
       WriteFileAtomic((fs::path(o.out_dir) / "summary.json").string(), summary.dump(2) + "\n"));
-  log(Printf("done: %lld steps, %lld tokens in %s (%s tok/s); eval loss %.4f → %.4f; "
+  log(Printf("done: %lld steps, %s tokens in %s (%s tok/s); eval loss %.4f → %.4f; "
              "checkpoint %s",
-             static_cast<long long>(steps_run), static_cast<long long>(tokens_run),
+             static_cast<long long>(steps_run), Grouped(tokens_run).c_str(),
              Duration(wall).c_str(), Rate(summary["tokens_per_second"].get<double>()).c_str(),
              eval_loss_start, last_eval.loss, last_checkpoint.c_str()));
   return TrainRunResult{o.out_dir, summary};

@@ -56,8 +56,6 @@ class ControlFile {
 
 }  // namespace
 
-StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<diloco::TensorSpec>& tensors);
-
 namespace {
 
 // `atoll learner` in named stages: Setup (data, trainer, plan, transport, agent), then the

@@ -67,7 +67,7 @@ int RunLocalCluster(const RunOptions& options) {
   std::printf("run folder: %s\n", c.out.c_str());
   std::fflush(stdout);
   auto manifest = model::EnsureDataPrepared(c.data, [](const std::string& m) {
-    std::printf("data: %s\n", m.c_str());
+    std::printf("%s\n", m.c_str());  // the lines carry their own "data: " prefix
     std::fflush(stdout);
   });
   if (!manifest.ok()) return fail(manifest.status(), 2);

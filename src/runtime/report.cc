@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "atoll/core/file.h"
+#include "atoll/core/format.h"
 #include "cluster.h"
 
 namespace atl::runtime {
@@ -24,6 +25,17 @@ std::string Bytes(double b) {
 double Num(const nlohmann::json& j, const char* key, double fallback = 0) {
   auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+// [4.47105884552, null] → "4.5 s, none (no contribution after that restart)".
+std::string SecondsList(const nlohmann::json& list) {
+  std::string out;
+  for (const auto& v : list) {
+    if (!out.empty()) out += ", ";
+    out += v.is_number() ? fmt::format("{:.1f} s", v.get<double>())
+                         : std::string("none (no contribution after that restart)");
+  }
+  return out;
 }
 
 }  // namespace
@@ -306,8 +318,9 @@ std::string FormatReport(const nlohmann::json& s) {
       r += fmt::format("eval loss of the global model during the run:{}\n", points);
     }
   }
-  r += fmt::format("tokens trained {}  merged into the global model {:.0f}  ({:.0f} tokens/s across learners)\n",
-                   s.value("tokens_trained", 0), Num(s, "tokens_merged"), Num(s, "tokens_per_second"));
+  r += fmt::format("tokens trained {}  merged into the global model {}  ({} tokens/s across learners)\n",
+                   GroupedRound(Num(s, "tokens_trained")), GroupedRound(Num(s, "tokens_merged")),
+                   GroupedRound(Num(s, "tokens_per_second")));
   const double wire = Num(s, "bytes_up") + Num(s, "bytes_down");
   const double dp = Num(s, "dp_equivalent_bytes");
   r += fmt::format("bytes on the wire {} (up {}, down {}); data-parallel would have moved {} ({:.1f}x more)\n",
@@ -318,12 +331,13 @@ std::string FormatReport(const nlohmann::json& s) {
                      Num(s, "goodput"), Num(s, "uptime"), s.value("faults", nlohmann::json::array()).size());
   }
   for (const auto& l : s.value("per_learner", nlohmann::json::array())) {
-    r += fmt::format("  learner {}: computed {:.0f} merged {:.0f} lost {:.0f} tokens, alive {:.0f}s dead {:.0f}s, {} rounds joined, up {} down {}",
-                     l.value("learner", -1), Num(l, "tokens_computed"), Num(l, "tokens_merged"),
-                     Num(l, "tokens_lost"), Num(l, "seconds_alive"), Num(l, "seconds_dead"),
-                     l.value("rounds_joined", 0), Bytes(Num(l, "bytes_up")), Bytes(Num(l, "bytes_down")));
+    r += fmt::format("  learner {}: computed {} merged {} lost {} tokens, alive {:.0f}s dead {:.0f}s, {} rounds joined, up {} down {}",
+                     l.value("learner", -1), GroupedRound(Num(l, "tokens_computed")),
+                     GroupedRound(Num(l, "tokens_merged")), GroupedRound(Num(l, "tokens_lost")),
+                     Num(l, "seconds_alive"), Num(l, "seconds_dead"), l.value("rounds_joined", 0),
+                     Bytes(Num(l, "bytes_up")), Bytes(Num(l, "bytes_down")));
     const auto& rj = l.value("restart_to_first_contribution_s", nlohmann::json::array());
-    if (!rj.empty()) r += ", rejoin→contribution " + rj.dump() + " s";
+    if (!rj.empty()) r += ", rejoin→contribution " + SecondsList(rj);
     r += "\n";
   }
   return r;

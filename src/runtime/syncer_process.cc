@@ -156,7 +156,8 @@ class SyncerProcess {
     resumed_ = durable_->Exists();
     if (resumed_) {
       if (Status st = durable_->Restore(*core_, clock_.Now()); !st.ok()) {
-        return Fail(st.WithContext("resuming from " + durable_->dir()), 2);
+        const char* hint = st.code() == StatusCode::kFailedPrecondition ? " (point --state at a fresh folder to start over)" : "";
+        return Fail(Status(st.code(), st.message() + hint).WithContext("resuming from " + durable_->dir()), 2);
       }
       std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", durable_->dir().c_str(),
                   static_cast<long long>(core_->rounds_closed()), nlohmann::json(core_->versions()).dump().c_str());

@@ -22,15 +22,4 @@ __attribute__((format(printf, 1, 2))) inline std::string Fmt(const char* fmt, ..
   return out;
 }
 
-// 1200000 → "1,200,000".
-inline std::string Grouped(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return v < 0 ? "-" + out : out;
-}
-
 }  // namespace atl::sim::internal

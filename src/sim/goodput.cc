@@ -4,6 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/format.h"
 #include "atoll/core/rng.h"
 #include "atoll/sim/svg.h"
 #include "format_util.h"
@@ -11,7 +12,6 @@
 namespace atl::sim {
 
 using internal::Fmt;
-using internal::Grouped;
 
 std::string_view ModeName(Mode m) {
   switch (m) {

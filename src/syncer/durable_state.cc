@@ -114,8 +114,7 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
     if (meta.value(key, nlohmann::json()) != want[key]) {
       return FailedPreconditionError("saved state in " + dir_ + " belongs to another " +
                                      std::string(key) + " (" + meta.value(key, nlohmann::json()).dump() +
-                                     " vs this syncer's " + want[key].dump() +
-                                     "); point --state at a fresh folder to start over");
+                                     " vs this syncer's " + want[key].dump() + ")");
     }
   }
   // Read and verify everything before changing anything.

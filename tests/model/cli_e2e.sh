@@ -1,6 +1,7 @@
 #!/bin/sh
 # End to end through the `atoll` binary on a tiny byte-level corpus: data prepare, train with
-# checkpoints, resume from a mid-run checkpoint, sample. Usage: cli_e2e.sh ATOLL SCRATCH_DIR
+# checkpoints, resume from a mid-run checkpoint (with and without the model flags), sample, eval.
+# Usage: cli_e2e.sh ATOLL SCRATCH_DIR
 set -eu
 A="$1"
 D="$2/e2e"
@@ -26,5 +27,17 @@ grep -q '"steps_this_run": 3' "$D/run2/summary.json"
 loss1=$(grep '"train_loss"' "$D/run/summary.json")
 loss2=$(grep '"train_loss"' "$D/run2/summary.json")
 test "$loss1" = "$loss2"
+# Resuming with no model flags, --data or --seed: they follow the checkpoint.
+"$A" train --out "$D/run3" --steps 6 --batch 4 --eval-every 3 --eval-batches 1 \
+  --resume "$D/run/checkpoints/step_000003" > "$D/run3.log"
+grep -q "resume from checkpoint" "$D/run3.log"
+loss3=$(grep '"train_loss"' "$D/run3/summary.json")
+test "$loss1" = "$loss3"
 "$A" sample --checkpoint "$D/run" --prompt "the king" --tokens 20 | grep -q "^the king"
+# Eval of the run folder: the lines for people and the JSON line agree with the run's last eval.
+"$A" eval --checkpoint "$D/run" --batches 1 > "$D/eval.txt"
+grep -q "^eval loss [0-9.]*, perplexity" "$D/eval.txt"
+"$A" eval --checkpoint "$D/run" --batches 1 --json > "$D/eval.json"
+want=$(grep '"eval_loss"' "$D/run/summary.json" | sed 's/.*: *//; s/,$//')
+grep -q "\"eval_loss\":$want," "$D/eval.json"
 echo "cli_e2e: ok"

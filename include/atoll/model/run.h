@@ -32,7 +32,10 @@ struct TrainRunOptions {
   int eval_every = 100;        // steps; 0 = only at the start and the end
   int eval_batches = 8;        // fixed validation batches per evaluation
   std::string out_dir;         // "" = a fresh runs/train-YYYYmmdd-HHMMSS folder
-  std::string resume;          // checkpoint folder (or run folder: its latest checkpoint)
+  // What to continue from (model_source.h): a checkpoint folder or `atoll train` run folder
+  // (its latest checkpoint; everything restored, bit-exact), or an `atoll run` folder (the
+  // global model's weights only: fresh AdamW moments, step 0). "" = fresh start.
+  std::string resume;
   int64_t checkpoint_every = 0;  // steps; 0 = only at the end
   int log_every = 10;          // progress line every this many steps
   std::function<void(const std::string&)> log;  // progress lines; null = silent
@@ -47,16 +50,17 @@ struct TrainRunResult {
 // pass through with context.
 StatusOr<TrainRunResult> RunTraining(const TrainRunOptions& options);
 
-// A checkpoint folder itself (holds checkpoint.json), or a run folder whose latest
-// checkpoints/step_* is returned. NotFound otherwise.
+// A checkpoint folder itself (holds checkpoint.json), or an `atoll train` run folder whose latest
+// checkpoints/step_* is returned. NotFound otherwise. (ResolveModelSource in model_source.h also
+// knows `atoll run` folders.)
 StatusOr<std::string> ResolveCheckpointDir(const std::string& path);
 
 // A fresh, not yet existing folder name under `root` ("runs"): root/<prefix>-YYYYmmdd-HHMMSS.
 std::string FreshRunDir(const std::string& root, const std::string& prefix);
 
 struct SampleOptions {
-  std::string checkpoint;     // checkpoint or run folder
-  std::string data_dir;       // tokenizer location; "" = the one the checkpoint was trained on
+  std::string checkpoint;     // checkpoint, train run or atoll run folder (model_source.h)
+  std::string data_dir;       // tokenizer location; "" = the one the model was trained on
   std::string prompt;
   int max_new_tokens = 200;
   double temperature = 0.8;   // 0 = greedy
@@ -72,7 +76,7 @@ struct SampleResult {
   double seconds = 0;
 };
 
-// Loads the checkpoint's model (checksums verified) and tokenizer and continues the prompt.
+// Loads the model (checksums verified) and its tokenizer and continues the prompt.
 StatusOr<SampleResult> Sample(const SampleOptions& options);
 
 }  // namespace atl::model

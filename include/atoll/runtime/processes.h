@@ -4,9 +4,12 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "atoll/diloco/fragment_plan.h"
 #include "atoll/model/trainer.h"
 #include "atoll/runtime/run_config.h"
+#include "atoll/syncer/syncer_core.h"
 
 namespace atl::runtime {
 
@@ -48,5 +51,11 @@ int RunLocalCluster(const RunOptions& options);
 // The TrainerOptions a learner (or the syncer's evaluator) of this run uses. Needs the prepared
 // data folder for the vocabulary size.
 StatusOr<model::TrainerOptions> MakeTrainerOptions(const RunConfig& config, int learner_id);
+// The fragment plan of this run over the model's tensors (what the syncer and every learner
+// build, and `atoll export` rebuilds). InvalidArgument for an unknown plan strategy.
+StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& config,
+                                        const std::vector<diloco::TensorSpec>& tensors);
+// The syncer's options for this run (mode, quorum, grace, merge, outer optimizer, codecs).
+StatusOr<syncer::SyncerOptions> MakeSyncerOptions(const RunConfig& config);
 
 }  // namespace atl::runtime

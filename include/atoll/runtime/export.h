@@ -1,0 +1,44 @@
+// `atoll export`: a syncer's committed durable state (state/meta.json + fragment-NNN.bin, see
+// atoll/syncer/durable_state.h) turned into a safetensors checkpoint of the global model Θ —
+// for a run that ended without writing global.safetensors (the syncer was killed, the machine
+// went down), or to look at the global model while a run is still going.
+//
+// The model is rebuilt from the run config (preset, seq and the vocabulary of its data folder)
+// to get the tensor specs and the fragment plan exactly as the syncer did (MakePlan); the state
+// is restored into a SyncerCore with DurableState::Restore, which checks that it belongs to this
+// run, model and plan and verifies every fragment's checksum; Θ is then scattered into the
+// tensors and written with model::WriteSafetensors (atomic, self-checksummed), loadable by
+// `atoll sample/eval --checkpoint` when written into the run folder.
+// Thread-safety: one call at a time per output file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "atoll/core/status.h"
+
+namespace atl::runtime {
+
+struct ExportOptions {
+  std::string config;  // the run's config.json (or TOML run file), or its run folder
+  std::string state;   // the state folder; "" = <folder of the config>/state
+  std::string out;     // the .safetensors file to write
+  bool force = false;  // overwrite `out` when it exists
+};
+
+struct ExportResult {
+  std::string out;
+  std::string state;
+  std::string run_id;
+  int64_t rounds = 0;              // committed rounds: the sum of the fragment versions
+  std::vector<int64_t> versions;   // per fragment
+  int64_t params = 0;
+};
+
+// InvalidArgument for a bad --out or config; NotFound for a missing config, state or data
+// folder; AlreadyExists for an existing --out without force; FailedPrecondition for the state of
+// another run, model or plan; DataLoss for a truncated or corrupted state file.
+StatusOr<ExportResult> ExportState(const ExportOptions& options);
+
+}  // namespace atl::runtime
