@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "atoll/exchange/fragment_exchange.h"
@@ -160,67 +161,58 @@ std::span<const float> SyncerCore::learner_copy(int learner_id, int fragment) co
   return it->second.values;
 }
 
-StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const std::byte> payload,
-                                      TimePoint now) {
-  auto lit = learners_.find(h.learner_id);
-  if (lit == learners_.end()) {
-    return NotFoundError("push from learner " + std::to_string(h.learner_id) +
-                         " which has not joined (join first)");
+Status SyncerCore::Reject(LearnerRecord& l, const PushHeaderData& h, Status s, TimePoint now) {
+  l.pushes_rejected += 1;
+  if (s.code() != StatusCode::kAborted) l.consecutive_rejects += 1;
+  std::string ctx = fmt::format("push from learner {}, fragment {}", h.learner_id, h.fragment);
+  if (s.code() != StatusCode::kAborted && options_.max_consecutive_rejects > 0 &&
+      l.consecutive_rejects >= options_.max_consecutive_rejects) {
+    l.banned_until = now + FromSeconds(options_.ban_seconds);
+    ctx += fmt::format(" ({} bad pushes in a row: this learner is now disconnected)", l.consecutive_rejects);
   }
-  LearnerRecord& l = lit->second;
-  ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
-  auto reject = [&](Status s) -> Status {
-    l.pushes_rejected += 1;
-    if (s.code() != StatusCode::kAborted) l.consecutive_rejects += 1;
-    std::string ctx = "push from learner " + std::to_string(h.learner_id) + ", fragment " +
-                      std::to_string(h.fragment);
-    if (s.code() != StatusCode::kAborted && options_.max_consecutive_rejects > 0 &&
-        l.consecutive_rejects >= options_.max_consecutive_rejects) {
-      l.banned_until = now + FromSeconds(options_.ban_seconds);
-      ctx += " (" + std::to_string(l.consecutive_rejects) +
-             " bad pushes in a row: this learner is now disconnected)";
-    }
-    return s.WithContext(ctx);
-  };
+  return s.WithContext(ctx);
+}
+
+Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const {
   if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
-    return reject(InvalidArgumentError("fragment index out of range [0, " +
-                                       std::to_string(plan_.num_fragments()) + ")"));
+    return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
   }
-  FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
+  const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size) {
-    return reject(InvalidArgumentError(std::string("encoding ") + diloco::EncodingName(h.encoding) +
-                                       "/" + std::to_string(h.block_size) + " but the run uses " +
-                                       diloco::EncodingName(options_.uplink.encoding) + "/" +
-                                       std::to_string(options_.uplink.block_size)));
+    return InvalidArgumentError(fmt::format("encoding {}/{} but the run uses {}/{}", diloco::EncodingName(h.encoding),
+                                            h.block_size, diloco::EncodingName(options_.uplink.encoding),
+                                            options_.uplink.block_size));
   }
   if (h.num_values != static_cast<int64_t>(f.theta.size())) {
-    return reject(InvalidArgumentError("num_values " + std::to_string(h.num_values) +
-                                       " ≠ fragment size " + std::to_string(f.theta.size())));
+    return InvalidArgumentError(fmt::format("num_values {} ≠ fragment size {}", h.num_values, f.theta.size()));
   }
   const size_t expected = diloco::EncodedSize(options_.uplink, f.theta.size());
-  if (payload.size() != expected) {
-    return reject(InvalidArgumentError("payload has " + std::to_string(payload.size()) +
-                                       " bytes, expected " + std::to_string(expected)));
+  if (payload_bytes != expected) {
+    return InvalidArgumentError(fmt::format("payload has {} bytes, expected {}", payload_bytes, expected));
   }
   if (h.c_tokens < 0 || h.c_steps < 0 || (h.c_steps == 0 && h.c_tokens > 0)) {
-    return reject(InvalidArgumentError("bad counters c_tokens=" + std::to_string(h.c_tokens) +
-                                       " c_steps=" + std::to_string(h.c_steps)));
+    return InvalidArgumentError(fmt::format("bad counters c_tokens={} c_steps={}", h.c_tokens, h.c_steps));
   }
   if (h.base_version < 0 || h.base_version > f.version) {
-    return reject(InvalidArgumentError("base version " + std::to_string(h.base_version) +
-                                       " is not a version this syncer produced (current " +
-                                       std::to_string(f.version) + ")"));
+    return InvalidArgumentError(fmt::format("base version {} is not a version this syncer produced (current {})",
+                                            h.base_version, f.version));
   }
+  if (options_.mode == diloco::Mode::kDdp && h.base_version != f.version) {
+    return AbortedError(fmt::format("ddp: gradient of step {} but the model is at step {}: pull first",
+                                    h.base_version, f.version));
+  }
+  return Status::Ok();
+}
+
+StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHeaderData& h,
+                                                                  std::span<const std::byte> payload,
+                                                                  TimePoint now) const {
+  const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   const bool ddp = options_.mode == diloco::Mode::kDdp;
-  if (ddp && h.base_version != f.version) {
-    return reject(AbortedError("ddp: gradient of step " + std::to_string(h.base_version) +
-                               " but the model is at step " + std::to_string(f.version) + ": pull first"));
-  }
   const std::vector<float>* base = ddp ? nullptr : CopyAt(h.learner_id, h.fragment, h.base_version);
   if (!ddp && base == nullptr) {
-    return reject(AbortedError("the syncer holds no copy of this fragment at version " +
-                               std::to_string(h.base_version) +
-                               " for this learner: pull the fragment in full"));
+    return AbortedError(fmt::format("the syncer holds no copy of this fragment at version {} for this learner: "
+                                    "pull the fragment in full", h.base_version));
   }
   Contribution c;
   c.learner = h.learner_id;
@@ -230,56 +222,86 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   c.arrived = now;
   c.values.resize(f.theta.size());
   // Under kCurrent keep θ_m = Φ_base − Δ̂; ddp and kBase keep what was sent.
-  const bool against_current = !ddp && options_.outer_gradient == OuterGradientRule::kCurrent;
-  Status st = against_current ? exchange::DecodeLocal(options_.uplink, payload, *base, c.values)
-                              : diloco::Decode(options_.uplink, payload, c.values);
-  if (!st.ok()) return reject(st);
+  Status st = AgainstCurrent() ? exchange::DecodeLocal(options_.uplink, payload, *base, c.values)
+                               : diloco::Decode(options_.uplink, payload, c.values);
+  if (!st.ok()) return st;
   if (!exchange::AllFinite(c.values)) {
-    return reject(InvalidArgumentError(ddp ? "gradient has non-finite values" : "outer gradient has non-finite values"));
+    return InvalidArgumentError(ddp ? "gradient has non-finite values" : "outer gradient has non-finite values");
   }
-  // Quarantine: an outer gradient far outside the fragment's recent range is not merged.
+  return c;
+}
+
+bool SyncerCore::AgainstCurrent() const {
+  return options_.mode != diloco::Mode::kDdp && options_.outer_gradient == OuterGradientRule::kCurrent;
+}
+
+double SyncerCore::OuterGradientSize(const FragmentState& f, const Contribution& c) const {
   double norm2 = 0;
   for (size_t i = 0; i < c.values.size(); ++i) {
-    const double v = against_current ? static_cast<double>(f.theta[i]) - c.values[i] : c.values[i];
+    const double v = AgainstCurrent() ? static_cast<double>(f.theta[i]) - c.values[i] : c.values[i];
     norm2 += v * v;
   }
-  const double norm = std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, h.c_steps)));
-  if (!ddp && options_.quarantine_factor > 0 &&
-      static_cast<int>(f.recent_norms.size()) >= options_.quarantine_min_history) {
-    std::vector<double> sorted = f.recent_norms;
-    std::nth_element(sorted.begin(), sorted.begin() + static_cast<ptrdiff_t>(sorted.size() / 2), sorted.end());
-    const double median = sorted[sorted.size() / 2];
-    if (norm > options_.quarantine_factor * median && norm > 1e-12) {
-      l.quarantined += 1;
-      l.consecutive_rejects -= 1;  // reject() counts it; quarantine alone never disconnects
-      char buf[160];
-      std::snprintf(buf, sizeof(buf), "quarantined: outer-gradient size %.4g (norm/sqrt(steps)) is %.1fx the recent median %.4g (limit %.1fx)",
-                    norm, norm / std::max(median, 1e-30), median, options_.quarantine_factor);
-      return reject(InvalidArgumentError(buf));
-    }
+  return std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, c.c_steps)));
+}
+
+Status SyncerCore::CheckQuarantine(const FragmentState& f, double size) const {
+  if (options_.mode == diloco::Mode::kDdp || options_.quarantine_factor <= 0 ||
+      static_cast<int>(f.recent_norms.size()) < options_.quarantine_min_history) {
+    return Status::Ok();
+  }
+  std::vector<double> sorted = f.recent_norms;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<ptrdiff_t>(sorted.size() / 2), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  if (size <= options_.quarantine_factor * median || size <= 1e-12) return Status::Ok();
+  return InvalidArgumentError(fmt::format(
+      "quarantined: outer-gradient size {:.4g} (norm/sqrt(steps)) is {:.1f}x the recent median {:.4g} (limit {:.1f}x)",
+      size, size / std::max(median, 1e-30), median, options_.quarantine_factor));
+}
+
+StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const std::byte> payload,
+                                      TimePoint now) {
+  auto lit = learners_.find(h.learner_id);
+  if (lit == learners_.end()) {
+    return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
+  }
+  LearnerRecord& l = lit->second;
+  ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
+  if (Status st = CheckPushHeader(h, payload.size()); !st.ok()) return Reject(l, h, st, now);
+  FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
+  auto c = DecodeContribution(h, payload, now);
+  if (!c.ok()) return Reject(l, h, c.status(), now);
+  const double size = OuterGradientSize(f, *c);
+  if (Status st = CheckQuarantine(f, size); !st.ok()) {
+    l.quarantined += 1;
+    l.consecutive_rejects -= 1;  // Reject counts it; quarantine alone never disconnects
+    return Reject(l, h, st, now);
   }
   // Validated: now change state.
-  f.recent_norms.push_back(norm);
+  f.recent_norms.push_back(size);
   if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
+  return Admit(l, f, h, std::move(*c), now);
+}
+
+PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now) {
   l.consecutive_rejects = 0;
   if (h.c_steps > 0) {
     l.tokens_per_step = Ema(l.tokens_per_step, static_cast<double>(h.c_tokens) / static_cast<double>(h.c_steps));
   }
-  PushResult result;
-  result.round = f.round;
-  result.merged_version = f.version + 1;
   l.last_seen = now;
   l.pushes += 1;
   if (l.state == LearnerState::kJoining) l.state = LearnerState::kTraining;
-  auto existing = std::find_if(f.pending.begin(), f.pending.end(),
-                               [&](const Contribution& x) { return x.learner == h.learner_id; });
+  PushResult result;
+  result.round = f.round;
+  result.merged_version = f.version + 1;
   if (h.base_version < f.version) {
     l.late_folded += 1;
-    result.note = "computed against version " + std::to_string(h.base_version) + ", folded into round " +
-                  std::to_string(f.round) + " (current version " + std::to_string(f.version) + ")";
+    result.note = fmt::format("computed against version {}, folded into round {} (current version {})",
+                              h.base_version, f.round, f.version);
   } else {
-    result.note = "joined round " + std::to_string(f.round);
+    result.note = fmt::format("joined round {}", f.round);
   }
+  auto existing = std::find_if(f.pending.begin(), f.pending.end(),
+                               [&](const Contribution& x) { return x.learner == h.learner_id; });
   if (existing != f.pending.end()) {
     *existing = std::move(c);  // a newer contribution of the same learner replaces the older one
     result.note += "; replaced this learner's earlier contribution";

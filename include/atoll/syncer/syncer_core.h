@@ -229,6 +229,17 @@ class SyncerCore {
   double TokenShare(const FragmentState& f, const std::vector<int>& live) const;
   // What the round policy sees of fragment state `f`.
   static RoundView ViewOf(const FragmentState& f, const std::vector<int>& live);
+  // Push, in stages: header checks (no state change), decoding against the learner's copy, the
+  // quarantine of outliers, and admission into the fragment's open round.
+  Status Reject(LearnerRecord& l, const PushHeaderData& h, Status s, TimePoint now);
+  Status CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const;
+  StatusOr<Contribution> DecodeContribution(const PushHeaderData& h, std::span<const std::byte> payload,
+                                            TimePoint now) const;
+  bool AgainstCurrent() const;  // outer gradients taken against Θ_p (not the learner's base)
+  // ‖v‖/√c_steps: an outer gradient grows with the inner steps behind it.
+  double OuterGradientSize(const FragmentState& f, const Contribution& c) const;
+  Status CheckQuarantine(const FragmentState& f, double size) const;
+  PushResult Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now);
   // PermissionDenied while the learner is disconnected for repeated bad input.
   Status CheckNotBanned(const LearnerRecord& l, TimePoint now) const;
 
