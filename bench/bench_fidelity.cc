@@ -141,7 +141,8 @@ class Driver {
         "diatheke -b MHCC -f plain -k 'Genesis 1:1-Revelation 22:21' 2>/dev/null | "
         "sed -E 's/^[1-3]?[A-Za-z ]+ [0-9]+:[0-9]+: *//' | awk 'NF && !seen[$0]++' > " + Quote(text);
     run_.Log("extracting the byte-level corpus (sword-comm-mhcc) to " + text);
-    if (RunAndWait(extract, a_.common.out + "/mhcc-extract.log", 600) != 0 || fs::file_size(text) < 1'000'000) {
+    if (RunAndWait("sh -c " + Quote(extract), a_.common.out + "/mhcc-extract.log", 600) != 0 ||
+        !fs::exists(text) || fs::file_size(text) < 1'000'000) {
       std::fprintf(stderr, "bench_fidelity: could not extract MHCC (is sword-comm-mhcc installed? scripts/setup)\n");
       run_.CountFailure();
       return false;
