@@ -59,6 +59,23 @@ class TorchTrainer final : public Trainer {
   void ResetOptimizerState() override;
 
  private:
+  // What checkpoint.json says, read and checked against this trainer.
+  struct CheckpointManifest {
+    int64_t step = 0, tokens = 0, adam_step = 0;
+    std::vector<ReaderPosition> positions;  // one per replica
+    std::string model_checksum, optimizer_checksum;
+  };
+  // The decoded safetensors files and, for each of specs_, the index of its values in them.
+  struct CheckpointTensors {
+    SafetensorsData model, optimizer;
+    std::vector<int> param, exp_avg, exp_avg_sq;
+  };
+  Status CheckCompatible(const nlohmann::json& manifest, const std::string& dir,
+                         const std::string& manifest_path) const;
+  StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& dir) const;
+  StatusOr<CheckpointTensors> ReadCheckpointTensors(const std::string& dir,
+                                                    const CheckpointManifest& m) const;
+
   TrainerOptions opts_;
   std::string data_dir_;  // absolute
   std::unique_ptr<Gpt> model_;
@@ -312,89 +329,107 @@ Status TorchTrainer::SaveCheckpoint(const std::string& dir) {
   return WriteJsonWithChecksum((fs::path(dir) / "checkpoint.json").string(), j);
 }
 
-Status TorchTrainer::LoadCheckpoint(const std::string& dir) {
+Status TorchTrainer::CheckCompatible(const nlohmann::json& j, const std::string& dir,
+                                     const std::string& manifest_path) const {
+  if (j.at("format") != "atoll-checkpoint" || j.at("version") != kCheckpointVersion) {
+    return FailedPreconditionError(manifest_path + ": not an atoll checkpoint of version " +
+                                   std::to_string(kCheckpointVersion));
+  }
+  const std::string sig = ChecksumHex(diloco::ModelSignature(specs_));
+  if (j.at("model_signature") != sig) {
+    return FailedPreconditionError("checkpoint " + dir + " holds a different model (" +
+                                   j.at("model").dump() + ") than this trainer (" +
+                                   ModelConfigToJson(opts_.model).dump() + ")");
+  }
+  // Bit-exact resumption replays the same batches: the data layout must match too.
+  const auto& tr = j.at("trainer");
+  if (tr.at("replicas") != opts_.replicas || tr.at("learner_id") != opts_.learner_id ||
+      tr.at("num_learners") != opts_.num_learners ||
+      j.at("model").at("seq_len") != opts_.model.seq_len || tr.at("seed") != opts_.seed) {
+    return FailedPreconditionError("checkpoint " + dir + " was written with another data layout (" +
+                                   tr.dump() + ", seq " + j.at("model").at("seq_len").dump() +
+                                   "): resume with the same --replicas, "
+                                   "--seq, --seed and learner id");
+  }
+  return Status::Ok();
+}
+
+StatusOr<TorchTrainer::CheckpointManifest> TorchTrainer::ReadCheckpointManifest(
+    const std::string& dir) const {
   const std::string manifest_path = (fs::path(dir) / "checkpoint.json").string();
   if (!FileExists(manifest_path)) return NotFoundError("no checkpoint in " + dir);
   ATOLL_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonWithChecksum(manifest_path));
-  int64_t step = 0, tokens = 0, adam_step = 0;
-  std::vector<ReaderPosition> positions;
-  std::string model_sum, opt_sum;
+  CheckpointManifest m;
   try {
-    if (j.at("format") != "atoll-checkpoint" || j.at("version") != kCheckpointVersion) {
-      return FailedPreconditionError(manifest_path + ": not an atoll checkpoint of version " +
-                                     std::to_string(kCheckpointVersion));
-    }
-    const std::string sig = ChecksumHex(diloco::ModelSignature(specs_));
-    if (j.at("model_signature") != sig) {
-      return FailedPreconditionError(
-          "checkpoint " + dir + " holds a different model (" + j.at("model").dump() +
-          ") than this trainer (" + ModelConfigToJson(opts_.model).dump() + ")");
-    }
-    const auto& tr = j.at("trainer");
-    if (tr.at("replicas") != opts_.replicas || tr.at("learner_id") != opts_.learner_id ||
-        tr.at("num_learners") != opts_.num_learners || j.at("model").at("seq_len") !=
-        opts_.model.seq_len || tr.at("seed") != opts_.seed) {
-      return FailedPreconditionError(
-          "checkpoint " + dir + " was written with another data layout (" + tr.dump() +
-          ", seq " + j.at("model").at("seq_len").dump() + "): resume with the same --replicas, "
-          "--seq, --seed and learner id");
-    }
-    step = j.at("step");
-    tokens = j.at("tokens_trained");
-    adam_step = j.at("optimizer_state").at("adam_step");
+    ATOLL_RETURN_IF_ERROR(CheckCompatible(j, dir, manifest_path));
+    m.step = j.at("step");
+    m.tokens = j.at("tokens_trained");
+    m.adam_step = j.at("optimizer_state").at("adam_step");
     for (const auto& p : j.at("data").at("positions")) {
-      positions.push_back({p.at("epoch").get<int64_t>(), p.at("index").get<int64_t>()});
+      m.positions.push_back({p.at("epoch").get<int64_t>(), p.at("index").get<int64_t>()});
     }
-    model_sum = j.at("files").at("model.safetensors").at("checksum");
-    opt_sum = j.at("files").at("optimizer.safetensors").at("checksum");
+    m.model_checksum = j.at("files").at("model.safetensors").at("checksum");
+    m.optimizer_checksum = j.at("files").at("optimizer.safetensors").at("checksum");
   } catch (const nlohmann::json::exception& e) {
     return DataLossError(manifest_path + ": malformed checkpoint manifest: " + e.what());
   }
-  if (positions.size() != readers_.size()) {
-    return DataLossError(manifest_path + ": " + std::to_string(positions.size()) +
+  if (m.positions.size() != readers_.size()) {
+    return DataLossError(manifest_path + ": " + std::to_string(m.positions.size()) +
                          " data positions for " + std::to_string(readers_.size()) + " replicas");
   }
-  ATOLL_ASSIGN_OR_RETURN(std::string model_bytes,
-                         ReadFileVerified((fs::path(dir) / "model.safetensors").string(),
-                                          model_sum));
-  ATOLL_ASSIGN_OR_RETURN(std::string opt_bytes,
-                         ReadFileVerified((fs::path(dir) / "optimizer.safetensors").string(),
-                                          opt_sum));
-  ATOLL_ASSIGN_OR_RETURN(SafetensorsData model, DecodeSafetensors(model_bytes));
-  ATOLL_ASSIGN_OR_RETURN(SafetensorsData opt, DecodeSafetensors(opt_bytes));
+  return m;
+}
 
-  // Validate everything before touching any state.
-  std::vector<const std::vector<float>*> p_src, m_src, v_src;
+StatusOr<TorchTrainer::CheckpointTensors> TorchTrainer::ReadCheckpointTensors(
+    const std::string& dir, const CheckpointManifest& m) const {
+  ATOLL_ASSIGN_OR_RETURN(
+      std::string model_bytes,
+      ReadFileVerified((fs::path(dir) / "model.safetensors").string(), m.model_checksum));
+  ATOLL_ASSIGN_OR_RETURN(
+      std::string opt_bytes,
+      ReadFileVerified((fs::path(dir) / "optimizer.safetensors").string(), m.optimizer_checksum));
+  CheckpointTensors t;
+  ATOLL_ASSIGN_OR_RETURN(t.model, DecodeSafetensors(model_bytes));
+  ATOLL_ASSIGN_OR_RETURN(t.optimizer, DecodeSafetensors(opt_bytes));
   for (const auto& s : specs_) {
-    int a = model.Find(s.name), b = opt.Find("exp_avg." + s.name),
-        c = opt.Find("exp_avg_sq." + s.name);
-    if (a < 0 || b < 0 || c < 0 || model.tensors[a].shape != s.shape ||
-        opt.tensors[b].shape != s.shape || opt.tensors[c].shape != s.shape) {
+    int a = t.model.Find(s.name), b = t.optimizer.Find("exp_avg." + s.name),
+        c = t.optimizer.Find("exp_avg_sq." + s.name);
+    if (a < 0 || b < 0 || c < 0 || t.model.tensors[a].shape != s.shape ||
+        t.optimizer.tensors[b].shape != s.shape || t.optimizer.tensors[c].shape != s.shape) {
       return DataLossError("checkpoint " + dir + ": tensor " + s.name +
                            " missing or of the wrong shape");
     }
-    p_src.push_back(&model.values[a]);
-    m_src.push_back(&opt.values[b]);
-    v_src.push_back(&opt.values[c]);
+    t.param.push_back(a);
+    t.exp_avg.push_back(b);
+    t.exp_avg_sq.push_back(c);
   }
+  return t;
+}
+
+Status TorchTrainer::LoadCheckpoint(const std::string& dir) {
+  ATOLL_ASSIGN_OR_RETURN(CheckpointManifest m, ReadCheckpointManifest(dir));
+  ATOLL_ASSIGN_OR_RETURN(CheckpointTensors t, ReadCheckpointTensors(dir, m));
+  // Validate everything before touching any state.
   for (size_t r = 0; r < readers_.size(); ++r) {
-    if (positions[r].index > readers_[r].num_windows()) {
+    if (m.positions[r].index > readers_[r].num_windows()) {
       return DataLossError("checkpoint " + dir + ": data position beyond the shard (was the data "
                            "folder prepared again?)");
     }
   }
-  auto copy_into = [](torch::Tensor& t, const std::vector<float>& src) {
-    std::memcpy(t.data_ptr<float>(), src.data(), src.size() * sizeof(float));
+  auto copy_into = [](torch::Tensor& dst, const std::vector<float>& src) {
+    std::memcpy(dst.data_ptr<float>(), src.data(), src.size() * sizeof(float));
   };
   for (size_t i = 0; i < specs_.size(); ++i) {
-    copy_into(model_->params()[i].tensor, *p_src[i]);
-    copy_into(exp_avg_[i], *m_src[i]);
-    copy_into(exp_avg_sq_[i], *v_src[i]);
+    copy_into(model_->params()[i].tensor, t.model.values[t.param[i]]);
+    copy_into(exp_avg_[i], t.optimizer.values[t.exp_avg[i]]);
+    copy_into(exp_avg_sq_[i], t.optimizer.values[t.exp_avg_sq[i]]);
   }
-  for (size_t r = 0; r < readers_.size(); ++r) ATOLL_RETURN_IF_ERROR(readers_[r].Seek(positions[r]));
-  adam_step_ = adam_step;
-  step_ = step;
-  tokens_ = tokens;
+  for (size_t r = 0; r < readers_.size(); ++r) {
+    ATOLL_RETURN_IF_ERROR(readers_[r].Seek(m.positions[r]));
+  }
+  adam_step_ = m.adam_step;
+  step_ = m.step;
+  tokens_ = m.tokens;
   return Status::Ok();
 }
 
