@@ -19,16 +19,8 @@ constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the reference implementatio
 constexpr char kChecksumKey[] = "atoll.checksum";
 constexpr char kEmbeddingsKey[] = "atoll.embeddings";
 
-}  // namespace
-
-int SafetensorsData::Find(std::string_view name) const {
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].name == name) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-StatusOr<std::string> EncodeSafetensors(const std::vector<diloco::TensorSpec>& tensors,
+// Names unique and not reserved, one value per element; returns the data section's size.
+StatusOr<uint64_t> CheckTensorsToEncode(const std::vector<diloco::TensorSpec>& tensors,
                                         const std::vector<std::span<const float>>& values,
                                         const nlohmann::json& metadata) {
   if (tensors.size() != values.size()) {
@@ -54,16 +46,15 @@ StatusOr<std::string> EncodeSafetensors(const std::vector<diloco::TensorSpec>& t
     }
     data_bytes += values[i].size() * sizeof(float);
   }
+  return data_bytes;
+}
 
-  // Data section first: its checksum goes into the header.
-  std::string data;
-  data.resize(data_bytes);
-  uint64_t offset = 0;
-  for (const auto& v : values) {
-    if (!v.empty()) std::memcpy(data.data() + offset, v.data(), v.size_bytes());
-    offset += v.size_bytes();
-  }
-
+// The JSON header, padded with spaces to a multiple of 8 bytes. safetensors metadata values
+// must be strings: non-string values are stored as their JSON text, and the embedding list
+// and data checksum are atoll's own keys.
+std::string EncodeHeader(const std::vector<diloco::TensorSpec>& tensors,
+                         const std::vector<std::span<const float>>& values,
+                         const nlohmann::json& metadata, std::string_view data) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   if (metadata.is_object()) {
@@ -78,7 +69,7 @@ StatusOr<std::string> EncodeSafetensors(const std::vector<diloco::TensorSpec>& t
   meta[kEmbeddingsKey] = embeddings.dump();
   meta[kChecksumKey] = ChecksumHex(Checksum64(data.data(), data.size()));
   header["__metadata__"] = meta;
-  offset = 0;
+  uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     uint64_t end = offset + values[i].size_bytes();
     header[tensors[i].name] = {{"dtype", "F32"},
@@ -88,6 +79,31 @@ StatusOr<std::string> EncodeSafetensors(const std::vector<diloco::TensorSpec>& t
   }
   std::string head = header.dump();
   head.append((8 - head.size() % 8) % 8, ' ');
+  return head;
+}
+
+}  // namespace
+
+int SafetensorsData::Find(std::string_view name) const {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+StatusOr<std::string> EncodeSafetensors(const std::vector<diloco::TensorSpec>& tensors,
+                                        const std::vector<std::span<const float>>& values,
+                                        const nlohmann::json& metadata) {
+  ATOLL_ASSIGN_OR_RETURN(uint64_t data_bytes, CheckTensorsToEncode(tensors, values, metadata));
+  // Data section first: its checksum goes into the header.
+  std::string data;
+  data.resize(data_bytes);
+  uint64_t offset = 0;
+  for (const auto& v : values) {
+    if (!v.empty()) std::memcpy(data.data() + offset, v.data(), v.size_bytes());
+    offset += v.size_bytes();
+  }
+  const std::string head = EncodeHeader(tensors, values, metadata, data);
 
   std::string out;
   out.reserve(8 + head.size() + data.size());

@@ -27,6 +27,28 @@ Status TorchError(const std::string& what, const std::exception& e) {
   return InternalError(what + ": " + e.what());
 }
 
+Status ValidateTrainerOptions(const TrainerOptions& o) {
+  if (o.batch_size < 1 || o.replicas < 1 || o.threads < 1) {
+    return InvalidArgumentError("batch_size, replicas and threads must be ≥ 1");
+  }
+  if (o.num_learners < 1 || o.learner_id < 0 || o.learner_id >= o.num_learners) {
+    return InvalidArgumentError("learner_id " + std::to_string(o.learner_id) +
+                                " outside [0, num_learners " + std::to_string(o.num_learners) +
+                                ")");
+  }
+  return ValidateModelConfig(o.model);
+}
+
+// Intra-op threads as asked; one inter-op thread. The inter-op count can be set once per
+// process: a second trainer keeps the first value.
+void SetTorchThreads(int threads) {
+  at::set_num_threads(threads);
+  try {
+    at::set_num_interop_threads(1);
+  } catch (const std::exception&) {
+  }
+}
+
 class TorchTrainer final : public Trainer {
  public:
   static StatusOr<std::unique_ptr<Trainer>> Make(const TrainerOptions& o);
@@ -59,6 +81,11 @@ class TorchTrainer final : public Trainer {
   void ResetOptimizerState() override;
 
  private:
+  // The stages of Make, after the model exists.
+  void DescribeParameters();  // specs_ and zeroed AdamW moments, one per model parameter
+  Status OpenReaders(const DataManifest& data);
+  Status SkipConsumedBatches(int64_t start_step);
+
   // What checkpoint.json says, read and checked against this trainer.
   struct CheckpointManifest {
     int64_t step = 0, tokens = 0, adam_step = 0;
@@ -92,43 +119,45 @@ class TorchTrainer final : public Trainer {
 };
 
 StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
-  if (o.batch_size < 1 || o.replicas < 1 || o.threads < 1) {
-    return InvalidArgumentError("batch_size, replicas and threads must be ≥ 1");
-  }
-  if (o.num_learners < 1 || o.learner_id < 0 || o.learner_id >= o.num_learners) {
-    return InvalidArgumentError("learner_id " + std::to_string(o.learner_id) +
-                                " outside [0, num_learners " + std::to_string(o.num_learners) +
-                                ")");
-  }
-  ATOLL_RETURN_IF_ERROR(ValidateModelConfig(o.model));
+  ATOLL_RETURN_IF_ERROR(ValidateTrainerOptions(o));
   ATOLL_ASSIGN_OR_RETURN(DataManifest data, LoadDataManifest(o.data_dir));
   if (o.model.vocab_size < data.vocab_size) {
     return InvalidArgumentError("model vocab_size " + std::to_string(o.model.vocab_size) +
                                 " is smaller than the data's vocabulary (" +
                                 std::to_string(data.vocab_size) + ")");
   }
-  at::set_num_threads(o.threads);
-  try {
-    at::set_num_interop_threads(1);
-  } catch (const std::exception&) {
-    // Already set (a second trainer in this process): keep the first value.
-  }
+  SetTorchThreads(o.threads);
 
   auto t = std::unique_ptr<TorchTrainer>(new TorchTrainer());
   t->opts_ = o;
   t->data_dir_ = fs::absolute(o.data_dir).string();
   ATOLL_ASSIGN_OR_RETURN(t->model_, Gpt::Create(o.model, o.seed));
-  for (const auto& p : t->model_->params()) {
+  t->DescribeParameters();
+  ATOLL_RETURN_IF_ERROR(t->OpenReaders(data));
+  if (o.start_step < 0) return InvalidArgumentError("start_step must be ≥ 0");
+  if (o.start_step > 0) ATOLL_RETURN_IF_ERROR(t->SkipConsumedBatches(o.start_step));
+  ATOLL_ASSIGN_OR_RETURN(t->val_, LoadValTokens(data));
+  t->batch_ = torch::empty({o.batch_size, o.model.seq_len + 1}, torch::kInt64);
+  return std::unique_ptr<Trainer>(std::move(t));
+}
+
+void TorchTrainer::DescribeParameters() {
+  for (const auto& p : model_->params()) {
     diloco::TensorSpec s;
     s.name = p.name;
     s.shape = p.tensor.sizes().vec();
     s.numel = p.tensor.numel();
     s.is_embedding = p.is_embedding;
-    t->specs_.push_back(std::move(s));
-    t->exp_avg_.push_back(torch::zeros_like(p.tensor));
-    t->exp_avg_sq_.push_back(torch::zeros_like(p.tensor));
+    specs_.push_back(std::move(s));
+    exp_avg_.push_back(torch::zeros_like(p.tensor));
+    exp_avg_sq_.push_back(torch::zeros_like(p.tensor));
   }
+}
 
+// One reader per replica, each on its own shard of the token stream: learner l's replica r
+// reads shard l·R + r of M·R.
+Status TorchTrainer::OpenReaders(const DataManifest& data) {
+  const TrainerOptions& o = opts_;
   ATOLL_ASSIGN_OR_RETURN(std::vector<uint16_t> train, LoadTrainTokens(data));
   auto stream = std::make_shared<const std::vector<uint16_t>>(std::move(train));
   for (int r = 0; r < o.replicas; ++r) {
@@ -139,24 +168,23 @@ StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
     ro.num_shards = o.num_learners * o.replicas;
     ro.seed = o.seed;
     ATOLL_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Create(stream, ro));
-    t->readers_.push_back(std::move(reader));
+    readers_.push_back(std::move(reader));
   }
-  if (o.start_step < 0) return InvalidArgumentError("start_step must be ≥ 0");
-  if (o.start_step > 0) {
-    // Skip the batches the previous incarnation consumed: position = start_step batches in.
-    for (auto& reader : t->readers_) {
-      const int64_t per_epoch = std::max<int64_t>(1, reader.num_windows());
-      const int64_t consumed = o.start_step * o.batch_size;
-      ReaderPosition pos;
-      pos.epoch = consumed / per_epoch;
-      pos.index = consumed % per_epoch;
-      ATOLL_RETURN_IF_ERROR(reader.Seek(pos));
-    }
-    t->step_ = o.start_step;
+  return Status::Ok();
+}
+
+// Skip the batches the previous incarnation consumed: position = start_step batches in.
+Status TorchTrainer::SkipConsumedBatches(int64_t start_step) {
+  for (auto& reader : readers_) {
+    const int64_t per_epoch = std::max<int64_t>(1, reader.num_windows());
+    const int64_t consumed = start_step * opts_.batch_size;
+    ReaderPosition pos;
+    pos.epoch = consumed / per_epoch;
+    pos.index = consumed % per_epoch;
+    ATOLL_RETURN_IF_ERROR(reader.Seek(pos));
   }
-  ATOLL_ASSIGN_OR_RETURN(t->val_, LoadValTokens(data));
-  t->batch_ = torch::empty({o.batch_size, o.model.seq_len + 1}, torch::kInt64);
-  return std::unique_ptr<Trainer>(std::move(t));
+  step_ = start_step;
+  return Status::Ok();
 }
 
 StatusOr<StepStats> TorchTrainer::Step() {
