@@ -175,14 +175,13 @@ void AddSimulationFlags(CLI::App* c, GoodputFlags& flags) {
 
 void AddGoodput(CLI::App& sim, CommandContext& ctx) {
   auto f = std::make_shared<GoodputFlags>();
-  auto& p = f->p;
   CLI::App* c = sim.add_subcommand(
       "goodput",
       "Discrete-event simulation of a fleet under chip failures: goodput (useful chip-seconds / "
       "allocated chip-seconds) and uptime of data-parallel, elastic data-parallel, synchronous "
       "DiLoCo and Decoupled DiLoCo over the same failure trace. See docs/sim.md.");
   AddFleetFlags(c, *f);
-  AddModeFlags(c, p);
+  AddModeFlags(c, f->p);
   AddSimulationFlags(c, *f);
   c->callback([f, &ctx] { ctx.action = [f] { return RunGoodputCommand(*f); }; });
 }
