@@ -103,15 +103,8 @@ void RegisterPlan(CLI::App& app, CommandContext& ctx) {
 
 // ---- atoll demo ---------------------------------------------------------------------------
 
-int RunDemo() {
-  const auto tensors = dl::ExampleGptTensors();
-  int64_t total = 0;
-  for (const auto& t : tensors) total += t.numel;
-  std::printf("atoll demo: the math of Decoupled DiLoCo on a tiny GPT\n"
-              "(vocab 4096, d 128, 4 layers, tied embedding: %zu tensors, %s parameters)\n\n",
-              tensors.size(), Grouped(total).c_str());
-
-  // 1. Fragments.
+// 1. How three planners cut the tensors into P fragments.
+Status ShowFragmentPlans(const std::vector<dl::TensorSpec>& tensors, int64_t total) {
   const int P = 24;
   std::printf("1. Fragments: P = %d, ideal %s values each\n", P,
               Grouped(static_cast<int64_t>(std::llround(static_cast<double>(total) / P))).c_str());
@@ -122,24 +115,26 @@ int RunDemo() {
       {"strided (layer i -> fragment i mod P)", {P, dl::PlanStrategy::kStrided, true}},
   };
   for (const auto& v : variants) {
-    auto plan = dl::MakeFragmentPlan(tensors, v.options);
-    if (!plan.ok()) return Fail("demo", plan.status());
-    int64_t lo = plan->total_numel, hi = 0;
+    ATOLL_ASSIGN_OR_RETURN(dl::FragmentPlan plan, dl::MakeFragmentPlan(tensors, v.options));
+    int64_t lo = plan.total_numel, hi = 0;
     int empty = 0;
-    for (const auto& f : plan->fragments) {
+    for (const auto& f : plan.fragments) {
       lo = std::min(lo, f.numel);
       hi = std::max(hi, f.numel);
       empty += f.numel == 0 ? 1 : 0;
     }
-    std::printf("   %-58s peak/ideal %5.2f  sizes %s..%s", v.label, plan->peak_to_ideal,
+    std::printf("   %-58s peak/ideal %5.2f  sizes %s..%s", v.label, plan.peak_to_ideal,
                 Grouped(lo).c_str(), Grouped(hi).c_str());
     if (empty > 0) std::printf("  (%d empty)", empty);
     std::printf("\n");
   }
   std::printf("   (the embedding is %.1fx the ideal fragment: balanced cuts it into row blocks)\n\n",
               static_cast<double>(tensors[0].numel) * P / static_cast<double>(total));
+  return Status::Ok();
+}
 
-  // 2. Schedule.
+// 2. The staggered schedule: which fragment goes out after each step, which merge comes back.
+void ShowSchedule() {
   const dl::Schedule schedule{.H = 24, .P = 24, .tau = 2};
   std::printf("2. Staggered schedule, H = %d, P = %d, tau = %d: one fragment out, one back per step\n",
               schedule.H, schedule.P, schedule.tau);
@@ -156,9 +151,11 @@ int RunDemo() {
   const dl::Schedule slow{.H = 48, .P = 24, .tau = 2};
   std::printf("   with H = 48: fragment p goes out at step 2p of each period (fragment 5 at step %d)\n\n",
               slow.SendOffset(5));
+}
 
-  // 3. Merge: M learners' outer gradients are nearly orthogonal in high dimension.
-  const size_t n = 65536;
+// 3. Merge: M learners' outer gradients are nearly orthogonal in high dimension, so their
+// weighted mean shrinks with M while the RDA merge keeps the norm. Returns the RDA merge.
+StatusOr<std::vector<float>> ShowMerges(size_t n) {
   const int64_t tokens[4] = {32768, 32768, 16384, 8192};
   const int64_t steps[4] = {24, 24, 24, 12};
   std::vector<std::vector<float>> grads(4, std::vector<float>(n));
@@ -179,24 +176,29 @@ int RunDemo() {
   std::printf("\n");
   const std::vector<std::span<const float>> spans(grads.begin(), grads.end());
   std::vector<float> mean(n), rda(n);
-  Status s = dl::WeightedMean(spans, weights, mean);
-  if (s.ok()) s = dl::RdaMerge(spans, weights, rda);
-  if (!s.ok()) return Fail("demo", s);
+  ATOLL_RETURN_IF_ERROR(dl::WeightedMean(spans, weights, mean));
+  ATOLL_RETURN_IF_ERROR(dl::RdaMerge(spans, weights, rda));
   std::printf("   weighted mean: norm %.3f  (shrinks with M; the outer lr would have to follow)\n",
               dl::L2Norm(mean));
   std::printf("   RDA:           norm %.3f  (mean of the norms, mean of the directions)\n\n",
               dl::L2Norm(rda));
+  return rda;
+}
 
-  // 4. Outer step.
-  std::vector<float> theta(n, 0.0f), momentum(n, 0.0f);
+// 4. One outer step from θ = 0 with the merge as the outer gradient.
+Status ShowOuterStep(const std::vector<float>& delta) {
+  std::vector<float> theta(delta.size(), 0.0f), momentum(delta.size(), 0.0f);
   const dl::OuterOptimizerOptions opt;  // lr 0.7, momentum 0.9, Nesterov
-  s = dl::OuterStep(opt, rda, momentum, theta);
-  if (!s.ok()) return Fail("demo", s);
+  ATOLL_RETURN_IF_ERROR(dl::OuterStep(opt, delta, momentum, theta));
   std::printf("4. One Nesterov step (lr %.1f, momentum %.1f) with the RDA merge as delta:\n"
               "   |theta' - theta| = %.3f = lr * (1 + momentum) * |delta| on the first step\n\n",
               opt.lr, opt.momentum, dl::L2Norm(theta));
+  return Status::Ok();
+}
 
-  // 5. Codecs on the RDA outer gradient.
+// 5. Wire size and round-trip error of each codec on the same outer gradient.
+Status ShowCodecs(const std::vector<float>& delta) {
+  const size_t n = delta.size();
   std::printf("5. Codecs on that outer gradient (%s values, blocks of 128):\n",
               Grouped(static_cast<int64_t>(n)).c_str());
   std::vector<std::byte> wire;
@@ -204,21 +206,40 @@ int RunDemo() {
   for (dl::Encoding e : {dl::Encoding::kFp32, dl::Encoding::kBf16, dl::Encoding::kInt8,
                          dl::Encoding::kInt4}) {
     const dl::CodecOptions co{e, 128};
-    s = dl::Encode(co, rda, wire);
-    if (s.ok()) s = dl::Decode(co, wire, back);
-    if (!s.ok()) return Fail("demo", s);
+    ATOLL_RETURN_IF_ERROR(dl::Encode(co, delta, wire));
+    ATOLL_RETURN_IF_ERROR(dl::Decode(co, wire, back));
     double max_err = 0, max_abs = 0;
     for (size_t i = 0; i < n; ++i) {
-      max_err = std::max(max_err, std::fabs(static_cast<double>(rda[i]) - back[i]));
-      max_abs = std::max(max_abs, std::fabs(static_cast<double>(rda[i])));
+      max_err = std::max(max_err, std::fabs(static_cast<double>(delta[i]) - back[i]));
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(delta[i])));
     }
     std::printf("   %s  %9s bytes (%4.1fx smaller)  max error %.2e (%.3f%% of max |x|)\n",
                 dl::EncodingName(e), Grouped(static_cast<int64_t>(wire.size())).c_str(),
                 static_cast<double>(n * 4) / static_cast<double>(wire.size()), max_err,
                 100 * max_err / max_abs);
   }
+  return Status::Ok();
+}
+
+Status ShowDemo() {
+  const auto tensors = dl::ExampleGptTensors();
+  int64_t total = 0;
+  for (const auto& t : tensors) total += t.numel;
+  std::printf("atoll demo: the math of Decoupled DiLoCo on a tiny GPT\n"
+              "(vocab 4096, d 128, 4 layers, tied embedding: %zu tensors, %s parameters)\n\n",
+              tensors.size(), Grouped(total).c_str());
+  ATOLL_RETURN_IF_ERROR(ShowFragmentPlans(tensors, total));
+  ShowSchedule();
+  ATOLL_ASSIGN_OR_RETURN(std::vector<float> rda, ShowMerges(65536));
+  ATOLL_RETURN_IF_ERROR(ShowOuterStep(rda));
+  ATOLL_RETURN_IF_ERROR(ShowCodecs(rda));
   std::printf("\nSee docs/diloco.md for the formulas; `atoll plan --help` for the plan tool.\n");
-  return 0;
+  return Status::Ok();
+}
+
+int RunDemo() {
+  const Status s = ShowDemo();
+  return s.ok() ? 0 : Fail("demo", s);
 }
 
 void RegisterDemo(CLI::App& app, CommandContext& ctx) {

@@ -88,66 +88,75 @@ int BadInput(const Status& st, const char* cmd) {
   return 2;
 }
 
+// `atoll run`: the whole cluster as local processes.
+void RegisterRun(CLI::App& app, CommandContext& ctx) {
+  auto o = std::make_shared<Overrides>();
+  auto live = std::make_shared<bool>(true);
+  auto* c = app.add_subcommand("run",
+      "Start a local Decoupled DiLoCo cluster: one syncer and M learner processes on this machine,\n"
+      "live progress, then a report and a run folder (summary.json, metrics.jsonl, checkpoint).");
+  AddRunFlags(c, *o);
+  c->add_flag("!--no-live", *live, "Print a progress line every 10 s instead of a live table");
+  c->callback([&ctx, o, live] {
+    ctx.action = [o, live] {
+      auto cfg = Resolve(*o);
+      if (!cfg.ok()) return BadInput(cfg.status(), "run");
+      return runtime::RunLocalCluster({*cfg, *live});
+    };
+  });
+}
+
+// `atoll syncer`: one syncer process.
+void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
+  auto o = std::make_shared<Overrides>();
+  auto p = std::make_shared<runtime::SyncerProcessOptions>();
+  auto* c = app.add_subcommand("syncer", "Run the syncer: global parameters, rounds, gRPC service");
+  AddRunFlags(c, *o);
+  c->add_option("--listen", p->listen, "Address to listen on (default 127.0.0.1:0 = a free port)");
+  c->add_option("--port-file", p->port_file, "Write the bound port to this file once listening");
+  c->add_option("--state", p->state_dir,
+                "Durable state folder (default <out>/state); a syncer restarted on it resumes from the last committed round");
+  c->add_option("--tls-cert", p->tls.cert, "TLS server certificate (PEM); enables TLS")->check(CLI::ExistingFile);
+  c->add_option("--tls-key", p->tls.key, "TLS server key (PEM)")->check(CLI::ExistingFile);
+  c->callback([&ctx, o, p] {
+    ctx.action = [o, p] {
+      auto cfg = Resolve(*o);
+      if (!cfg.ok()) return BadInput(cfg.status(), "syncer");
+      p->config = *cfg;
+      p->out_dir = cfg->out;
+      return runtime::RunSyncerProcess(*p);
+    };
+  });
+}
+
+// `atoll learner`: one learner process.
+void RegisterLearner(CLI::App& app, CommandContext& ctx) {
+  auto o = std::make_shared<Overrides>();
+  auto p = std::make_shared<runtime::LearnerProcessOptions>();
+  auto* c = app.add_subcommand("learner", "Run one learner: trains on its own clock, syncs fragments in the background");
+  AddRunFlags(c, *o);
+  c->add_option("--id", p->id, "Learner id in [0, M)")->required();
+  c->add_option("--syncer", p->syncer, "Syncer address host:port")->required();
+  c->add_flag("--rejoin", p->rejoin, "This learner restarts after a failure");
+  c->add_option("--start-step", p->start_step, "Continue the step count from here (a restarted learner)");
+  c->add_option("--control-file", p->control_file, "Chaos control file polled every step (speed, partition, bandwidth_mbps)");
+  c->add_option("--tls-ca", p->tls.ca, "CA certificate (PEM) that signed the syncer's; enables TLS")->check(CLI::ExistingFile);
+  c->add_option("--tls-server-name", p->tls.server_name, "Expected server name in the syncer's certificate");
+  c->callback([&ctx, o, p] {
+    ctx.action = [o, p] {
+      auto cfg = Resolve(*o);
+      if (!cfg.ok()) return BadInput(cfg.status(), "learner");
+      p->config = *cfg;
+      p->out_dir = cfg->out;
+      return runtime::RunLearnerProcess(*p);
+    };
+  });
+}
+
 void Register(CLI::App& app, CommandContext& ctx) {
-  {
-    auto o = std::make_shared<Overrides>();
-    auto live = std::make_shared<bool>(true);
-    auto* c = app.add_subcommand("run",
-        "Start a local Decoupled DiLoCo cluster: one syncer and M learner processes on this machine,\n"
-        "live progress, then a report and a run folder (summary.json, metrics.jsonl, checkpoint).");
-    AddRunFlags(c, *o);
-    c->add_flag("!--no-live", *live, "Print a progress line every 10 s instead of a live table");
-    c->callback([&ctx, o, live] {
-      ctx.action = [o, live] {
-        auto cfg = Resolve(*o);
-        if (!cfg.ok()) return BadInput(cfg.status(), "run");
-        return runtime::RunLocalCluster({*cfg, *live});
-      };
-    });
-  }
-  {
-    auto o = std::make_shared<Overrides>();
-    auto p = std::make_shared<runtime::SyncerProcessOptions>();
-    auto* c = app.add_subcommand("syncer", "Run the syncer: global parameters, rounds, gRPC service");
-    AddRunFlags(c, *o);
-    c->add_option("--listen", p->listen, "Address to listen on (default 127.0.0.1:0 = a free port)");
-    c->add_option("--port-file", p->port_file, "Write the bound port to this file once listening");
-    c->add_option("--state", p->state_dir,
-                  "Durable state folder (default <out>/state); a syncer restarted on it resumes from the last committed round");
-    c->add_option("--tls-cert", p->tls.cert, "TLS server certificate (PEM); enables TLS")->check(CLI::ExistingFile);
-    c->add_option("--tls-key", p->tls.key, "TLS server key (PEM)")->check(CLI::ExistingFile);
-    c->callback([&ctx, o, p] {
-      ctx.action = [o, p] {
-        auto cfg = Resolve(*o);
-        if (!cfg.ok()) return BadInput(cfg.status(), "syncer");
-        p->config = *cfg;
-        p->out_dir = cfg->out;
-        return runtime::RunSyncerProcess(*p);
-      };
-    });
-  }
-  {
-    auto o = std::make_shared<Overrides>();
-    auto p = std::make_shared<runtime::LearnerProcessOptions>();
-    auto* c = app.add_subcommand("learner", "Run one learner: trains on its own clock, syncs fragments in the background");
-    AddRunFlags(c, *o);
-    c->add_option("--id", p->id, "Learner id in [0, M)")->required();
-    c->add_option("--syncer", p->syncer, "Syncer address host:port")->required();
-    c->add_flag("--rejoin", p->rejoin, "This learner restarts after a failure");
-    c->add_option("--start-step", p->start_step, "Continue the step count from here (a restarted learner)");
-    c->add_option("--control-file", p->control_file, "Chaos control file polled every step (speed, partition, bandwidth_mbps)");
-    c->add_option("--tls-ca", p->tls.ca, "CA certificate (PEM) that signed the syncer's; enables TLS")->check(CLI::ExistingFile);
-    c->add_option("--tls-server-name", p->tls.server_name, "Expected server name in the syncer's certificate");
-    c->callback([&ctx, o, p] {
-      ctx.action = [o, p] {
-        auto cfg = Resolve(*o);
-        if (!cfg.ok()) return BadInput(cfg.status(), "learner");
-        p->config = *cfg;
-        p->out_dir = cfg->out;
-        return runtime::RunLearnerProcess(*p);
-      };
-    });
-  }
+  RegisterRun(app, ctx);
+  RegisterSyncer(app, ctx);
+  RegisterLearner(app, ctx);
 }
 
 void RegisterExport(CLI::App& app, CommandContext& ctx) {

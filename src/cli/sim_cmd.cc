@@ -103,14 +103,9 @@ int RunBandwidthCommand(const BandwidthFlags& f) {
   return 0;
 }
 
-void AddGoodput(CLI::App& sim, CommandContext& ctx) {
-  auto f = std::make_shared<GoodputFlags>();
-  auto& p = f->p;
-  CLI::App* c = sim.add_subcommand(
-      "goodput",
-      "Discrete-event simulation of a fleet under chip failures: goodput (useful chip-seconds / "
-      "allocated chip-seconds) and uptime of data-parallel, elastic data-parallel, synchronous "
-      "DiLoCo and Decoupled DiLoCo over the same failure trace. See docs/sim.md.");
+// The fleet and its failures: size, slices, failure rate, repairs.
+void AddFleetFlags(CLI::App* c, GoodputFlags& flags) {
+  auto& p = flags.p;
   c->add_option("--chips", p.chips, "chips in the fleet")->capture_default_str()
       ->check(kPositive);
   c->add_option("--slice-chips", p.slice_chips,
@@ -120,12 +115,17 @@ void AddGoodput(CLI::App& sim, CommandContext& ctx) {
       ->capture_default_str()->check(kPositive);
   c->add_option("--repair-hours", p.repair_hours, "mean time a failed slice is out, hours")
       ->capture_default_str()->check(kNonNegative);
-  c->add_option("--repair-dist", f->repair_dist,
+  c->add_option("--repair-dist", flags.repair_dist,
                 "repair time distribution with that mean: fixed, exp or lognormal")
-      ->capture_default_str()->check(CLI::IsMember({"fixed", "exp", "exponential", "lognormal"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fixed", "exp", "exponential", "lognormal"}));
   c->add_option("--repair-sigma", p.repair_sigma,
                 "lognormal repair only: sigma of the underlying normal")
       ->capture_default_str()->check(kNonNegative);
+}
+
+// How each training mode pays for a failure, and the DiLoCo shape (H, M, K).
+void AddModeFlags(CLI::App* c, sim::GoodputParams& p) {
   c->add_option("--restart-s", p.restart_s,
                 "data-parallel without elasticity: stall per failure, seconds")
       ->capture_default_str()->check(kNonNegative);
@@ -156,15 +156,33 @@ void AddGoodput(CLI::App& sim, CommandContext& ctx) {
   c->add_option("-K,--quorum", p.quorum,
                 "Decoupled DiLoCo: minimum learners training for the global model to advance (K)")
       ->capture_default_str()->check(kPositive);
+}
+
+// Simulated time, seeds and output.
+void AddSimulationFlags(CLI::App* c, GoodputFlags& flags) {
+  auto& p = flags.p;
   c->add_option("--days", p.days, "simulated duration per seed, days")->capture_default_str()
       ->check(kPositive);
   c->add_option("--seeds", p.seeds, "independent failure traces (confidence intervals over them)")
       ->capture_default_str()->check(kPositive);
   c->add_option("--seed", p.seed, "first seed; trace i uses seed+i")->capture_default_str();
-  c->add_flag("--json", f->json, "print a JSON array, one object per mode, instead of the table");
-  c->add_option("--plot", f->plot,
+  c->add_flag("--json", flags.json,
+              "print a JSON array, one object per mode, instead of the table");
+  c->add_option("--plot", flags.plot,
                 "also write FILE.svg: goodput and uptime vs chips for every mode (sweeps chips "
                 "up to --chips)");
+}
+
+void AddGoodput(CLI::App& sim, CommandContext& ctx) {
+  auto f = std::make_shared<GoodputFlags>();
+  CLI::App* c = sim.add_subcommand(
+      "goodput",
+      "Discrete-event simulation of a fleet under chip failures: goodput (useful chip-seconds / "
+      "allocated chip-seconds) and uptime of data-parallel, elastic data-parallel, synchronous "
+      "DiLoCo and Decoupled DiLoCo over the same failure trace. See docs/sim.md.");
+  AddFleetFlags(c, *f);
+  AddModeFlags(c, f->p);
+  AddSimulationFlags(c, *f);
   c->callback([f, &ctx] { ctx.action = [f] { return RunGoodputCommand(*f); }; });
 }
 

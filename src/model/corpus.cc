@@ -121,69 +121,87 @@ std::string CleanFortunes(std::string_view raw) {
 
 }  // namespace
 
-StatusOr<std::vector<CorpusText>> ExtractDefaultCorpora(
-    const std::function<void(const std::string&)>& log) {
-  std::vector<CorpusText> out;
+namespace {
+
+// The default sources found so far, and the Debian packages that would provide those absent.
+struct CorpusSearch {
+  const std::function<void(const std::string&)>& log;
+  std::vector<CorpusText> found;
   std::vector<std::string> missing;
+};
 
-  if (FileExists("/usr/bin/bible") || FileExists("/usr/games/bible")) {
-    auto raw = RunCommand("bible -l1000 'Gen1:1-Rev22:21'");
-    if (raw.ok() && !raw->empty()) {
-      out.push_back({"kjv", "King James Bible (Debian bible-kjv: bible -l1000 Gen1:1-Rev22:21)",
-                     CleanKjv(*raw)});
-    } else {
-      Log(log, "data: skipping the King James Bible: " + raw.status().message());
-    }
-  } else {
-    missing.push_back("bible-kjv bible-kjv-text");
+void AddKingJamesBible(CorpusSearch& s) {
+  if (!FileExists("/usr/bin/bible") && !FileExists("/usr/games/bible")) {
+    s.missing.push_back("bible-kjv bible-kjv-text");
+    return;
   }
-
-  if (FileExists("/usr/bin/diatheke")) {
-    auto raw = RunCommand(
-        "diatheke -b engWEB2015eb -f plain -k 'Genesis 1:1-Revelation 22:21'");
-    if (raw.ok() && raw->size() > 1000) {
-      out.push_back({"web", "World English Bible (Debian sword-text-web via diatheke)",
-                     CleanWeb(*raw)});
-    } else {
-      Log(log, "data: skipping the World English Bible (module engWEB2015eb not readable)");
-    }
+  auto raw = RunCommand("bible -l1000 'Gen1:1-Rev22:21'");
+  if (raw.ok() && !raw->empty()) {
+    s.found.push_back({"kjv", "King James Bible (Debian bible-kjv: bible -l1000 Gen1:1-Rev22:21)",
+                       CleanKjv(*raw)});
   } else {
-    missing.push_back("diatheke sword-text-web");
+    Log(s.log, "data: skipping the King James Bible: " + raw.status().message());
   }
+}
 
+void AddWorldEnglishBible(CorpusSearch& s) {
+  if (!FileExists("/usr/bin/diatheke")) {
+    s.missing.push_back("diatheke sword-text-web");
+    return;
+  }
+  auto raw = RunCommand("diatheke -b engWEB2015eb -f plain -k 'Genesis 1:1-Revelation 22:21'");
+  if (raw.ok() && raw->size() > 1000) {
+    s.found.push_back(
+        {"web", "World English Bible (Debian sword-text-web via diatheke)", CleanWeb(*raw)});
+  } else {
+    Log(s.log, "data: skipping the World English Bible (module engWEB2015eb not readable)");
+  }
+}
+
+// All fortune files, in name order, as one text.
+void AddFortunes(CorpusSearch& s) {
   const fs::path fortunes = "/usr/share/games/fortunes";
   std::error_code ec;
-  if (fs::is_directory(fortunes, ec)) {
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(fortunes, ec)) {
-      // A fortune file is the one with a ".dat" index beside it (skips .u8 links and indexes).
-      if (e.path().extension() == ".dat") {
-        fs::path text = e.path();
-        text.replace_extension();
-        if (fs::is_regular_file(text, ec)) files.push_back(text);
-      }
-    }
-    std::sort(files.begin(), files.end());
-    std::string all;
-    for (const auto& f : files) {
-      auto text = ReadFile(f.string());
-      if (text.ok()) all += CleanFortunes(*text);
-    }
-    if (!all.empty()) {
-      out.push_back({"fortunes", "fortunes (Debian fortunes, fortunes-min)", std::move(all)});
-    }
-  } else {
-    missing.push_back("fortunes fortunes-min");
+  if (!fs::is_directory(fortunes, ec)) {
+    s.missing.push_back("fortunes fortunes-min");
+    return;
   }
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(fortunes, ec)) {
+    // A fortune file is the one with a ".dat" index beside it (skips .u8 links and indexes).
+    if (e.path().extension() == ".dat") {
+      fs::path text = e.path();
+      text.replace_extension();
+      if (fs::is_regular_file(text, ec)) files.push_back(text);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  std::string all;
+  for (const auto& f : files) {
+    auto text = ReadFile(f.string());
+    if (text.ok()) all += CleanFortunes(*text);
+  }
+  if (!all.empty()) {
+    s.found.push_back({"fortunes", "fortunes (Debian fortunes, fortunes-min)", std::move(all)});
+  }
+}
 
-  if (out.empty()) {
+}  // namespace
+
+StatusOr<std::vector<CorpusText>> ExtractDefaultCorpora(
+    const std::function<void(const std::string&)>& log) {
+  CorpusSearch s{log, {}, {}};
+  AddKingJamesBible(s);
+  AddWorldEnglishBible(s);
+  AddFortunes(s);
+  if (s.found.empty()) {
     std::string pk;
-    for (const auto& m : missing) pk += (pk.empty() ? "" : " ") + m;
+    for (const auto& m : s.missing) pk += (pk.empty() ? "" : " ") + m;
     return FailedPreconditionError(
         "no default corpus is installed (Debian packages: " + pk +
         "); run scripts/setup, or pass your own text with --input FILE_OR_DIR");
   }
-  return out;
+  return std::move(s.found);
 }
 
 StatusOr<std::vector<CorpusText>> ReadTextInputs(const std::vector<std::string>& inputs) {

@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "atoll/core/checksum.h"
 #include "atoll/core/clock.h"
@@ -27,12 +28,6 @@ constexpr char kManifestName[] = "data.json";
 
 void Log(const std::function<void(const std::string&)>& log, const std::string& line) {
   if (log) log(line);
-}
-
-std::string Fmt(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), fmt, v);
-  return buf;
 }
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
@@ -162,157 +157,211 @@ StatusOr<DataManifest> LoadDataManifest(const std::string& dir) {
   return m;
 }
 
-StatusOr<DataManifest> PrepareData(const DataOptions& o) {
-  ATOLL_RETURN_IF_ERROR(ValidateOptions(o));
-  const bool byte = o.tokenizer == "byte";
-  nlohmann::json request = {{"version", kDataVersion},
-                            {"val_fraction", o.val_fraction}};
+namespace {
+
+// The token stream and its provenance, as the tokenising stage hands it to the writing stage.
+struct TokenStream {
+  std::vector<uint16_t> tokens;
+  nlohmann::json sources = nlohmann::json::array();
+  std::string tokenizer_kind;
+  int vocab = 0;
+  std::string tokenizer_checksum;  // of tokenizer.model; only for "bpe"
+};
+
+// What was asked for, recorded in data.json: a later prepare with the same request (and
+// unchanged inputs) can reuse the folder.
+StatusOr<nlohmann::json> DescribeRequest(const DataOptions& o) {
+  nlohmann::json request = {{"version", kDataVersion}, {"val_fraction", o.val_fraction}};
   if (!o.shards.empty()) {
     ATOLL_ASSIGN_OR_RETURN(request["shards"], DescribeInputs(o.shards));
     request["tokenizer"] = "external";
+    return request;
+  }
+  request["tokenizer"] = o.tokenizer;
+  request["vocab_size"] = o.tokenizer == "byte" ? 256 : o.vocab_size;
+  if (o.inputs.empty()) {
+    request["inputs"] = "debian-default";
   } else {
-    request["tokenizer"] = o.tokenizer;
-    request["vocab_size"] = byte ? 256 : o.vocab_size;
-    if (o.inputs.empty()) {
-      request["inputs"] = "debian-default";
-    } else {
-      ATOLL_ASSIGN_OR_RETURN(request["inputs"], DescribeInputs(o.inputs));
+    ATOLL_ASSIGN_OR_RETURN(request["inputs"], DescribeInputs(o.inputs));
+  }
+  return request;
+}
+
+// Shards tokenised elsewhere: concatenated as they are, with the largest vocabulary among them.
+StatusOr<TokenStream> ConcatenateShards(const std::vector<std::string>& paths) {
+  TokenStream out;
+  out.tokenizer_kind = "external";
+  for (const auto& path : paths) {
+    auto shard = ReadTokenShard(path);
+    if (!shard.ok()) return shard.status();
+    out.vocab = std::max(out.vocab, shard->vocab);
+    out.sources.push_back({{"name", fs::path(path).filename().string()},
+                           {"source", fs::absolute(path).string()},
+                           {"tokens", shard->tokens.size()}});
+    out.tokens.insert(out.tokens.end(), shard->tokens.begin(), shard->tokens.end());
+  }
+  return out;
+}
+
+// The text to tokenise: the inputs, or the default corpus (kept under text/ for inspection).
+// Each source ends in a newline so that sources do not run into each other.
+StatusOr<std::vector<CorpusText>> GatherTexts(const DataOptions& o) {
+  std::vector<CorpusText> texts;
+  if (o.inputs.empty()) {
+    Log(o.log,
+        "data: extracting the default corpus (King James Bible, World English Bible, "
+        "fortunes)");
+    ATOLL_ASSIGN_OR_RETURN(texts, ExtractDefaultCorpora(o.log));
+    ATOLL_RETURN_IF_ERROR(MakeDirs(JoinPath(o.out_dir, "text")));
+    for (const auto& t : texts) {
+      ATOLL_RETURN_IF_ERROR(
+          WriteFileAtomic(JoinPath(o.out_dir, "text/" + t.name + ".txt"), t.text));
+    }
+  } else {
+    ATOLL_ASSIGN_OR_RETURN(texts, ReadTextInputs(o.inputs));
+  }
+  size_t bytes = 0;
+  for (auto& t : texts) {
+    if (!t.text.empty() && t.text.back() != '\n') t.text.push_back('\n');
+    bytes += t.text.size();
+  }
+  if (bytes == 0) {
+    std::string what = o.inputs.empty() ? std::string("the default corpus") : o.inputs[0];
+    return InvalidArgumentError("corpus is empty: " + what + " holds no text to train on");
+  }
+  Log(o.log, fmt::format("data: {:.1f} MB of text from {} source(s)",
+                         static_cast<double>(bytes) / 1e6, texts.size()));
+  return texts;
+}
+
+// The byte tokenizer, or a SentencePiece BPE trained on the texts and saved as tokenizer.model.
+StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const DataOptions& o,
+                                                   const std::vector<CorpusText>& texts,
+                                                   TokenStream& out) {
+  if (o.tokenizer == "byte") {
+    out.tokenizer_kind = "byte";
+    return MakeByteTokenizer();
+  }
+  const double t1 = RealClock::Default().NowSeconds();
+  std::vector<std::string_view> views;
+  for (const auto& t : texts) views.push_back(t.text);
+  ATOLL_ASSIGN_OR_RETURN(std::string model, TrainSentencePieceModel(views, o.vocab_size));
+  ATOLL_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(o.out_dir, "tokenizer.model"), model));
+  ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, SentencePieceTokenizerFromModel(model));
+  out.tokenizer_kind = "bpe";
+  out.tokenizer_checksum = ChecksumHex(Checksum64(model));
+  Log(o.log, fmt::format("data: trained SentencePiece BPE, vocab {}, in {:.1f} s",
+                         tok->vocab_size(), RealClock::Default().NowSeconds() - t1));
+  return tok;
+}
+
+StatusOr<TokenStream> TokeniseTexts(const DataOptions& o) {
+  ATOLL_ASSIGN_OR_RETURN(std::vector<CorpusText> texts, GatherTexts(o));
+  TokenStream out;
+  ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, MakeTokenizer(o, texts, out));
+  out.vocab = tok->vocab_size();
+  auto ids = EncodeAll(*tok, texts);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    for (int id : ids[i]) out.tokens.push_back(static_cast<uint16_t>(id));
+    out.sources.push_back({{"name", texts[i].name},
+                           {"source", texts[i].source},
+                           {"bytes", texts[i].text.size()},
+                           {"tokens", ids[i].size()}});
+  }
+  return out;
+}
+
+// Writes train_000.bin, train_001.bin, ... (kTokensPerShardFile tokens each) and returns their
+// manifest entries. Shard files of an earlier, longer preparation are removed first: a reader
+// must never pick up a stale train_NNN.bin the manifest does not list.
+StatusOr<nlohmann::json> WriteTrainShards(const std::string& dir, int vocab,
+                                          const std::vector<uint16_t>& train) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == 13 && name.rfind("train_", 0) == 0 && name.substr(9) == ".bin") {
+      fs::remove(e.path(), ec);
     }
   }
+  nlohmann::json files = nlohmann::json::array();
+  for (size_t start = 0, i = 0; start < train.size(); start += kTokensPerShardFile, ++i) {
+    const std::string name = fmt::format("train_{:03}.bin", i);
+    size_t n = std::min(kTokensPerShardFile, train.size() - start);
+    ATOLL_RETURN_IF_ERROR(WriteTokenShard(JoinPath(dir, name), vocab,
+                                          std::span<const uint16_t>(train).subspan(start, n)));
+    files.push_back({{"file", name}, {"tokens", n}});
+  }
+  return files;
+}
 
+nlohmann::json DataManifestJson(const TokenStream& s, const nlohmann::json& train_files,
+                                size_t train_tokens, size_t val_tokens,
+                                const nlohmann::json& request, double seconds) {
+  nlohmann::json j = {{"format", "atoll-data"},
+                      {"version", kDataVersion},
+                      {"tokenizer", s.tokenizer_kind},
+                      {"vocab_size", s.vocab},
+                      {"sources", s.sources},
+                      {"train", train_files},
+                      {"val", {{"file", "val.bin"}, {"tokens", val_tokens}}},
+                      {"train_tokens", train_tokens},
+                      {"val_tokens", val_tokens},
+                      {"request", request},
+                      {"prepare_seconds", seconds},
+                      {"created_unix", UnixSeconds()}};
+  if (s.tokenizer_kind == "bpe") {
+    j["tokenizer_file"] = "tokenizer.model";
+    j["tokenizer_checksum"] = s.tokenizer_checksum;
+  }
+  return j;
+}
+
+// Splits the stream, writes the shards, val.bin and data.json; logs the one-line summary.
+Status WriteDataset(const DataOptions& o, const TokenStream& s, const nlohmann::json& request,
+                    double t0) {
+  std::vector<uint16_t> train, val;
+  SplitValidation(s.tokens, o.val_fraction, &train, &val);
+  ATOLL_ASSIGN_OR_RETURN(nlohmann::json train_files, WriteTrainShards(o.out_dir, s.vocab, train));
+  ATOLL_RETURN_IF_ERROR(WriteTokenShard(JoinPath(o.out_dir, "val.bin"), s.vocab, val));
+  std::error_code ec;
+  if (s.tokenizer_kind != "bpe") fs::remove(JoinPath(o.out_dir, "tokenizer.model"), ec);
+
+  const double seconds = RealClock::Default().NowSeconds() - t0;
+  ATOLL_RETURN_IF_ERROR(WriteJsonWithChecksum(
+      JoinPath(o.out_dir, kManifestName),
+      DataManifestJson(s, train_files, train.size(), val.size(), request, seconds)));
+  Log(o.log, fmt::format("data: {} tokens ({}, vocab {}): train {} in {} shard file(s), val {}; "
+                         "{:.1f} s → {}",
+                         Grouped(static_cast<int64_t>(s.tokens.size())), s.tokenizer_kind, s.vocab,
+                         Grouped(static_cast<int64_t>(train.size())), train_files.size(),
+                         Grouped(static_cast<int64_t>(val.size())), seconds, o.out_dir));
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<DataManifest> PrepareData(const DataOptions& o) {
+  ATOLL_RETURN_IF_ERROR(ValidateOptions(o));
+  ATOLL_ASSIGN_OR_RETURN(nlohmann::json request, DescribeRequest(o));
   if (!o.force) {
     auto existing = LoadDataManifest(o.out_dir);
     if (existing.ok() && existing->json.value("request", nlohmann::json()) == request &&
         FilesPresent(*existing)) {
-      Log(o.log, "data: " + o.out_dir + " is already prepared (" +
-                     Grouped(existing->train_tokens) + " train tokens)");
+      Log(o.log, "data: " + o.out_dir + " is already prepared (" + Grouped(existing->train_tokens) +
+                     " train tokens)");
       return existing;
     }
   }
 
   const double t0 = RealClock::Default().NowSeconds();
   ATOLL_RETURN_IF_ERROR(MakeDirs(o.out_dir));
-  nlohmann::json sources = nlohmann::json::array();
-  std::vector<uint16_t> stream;
-  std::string tokenizer_kind;
-  int vocab = 0;
-  std::string tokenizer_checksum;
-
-  if (!o.shards.empty()) {
-    tokenizer_kind = "external";
-    for (const auto& path : o.shards) {
-      auto shard = ReadTokenShard(path);
-      if (!shard.ok()) return shard.status();
-      vocab = std::max(vocab, shard->vocab);
-      sources.push_back({{"name", fs::path(path).filename().string()},
-                         {"source", fs::absolute(path).string()},
-                         {"tokens", shard->tokens.size()}});
-      stream.insert(stream.end(), shard->tokens.begin(), shard->tokens.end());
-    }
-  } else {
-    std::vector<CorpusText> texts;
-    if (o.inputs.empty()) {
-      Log(o.log, "data: extracting the default corpus (King James Bible, World English Bible, "
-                 "fortunes)");
-      ATOLL_ASSIGN_OR_RETURN(texts, ExtractDefaultCorpora(o.log));
-      ATOLL_RETURN_IF_ERROR(MakeDirs(JoinPath(o.out_dir, "text")));
-      for (const auto& t : texts) {
-        ATOLL_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(o.out_dir, "text/" + t.name + ".txt"),
-                                              t.text));
-      }
-    } else {
-      ATOLL_ASSIGN_OR_RETURN(texts, ReadTextInputs(o.inputs));
-    }
-    size_t bytes = 0;
-    for (auto& t : texts) {
-      if (!t.text.empty() && t.text.back() != '\n') t.text.push_back('\n');
-      bytes += t.text.size();
-    }
-    if (bytes == 0) {
-      std::string what = o.inputs.empty() ? std::string("the default corpus") : o.inputs[0];
-      return InvalidArgumentError("corpus is empty: " + what + " holds no text to train on");
-    }
-    Log(o.log, "data: " + Fmt("%.1f", bytes / 1e6) + " MB of text from " +
-                   std::to_string(texts.size()) + " source(s)");
-
-    std::unique_ptr<Tokenizer> tok;
-    if (byte) {
-      tok = MakeByteTokenizer();
-      tokenizer_kind = "byte";
-    } else {
-      const double t1 = RealClock::Default().NowSeconds();
-      std::vector<std::string_view> views;
-      for (const auto& t : texts) views.push_back(t.text);
-      ATOLL_ASSIGN_OR_RETURN(std::string model, TrainSentencePieceModel(views, o.vocab_size));
-      ATOLL_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(o.out_dir, "tokenizer.model"), model));
-      ATOLL_ASSIGN_OR_RETURN(tok, SentencePieceTokenizerFromModel(model));
-      tokenizer_kind = "bpe";
-      tokenizer_checksum = ChecksumHex(Checksum64(model));
-      Log(o.log, "data: trained SentencePiece BPE, vocab " + std::to_string(tok->vocab_size()) +
-                     ", in " + Fmt("%.1f", RealClock::Default().NowSeconds() - t1) + " s");
-    }
-    vocab = tok->vocab_size();
-    auto ids = EncodeAll(*tok, texts);
-    for (size_t i = 0; i < texts.size(); ++i) {
-      for (int id : ids[i]) stream.push_back(static_cast<uint16_t>(id));
-      sources.push_back({{"name", texts[i].name},
-                         {"source", texts[i].source},
-                         {"bytes", texts[i].text.size()},
-                         {"tokens", ids[i].size()}});
-    }
-  }
-  if (stream.size() < 2) {
+  ATOLL_ASSIGN_OR_RETURN(TokenStream stream,
+                         o.shards.empty() ? TokeniseTexts(o) : ConcatenateShards(o.shards));
+  if (stream.tokens.size() < 2) {
     return InvalidArgumentError("corpus is empty: it tokenises to " +
-                                std::to_string(stream.size()) + " tokens");
+                                std::to_string(stream.tokens.size()) + " tokens");
   }
-
-  std::vector<uint16_t> train, val;
-  SplitValidation(stream, o.val_fraction, &train, &val);
-
-  // Remove shard files of an earlier preparation that this one does not overwrite.
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(o.out_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() == 13 && name.rfind("train_", 0) == 0 && name.substr(9) == ".bin") {
-      fs::remove(e.path(), ec);
-    }
-  }
-  nlohmann::json train_files = nlohmann::json::array();
-  for (size_t start = 0, i = 0; start < train.size(); start += kTokensPerShardFile, ++i) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "train_%03zu.bin", i);
-    size_t n = std::min(kTokensPerShardFile, train.size() - start);
-    ATOLL_RETURN_IF_ERROR(WriteTokenShard(JoinPath(o.out_dir, name), vocab,
-                                          std::span<const uint16_t>(train).subspan(start, n)));
-    train_files.push_back({{"file", name}, {"tokens", n}});
-  }
-  ATOLL_RETURN_IF_ERROR(WriteTokenShard(JoinPath(o.out_dir, "val.bin"), vocab, val));
-  if (tokenizer_kind != "bpe") fs::remove(JoinPath(o.out_dir, "tokenizer.model"), ec);
-
-  const double seconds = RealClock::Default().NowSeconds() - t0;
-  nlohmann::json j = {{"format", "atoll-data"},
-                      {"version", kDataVersion},
-                      {"tokenizer", tokenizer_kind},
-                      {"vocab_size", vocab},
-                      {"sources", sources},
-                      {"train", train_files},
-                      {"val", {{"file", "val.bin"}, {"tokens", val.size()}}},
-                      {"train_tokens", train.size()},
-                      {"val_tokens", val.size()},
-                      {"request", request},
-                      {"prepare_seconds", seconds},
-                      {"created_unix", UnixSeconds()}};
-  if (tokenizer_kind == "bpe") {
-    j["tokenizer_file"] = "tokenizer.model";
-    j["tokenizer_checksum"] = tokenizer_checksum;
-  }
-  ATOLL_RETURN_IF_ERROR(WriteJsonWithChecksum(JoinPath(o.out_dir, kManifestName), j));
-  Log(o.log, "data: " + Grouped(static_cast<int64_t>(stream.size())) + " tokens (" +
-                 tokenizer_kind + ", vocab " + std::to_string(vocab) + "): train " +
-                 Grouped(static_cast<int64_t>(train.size())) + " in " +
-                 std::to_string(train_files.size()) + " shard file(s), val " +
-                 Grouped(static_cast<int64_t>(val.size())) + "; " +
-                 Fmt("%.1f", seconds) + " s → " + o.out_dir);
+  ATOLL_RETURN_IF_ERROR(WriteDataset(o, stream, request, t0));
   return LoadDataManifest(o.out_dir);
 }
 

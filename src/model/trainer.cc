@@ -27,6 +27,28 @@ Status TorchError(const std::string& what, const std::exception& e) {
   return InternalError(what + ": " + e.what());
 }
 
+Status ValidateTrainerOptions(const TrainerOptions& o) {
+  if (o.batch_size < 1 || o.replicas < 1 || o.threads < 1) {
+    return InvalidArgumentError("batch_size, replicas and threads must be ≥ 1");
+  }
+  if (o.num_learners < 1 || o.learner_id < 0 || o.learner_id >= o.num_learners) {
+    return InvalidArgumentError("learner_id " + std::to_string(o.learner_id) +
+                                " outside [0, num_learners " + std::to_string(o.num_learners) +
+                                ")");
+  }
+  return ValidateModelConfig(o.model);
+}
+
+// Intra-op threads as asked; one inter-op thread. The inter-op count can be set once per
+// process: a second trainer keeps the first value.
+void SetTorchThreads(int threads) {
+  at::set_num_threads(threads);
+  try {
+    at::set_num_interop_threads(1);
+  } catch (const std::exception&) {
+  }
+}
+
 class TorchTrainer final : public Trainer {
  public:
   static StatusOr<std::unique_ptr<Trainer>> Make(const TrainerOptions& o);
@@ -59,6 +81,28 @@ class TorchTrainer final : public Trainer {
   void ResetOptimizerState() override;
 
  private:
+  // The stages of Make, after the model exists.
+  void DescribeParameters();  // specs_ and zeroed AdamW moments, one per model parameter
+  Status OpenReaders(const DataManifest& data);
+  Status SkipConsumedBatches(int64_t start_step);
+
+  // What checkpoint.json says, read and checked against this trainer.
+  struct CheckpointManifest {
+    int64_t step = 0, tokens = 0, adam_step = 0;
+    std::vector<ReaderPosition> positions;  // one per replica
+    std::string model_checksum, optimizer_checksum;
+  };
+  // The decoded safetensors files and, for each of specs_, the index of its values in them.
+  struct CheckpointTensors {
+    SafetensorsData model, optimizer;
+    std::vector<int> param, exp_avg, exp_avg_sq;
+  };
+  Status CheckCompatible(const nlohmann::json& manifest, const std::string& dir,
+                         const std::string& manifest_path) const;
+  StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& dir) const;
+  StatusOr<CheckpointTensors> ReadCheckpointTensors(const std::string& dir,
+                                                    const CheckpointManifest& m) const;
+
   TrainerOptions opts_;
   std::string data_dir_;  // absolute
   std::unique_ptr<Gpt> model_;
@@ -75,43 +119,45 @@ class TorchTrainer final : public Trainer {
 };
 
 StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
-  if (o.batch_size < 1 || o.replicas < 1 || o.threads < 1) {
-    return InvalidArgumentError("batch_size, replicas and threads must be ≥ 1");
-  }
-  if (o.num_learners < 1 || o.learner_id < 0 || o.learner_id >= o.num_learners) {
-    return InvalidArgumentError("learner_id " + std::to_string(o.learner_id) +
-                                " outside [0, num_learners " + std::to_string(o.num_learners) +
-                                ")");
-  }
-  ATOLL_RETURN_IF_ERROR(ValidateModelConfig(o.model));
+  ATOLL_RETURN_IF_ERROR(ValidateTrainerOptions(o));
   ATOLL_ASSIGN_OR_RETURN(DataManifest data, LoadDataManifest(o.data_dir));
   if (o.model.vocab_size < data.vocab_size) {
     return InvalidArgumentError("model vocab_size " + std::to_string(o.model.vocab_size) +
                                 " is smaller than the data's vocabulary (" +
                                 std::to_string(data.vocab_size) + ")");
   }
-  at::set_num_threads(o.threads);
-  try {
-    at::set_num_interop_threads(1);
-  } catch (const std::exception&) {
-    // Already set (a second trainer in this process): keep the first value.
-  }
+  SetTorchThreads(o.threads);
 
   auto t = std::unique_ptr<TorchTrainer>(new TorchTrainer());
   t->opts_ = o;
   t->data_dir_ = fs::absolute(o.data_dir).string();
   ATOLL_ASSIGN_OR_RETURN(t->model_, Gpt::Create(o.model, o.seed));
-  for (const auto& p : t->model_->params()) {
+  t->DescribeParameters();
+  ATOLL_RETURN_IF_ERROR(t->OpenReaders(data));
+  if (o.start_step < 0) return InvalidArgumentError("start_step must be ≥ 0");
+  if (o.start_step > 0) ATOLL_RETURN_IF_ERROR(t->SkipConsumedBatches(o.start_step));
+  ATOLL_ASSIGN_OR_RETURN(t->val_, LoadValTokens(data));
+  t->batch_ = torch::empty({o.batch_size, o.model.seq_len + 1}, torch::kInt64);
+  return std::unique_ptr<Trainer>(std::move(t));
+}
+
+void TorchTrainer::DescribeParameters() {
+  for (const auto& p : model_->params()) {
     diloco::TensorSpec s;
     s.name = p.name;
     s.shape = p.tensor.sizes().vec();
     s.numel = p.tensor.numel();
     s.is_embedding = p.is_embedding;
-    t->specs_.push_back(std::move(s));
-    t->exp_avg_.push_back(torch::zeros_like(p.tensor));
-    t->exp_avg_sq_.push_back(torch::zeros_like(p.tensor));
+    specs_.push_back(std::move(s));
+    exp_avg_.push_back(torch::zeros_like(p.tensor));
+    exp_avg_sq_.push_back(torch::zeros_like(p.tensor));
   }
+}
 
+// One reader per replica, each on its own shard of the token stream: learner l's replica r
+// reads shard l·R + r of M·R.
+Status TorchTrainer::OpenReaders(const DataManifest& data) {
+  const TrainerOptions& o = opts_;
   ATOLL_ASSIGN_OR_RETURN(std::vector<uint16_t> train, LoadTrainTokens(data));
   auto stream = std::make_shared<const std::vector<uint16_t>>(std::move(train));
   for (int r = 0; r < o.replicas; ++r) {
@@ -122,24 +168,23 @@ StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
     ro.num_shards = o.num_learners * o.replicas;
     ro.seed = o.seed;
     ATOLL_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Create(stream, ro));
-    t->readers_.push_back(std::move(reader));
+    readers_.push_back(std::move(reader));
   }
-  if (o.start_step < 0) return InvalidArgumentError("start_step must be ≥ 0");
-  if (o.start_step > 0) {
-    // Skip the batches the previous incarnation consumed: position = start_step batches in.
-    for (auto& reader : t->readers_) {
-      const int64_t per_epoch = std::max<int64_t>(1, reader.num_windows());
-      const int64_t consumed = o.start_step * o.batch_size;
-      ReaderPosition pos;
-      pos.epoch = consumed / per_epoch;
-      pos.index = consumed % per_epoch;
-      ATOLL_RETURN_IF_ERROR(reader.Seek(pos));
-    }
-    t->step_ = o.start_step;
+  return Status::Ok();
+}
+
+// Skip the batches the previous incarnation consumed: position = start_step batches in.
+Status TorchTrainer::SkipConsumedBatches(int64_t start_step) {
+  for (auto& reader : readers_) {
+    const int64_t per_epoch = std::max<int64_t>(1, reader.num_windows());
+    const int64_t consumed = start_step * opts_.batch_size;
+    ReaderPosition pos;
+    pos.epoch = consumed / per_epoch;
+    pos.index = consumed % per_epoch;
+    ATOLL_RETURN_IF_ERROR(reader.Seek(pos));
   }
-  ATOLL_ASSIGN_OR_RETURN(t->val_, LoadValTokens(data));
-  t->batch_ = torch::empty({o.batch_size, o.model.seq_len + 1}, torch::kInt64);
-  return std::unique_ptr<Trainer>(std::move(t));
+  step_ = start_step;
+  return Status::Ok();
 }
 
 StatusOr<StepStats> TorchTrainer::Step() {
@@ -312,89 +357,107 @@ Status TorchTrainer::SaveCheckpoint(const std::string& dir) {
   return WriteJsonWithChecksum((fs::path(dir) / "checkpoint.json").string(), j);
 }
 
-Status TorchTrainer::LoadCheckpoint(const std::string& dir) {
+Status TorchTrainer::CheckCompatible(const nlohmann::json& j, const std::string& dir,
+                                     const std::string& manifest_path) const {
+  if (j.at("format") != "atoll-checkpoint" || j.at("version") != kCheckpointVersion) {
+    return FailedPreconditionError(manifest_path + ": not an atoll checkpoint of version " +
+                                   std::to_string(kCheckpointVersion));
+  }
+  const std::string sig = ChecksumHex(diloco::ModelSignature(specs_));
+  if (j.at("model_signature") != sig) {
+    return FailedPreconditionError("checkpoint " + dir + " holds a different model (" +
+                                   j.at("model").dump() + ") than this trainer (" +
+                                   ModelConfigToJson(opts_.model).dump() + ")");
+  }
+  // Bit-exact resumption replays the same batches: the data layout must match too.
+  const auto& tr = j.at("trainer");
+  if (tr.at("replicas") != opts_.replicas || tr.at("learner_id") != opts_.learner_id ||
+      tr.at("num_learners") != opts_.num_learners ||
+      j.at("model").at("seq_len") != opts_.model.seq_len || tr.at("seed") != opts_.seed) {
+    return FailedPreconditionError("checkpoint " + dir + " was written with another data layout (" +
+                                   tr.dump() + ", seq " + j.at("model").at("seq_len").dump() +
+                                   "): resume with the same --replicas, "
+                                   "--seq, --seed and learner id");
+  }
+  return Status::Ok();
+}
+
+StatusOr<TorchTrainer::CheckpointManifest> TorchTrainer::ReadCheckpointManifest(
+    const std::string& dir) const {
   const std::string manifest_path = (fs::path(dir) / "checkpoint.json").string();
   if (!FileExists(manifest_path)) return NotFoundError("no checkpoint in " + dir);
   ATOLL_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonWithChecksum(manifest_path));
-  int64_t step = 0, tokens = 0, adam_step = 0;
-  std::vector<ReaderPosition> positions;
-  std::string model_sum, opt_sum;
+  CheckpointManifest m;
   try {
-    if (j.at("format") != "atoll-checkpoint" || j.at("version") != kCheckpointVersion) {
-      return FailedPreconditionError(manifest_path + ": not an atoll checkpoint of version " +
-                                     std::to_string(kCheckpointVersion));
-    }
-    const std::string sig = ChecksumHex(diloco::ModelSignature(specs_));
-    if (j.at("model_signature") != sig) {
-      return FailedPreconditionError(
-          "checkpoint " + dir + " holds a different model (" + j.at("model").dump() +
-          ") than this trainer (" + ModelConfigToJson(opts_.model).dump() + ")");
-    }
-    const auto& tr = j.at("trainer");
-    if (tr.at("replicas") != opts_.replicas || tr.at("learner_id") != opts_.learner_id ||
-        tr.at("num_learners") != opts_.num_learners || j.at("model").at("seq_len") !=
-        opts_.model.seq_len || tr.at("seed") != opts_.seed) {
-      return FailedPreconditionError(
-          "checkpoint " + dir + " was written with another data layout (" + tr.dump() +
-          ", seq " + j.at("model").at("seq_len").dump() + "): resume with the same --replicas, "
-          "--seq, --seed and learner id");
-    }
-    step = j.at("step");
-    tokens = j.at("tokens_trained");
-    adam_step = j.at("optimizer_state").at("adam_step");
+    ATOLL_RETURN_IF_ERROR(CheckCompatible(j, dir, manifest_path));
+    m.step = j.at("step");
+    m.tokens = j.at("tokens_trained");
+    m.adam_step = j.at("optimizer_state").at("adam_step");
     for (const auto& p : j.at("data").at("positions")) {
-      positions.push_back({p.at("epoch").get<int64_t>(), p.at("index").get<int64_t>()});
+      m.positions.push_back({p.at("epoch").get<int64_t>(), p.at("index").get<int64_t>()});
     }
-    model_sum = j.at("files").at("model.safetensors").at("checksum");
-    opt_sum = j.at("files").at("optimizer.safetensors").at("checksum");
+    m.model_checksum = j.at("files").at("model.safetensors").at("checksum");
+    m.optimizer_checksum = j.at("files").at("optimizer.safetensors").at("checksum");
   } catch (const nlohmann::json::exception& e) {
     return DataLossError(manifest_path + ": malformed checkpoint manifest: " + e.what());
   }
-  if (positions.size() != readers_.size()) {
-    return DataLossError(manifest_path + ": " + std::to_string(positions.size()) +
+  if (m.positions.size() != readers_.size()) {
+    return DataLossError(manifest_path + ": " + std::to_string(m.positions.size()) +
                          " data positions for " + std::to_string(readers_.size()) + " replicas");
   }
-  ATOLL_ASSIGN_OR_RETURN(std::string model_bytes,
-                         ReadFileVerified((fs::path(dir) / "model.safetensors").string(),
-                                          model_sum));
-  ATOLL_ASSIGN_OR_RETURN(std::string opt_bytes,
-                         ReadFileVerified((fs::path(dir) / "optimizer.safetensors").string(),
-                                          opt_sum));
-  ATOLL_ASSIGN_OR_RETURN(SafetensorsData model, DecodeSafetensors(model_bytes));
-  ATOLL_ASSIGN_OR_RETURN(SafetensorsData opt, DecodeSafetensors(opt_bytes));
+  return m;
+}
 
-  // Validate everything before touching any state.
-  std::vector<const std::vector<float>*> p_src, m_src, v_src;
+StatusOr<TorchTrainer::CheckpointTensors> TorchTrainer::ReadCheckpointTensors(
+    const std::string& dir, const CheckpointManifest& m) const {
+  ATOLL_ASSIGN_OR_RETURN(
+      std::string model_bytes,
+      ReadFileVerified((fs::path(dir) / "model.safetensors").string(), m.model_checksum));
+  ATOLL_ASSIGN_OR_RETURN(
+      std::string opt_bytes,
+      ReadFileVerified((fs::path(dir) / "optimizer.safetensors").string(), m.optimizer_checksum));
+  CheckpointTensors t;
+  ATOLL_ASSIGN_OR_RETURN(t.model, DecodeSafetensors(model_bytes));
+  ATOLL_ASSIGN_OR_RETURN(t.optimizer, DecodeSafetensors(opt_bytes));
   for (const auto& s : specs_) {
-    int a = model.Find(s.name), b = opt.Find("exp_avg." + s.name),
-        c = opt.Find("exp_avg_sq." + s.name);
-    if (a < 0 || b < 0 || c < 0 || model.tensors[a].shape != s.shape ||
-        opt.tensors[b].shape != s.shape || opt.tensors[c].shape != s.shape) {
+    int a = t.model.Find(s.name), b = t.optimizer.Find("exp_avg." + s.name),
+        c = t.optimizer.Find("exp_avg_sq." + s.name);
+    if (a < 0 || b < 0 || c < 0 || t.model.tensors[a].shape != s.shape ||
+        t.optimizer.tensors[b].shape != s.shape || t.optimizer.tensors[c].shape != s.shape) {
       return DataLossError("checkpoint " + dir + ": tensor " + s.name +
                            " missing or of the wrong shape");
     }
-    p_src.push_back(&model.values[a]);
-    m_src.push_back(&opt.values[b]);
-    v_src.push_back(&opt.values[c]);
+    t.param.push_back(a);
+    t.exp_avg.push_back(b);
+    t.exp_avg_sq.push_back(c);
   }
+  return t;
+}
+
+Status TorchTrainer::LoadCheckpoint(const std::string& dir) {
+  ATOLL_ASSIGN_OR_RETURN(CheckpointManifest m, ReadCheckpointManifest(dir));
+  ATOLL_ASSIGN_OR_RETURN(CheckpointTensors t, ReadCheckpointTensors(dir, m));
+  // Validate everything before touching any state.
   for (size_t r = 0; r < readers_.size(); ++r) {
-    if (positions[r].index > readers_[r].num_windows()) {
+    if (m.positions[r].index > readers_[r].num_windows()) {
       return DataLossError("checkpoint " + dir + ": data position beyond the shard (was the data "
                            "folder prepared again?)");
     }
   }
-  auto copy_into = [](torch::Tensor& t, const std::vector<float>& src) {
-    std::memcpy(t.data_ptr<float>(), src.data(), src.size() * sizeof(float));
+  auto copy_into = [](torch::Tensor& dst, const std::vector<float>& src) {
+    std::memcpy(dst.data_ptr<float>(), src.data(), src.size() * sizeof(float));
   };
   for (size_t i = 0; i < specs_.size(); ++i) {
-    copy_into(model_->params()[i].tensor, *p_src[i]);
-    copy_into(exp_avg_[i], *m_src[i]);
-    copy_into(exp_avg_sq_[i], *v_src[i]);
+    copy_into(model_->params()[i].tensor, t.model.values[t.param[i]]);
+    copy_into(exp_avg_[i], t.optimizer.values[t.exp_avg[i]]);
+    copy_into(exp_avg_sq_[i], t.optimizer.values[t.exp_avg_sq[i]]);
   }
-  for (size_t r = 0; r < readers_.size(); ++r) ATOLL_RETURN_IF_ERROR(readers_[r].Seek(positions[r]));
-  adam_step_ = adam_step;
-  step_ = step;
-  tokens_ = tokens;
+  for (size_t r = 0; r < readers_.size(); ++r) {
+    ATOLL_RETURN_IF_ERROR(readers_[r].Seek(m.positions[r]));
+  }
+  adam_step_ = m.adam_step;
+  step_ = m.step;
+  tokens_ = m.tokens;
   return Status::Ok();
 }
 

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "atoll/sim/svg.h"
-#include "format_util.h"
 
 namespace atl::sim {
-
-using internal::Fmt;
 
 Status ValidateBandwidth(const BandwidthParams& p) {
   if (!(p.params > 0)) return InvalidArgumentError("--params must be > 0");
@@ -54,27 +53,27 @@ double DecoupledDilocoBps(const BandwidthParams& p) {
 
 std::vector<BandwidthLine> RequiredBandwidth(const BandwidthParams& p) {
   const double s = p.sites;
-  const std::string ring = Fmt("2(%g-1)/%g", s, s);
-  const std::string win = Fmt("min(%g, %d/%d)", p.overlap, p.inner_steps, p.fragments);
+  const std::string ring = fmt::format("2({:g}-1)/{:g}", s, s);
+  const std::string win = fmt::format("min({:g}, {}/{})", p.overlap, p.inner_steps, p.fragments);
   std::vector<BandwidthLine> out;
   out.push_back({"data-parallel", DataParallelBps(p) / 1e9, "2(S-1)/S * N*b / (f*t)",
-                 Fmt("%s * %.3g*%g / (%.3g*%g s)", ring.c_str(), p.params, p.dp_bits,
-                     p.backward_fraction, p.step_s)});
+                 fmt::format("{} * {:.3g}*{:g} / ({:.3g}*{:g} s)", ring, p.params, p.dp_bits,
+                             p.backward_fraction, p.step_s)});
   out.push_back({"sync DiLoCo", SyncDilocoBps(p) / 1e9, "2(S-1)/S * N*q / (alpha*H*t)",
-                 Fmt("%s * %.3g*%g / (%g*%d*%g s)", ring.c_str(), p.params, p.bits,
-                     p.sync_overhead, p.inner_steps, p.step_s)});
+                 fmt::format("{} * {:.3g}*{:g} / ({:g}*{}*{:g} s)", ring, p.params, p.bits,
+                             p.sync_overhead, p.inner_steps, p.step_s)});
   out.push_back({"Streaming DiLoCo", StreamingDilocoBps(p) / 1e9,
                  "2(S-1)/S * (N/P)*q / (min(tau, H/P)*t)",
-                 Fmt("%s * (%.3g/%d)*%g / (%s*%g s)", ring.c_str(), p.params, p.fragments,
-                     p.bits, win.c_str(), p.step_s)});
+                 fmt::format("{} * ({:.3g}/{})*{:g} / ({}*{:g} s)", ring, p.params, p.fragments,
+                             p.bits, win, p.step_s)});
   out.push_back({"Decoupled DiLoCo (per learner link)", DecoupledDilocoBps(p) / 1e9,
                  "(N/P)*q / (min(tau, H/P)*t)",
-                 Fmt("(%.3g/%d)*%g / (%s*%g s)", p.params, p.fragments, p.bits, win.c_str(),
-                     p.step_s)});
+                 fmt::format("({:.3g}/{})*{:g} / ({}*{:g} s)", p.params, p.fragments, p.bits, win,
+                             p.step_s)});
   out.push_back({"Decoupled DiLoCo (syncer ingress)", s * DecoupledDilocoBps(p) / 1e9,
                  "M * (N/P)*q / (min(tau, H/P)*t)",
-                 Fmt("%g * (%.3g/%d)*%g / (%s*%g s)", s, p.params, p.fragments, p.bits,
-                     win.c_str(), p.step_s)});
+                 fmt::format("{:g} * ({:.3g}/{})*{:g} / ({}*{:g} s)", s, p.params, p.fragments,
+                             p.bits, win, p.step_s)});
   return out;
 }
 
@@ -92,31 +91,31 @@ WanStep WanStepTime(const BandwidthParams& p, double link_gbps) {
 
 std::string FormatBandwidthReport(const BandwidthParams& p, const std::vector<BandwidthLine>& l,
                                   const BandwidthParams& wan, const std::vector<WanStep>& w) {
-  std::string out = Fmt(
-      "Required cross-site bandwidth: N = %.3g parameters, t = %g s/step, S = M = %d sites, "
-      "H = %d, P = %d, tau = %g, b = %g bits (data-parallel), q = %g bits (DiLoCo), "
-      "f = %.3g (backward share of a step), alpha = %g\n\n",
+  std::string out = fmt::format(
+      "Required cross-site bandwidth: N = {:.3g} parameters, t = {:g} s/step, S = M = {} sites, "
+      "H = {}, P = {}, tau = {:g}, b = {:g} bits (data-parallel), q = {:g} bits (DiLoCo), "
+      "f = {:.3g} (backward share of a step), alpha = {:g}\n\n",
       p.params, p.step_s, p.sites, p.inner_steps, p.fragments, p.overlap, p.dp_bits, p.bits,
       p.backward_fraction, p.sync_overhead);
-  out += Fmt("%-36s %12s  %s\n", "method", "Gbps", "formula  =  with the numbers");
+  out += fmt::format("{:<36} {:>12}  {}\n", "method", "Gbps", "formula  =  with the numbers");
   for (const auto& x : l) {
-    out += Fmt("%-36s %12.4g  %s  =  %s\n", x.method.c_str(), x.gbps, x.formula.c_str(),
-               x.substituted.c_str());
+    out += fmt::format("{:<36} {:12.4g}  {}  =  {}\n", x.method, x.gbps, x.formula, x.substituted);
   }
   if (l.size() >= 4 && l[3].gbps > 0)
-    out += Fmt("\ndata-parallel / Decoupled DiLoCo per link = %.0fx\n", l[0].gbps / l[3].gbps);
-  out += Fmt(
-      "\nTime per step over a WAN: N = %.3g, S = %d sites, t = %g s compute, b = %g, q = %g, "
-      "H = %d, P = %d, tau = %g\n"
+    out += fmt::format("\ndata-parallel / Decoupled DiLoCo per link = {:.0f}x\n",
+                       l[0].gbps / l[3].gbps);
+  out += fmt::format(
+      "\nTime per step over a WAN: N = {:.3g}, S = {} sites, t = {:g} s compute, b = {:g}, "
+      "q = {:g}, H = {}, P = {}, tau = {:g}\n"
       "  data-parallel:    (1-f)*t + max(f*t, 2(S-1)/S*N*b / B)\n"
       "  Decoupled DiLoCo: max(t, (N/P)*q / (B*min(tau, H/P)))\n",
       wan.params, wan.sites, wan.step_s, wan.dp_bits, wan.bits, wan.inner_steps, wan.fragments,
       wan.overlap);
-  out += Fmt("%10s %18s %22s %10s\n", "link Gbps", "data-parallel s", "Decoupled DiLoCo s",
-             "speed-up");
+  out += fmt::format("{:>10} {:>18} {:>22} {:>10}\n", "link Gbps", "data-parallel s",
+                     "Decoupled DiLoCo s", "speed-up");
   for (const auto& x : w) {
-    out += Fmt("%10g %18.4g %22.4g %9.1fx\n", x.link_gbps, x.dp_step_s, x.decoupled_step_s,
-               x.speedup);
+    out += fmt::format("{:10g} {:18.4g} {:22.4g} {:9.1f}x\n", x.link_gbps, x.dp_step_s,
+                       x.decoupled_step_s, x.speedup);
   }
   return out;
 }
@@ -159,10 +158,11 @@ std::string BandwidthSweepSvg(const BandwidthParams& p) {
     }
     panel.series.push_back(s);
   }
-  const std::string title =
-      Fmt("atoll sim bandwidth: %.3g parameters, %g s/step, data-parallel %g-bit, DiLoCo %g-bit, "
-          "H=%d, P=%d, tau=%g",
-          p.params, p.step_s, p.dp_bits, p.bits, p.inner_steps, p.fragments, p.overlap);
+  const std::string title = fmt::format(
+      "atoll sim bandwidth: {:.3g} parameters, {:g} s/step, data-parallel {:g}-bit, DiLoCo "
+      "{:g}-bit, "
+      "H={}, P={}, tau={:g}",
+      p.params, p.step_s, p.dp_bits, p.bits, p.inner_steps, p.fragments, p.overlap);
   return RenderSvg(title, {panel});
 }
 

@@ -92,33 +92,57 @@ double DrawResidualRepair(const FleetSpec& s, Rng& rng) {
 
 constexpr int kReturn = 1;
 
+// The fleet while a trace is drawn: which slices are up, and the repairs in progress.
+struct FleetState {
+  // healthy: ids of the slices that are up, in no particular order (swap-remove).
+  std::vector<int32_t> healthy;
+  int64_t healthy_chips = 0;
+  EventQueue returns;  // repairs in progress (kind kReturn, a = slice)
+};
+
+// Each slice starts down with its stationary probability (repair share of its failure cycle),
+// with the residual of a repair in progress.
+FleetState StationaryStart(const FleetSpec& spec, FailureTrace& tr, Rng& rng) {
+  const size_t n = tr.slice_chips.size();
+  tr.down_at_start.assign(n, 0);
+  FleetState s;
+  s.healthy.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double c = static_cast<double>(tr.slice_chips[i]);
+    const double p_down = spec.repair_mean_s / (spec.mtbi_s / c + spec.repair_mean_s);
+    if (rng.Bernoulli(p_down)) {
+      tr.down_at_start[i] = 1;
+      s.returns.Push(DrawResidualRepair(spec, rng), kReturn, static_cast<int64_t>(i));
+    } else {
+      s.healthy.push_back(static_cast<int32_t>(i));
+      s.healthy_chips += tr.slice_chips[i];
+    }
+  }
+  return s;
+}
+
+// Victim: uniform among healthy slices, accepted in proportion to its chips (only the last
+// slice can be smaller, so the rejection loop almost never repeats). Returns its index in
+// `healthy`.
+size_t PickVictim(const std::vector<int32_t>& healthy, const std::vector<int64_t>& slice_chips,
+                  int64_t max_slice, Rng& rng) {
+  size_t k;
+  do {
+    k = static_cast<size_t>(rng.UniformInt(healthy.size()));
+  } while (slice_chips[static_cast<size_t>(healthy[k])] < max_slice &&
+           rng.Uniform() * static_cast<double>(max_slice) >=
+               static_cast<double>(slice_chips[static_cast<size_t>(healthy[k])]));
+  return k;
+}
+
 }  // namespace
 
 FailureTrace GenerateTrace(const FleetSpec& spec, uint64_t seed) {
   FailureTrace tr;
   tr.slice_chips = SliceSizes(spec);
   tr.duration_s = spec.duration_s;
-  const size_t n = tr.slice_chips.size();
-  tr.down_at_start.assign(n, 0);
   Rng rng(seed);
-
-  // healthy: ids of the slices that are up, in no particular order (swap-remove).
-  std::vector<int32_t> healthy;
-  healthy.reserve(n);
-  int64_t healthy_chips = 0;
-  EventQueue returns;  // repairs in progress (kind kReturn, a = slice)
-
-  for (size_t i = 0; i < n; ++i) {
-    const double c = static_cast<double>(tr.slice_chips[i]);
-    const double p_down = spec.repair_mean_s / (spec.mtbi_s / c + spec.repair_mean_s);
-    if (rng.Bernoulli(p_down)) {
-      tr.down_at_start[i] = 1;
-      returns.Push(DrawResidualRepair(spec, rng), kReturn, static_cast<int64_t>(i));
-    } else {
-      healthy.push_back(static_cast<int32_t>(i));
-      healthy_chips += tr.slice_chips[i];
-    }
-  }
+  FleetState s = StationaryStart(spec, tr, rng);
   const int64_t max_slice = *std::max_element(tr.slice_chips.begin(), tr.slice_chips.end());
   constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -127,35 +151,29 @@ FailureTrace GenerateTrace(const FleetSpec& spec, uint64_t seed) {
     // The superposition of the healthy chips' Poisson processes is Poisson with rate
     // healthy_chips/MTBI; by memorylessness it is redrawn after every event.
     const double next_failure =
-        healthy_chips > 0 ? t + rng.Exponential(spec.mtbi_s / static_cast<double>(healthy_chips))
-                          : kInf;
-    const double next_return = returns.empty() ? kInf : returns.Top().time;
+        s.healthy_chips > 0
+            ? t + rng.Exponential(spec.mtbi_s / static_cast<double>(s.healthy_chips))
+            : kInf;
+    const double next_return = s.returns.empty() ? kInf : s.returns.Top().time;
     if (std::min(next_failure, next_return) > spec.duration_s) break;
     if (next_return <= next_failure) {
-      const Event e = returns.Pop();
+      const Event e = s.returns.Pop();
       t = e.time;
       const size_t i = static_cast<size_t>(e.a);
-      healthy.push_back(static_cast<int32_t>(i));
-      healthy_chips += tr.slice_chips[i];
+      s.healthy.push_back(static_cast<int32_t>(i));
+      s.healthy_chips += tr.slice_chips[i];
       tr.events.push_back({t, static_cast<int32_t>(i), true});
       continue;
     }
     t = next_failure;
-    // Victim: uniform among healthy slices, accepted in proportion to its chips (only the last
-    // slice can be smaller, so the rejection loop almost never repeats).
-    size_t k;
-    do {
-      k = static_cast<size_t>(rng.UniformInt(healthy.size()));
-    } while (tr.slice_chips[static_cast<size_t>(healthy[k])] < max_slice &&
-             rng.Uniform() * static_cast<double>(max_slice) >=
-                 static_cast<double>(tr.slice_chips[static_cast<size_t>(healthy[k])]));
-    const int32_t victim = healthy[k];
-    healthy[k] = healthy.back();
-    healthy.pop_back();
-    healthy_chips -= tr.slice_chips[static_cast<size_t>(victim)];
+    const size_t k = PickVictim(s.healthy, tr.slice_chips, max_slice, rng);
+    const int32_t victim = s.healthy[k];
+    s.healthy[k] = s.healthy.back();
+    s.healthy.pop_back();
+    s.healthy_chips -= tr.slice_chips[static_cast<size_t>(victim)];
     tr.events.push_back({t, victim, false});
     ++tr.failures;
-    returns.Push(t + DrawRepair(spec, rng), kReturn, victim);
+    s.returns.Push(t + DrawRepair(spec, rng), kReturn, victim);
   }
   return tr;
 }

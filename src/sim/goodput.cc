@@ -2,16 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "atoll/core/format.h"
 #include "atoll/core/rng.h"
 #include "atoll/sim/svg.h"
-#include "format_util.h"
 
 namespace atl::sim {
-
-using internal::Fmt;
 
 std::string_view ModeName(Mode m) {
   switch (m) {
@@ -72,7 +71,8 @@ Status ValidateGoodput(const GoodputParams& p) {
   if (!(p.mtbi_years > 0)) return InvalidArgumentError("--mtbi-years must be > 0");
   if (p.learners < 1) return InvalidArgumentError("--learners (M) must be >= 1");
   if (p.quorum < 1 || p.quorum > p.learners)
-    return InvalidArgumentError(Fmt("--quorum (K) must be in [1, M=%d], got %d", p.learners, p.quorum));
+    return InvalidArgumentError(
+        fmt::format("--quorum (K) must be in [1, M={}], got {}", p.learners, p.quorum));
   if (!(p.restart_s >= 0) || !(p.shrink_s >= 0) || !(p.grow_s >= 0) || !(p.barrier_s >= 0) ||
       !(p.checkpoint_s >= 0))
     return InvalidArgumentError("pause, restart, barrier and checkpoint times must be >= 0");
@@ -82,19 +82,21 @@ Status ValidateGoodput(const GoodputParams& p) {
   ATOLL_RETURN_IF_ERROR(ValidateFleet(ToFleetSpec(p)));
   const int64_t slices = (p.chips + p.slice_chips - 1) / p.slice_chips;
   if (slices < p.learners)
-    return InvalidArgumentError(Fmt("%lld slices cannot make %d learners (each needs >= 1 slice)",
-                                    static_cast<long long>(slices), p.learners));
+    return InvalidArgumentError(fmt::format(
+        "{} slices cannot make {} learners (each needs >= 1 slice)", slices, p.learners));
   if (p.spare_slices >= slices)
-    return InvalidArgumentError(Fmt("--spare-slices (%lld) must leave the job at least one of "
-                                    "the %lld slices",
-                                    static_cast<long long>(p.spare_slices),
-                                    static_cast<long long>(slices)));
+    return InvalidArgumentError(
+        fmt::format("--spare-slices ({}) must leave the job at least one of "
+                    "the {} slices",
+                    p.spare_slices, slices));
   // Guard against runs that would take hours: the cost is about 2 events per failure.
   const FleetSpec f = ToFleetSpec(p);
   const double events = 2.0 * static_cast<double>(p.chips) / f.mtbi_s * f.duration_s * p.seeds;
   if (events > 2e8)
-    return ResourceExhaustedError(Fmt("about %.2g failure events: shorten --days, fewer --seeds "
-                                      "or a longer --mtbi-years", events));
+    return ResourceExhaustedError(
+        fmt::format("about {:.2g} failure events: shorten --days, fewer --seeds "
+                    "or a longer --mtbi-years",
+                    events));
   return Status::Ok();
 }
 
@@ -207,27 +209,26 @@ StatusOr<std::vector<ModeSummary>> RunGoodput(const GoodputParams& p, const std:
 std::string FormatGoodputTable(const GoodputParams& p, const std::vector<ModeSummary>& s) {
   const FleetSpec f = ToFleetSpec(p);
   const auto slices = SliceSizes(f).size();
-  std::string out = Fmt(
-      "fleet: %s chips in %s slices of %lld, MTBI %g chip-years (a failure every %.1f s), "
-      "repair %g h (%s)\n"
-      "       restart %g s (%lld spare slices), shrink %g s, grow %g s, step %g s, H %lld, M %d, K %d; "
-      "%g days x %d seeds\n\n",
-      Grouped(p.chips).c_str(), Grouped(static_cast<int64_t>(slices)).c_str(),
-      static_cast<long long>(p.slice_chips), p.mtbi_years,
-      1.0 / StationarySliceFailureRate(f), p.repair_hours,
-      std::string(RepairDistName(p.repair_dist)).c_str(), p.restart_s,
-      static_cast<long long>(SpareSlices(p)), p.shrink_s, p.grow_s,
-      p.step_s, static_cast<long long>(p.inner_steps), p.learners, p.quorum, p.days, p.seeds);
-  out += Fmt("%-23s %8s  %-17s %-17s %10s  %s\n", "mode", "learners", "goodput (95% CI)",
-             "uptime (95% CI)", "failures", "closed form goodput / uptime");
+  std::string out = fmt::format(
+      "fleet: {} chips in {} slices of {}, MTBI {:g} chip-years (a failure every {:.1f} s), "
+      "repair {:g} h ({})\n"
+      "       restart {:g} s ({} spare slices), shrink {:g} s, grow {:g} s, step {:g} s, "
+      "H {}, M {}, K {}; {:g} days x {} seeds\n\n",
+      Grouped(p.chips), Grouped(static_cast<int64_t>(slices)), p.slice_chips, p.mtbi_years,
+      1.0 / StationarySliceFailureRate(f), p.repair_hours, RepairDistName(p.repair_dist),
+      p.restart_s, SpareSlices(p), p.shrink_s, p.grow_s, p.step_s, p.inner_steps, p.learners,
+      p.quorum, p.days, p.seeds);
+  out += fmt::format("{:<23} {:>8}  {:<17} {:<17} {:>10}  {}\n", "mode", "learners",
+                     "goodput (95% CI)", "uptime (95% CI)", "failures",
+                     "closed form goodput / uptime");
   for (const auto& m : s) {
     std::string oracle = "-";
     if (m.oracle.available)
-      oracle = Fmt("%.1f%% / %.2f%%", 100 * m.oracle.goodput, 100 * m.oracle.uptime);
-    out += Fmt("%-23s %8d  %5.1f%% +- %-6.2f %6.2f%% +- %-6.2f %10s  %s\n",
-               std::string(ModeName(m.mode)).c_str(), m.learners, 100 * m.goodput,
-               100 * m.goodput_ci95, 100 * m.uptime, 100 * m.uptime_ci95,
-               Grouped(std::llround(m.failures)).c_str(), oracle.c_str());
+      oracle = fmt::format("{:.1f}% / {:.2f}%", 100 * m.oracle.goodput, 100 * m.oracle.uptime);
+    out +=
+        fmt::format("{:<23} {:8}  {:5.1f}% +- {:<6.2f} {:6.2f}% +- {:<6.2f} {:>10}  {}\n",
+                    ModeName(m.mode), m.learners, 100 * m.goodput, 100 * m.goodput_ci95,
+                    100 * m.uptime, 100 * m.uptime_ci95, Grouped(std::llround(m.failures)), oracle);
   }
   return out;
 }
@@ -281,7 +282,7 @@ StatusOr<std::string> GoodputSweepSvg(const GoodputParams& p) {
   for (Mode m : kAllModes) {
     Series sg, su;
     sg.name = su.name = std::string(ModeName(m)) +
-                        (ModeLearners(m, p) > 1 ? Fmt(" (M=%d)", ModeLearners(m, p)) : "");
+                        (ModeLearners(m, p) > 1 ? fmt::format(" (M={})", ModeLearners(m, p)) : "");
     gp.series.push_back(sg);
     up.series.push_back(su);
   }
@@ -298,10 +299,10 @@ StatusOr<std::string> GoodputSweepSvg(const GoodputParams& p) {
       up.series[i].y_err.push_back(res[i].uptime_ci95);
     }
   }
-  const std::string title = Fmt(
-      "atoll sim goodput: MTBI %g chip-years, slices of %lld, repair %g h, %g days x %d seeds "
-      "(bars: 95%% CI)",
-      p.mtbi_years, static_cast<long long>(p.slice_chips), p.repair_hours, p.days, p.seeds);
+  const std::string title = fmt::format(
+      "atoll sim goodput: MTBI {:g} chip-years, slices of {}, repair {:g} h, {:g} days x {} seeds "
+      "(bars: 95% CI)",
+      p.mtbi_years, p.slice_chips, p.repair_hours, p.days, p.seeds);
   return RenderSvg(title, {gp, up});
 }
 

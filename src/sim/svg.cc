@@ -5,11 +5,9 @@
 #include <limits>
 #include <string>
 
-#include "format_util.h"
+#include <fmt/format.h>
 
 namespace atl::sim {
-
-using internal::Fmt;
 
 namespace {
 
@@ -17,6 +15,15 @@ constexpr double kPanelW = 560, kPanelH = 450, kTitleH = 34;
 constexpr double kLeft = 72, kRight = 24, kTop = 40, kPlotH = 280;
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
                                    "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+
+// The stylesheet and white background every figure starts with.
+constexpr char kStyle[] =
+    "<style>.grid{stroke:#e5e5e5;stroke-width:1}.axis{stroke:#333;stroke-width:1}"
+    ".frame{fill:none;stroke:#333;stroke-width:1}.line{fill:none;stroke-width:2}"
+    ".err{stroke-width:1}.tick{font-size:11px;fill:#333}.label{font-size:13px;fill:#111}"
+    ".legend{font-size:12px;fill:#111}.ptitle{font-size:14px;font-weight:bold;fill:#111}"
+    ".title{font-size:13px;fill:#444}</style>\n"
+    "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
 
 std::string Escape(const std::string& s) {
   std::string out;
@@ -63,10 +70,12 @@ void FitAxis(Axis& ax, double lo, double hi) {
 }
 
 std::string TickLabel(double v, bool percent) {
-  return percent ? Fmt("%g%%", std::round(v * 1000) / 10) : CompactNumber(v);
+  return percent ? fmt::format("{:g}%", std::round(v * 1000) / 10) : CompactNumber(v);
 }
 
-std::string RenderPanel(const Panel& p, double ox, double oy) {
+// The panel's x and y axes in pixels: x fitted to the data, y too unless the panel fixes it.
+// Error bars count towards the y range.
+std::pair<Axis, Axis> PanelAxes(const Panel& p, double ox, double oy) {
   double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
   for (const auto& s : p.series) {
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
@@ -86,66 +95,93 @@ std::string RenderPanel(const Panel& p, double ox, double oy) {
   } else {
     FitAxis(ay, ylo, yhi);
   }
-  std::string o;
-  o += Fmt("<g>\n<text x=\"%.1f\" y=\"%.1f\" class=\"ptitle\">%s</text>\n",
-           ox + kLeft, oy + kTop - 14, Escape(p.title).c_str());
-  // Grid, ticks and tick labels.
+  return {ax, ay};
+}
+
+std::string SvgLine(double x1, double y1, double x2, double y2, const char* cls) {
+  return fmt::format(
+      "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" class=\"{}\"/>\n", x1, y1, x2,
+      y2, cls);
+}
+
+// Grid lines, tick marks and tick labels of both axes.
+std::string RenderGrid(const Panel& p, const Axis& ax, const Axis& ay) {
   const auto xt = !p.x_ticks.empty() ? p.x_ticks
                   : ax.log          ? LogTicks(ax.lo, ax.hi)
                                     : LinearTicks(ax.lo, ax.hi, 6);
   const auto yt = ay.log ? LogTicks(ay.lo, ay.hi) : LinearTicks(ay.lo, ay.hi, 5);
+  std::string o;
   for (double v : xt) {
     const double x = ax.Map(v);
-    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>\n", x,
-             ay.p1, x, ay.p0);
-    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n", x,
-             ay.p0, x, ay.p0 + 5);
-    o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\">%s</text>\n", x,
-             ay.p0 + 18, Escape(TickLabel(v, false)).c_str());
+    o += SvgLine(x, ay.p1, x, ay.p0, "grid");
+    o += SvgLine(x, ay.p0, x, ay.p0 + 5, "axis");
+    o += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", x,
+        ay.p0 + 18, Escape(TickLabel(v, false)));
   }
   for (double v : yt) {
     const double y = ay.Map(v);
-    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>\n", ax.p0,
-             y, ax.p1, y);
-    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/>\n",
-             ax.p0 - 5, y, ax.p0, y);
-    o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%s</text>\n",
-             ax.p0 - 8, y + 4, Escape(TickLabel(v, p.y_percent)).c_str());
+    o += SvgLine(ax.p0, y, ax.p1, y, "grid");
+    o += SvgLine(ax.p0 - 5, y, ax.p0, y, "axis");
+    o += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n", ax.p0 - 8,
+        y + 4, Escape(TickLabel(v, p.y_percent)));
   }
-  o += Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"frame\"/>\n",
-           ax.p0, ay.p1, ax.p1 - ax.p0, ay.p0 - ay.p1);
-  o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"label\" text-anchor=\"middle\">%s</text>\n",
-           (ax.p0 + ax.p1) / 2, ay.p0 + 40, Escape(p.x_label).c_str());
-  o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"label\" text-anchor=\"middle\" "
-           "transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
-           ox + 18, (ay.p0 + ay.p1) / 2, ox + 18, (ay.p0 + ay.p1) / 2,
-           Escape(p.y_label).c_str());
-  // Series: polyline, markers, error bars; then the legend below the axis label.
-  for (size_t k = 0; k < p.series.size(); ++k) {
-    const auto& s = p.series[k];
-    const char* color = kColors[k % std::size(kColors)];
-    std::string pts;
-    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      const double x = ax.Map(s.x[i]), y = ay.Map(std::clamp(s.y[i], ay.lo, ay.hi));
-      pts += Fmt("%.1f,%.1f ", x, y);
-      if (i < s.y_err.size() && s.y_err[i] > 0) {
-        const double y0 = ay.Map(std::clamp(s.y[i] - s.y_err[i], ay.lo, ay.hi));
-        const double y1 = ay.Map(std::clamp(s.y[i] + s.y_err[i], ay.lo, ay.hi));
-        o += Fmt("<path d=\"M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f\" stroke=\"%s\" "
-                 "class=\"err\"/>\n",
-                 x, y0, y1, x - 3, y0, x + 3, x - 3, y1, x + 3, color);
-      }
-      o += Fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y, color);
+  return o;
+}
+
+// The plot frame and the axis labels (the y label rotated along the axis).
+std::string RenderFrame(const Panel& p, const Axis& ax, const Axis& ay, double ox) {
+  std::string o = fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" class=\"frame\"/>\n",
+      ax.p0, ay.p1, ax.p1 - ax.p0, ay.p0 - ay.p1);
+  o += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"middle\">{}</text>\n",
+      (ax.p0 + ax.p1) / 2, ay.p0 + 40, Escape(p.x_label));
+  o += fmt::format(
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"middle\" "
+      "transform=\"rotate(-90 {:.1f} {:.1f})\">{}</text>\n",
+      ox + 18, (ay.p0 + ay.p1) / 2, ox + 18, (ay.p0 + ay.p1) / 2, Escape(p.y_label));
+  return o;
+}
+
+// Series k: error bars and markers, the polyline through them (points clamped to the y range),
+// and its legend entry, the k-th row below the x label.
+std::string RenderSeries(const Series& s, size_t k, const Axis& ax, const Axis& ay) {
+  const char* color = kColors[k % std::size(kColors)];
+  std::string o, pts;
+  for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+    const double x = ax.Map(s.x[i]), y = ay.Map(std::clamp(s.y[i], ay.lo, ay.hi));
+    pts += fmt::format("{:.1f},{:.1f} ", x, y);
+    if (i < s.y_err.size() && s.y_err[i] > 0) {
+      const double y0 = ay.Map(std::clamp(s.y[i] - s.y_err[i], ay.lo, ay.hi));
+      const double y1 = ay.Map(std::clamp(s.y[i] + s.y_err[i], ay.lo, ay.hi));
+      o += fmt::format(
+          "<path d=\"M{:.1f} {:.1f}V{:.1f}M{:.1f} {:.1f}H{:.1f}M{:.1f} "
+          "{:.1f}H{:.1f}\" stroke=\"{}\" class=\"err\"/>\n",
+          x, y0, y1, x - 3, y0, x + 3, x - 3, y1, x + 3, color);
     }
-    if (!pts.empty()) pts.pop_back();
-    o += Fmt("<polyline points=\"%s\" stroke=\"%s\" class=\"line\"/>\n", pts.c_str(), color);
-    const double ly = ay.p0 + 62 + 18 * static_cast<double>(k);
-    o += Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-             "stroke-width=\"2.5\"/>\n",
-             ax.p0, ly - 4, ax.p0 + 24, ly - 4, color);
-    o += Fmt("<text x=\"%.1f\" y=\"%.1f\" class=\"legend\">%s</text>\n", ax.p0 + 32, ly,
-             Escape(s.name).c_str());
+    o += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x, y, color);
   }
+  if (!pts.empty()) pts.pop_back();
+  o += fmt::format("<polyline points=\"{}\" stroke=\"{}\" class=\"line\"/>\n", pts, color);
+  const double ly = ay.p0 + 62 + 18 * static_cast<double>(k);
+  o += fmt::format(
+      "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
+      "stroke-width=\"2.5\"/>\n",
+      ax.p0, ly - 4, ax.p0 + 24, ly - 4, color);
+  o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">{}</text>\n", ax.p0 + 32, ly,
+                   Escape(s.name));
+  return o;
+}
+
+std::string RenderPanel(const Panel& p, double ox, double oy) {
+  const auto [ax, ay] = PanelAxes(p, ox, oy);
+  std::string o = fmt::format("<g>\n<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"ptitle\">{}</text>\n",
+                              ox + kLeft, oy + kTop - 14, Escape(p.title));
+  o += RenderGrid(p, ax, ay);
+  o += RenderFrame(p, ax, ay, ox);
+  for (size_t k = 0; k < p.series.size(); ++k) o += RenderSeries(p.series[k], k, ax, ay);
   o += "</g>\n";
   return o;
 }
@@ -166,7 +202,7 @@ std::vector<double> LinearTicks(double lo, double hi, int target_count) {
   const auto last = static_cast<int64_t>(std::floor(hi / step + 1e-9));
   for (int64_t k = first; k <= last; ++k) {
     // k·step, cleaned to 12 significant digits (0.2·3 is 0.6000000000000001 in binary).
-    out.push_back(std::stod(Fmt("%.12g", static_cast<double>(k) * step)));
+    out.push_back(std::stod(fmt::format("{:.12g}", static_cast<double>(k) * step)));
   }
   return out;
 }
@@ -190,27 +226,22 @@ std::vector<double> LogTicks(double lo, double hi) {
 
 std::string CompactNumber(double v) {
   const double a = std::abs(v);
-  if (a >= 1e9) return Fmt("%gG", std::round(v / 1e7) / 100);
-  if (a >= 1e6) return Fmt("%gM", std::round(v / 1e4) / 100);
-  if (a >= 1e3) return Fmt("%gk", std::round(v / 10) / 100);
-  return Fmt("%g", std::round(v * 1000) / 1000);
+  if (a >= 1e9) return fmt::format("{:g}G", std::round(v / 1e7) / 100);
+  if (a >= 1e6) return fmt::format("{:g}M", std::round(v / 1e4) / 100);
+  if (a >= 1e3) return fmt::format("{:g}k", std::round(v / 10) / 100);
+  return fmt::format("{:g}", std::round(v * 1000) / 1000);
 }
 
 std::string RenderSvg(const std::string& title, const std::vector<Panel>& panels) {
   const double w = kPanelW * static_cast<double>(std::max<size_t>(1, panels.size()));
   const double h = kPanelH + kTitleH;
-  std::string o = Fmt(
+  std::string o = fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-      "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\">\n"
-      "<style>.grid{stroke:#e5e5e5;stroke-width:1}.axis{stroke:#333;stroke-width:1}"
-      ".frame{fill:none;stroke:#333;stroke-width:1}.line{fill:none;stroke-width:2}"
-      ".err{stroke-width:1}.tick{font-size:11px;fill:#333}.label{font-size:13px;fill:#111}"
-      ".legend{font-size:12px;fill:#111}.ptitle{font-size:14px;font-weight:bold;fill:#111}"
-      ".title{font-size:13px;fill:#444}</style>\n"
-      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"12\" y=\"22\" class=\"title\">%s</text>\n",
-      w, h, w, h, Escape(title).c_str());
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "viewBox=\"0 0 {:.0f} {:.0f}\" font-family=\"Helvetica, Arial, sans-serif\">\n",
+      w, h, w, h);
+  o += kStyle;
+  o += fmt::format("<text x=\"12\" y=\"22\" class=\"title\">{}</text>\n", Escape(title));
   for (size_t i = 0; i < panels.size(); ++i) {
     o += RenderPanel(panels[i], kPanelW * static_cast<double>(i), kTitleH);
   }
