@@ -9,6 +9,7 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
+#include "atoll/core/text.h"
 #include "atoll/learner/ddp_exchange.h"
 #include "atoll/learner/learner_agent.h"
 #include "atoll/learner/wan_shaper.h"
@@ -290,7 +291,7 @@ class LearnerProcess {
         {"joins", k.joins}, {"catchup_fragments", k.catchup_fragments},
         {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
         {"first_contribution_s", k.first_contribution_s}, {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step}};
-    (void)WriteFileAtomic(out_ + "/learner-" + std::to_string(id_) + ".json", summary.dump(2));
+    (void)WriteFileAtomic(out_ + "/learner-" + std::to_string(id_) + ".json", DumpJson(summary, 2));
     std::printf("learner %d: done, %lld steps, %.0f tok/s, %lld pushes\n", id_, static_cast<long long>(step_),
                 summary["tokens_per_second"].get<double>(), static_cast<long long>(k.pushes));
     return 0;

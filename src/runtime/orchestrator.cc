@@ -14,6 +14,7 @@
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
 #include "atoll/core/rng.h"
+#include "atoll/core/text.h"
 #include "atoll/model/data.h"
 #include "atoll/runtime/processes.h"
 #include "atoll/transport/grpc.h"
@@ -182,7 +183,7 @@ int RunLocalCluster(const RunOptions& options) {
   MergeMetrics(c);
   auto summary = BuildRunSummary(c, syncer_summary, wall);
   AddAccounting(c, cluster, t0, wall, summary);
-  if (Status st = WriteFileAtomic(c.out + "/summary.json", summary.dump(2)); !st.ok()) return fail(st, 1);
+  if (Status st = WriteFileAtomic(c.out + "/summary.json", DumpJson(summary, 2)); !st.ok()) return fail(st, 1);
   std::printf("%s", FormatReport(summary).c_str());
   std::printf("run folder: %s (summary.json, metrics.jsonl, faults.jsonl, global.safetensors, logs)\n", c.out.c_str());
   return failed.empty() && !syncer_summary.is_null() ? 0 : 1;

@@ -8,6 +8,7 @@
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
 #include "atoll/core/rng.h"
+#include "atoll/core/text.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/model/data.h"
 #include "atoll/model/safetensors.h"
@@ -222,6 +223,15 @@ class SyncerProcess {
 
   // Loop thread: commit before the new version becomes visible (docs/failure-semantics.md).
   void Commit(const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+    if (r.refused) {  // numeric safety: nothing changed, nothing to commit (syncer/guards.h)
+      std::fprintf(stderr, "syncer: round f%d#%lld REFUSED (contributors %s): %s\n", r.fragment,
+                   static_cast<long long>(r.round), Ids(r.contributors).c_str(), r.refusal.c_str());
+      metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "round_refused"},
+                      {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
+                      {"contributors", r.contributors}, {"refusal", r.refusal},
+                      {"rounds_refused", sc.rounds_refused()}});
+      return;
+    }
     if (Status st = durable_->SaveFragment(sc, r.fragment); !st.ok()) {
       std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
       std::abort();  // never publish a version that is not durable
@@ -285,8 +295,8 @@ class SyncerProcess {
     Status st = model::WriteSafetensors(out_ + "/global.safetensors", ev_->tensors(), views,
                                         {{"run_id", c_.run_id}, {"rounds", std::to_string(summary["rounds"].get<int64_t>())}});
     summary["checkpoint"] = st.ok() ? out_ + "/global.safetensors" : "error: " + st.ToString();
-    summary_text_ = summary.dump();
-    (void)WriteFileAtomic(out_ + "/syncer-summary.json", summary.dump(2));
+    summary_text_ = DumpJson(summary);
+    (void)WriteFileAtomic(out_ + "/syncer-summary.json", DumpJson(summary, 2));
     finished_ = true;
     finish_cv_.notify_all();
     return summary_text_;

@@ -1,10 +1,13 @@
 #include "atoll/syncer/durable_state.h"
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
+#include "atoll/core/text.h"
 
 namespace atl::syncer {
 namespace {
@@ -29,19 +32,19 @@ nlohmann::json Meta(const SyncerCore& core) {
 
 Status WriteSelfChecksummed(const std::string& path, nlohmann::json j) {
   j.erase("checksum");
-  j["checksum"] = ChecksumHex(Checksum64(j.dump()));
-  return WriteFileAtomic(path, j.dump(2));
+  j["checksum"] = ChecksumHex(Checksum64(DumpJson(j)));
+  return WriteFileAtomic(path, DumpJson(j, 2));
 }
 
 StatusOr<nlohmann::json> ReadSelfChecksummed(const std::string& path) {
   ATOLL_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("checksum")) {
+  if (j.is_discarded() || !j.is_object() || !j.contains("checksum") || !j["checksum"].is_string()) {
     return DataLossError(path + " is corrupted: not a checksummed JSON document");
   }
   const std::string want = j["checksum"].get<std::string>();
   j.erase("checksum");
-  if (ChecksumHex(Checksum64(j.dump())) != want) {
+  if (ChecksumHex(Checksum64(DumpJson(j))) != want) {
     return DataLossError(path + " is corrupted: checksum mismatch");
   }
   return j;
@@ -71,6 +74,16 @@ std::string DurableState::FragmentPath(int p) const {
 bool DurableState::Exists() const { return FileExists(dir_ + "/meta.json"); }
 
 Status DurableState::SaveFragment(const SyncerCore& core, int p) {
+  Status st;
+  for (int attempt = 0; attempt < kCommitAttempts; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10 << (attempt - 1)));
+    st = WriteFragment(core, p);
+    if (st.code() != StatusCode::kUnavailable) return st;
+  }
+  return st.WithContext("after " + std::to_string(kCommitAttempts) + " attempts");
+}
+
+Status DurableState::WriteFragment(const SyncerCore& core, int p) {
   auto snap = core.SnapshotFragment(p);
   const size_t n = snap.theta.size();
   std::vector<std::byte> buf(sizeof(FragmentHeader) + 2 * n * sizeof(float));
@@ -113,8 +126,8 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
   for (const char* key : {"run_id", "model_signature", "plan", "fragments"}) {
     if (meta.value(key, nlohmann::json()) != want[key]) {
       return FailedPreconditionError("saved state in " + dir_ + " belongs to another " +
-                                     std::string(key) + " (" + meta.value(key, nlohmann::json()).dump() +
-                                     " vs this syncer's " + want[key].dump() + ")");
+                                     std::string(key) + " (" + DumpJson(meta.value(key, nlohmann::json())) +
+                                     " vs this syncer's " + DumpJson(want[key]) + ")");
     }
   }
   // Read and verify everything before changing anything.
@@ -150,8 +163,27 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
   std::map<int, LearnerRecord> table;
   int64_t rounds_closed = 0;
   if (auto lj = ReadSelfChecksummed(dir_ + "/learners.json"); lj.ok()) {
-    rounds_closed = lj->value("rounds_closed", int64_t{0});
-    for (const auto& r : lj->value("learners", nlohmann::json::array())) {
+    try {  // a well-checksummed file with fields of the wrong type is corrupt, not a crash
+      ReadLearnerRows(*lj, table, rounds_closed);
+    } catch (const nlohmann::json::exception& e) {
+      return DataLossError(dir_ + "/learners.json is corrupted: " + e.what());
+    }
+  } else if (lj.status().code() != StatusCode::kNotFound) {
+    return lj.status();
+  }
+  for (int p = 0; p < core.plan().num_fragments(); ++p) {
+    ATOLL_RETURN_IF_ERROR(core.RestoreFragment(p, std::move(snaps[static_cast<size_t>(p)])));
+  }
+  core.RestoreLearners(table, now);
+  core.set_rounds_closed(rounds_closed);
+  return Status::Ok();
+}
+
+void DurableState::ReadLearnerRows(const nlohmann::json& lj, std::map<int, LearnerRecord>& table,
+                                   int64_t& rounds_closed) {
+  {
+    rounds_closed = lj.value("rounds_closed", int64_t{0});
+    for (const auto& r : lj.value("learners", nlohmann::json::array())) {
       LearnerRecord l;
       l.id = r.value("id", -1);
       l.host = r.value("host", "");
@@ -168,15 +200,7 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
       l.tokens_merged = r.value("tokens_merged", 0.0);
       if (l.id >= 0) table[l.id] = l;
     }
-  } else if (lj.status().code() != StatusCode::kNotFound) {
-    return lj.status();
   }
-  for (int p = 0; p < core.plan().num_fragments(); ++p) {
-    ATOLL_RETURN_IF_ERROR(core.RestoreFragment(p, std::move(snaps[static_cast<size_t>(p)])));
-  }
-  core.RestoreLearners(table, now);
-  core.set_rounds_closed(rounds_closed);
-  return Status::Ok();
 }
 
 }  // namespace atl::syncer

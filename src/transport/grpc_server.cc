@@ -8,6 +8,7 @@
 
 #include "atoll.grpc.pb.h"
 #include "atoll/core/checksum.h"
+#include "atoll/core/text.h"
 #include "atoll/transport/grpc.h"
 #include "wire.h"
 
@@ -29,7 +30,7 @@ class Service final : public Syncer::Service {
     r.run_id = req->run_id();
     r.model_signature = req->model_signature();
     r.learner_id = req->learner_id();
-    r.host = req->host().substr(0, 256);
+    r.host = TruncateUtf8(req->host(), 256);  // never cut inside a UTF-8 character
     r.rejoin = req->rejoin();
     auto out = loop_.Join(r);
     if (!out.ok()) return ToGrpc(out.status());
@@ -128,9 +129,11 @@ class Service final : public Syncer::Service {
   grpc::Status Status(grpc::ServerContext* ctx, const atl::v1::StatusRequest*,
                       atl::v1::StatusReply* reply) override {
     if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
-    reply->set_json(loop_.Call([](syncer::SyncerCore& core, TimePoint now) {
-      return core.StatusJson(now).dump();
-    }));
+    try {
+      reply->set_json(loop_.Call([](syncer::SyncerCore& core, TimePoint now) { return DumpJson(core.StatusJson(now)); }));
+    } catch (const std::exception& e) {
+      return ToGrpc(InternalError(std::string("status: ") + e.what()));
+    }
     return grpc::Status::OK;
   }
 
