@@ -219,6 +219,25 @@ Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes
   return Status::Ok();
 }
 
+StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoint now) const {
+  auto it = learners_.find(h.learner_id);
+  if (it == learners_.end()) {
+    return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
+  }
+  ATOLL_RETURN_IF_ERROR(CheckNotBanned(it->second, now));
+  if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
+    return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
+  }
+  const size_t n = fragments_[static_cast<size_t>(h.fragment)].theta.size();
+  if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size ||
+      h.num_values != static_cast<int64_t>(n)) {
+    return InvalidArgumentError(fmt::format("encoding {}/{} with {} values, but the run uses {}/{} and the fragment has {}",
+                                            diloco::EncodingName(h.encoding), h.block_size, h.num_values,
+                                            diloco::EncodingName(options_.uplink.encoding), options_.uplink.block_size, n));
+  }
+  return diloco::EncodedSize(options_.uplink, n);
+}
+
 StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHeaderData& h,
                                                                   std::span<const std::byte> payload,
                                                                   TimePoint now) const {

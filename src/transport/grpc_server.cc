@@ -2,8 +2,10 @@
 // reassemble messages, then hand them to the loop; they never touch syncer state themselves.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "atoll.grpc.pb.h"
@@ -19,8 +21,9 @@ using atl::v1::Syncer;
 
 class Service final : public Syncer::Service {
  public:
-  Service(syncer::SyncerLoop& loop, std::string token, std::function<std::string(bool)> on_finish)
-      : loop_(loop), token_(std::move(token)), on_finish_(std::move(on_finish)) {}
+  Service(syncer::SyncerLoop& loop, std::string token, ServerLimits limits,
+          std::function<std::string(bool)> on_finish)
+      : loop_(loop), token_(std::move(token)), limits_(limits), on_finish_(std::move(on_finish)) {}
 
   grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req,
                     atl::v1::JoinReply* reply) override {
@@ -74,19 +77,16 @@ class Service final : public Syncer::Service {
     const int64_t header_bytes = static_cast<int64_t>(chunk.ByteSizeLong());
     if (!header.ok()) return ToGrpc(header.status());
     const int64_t total = chunk.header().payload_bytes();
+    // Before any memory is reserved: a joined learner, the exact size, room in the budget.
+    if (atl::Status st = CheckAnnounced(header->first, total); !st.ok()) return ToGrpc(st);
+    InflightBudget budget(inflight_push_bytes_, total, limits_.max_inflight_push_bytes);
+    if (!budget.ok()) {
+      return Refuse(ResourceExhaustedError(fmt::format(
+          "push: {} payload bytes would exceed the syncer's in-flight push budget of {} bytes; retry later",
+          total, limits_.max_inflight_push_bytes)));
+    }
     std::vector<std::byte> payload;
-    payload.reserve(static_cast<size_t>(total));
-    while (reader->Read(&chunk)) {
-      if (chunk.kind_case() != atl::v1::PushChunk::kData) {
-        return ToGrpc(InvalidArgumentError("push: a second header inside one push"));
-      }
-      atl::Status st = AppendChunk(chunk.data(), total, payload);
-      if (!st.ok()) return ToGrpc(st.WithContext("push"));
-    }
-    if (static_cast<int64_t>(payload.size()) != total) {
-      return ToGrpc(DataLossError("push: stream ended after " + std::to_string(payload.size()) +
-                                  " of " + std::to_string(total) + " payload bytes (truncated)"));
-    }
+    if (atl::Status st = ReceivePayload(reader, total, payload); !st.ok()) return ToGrpc(st);
     if (Checksum64(payload) != header->second) {
       return ToGrpc(DataLossError("push: payload checksum mismatch"));
     }
@@ -150,6 +150,63 @@ class Service final : public Syncer::Service {
   }
 
  private:
+  // Reserves `n` bytes of a shared budget for as long as it lives, or nothing (ok() false).
+  class InflightBudget {
+   public:
+    InflightBudget(std::atomic<int64_t>& used, int64_t n, int64_t limit) : used_(used) {
+      int64_t cur = used_.load();
+      do {
+        if (cur + n > limit) return;
+      } while (!used_.compare_exchange_weak(cur, cur + n));
+      n_ = n;
+      ok_ = true;
+    }
+    ~InflightBudget() {
+      if (ok_) used_ -= n_;
+    }
+    InflightBudget(const InflightBudget&) = delete;
+    InflightBudget& operator=(const InflightBudget&) = delete;
+    bool ok() const { return ok_; }
+
+   private:
+    std::atomic<int64_t>& used_;
+    int64_t n_ = 0;
+    bool ok_ = false;
+  };
+
+  static grpc::Status Refuse(const atl::Status& st) {
+    std::fprintf(stderr, "syncer: refused %s\n", st.ToString().c_str());
+    return ToGrpc(st);
+  }
+
+  // The announced payload must be exactly what this learner's push of that fragment encodes to.
+  atl::Status CheckAnnounced(const syncer::PushHeaderData& h, int64_t total) {
+    auto expected = loop_.Call([&h](syncer::SyncerCore& core, TimePoint now) { return core.ExpectedPushBytes(h, now); });
+    if (!expected.ok()) return expected.status().WithContext("push");
+    if (total != static_cast<int64_t>(*expected)) {
+      return InvalidArgumentError(fmt::format("push: header announces {} payload bytes, a push of fragment {} is {} bytes",
+                                              total, h.fragment, *expected));
+    }
+    return atl::Status::Ok();
+  }
+
+  static atl::Status ReceivePayload(grpc::ServerReader<atl::v1::PushChunk>* reader, int64_t total,
+                                    std::vector<std::byte>& payload) {
+    payload.reserve(static_cast<size_t>(total));
+    atl::v1::PushChunk chunk;
+    while (reader->Read(&chunk)) {
+      if (chunk.kind_case() != atl::v1::PushChunk::kData) {
+        return InvalidArgumentError("push: a second header inside one push");
+      }
+      ATOLL_RETURN_IF_ERROR(AppendChunk(chunk.data(), total, payload).WithContext("push"));
+    }
+    if (static_cast<int64_t>(payload.size()) != total) {
+      return DataLossError("push: stream ended after " + std::to_string(payload.size()) + " of " +
+                           std::to_string(total) + " payload bytes (truncated)");
+    }
+    return atl::Status::Ok();
+  }
+
   atl::Status CheckToken(grpc::ServerContext* ctx) const {
     if (token_.empty()) return atl::Status::Ok();
     const auto& md = ctx->client_metadata();
@@ -163,6 +220,8 @@ class Service final : public Syncer::Service {
 
   syncer::SyncerLoop& loop_;
   std::string token_;
+  transport::ServerLimits limits_;
+  std::atomic<int64_t> inflight_push_bytes_{0};
   std::function<std::string(bool)> on_finish_;
 };
 
@@ -180,13 +239,27 @@ class ServerImpl final : public GrpcSyncerServer {
   int port_ = 0;
 };
 
+// gRPC's own protections: idle, half-open and slow-handshake connections are closed, streams
+// per connection and handler threads are bounded, and its buffers live within a memory quota.
+void ApplyLimits(const ServerLimits& l, grpc::ServerBuilder& builder) {
+  grpc::ResourceQuota quota("atoll-syncer");
+  quota.Resize(static_cast<size_t>(l.memory_quota_bytes));
+  quota.SetMaxThreads(l.max_threads);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, l.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, l.handshake_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, l.max_connection_idle_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, l.keepalive_time_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, l.keepalive_timeout_ms);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
     const ServerOptions& options, syncer::SyncerLoop& loop,
     std::function<std::string(bool)> on_finish) {
   auto impl = std::make_unique<ServerImpl>();
-  impl->service_ = std::make_unique<Service>(loop, options.token, std::move(on_finish));
+  impl->service_ = std::make_unique<Service>(loop, options.token, options.limits, std::move(on_finish));
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (options.tls.enabled) {
     auto key = ReadPem(options.tls.key_file, "TLS key");
@@ -203,6 +276,7 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
   builder.AddListeningPort(options.address, creds, &impl->port_);
   builder.RegisterService(impl->service_.get());
   builder.SetMaxReceiveMessageSize(4 << 20);
+  ApplyLimits(options.limits, builder);
   impl->server_ = builder.BuildAndStart();
   if (!impl->server_ || impl->port_ == 0) {
     return UnavailableError("cannot listen on " + options.address + " (address in use or invalid?)");

@@ -188,6 +188,10 @@ class SyncerCore {
   // NotFound for a learner that has not joined; InvalidArgument for a bad fragment.
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version);
 
+  // The exact payload size a push with this header must carry, checked before the transport
+  // reserves any memory for it: NotFound for a learner that has not joined, PermissionDenied
+  // while it is disconnected, InvalidArgument for a bad fragment, codec or value count.
+  StatusOr<size_t> ExpectedPushBytes(const PushHeaderData& header, TimePoint now) const;
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
   void CountBytes(int learner_id, int64_t up, int64_t down);
   // The newest evaluation of the global model made during the run (shown in StatusJson).
