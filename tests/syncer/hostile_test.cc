@@ -3,11 +3,16 @@
 // its committed state is unchanged, and it still serves an honest learner.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "atoll/core/text.h"
+#include "atoll/syncer/durable_state.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/syncer/guards.h"
 #include "atoll/syncer/syncer_core.h"
@@ -278,6 +283,30 @@ TEST(Hostile, AbsurdTelemetryIsIgnoredAndCounted) {
   EXPECT_DOUBLE_EQ(l.tokens_per_second, 1000);
   EXPECT_EQ(l.tokens, 0);
   EXPECT_NO_THROW((void)core.StatusJson(kT0).dump());
+}
+
+// --- 5. Commits out of file descriptors --------------------------------------------------------
+
+TEST(Hostile, ACommitOutOfFileDescriptorsIsRetriedAndReportedAsTransient) {
+  SyncerCore core = MakeCore(Options());
+  const std::string dir = ::testing::TempDir() + "/hostile-emfile-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  DurableState state(dir);
+  ASSERT_TRUE(state.SaveAll(core).ok());
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  const int next_fd = ::dup(0);
+  ASSERT_GE(next_fd, 0);
+  ::close(next_fd);
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(next_fd);  // no new descriptor can be opened
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  Status st = state.SaveFragment(core, 0);
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("attempts"), std::string::npos) << st;
+  EXPECT_TRUE(state.SaveFragment(core, 0).ok());  // descriptors back: the commit goes through
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
