@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "atoll/core/checksum.h"
+#include "atoll/core/file.h"
 #include "atoll/core/text.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/exchange/fragment_exchange.h"
@@ -306,6 +308,25 @@ TEST(Hostile, ACommitOutOfFileDescriptorsIsRetriedAndReportedAsTransient) {
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st;
   EXPECT_NE(st.message().find("attempts"), std::string::npos) << st;
   EXPECT_TRUE(state.SaveFragment(core, 0).ok());  // descriptors back: the commit goes through
+  std::filesystem::remove_all(dir);
+}
+
+// Found while writing fuzz/fuzz_durable_state.cc: a learners.json whose checksum is right but
+// whose fields have the wrong JSON types threw out of Restore (terminating the syncer).
+TEST(Hostile, AWellChecksummedLearnerTableOfWrongTypesIsDataLossNotACrash) {
+  SyncerCore core = MakeCore(Options());
+  const std::string dir = ::testing::TempDir() + "/hostile-types-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  DurableState state(dir);
+  ASSERT_TRUE(state.SaveAll(core).ok());
+  for (const char* rows : {R"({"learners":[{"id":"zero","host":7}]})", R"({"learners":[5],"rounds_closed":"x"})"}) {
+    nlohmann::json j = nlohmann::json::parse(rows);
+    j["checksum"] = ChecksumHex(Checksum64(DumpJson(j)));
+    ASSERT_TRUE(WriteFileAtomic(dir + "/learners.json", DumpJson(j, 2)).ok());
+    SyncerCore restored = MakeCore(Options());
+    Status st = state.Restore(restored, kT0);
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st;
+  }
   std::filesystem::remove_all(dir);
 }
 
