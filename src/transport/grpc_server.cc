@@ -11,6 +11,7 @@
 #include "atoll.grpc.pb.h"
 #include "atoll/core/checksum.h"
 #include "atoll/core/text.h"
+#include "atoll/transport/credentials.h"
 #include "atoll/transport/grpc.h"
 #include "wire.h"
 
@@ -24,10 +25,15 @@ class Service final : public Syncer::Service {
   Service(syncer::SyncerLoop& loop, std::string token, ServerLimits limits,
           std::function<std::string(bool)> on_finish)
       : loop_(loop), token_(std::move(token)), limits_(limits), on_finish_(std::move(on_finish)) {}
+  void UseCredentials(std::string secret, std::string run_id) {
+    operator_token_ = OperatorToken(secret, run_id);
+    secret_ = std::move(secret);
+    run_id_ = std::move(run_id);
+  }
 
   grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req,
                     atl::v1::JoinReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     syncer::JoinRequestData r;
     r.protocol_version = req->protocol_version();
     r.run_id = req->run_id();
@@ -43,7 +49,7 @@ class Service final : public Syncer::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const atl::v1::HeartbeatRequest* req,
                          atl::v1::HeartbeatReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     syncer::LearnerProgress p;
     p.step = req->step();
     p.tokens = req->tokens();
@@ -68,7 +74,7 @@ class Service final : public Syncer::Service {
 
   grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<atl::v1::PushChunk>* reader,
                     atl::v1::PushReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, kAnyCaller); !st.ok()) return ToGrpc(st);
     atl::v1::PushChunk chunk;
     if (!reader->Read(&chunk) || chunk.kind_case() != atl::v1::PushChunk::kHeader) {
       return ToGrpc(InvalidArgumentError("push: the first message must be a header"));
@@ -76,6 +82,7 @@ class Service final : public Syncer::Service {
     auto header = ParsePushHeader(chunk.header());
     const int64_t header_bytes = static_cast<int64_t>(chunk.ByteSizeLong());
     if (!header.ok()) return ToGrpc(header.status());
+    if (auto st = CheckToken(ctx, header->first.learner_id); !st.ok()) return ToGrpc(st);
     const int64_t total = chunk.header().payload_bytes();
     // Before any memory is reserved: a joined learner, the exact size, room in the budget.
     if (atl::Status st = CheckAnnounced(header->first, total); !st.ok()) return ToGrpc(st);
@@ -111,7 +118,7 @@ class Service final : public Syncer::Service {
 
   grpc::Status Pull(grpc::ServerContext* ctx, const atl::v1::PullRequest* req,
                     grpc::ServerWriter<atl::v1::PullChunk>* writer) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     if (!std::isfinite(req->wait_seconds()) || req->wait_seconds() < 0) {
       return ToGrpc(InvalidArgumentError("pull: wait_seconds must be a finite value ≥ 0"));
     }
@@ -128,7 +135,7 @@ class Service final : public Syncer::Service {
 
   grpc::Status Status(grpc::ServerContext* ctx, const atl::v1::StatusRequest*,
                       atl::v1::StatusReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, kOperator); !st.ok()) return ToGrpc(st);
     try {
       reply->set_json(loop_.Call([](syncer::SyncerCore& core, TimePoint now) { return DumpJson(core.StatusJson(now)); }));
     } catch (const std::exception& e) {
@@ -138,13 +145,13 @@ class Service final : public Syncer::Service {
   }
 
   grpc::Status Leave(grpc::ServerContext* ctx, const atl::v1::LeaveRequest* req, atl::v1::LeaveReply*) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     return ToGrpc(loop_.Leave(req->learner_id()));
   }
 
   grpc::Status Finish(grpc::ServerContext* ctx, const atl::v1::FinishRequest* req,
                       atl::v1::FinishReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, kOperator); !st.ok()) return ToGrpc(st);
     reply->set_summary_json(on_finish_ ? on_finish_(req->evaluate()) : "{}");
     return grpc::Status::OK;
   }
@@ -207,19 +214,28 @@ class Service final : public Syncer::Service {
     return atl::Status::Ok();
   }
 
-  atl::Status CheckToken(grpc::ServerContext* ctx) const {
-    if (token_.empty()) return atl::Status::Ok();
+  // Who may make a call: learner `id` (with its own token or the operator's), the operator only
+  // (kOperator), or, before the learner id is known, anyone with a token (kAnyCaller). With a
+  // shared token (no secret) every caller holds the same one. Constant-time comparisons.
+  // (Sentinels outside the int32 range of ids on the wire.)
+  static constexpr int64_t kOperator = int64_t{1} << 40, kAnyCaller = kOperator + 1;
+  atl::Status CheckToken(grpc::ServerContext* ctx, int64_t id) const {
+    if (token_.empty() && secret_.empty()) return atl::Status::Ok();
     const auto& md = ctx->client_metadata();
     auto it = md.find(kTokenKey);
     if (it == md.end()) return UnauthenticatedError("missing auth token (metadata x-atoll-token)");
-    if (std::string(it->second.data(), it->second.size()) != token_) {
-      return UnauthenticatedError("wrong auth token");
-    }
-    return atl::Status::Ok();
+    const std::string_view got(it->second.data(), it->second.size());
+    if (secret_.empty()) return TokensEqual(got, token_) ? atl::Status::Ok() : UnauthenticatedError("wrong auth token");
+    if (TokensEqual(got, operator_token_) || id == kAnyCaller) return atl::Status::Ok();
+    if (id == kOperator) return UnauthenticatedError("this call needs the operator's token");
+    if (id < 0) return UnauthenticatedError("with per-learner credentials a learner joins with its own id, not -1");
+    if (TokensEqual(got, LearnerToken(secret_, run_id_, static_cast<int>(id)))) return atl::Status::Ok();
+    return UnauthenticatedError("wrong auth token for learner " + std::to_string(id));
   }
 
   syncer::SyncerLoop& loop_;
   std::string token_;
+  std::string secret_, run_id_, operator_token_;  // per-learner credentials (secret_ non-empty)
   transport::ServerLimits limits_;
   std::atomic<int64_t> inflight_push_bytes_{0};
   std::function<std::string(bool)> on_finish_;
@@ -260,6 +276,10 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
     std::function<std::string(bool)> on_finish) {
   auto impl = std::make_unique<ServerImpl>();
   impl->service_ = std::make_unique<Service>(loop, options.token, options.limits, std::move(on_finish));
+  if (!options.secret.empty()) {
+    impl->service_->UseCredentials(options.secret,
+                                   loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.options().run_id; }));
+  }
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (options.tls.enabled) {
     auto key = ReadPem(options.tls.key_file, "TLS key");

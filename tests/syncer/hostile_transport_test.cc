@@ -18,6 +18,7 @@
 #include "atoll.grpc.pb.h"
 #include "atoll/core/checksum.h"
 #include "atoll/exchange/fragment_exchange.h"
+#include "atoll/transport/credentials.h"
 #include "atoll/transport/grpc.h"
 #include "toy_cluster.h"
 
@@ -33,7 +34,7 @@ struct Server {
   std::unique_ptr<transport::GrpcSyncerServer> server;
   std::string target;
 
-  explicit Server(transport::ServerLimits limits = {}) {
+  explicit Server(transport::ServerLimits limits = {}, std::string secret = "") {
     std::vector<std::vector<float>> init(1, std::vector<float>(static_cast<size_t>(plan.fragments[0].numel), 0.25f));
     syncer::SyncerOptions o;
     o.run_id = "grpc";
@@ -45,6 +46,7 @@ struct Server {
     loop = std::make_unique<syncer::SyncerLoop>(std::move(*core), clock, nullptr);
     transport::ServerOptions so;
     so.token = "secret";
+    so.secret = secret;
     so.limits = limits;
     auto s = transport::GrpcSyncerServer::Start(so, *loop, [](bool) { return std::string("{}"); });
     ATOLL_CHECK(s.ok());
@@ -58,10 +60,10 @@ struct Server {
   uint64_t Committed() {
     return loop->Call([](syncer::SyncerCore& c, TimePoint) { return exchange::ValuesChecksum(c.theta(0)) ^ c.version(0); });
   }
-  std::unique_ptr<transport::GrpcSyncerClient> Client() {
+  std::unique_ptr<transport::GrpcSyncerClient> Client(std::string token = "secret") {
     transport::ClientOptions co;
     co.target = target;
-    co.token = "secret";
+    co.token = std::move(token);
     co.call_timeout_s = 10;
     co.push_timeout_s = 10;
     auto c = transport::GrpcSyncerClient::Connect(co);
@@ -215,6 +217,43 @@ TEST(HostileGrpc, AConnectionThatNeverSpeaksIsClosed) {
   EXPECT_TRUE(n == 0 || (n < 0 && errno == ECONNRESET)) << "connection still open: " << std::strerror(errno);
   ::close(fd);
   s.ExpectServesAnHonestLearner(0);
+}
+
+TEST(HostileGrpc, PerLearnerCredentialsLetALearnerActOnlyAsItself) {
+  const std::string secret = "run-secret-0123456789";
+  Server s({}, secret);
+  EXPECT_EQ(transport::LearnerToken(secret, "grpc", 0).size(), 64u);
+  EXPECT_NE(transport::LearnerToken(secret, "grpc", 0), transport::LearnerToken(secret, "grpc", 1));
+  EXPECT_NE(transport::LearnerToken(secret, "grpc", 0), transport::LearnerToken(secret, "other-run", 0));
+  EXPECT_TRUE(transport::TokensEqual("abc", "abc"));
+  EXPECT_FALSE(transport::TokensEqual("abc", "abd"));
+  EXPECT_FALSE(transport::TokensEqual("abc", "abcd"));
+  auto zero = s.Client(transport::LearnerToken(secret, "grpc", 0));
+  auto one = s.Client(transport::LearnerToken(secret, "grpc", 1));
+  auto shared = s.Client("secret");  // the shared token means nothing once a secret is set
+  auto op = s.Client(transport::OperatorToken(secret, "grpc"));
+  ASSERT_TRUE(zero->Join(s.Join(0)).ok());
+  ASSERT_TRUE(zero->Pull(0, 0, -1, 0).ok());
+  // Learner 1's token cannot take over learner 0: not by rejoin, heartbeat, push, pull or leave.
+  auto rejoin = s.Join(0);
+  rejoin.rejoin = true;
+  EXPECT_EQ(one->Join(rejoin).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(one->Heartbeat(0, syncer::LearnerProgress{}).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(one->Leave(0).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(one->Pull(0, 0, -1, 0).status().code(), StatusCode::kUnauthenticated);
+  std::vector<std::byte> payload(diloco::EncodedSize({Encoding::kInt4, 64}, 256));
+  EXPECT_EQ(one->Push(s.Header(0), payload).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(one->Join(s.Join(-1)).status().code(), StatusCode::kUnauthenticated);  // no id: no token
+  EXPECT_EQ(shared->Join(s.Join(2)).status().code(), StatusCode::kUnauthenticated);
+  // Status and Finish are the operator's.
+  EXPECT_EQ(zero->StatusJson().status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(zero->Finish(false).status().code(), StatusCode::kUnauthenticated);
+  auto status = op->StatusJson();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(nlohmann::json::parse(*status)["learners"].size(), 1u);  // learner 0 only, untouched
+  EXPECT_TRUE(zero->Heartbeat(0, syncer::LearnerProgress{}).ok());
+  EXPECT_TRUE(one->Join(s.Join(1)).ok());  // learner 1 acts as itself
+  EXPECT_TRUE(op->Finish(false).ok());
 }
 
 }  // namespace

@@ -42,6 +42,10 @@ struct ServerLimits {
 struct ServerOptions {
   std::string address = "127.0.0.1:0";  // port 0: choose a free port
   std::string token;                    // shared auth token ("" = none required)
+  // Run secret for per-learner credentials (transport/credentials.h); when set it replaces the
+  // shared token: learner m must present LearnerToken(secret, run id, m), Status and Finish need
+  // OperatorToken(secret, run id).
+  std::string secret;
   TlsOptions tls;
   ServerLimits limits;
 };
