@@ -127,6 +127,11 @@ class LearnerProcess {
     transport::ClientOptions co;
     co.target = opt_.syncer;
     co.token = c_.token;
+    if (!opt_.token_file.empty()) {
+      auto token = ReadSecretFile(opt_.token_file);
+      if (!token.ok()) return Fail(token.status(), 2);
+      co.token = *token;
+    }
     co.tls.enabled = !opt_.tls.ca.empty();
     co.tls.ca_file = opt_.tls.ca;
     co.tls.server_name = opt_.tls.server_name;

@@ -51,9 +51,12 @@ int RunLocalCluster(const RunOptions& options) {
     return fail(FailedPreconditionError("run folder " + c.out + " already holds a run (state/); choose a new --out"), 2);
   }
   if (c.run_id.empty()) c.run_id = std::filesystem::path(c.out).filename().string();
+  // Per-learner credentials unless a shared token was given (docs/security.md).
+  std::string client_token = c.token;
   if (c.token.empty()) {
-    Rng rng(static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid()));
-    c.token = ChecksumHex(rng.NextU64()) + ChecksumHex(rng.NextU64());
+    auto operator_token = WriteRunCredentials(c);
+    if (!operator_token.ok()) return fail(operator_token.status(), 1);
+    client_token = *operator_token;
   }
   // The fault schedule: fixed before anything starts, written to the run folder.
   auto schedule = chaos::BuildSchedule(c.chaos, c.learners, 24 * 3600.0);
@@ -74,6 +77,9 @@ int RunLocalCluster(const RunOptions& options) {
   if (!manifest.ok()) return fail(manifest.status(), 2);
   const std::string config_path = c.out + "/config.json";
   if (Status st = WriteFileAtomic(config_path, ToJson(c).dump(2)); !st.ok()) return fail(st, 1);
+  std::error_code perm_ec;  // it may hold a shared token: readable by the owner only
+  std::filesystem::permissions(config_path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace, perm_ec);
   nlohmann::json planned = nlohmann::json::array();
   for (const auto& e : *schedule) planned.push_back(e.ToJson());
   if (Status st = WriteFileAtomic(c.out + "/chaos-schedule.json", planned.dump(2)); !st.ok()) return fail(st, 1);
@@ -86,7 +92,7 @@ int RunLocalCluster(const RunOptions& options) {
   }
   transport::ClientOptions co;
   co.target = cluster.address();
-  co.token = c.token;
+  co.token = client_token;
   co.call_timeout_s = 3;
   auto client = transport::GrpcSyncerClient::Connect(co);
   if (!client.ok()) return fail(client.status(), 1);

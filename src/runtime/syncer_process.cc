@@ -306,9 +306,24 @@ class SyncerProcess {
     transport::ServerOptions so;
     so.address = opt_.listen;
     so.token = c_.token;
+    if (!opt_.secret_file.empty()) {
+      auto secret = ReadSecretFile(opt_.secret_file);
+      if (!secret.ok()) return Fail(secret.status(), 2);
+      so.secret = *secret;
+    }
     so.tls.enabled = !opt_.tls.cert.empty();
     so.tls.cert_file = opt_.tls.cert;
     so.tls.key_file = opt_.tls.key;
+    if (!IsLoopbackAddress(so.address)) {
+      if (so.token.empty() && so.secret.empty()) {
+        return Fail(FailedPreconditionError("refusing to listen on " + so.address +
+                                            " without credentials: give --secret-file (per-learner) or --token"), 2);
+      }
+      if (!so.tls.enabled) {
+        std::fprintf(stderr, "syncer: WARNING: listening on %s without TLS: tokens and model values travel in plaintext "
+                             "(--tls-cert/--tls-key)\n", so.address.c_str());
+      }
+    }
     auto server = transport::GrpcSyncerServer::Start(so, *loop_, [this](bool evaluate) { return Finish(evaluate); });
     if (!server.ok()) return Fail(server.status(), 1);
     std::printf("syncer: listening on port %d\n", (*server)->port());
