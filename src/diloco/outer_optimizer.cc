@@ -24,6 +24,16 @@ double SliceNorm(const float* x, int64_t n) {
   return std::sqrt(s);
 }
 
+// n_s ← n_s + ρ·‖g_s‖ for every slice of the fragment.
+void AccumulateSliceNorms(const Fragment& fragment, std::span<const float> merged, double rho, SweepState& state) {
+  int64_t off = 0;
+  for (size_t s = 0; s < fragment.slices.size(); ++s) {
+    const int64_t c = fragment.slices[s].count;
+    state.slice_norm[s] += rho * SliceNorm(merged.data() + off, c);
+    off += c;
+  }
+}
+
 // The running sweep (see the header): Θ = Θ_s − lr·(ĝ + μ·(μ·b + ĝ)) between rounds; at S ≥ 1
 // b ← μ·b + S·ĝ and Θ = Θ_s − lr·(S·ĝ + μ·b), then Θ_s ← Θ.
 SweepResult RunningSweepStep(double lr, double mu, const Fragment& fragment, bool rda,
@@ -31,12 +41,7 @@ SweepResult RunningSweepStep(double lr, double mu, const Fragment& fragment, boo
                              std::span<float> momentum_buffer, std::span<float> theta) {
   const size_t n = theta.size();
   if (state.start.size() != n) state.start.assign(theta.begin(), theta.end());
-  int64_t off = 0;
-  for (size_t s = 0; s < fragment.slices.size(); ++s) {
-    const int64_t c = fragment.slices[s].count;
-    state.slice_norm[s] += rho * SliceNorm(merged.data() + off, c);
-    off += c;
-  }
+  AccumulateSliceNorms(fragment, merged, rho, state);
   for (size_t i = 0; i < n; ++i) {
     state.accum[i] = static_cast<float>(static_cast<double>(state.accum[i]) + rho * static_cast<double>(merged[i]));
   }
@@ -44,7 +49,7 @@ SweepResult RunningSweepStep(double lr, double mu, const Fragment& fragment, boo
   const double S = state.share;
   const bool complete = S >= 1.0 - 1e-9;
   double moved2 = 0;
-  off = 0;
+  int64_t off = 0;
   for (size_t s = 0; s < fragment.slices.size(); ++s) {
     const TensorSlice& sl = fragment.slices[s];
     const float* a = state.accum.data() + off;
@@ -147,12 +152,7 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
   if (extrapolate) return RunningSweepStep(lr, mu, fragment, rda, merged, rho, state, momentum_buffer, theta);
   double moved2 = 0;
   // The round's own share, applied at once.
-  int64_t off = 0;
-  for (size_t s = 0; s < fragment.slices.size(); ++s) {
-    const int64_t c = fragment.slices[s].count;
-    state.slice_norm[s] += rho * SliceNorm(merged.data() + off, c);
-    off += c;
-  }
+  AccumulateSliceNorms(fragment, merged, rho, state);
   for (size_t i = 0; i < n; ++i) {
     const double g = rho * static_cast<double>(merged[i]);
     const float before = theta[i];
@@ -168,7 +168,7 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
     return result;
   }
   // A sweep: complete it to the synchronous Nesterov step on its contributions.
-  off = 0;
+  int64_t off = 0;
   for (size_t s = 0; s < fragment.slices.size(); ++s) {
     const TensorSlice& sl = fragment.slices[s];
     float* a = state.accum.data() + off;

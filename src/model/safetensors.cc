@@ -216,31 +216,4 @@ StatusOr<std::string> ReadFileVerified(const std::string& path, const std::strin
   return bytes;
 }
 
-Status WriteJsonWithChecksum(const std::string& path, const nlohmann::json& object) {
-  if (!object.is_object()) return InvalidArgumentError("WriteJsonWithChecksum: not an object");
-  nlohmann::json doc = object;
-  doc.erase("checksum");
-  std::string sum = ChecksumHex(Checksum64(doc.dump()));
-  doc["checksum"] = sum;
-  return WriteFileAtomic(path, doc.dump(2) + "\n");
-}
-
-StatusOr<nlohmann::json> ReadJsonWithChecksum(const std::string& path) {
-  ATOLL_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return DataLossError(path + " is corrupted: not a JSON object");
-  }
-  if (!doc.contains("checksum") || !doc["checksum"].is_string()) {
-    return DataLossError(path + " is corrupted: no checksum member");
-  }
-  std::string want = doc["checksum"].get<std::string>();
-  doc.erase("checksum");
-  std::string got = ChecksumHex(Checksum64(doc.dump()));
-  if (got != want) {
-    return DataLossError(path + " is corrupted: checksum " + got + ", expected " + want);
-  }
-  return doc;
-}
-
 }  // namespace atl::model

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "atoll/core/file.h"
+#include "atoll/runtime/accounting.h"
 #include "atoll/core/format.h"
 #include "cluster.h"
 
@@ -203,103 +204,78 @@ std::vector<nlohmann::json> ReadJsonl(const std::string& path) {
   return out;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+
+}  // namespace
+
+namespace {
+
+// The event records of a run folder: every learner's steps and contributions, the syncer's rounds.
+std::vector<LearnerRecordOfRun> ReadLearnerRecords(const RunConfig& c, Cluster& cluster, const nlohmann::json& per,
+                                                   std::vector<std::vector<double>>& contributed_t) {
+  std::vector<LearnerRecordOfRun> records(static_cast<size_t>(c.learners));
+  contributed_t.assign(static_cast<size_t>(c.learners), {});
+  for (int i = 0; i < c.learners; ++i) {
+    auto& r = records[static_cast<size_t>(i)];
+    for (const auto& l : ReadJsonl(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl")) {
+      if (l.value("kind", "") == "contributed") {
+        contributed_t[static_cast<size_t>(i)].push_back(Num(l, "t"));
+      } else {
+        r.steps.push_back({Num(l, "t"), Num(l, "step_s"), Num(l, "step_tokens")});
+      }
+    }
+    r.tokens_merged = Num(per[static_cast<size_t>(i)], "tokens_merged");
+    r.finished = cluster.learners()[static_cast<size_t>(i)].state == LearnerState::kDone;
+  }
+  return records;
+}
+
+std::map<int, std::vector<double>> ReadRoundCloses(const RunConfig& c) {
+  std::map<int, std::vector<double>> closes;
+  for (const auto& l : ReadJsonl(c.out + "/metrics-syncer.jsonl")) {
+    if (l.value("kind", "") == "round") closes[l.value("fragment", -1)].push_back(Num(l, "t"));
+  }
+  return closes;
+}
+
+// Restart → first accepted contribution after it, per restart (null: none followed).
+nlohmann::json RejoinLatencies(const LearnerSlot& slot, const std::vector<double>& contributed_t, double t0) {
+  nlohmann::json rejoin = nlohmann::json::array();
+  for (double r : slot.restarted_at) {
+    const double abs_r = t0 + r;
+    auto it = std::find_if(contributed_t.begin(), contributed_t.end(), [&](double t) { return t >= abs_r; });
+    rejoin.push_back(it == contributed_t.end() ? nlohmann::json(nullptr) : nlohmann::json(*it - abs_r));
+  }
+  return rejoin;
 }
 
 }  // namespace
 
 void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall, nlohmann::json& s) {
-  const double t_end = t0 + wall;
-  double useful_total = 0, first_step_t = t_end, last_step_t = t0, computed_total = 0;
-  std::vector<double> all_step_s;
-  std::vector<double> learner_last_t(static_cast<size_t>(c.learners), t0);
   nlohmann::json& per = s["per_learner"];
+  std::vector<std::vector<double>> contributed_t;
+  const RunAccounting run = AccountGoodput(ReadLearnerRecords(c, cluster, per, contributed_t));
   for (int i = 0; i < c.learners; ++i) {
-    const auto lines = ReadJsonl(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl");
-    double computed = 0, train_s = 0;
-    std::vector<double> contributed_t;
-    for (const auto& l : lines) {
-      if (l.value("kind", "") == "contributed") {
-        contributed_t.push_back(Num(l, "t"));
-        continue;
-      }
-      computed += Num(l, "step_tokens");
-      train_s += Num(l, "step_s");  // includes the throttle of a slower learner: its hardware time
-      all_step_s.push_back(Num(l, "step_s"));
-      first_step_t = std::min(first_step_t, Num(l, "t", t_end) - Num(l, "step_s"));
-      last_step_t = std::max(last_step_t, Num(l, "t", t0));
-      learner_last_t[static_cast<size_t>(i)] = std::max(learner_last_t[static_cast<size_t>(i)], Num(l, "t", t0));
-    }
-    nlohmann::json& row = per[static_cast<size_t>(i)];
-    const double merged = Num(row, "tokens_merged");
+    const LearnerAccounting& a = run.learners[static_cast<size_t>(i)];
     const LearnerSlot& slot = cluster.learners()[static_cast<size_t>(i)];
-    // Useful learner-seconds: the compute time of the tokens that reached the global model.
-    const double useful = computed > 0 ? train_s * std::min(1.0, merged / computed) : 0;
-    useful_total += useful;
-    row["tokens_computed"] = computed;
-    computed_total += computed;
-    row["tokens_lost"] = std::max(0.0, computed - merged);
-    row["seconds_training"] = train_s;
+    nlohmann::json& row = per[static_cast<size_t>(i)];
+    row["tokens_computed"] = a.tokens_computed;
+    row["tokens_lost"] = a.tokens_lost;
+    row["seconds_training"] = a.seconds_training;
     row["seconds_dead"] = slot.dead_seconds + (slot.state == LearnerState::kDown ? (wall - slot.down_since) : 0.0);
     row["seconds_paused"] = slot.paused_seconds;
     row["seconds_alive"] = wall - Num(row, "seconds_dead") - slot.paused_seconds;
-    row["useful_seconds"] = useful;
+    row["useful_seconds"] = a.useful_seconds;
+    row["seconds_allocated"] = a.seconds_allocated;
     row["incarnations"] = slot.incarnations;
-    nlohmann::json rejoin = nlohmann::json::array();
-    for (double r : slot.restarted_at) {
-      const double abs_r = t0 + r;
-      auto it = std::find_if(contributed_t.begin(), contributed_t.end(), [&](double t) { return t >= abs_r; });
-      rejoin.push_back(it == contributed_t.end() ? nlohmann::json(nullptr) : nlohmann::json(*it - abs_r));
-    }
-    row["restart_to_first_contribution_s"] = rejoin;
+    row["restart_to_first_contribution_s"] = RejoinLatencies(slot, contributed_t[static_cast<size_t>(i)], t0);
   }
-  // Allocated learner-seconds: each learner's hardware from the first inner step of the run until
-  // that learner finished its share of the steps (dead and restarting time included; a learner
-  // that never finished — killed for good, or failed — stays allocated to the end). Time after a
-  // learner finished is not allocated: it released its chips. Start-up and the final evaluation
-  // are outside the window.
-  const double window = std::max(1e-9, last_step_t - first_step_t);
-  s["training_window_seconds"] = window;
-  double allocated = 0;
-  for (int i = 0; i < c.learners; ++i) {
-    const bool finished = cluster.learners()[static_cast<size_t>(i)].state == LearnerState::kDone;
-    const double end = finished ? learner_last_t[static_cast<size_t>(i)] : last_step_t;
-    per[static_cast<size_t>(i)]["seconds_allocated"] = std::max(0.0, end - first_step_t);
-    allocated += std::max(0.0, end - first_step_t);
-  }
-  s["allocated_learner_seconds"] = allocated;
+  s["training_window_seconds"] = std::max(1e-9, run.window_seconds());
+  s["allocated_learner_seconds"] = run.allocated_seconds;
   // Every incarnation's tokens (a killed learner's summary file is never written).
-  s["tokens_trained"] = computed_total;
-  s["tokens_per_second"] = wall > 0 ? computed_total / wall : 0.0;
-  s["goodput"] = allocated > 0 ? useful_total / allocated : 0.0;
-  // Uptime: a fragment is synchronised at least once per H inner steps while any learner trains,
-  // so a gap between two of its rounds longer than twice that cadence (2·H·t_step, t_step the
-  // median inner-step time, plus 1 s of slack) counts as downtime beyond that allowance.
-  std::map<int, std::vector<double>> closes;
-  for (const auto& l : ReadJsonl(c.out + "/metrics-syncer.jsonl")) {
-    if (l.value("kind", "") == "round") closes[l.value("fragment", -1)].push_back(Num(l, "t"));
-  }
-  const double span = window;
-  double down = 0;
-  for (int p = 0; p < c.fragments; ++p) {
-    auto& t = closes[p];
-    std::sort(t.begin(), t.end());
-    if (t.empty()) {
-      down += span;
-      continue;
-    }
-    std::vector<double> gaps;
-    for (size_t k = 1; k < t.size(); ++k) gaps.push_back(t[k] - t[k - 1]);
-    const double allowance = 2.0 * c.H * Median(all_step_s) + 1.0;
-    double d = 0;
-    for (double g : gaps) d += std::max(0.0, g - allowance);
-    d += std::max(0.0, (last_step_t - t.back()) - allowance);
-    down += std::min(d, span);
-  }
-  s["uptime"] = std::clamp(1.0 - down / c.fragments / span, 0.0, 1.0);
+  s["tokens_trained"] = run.tokens_computed;
+  s["tokens_per_second"] = wall > 0 ? run.tokens_computed / wall : 0.0;
+  s["goodput"] = run.goodput;
+  s["uptime"] = Uptime(ReadRoundCloses(c), c.fragments, c.H, run);
   s["faults"] = cluster.fault_log();
   s["chaos"] = chaos::ToJson(c.chaos);
 }

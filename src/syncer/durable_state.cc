@@ -7,6 +7,7 @@
 
 #include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
+#include "atoll/core/json_file.h"
 #include "atoll/core/text.h"
 
 namespace atl::syncer {
@@ -28,26 +29,6 @@ nlohmann::json Meta(const SyncerCore& core) {
           {"model_signature", ChecksumHex(diloco::ModelSignature(core.plan().tensors))},
           {"plan", ChecksumHex(PlanFingerprint(core.plan()))},
           {"fragments", core.plan().num_fragments()}};
-}
-
-Status WriteSelfChecksummed(const std::string& path, nlohmann::json j) {
-  j.erase("checksum");
-  j["checksum"] = ChecksumHex(Checksum64(DumpJson(j)));
-  return WriteFileAtomic(path, DumpJson(j, 2));
-}
-
-StatusOr<nlohmann::json> ReadSelfChecksummed(const std::string& path) {
-  ATOLL_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("checksum") || !j["checksum"].is_string()) {
-    return DataLossError(path + " is corrupted: not a checksummed JSON document");
-  }
-  const std::string want = j["checksum"].get<std::string>();
-  j.erase("checksum");
-  if (ChecksumHex(Checksum64(DumpJson(j))) != want) {
-    return DataLossError(path + " is corrupted: checksum mismatch");
-  }
-  return j;
 }
 
 }  // namespace
@@ -104,7 +85,7 @@ Status DurableState::SaveAll(const SyncerCore& core) {
   ATOLL_RETURN_IF_ERROR(MakeDirs(dir_));
   for (int p = 0; p < core.plan().num_fragments(); ++p) ATOLL_RETURN_IF_ERROR(SaveFragment(core, p));
   ATOLL_RETURN_IF_ERROR(SaveLearners(core));
-  return WriteSelfChecksummed(dir_ + "/meta.json", Meta(core));  // last: marks the state complete
+  return WriteJsonWithChecksum(dir_ + "/meta.json", Meta(core));  // last: marks the state complete
 }
 
 Status DurableState::SaveLearners(const SyncerCore& core) {
@@ -116,12 +97,12 @@ Status DurableState::SaveLearners(const SyncerCore& core) {
                     {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
                     {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged}});
   }
-  return WriteSelfChecksummed(dir_ + "/learners.json",
+  return WriteJsonWithChecksum(dir_ + "/learners.json",
                               {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
 }
 
 Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
-  ATOLL_ASSIGN_OR_RETURN(auto meta, ReadSelfChecksummed(dir_ + "/meta.json"));
+  ATOLL_ASSIGN_OR_RETURN(auto meta, ReadJsonWithChecksum(dir_ + "/meta.json"));
   const auto want = Meta(core);
   for (const char* key : {"run_id", "model_signature", "plan", "fragments"}) {
     if (meta.value(key, nlohmann::json()) != want[key]) {
@@ -162,7 +143,7 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
   }
   std::map<int, LearnerRecord> table;
   int64_t rounds_closed = 0;
-  if (auto lj = ReadSelfChecksummed(dir_ + "/learners.json"); lj.ok()) {
+  if (auto lj = ReadJsonWithChecksum(dir_ + "/learners.json"); lj.ok()) {
     try {  // a well-checksummed file with fields of the wrong type is corrupt, not a crash
       ReadLearnerRows(*lj, table, rounds_closed);
     } catch (const nlohmann::json::exception& e) {
@@ -181,8 +162,7 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
 
 void DurableState::ReadLearnerRows(const nlohmann::json& lj, std::map<int, LearnerRecord>& table,
                                    int64_t& rounds_closed) {
-  {
-    rounds_closed = lj.value("rounds_closed", int64_t{0});
+  rounds_closed = lj.value("rounds_closed", int64_t{0});
     for (const auto& r : lj.value("learners", nlohmann::json::array())) {
       LearnerRecord l;
       l.id = r.value("id", -1);
@@ -200,7 +180,6 @@ void DurableState::ReadLearnerRows(const nlohmann::json& lj, std::map<int, Learn
       l.tokens_merged = r.value("tokens_merged", 0.0);
       if (l.id >= 0) table[l.id] = l;
     }
-  }
 }
 
 }  // namespace atl::syncer

@@ -396,6 +396,7 @@ std::optional<TimePoint> SyncerCore::NextWake(TimePoint now) const {
 RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now, const Clock& clock) {
   const TimePoint t0 = clock.Now();
   FragmentState& f = fragments_[static_cast<size_t>(p)];
+  const size_t n = f.theta.size();
   RoundReport report;
   report.fragment = p;
   report.round = f.round;
@@ -403,32 +404,8 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   report.late = d.missing;
   report.reason = d.reason;
   report.closed_at = now;
-  RoundBackup backup{f.theta, f.momentum, f.sweep};
-  // The outer step, then numeric safety before anything is committed (syncer/guards.h).
-  Status st = MergeAndStep(p, report, now);
-  if (st.ok()) st = CheckRoundResult(backup.theta, f.theta, f.momentum, f.sweep, options_.max_step_ratio);
-  if (!st.ok()) return RefuseRound(p, std::move(backup), std::move(report), st);
-  f.version += 1;
-  report.version = f.version;
+  RoundBackup backup{f.theta, f.momentum, f.sweep};  // numeric safety: restored if the round is refused
 
-  for (const auto& c : f.pending) {
-    auto it = learners_.find(c.learner);
-    if (it == learners_.end()) continue;
-    it->second.rounds_joined += 1;
-    it->second.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
-  }
-  f.pending.clear();
-  f.opened_at.reset();
-  f.quorum_at.reset();
-  f.round += 1;
-  rounds_closed_ += 1;
-  estimates_.sync_seconds = Ema(estimates_.sync_seconds, ToSeconds(clock.Now() - t0));
-  return report;
-}
-
-Status SyncerCore::MergeAndStep(int p, RoundReport& report, TimePoint now) {
-  FragmentState& f = fragments_[static_cast<size_t>(p)];
-  const size_t n = f.theta.size();
   const bool ddp = options_.mode == diloco::Mode::kDdp;
   const bool against_current = options_.outer_gradient == OuterGradientRule::kCurrent;
   const bool running = options_.outer_step == OuterStepRule::kRunning;
@@ -454,17 +431,41 @@ Status SyncerCore::MergeAndStep(int p, RoundReport& report, TimePoint now) {
   const diloco::Fragment& fragment = plan_.fragments[static_cast<size_t>(p)];
   Status st = ddp ? diloco::WeightedMean(views, weights, merged)
                   : diloco::MergeFragment(fragment, options_.merge_rule, views, weights, merged);
-  if (!st.ok()) return st.WithContext("merge");
+  if (!st.ok()) return RefuseRound(p, std::move(backup), std::move(report), st.WithContext("merge"));
   report.merged_norm = diloco::L2Norm(merged);
-  if (ddp) return options_.ddp_step(merged, f.theta);
-  if (options_.outer_step == OuterStepRule::kRound) return diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
-  report.token_share = TokenShare(f, LiveLearners(now));
-  auto r = diloco::SweepOuterStep(options_.outer, fragment, options_.merge_rule == diloco::MergeRule::kRda,
-                                  merged, report.token_share, f.sweep, f.momentum, f.theta, running);
-  if (!r.ok()) return r.status();
-  report.sweep_completed = r->sweep_completed;
-  report.step_norm = r->step_norm;
-  return Status::Ok();
+  if (ddp) {
+    st = options_.ddp_step(merged, f.theta);
+  } else if (options_.outer_step != OuterStepRule::kRound) {
+    report.token_share = TokenShare(f, LiveLearners(now));
+    auto r = diloco::SweepOuterStep(options_.outer, fragment, options_.merge_rule == diloco::MergeRule::kRda,
+                                    merged, report.token_share, f.sweep, f.momentum, f.theta, running);
+    st = r.status();
+    if (r.ok()) {
+      report.sweep_completed = r->sweep_completed;
+      report.step_norm = r->step_norm;
+    }
+  } else {
+    st = diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
+  }
+  // Numeric safety before anything is committed (syncer/guards.h).
+  if (st.ok()) st = CheckRoundResult(backup.theta, f.theta, f.momentum, f.sweep, options_.max_step_ratio);
+  if (!st.ok()) return RefuseRound(p, std::move(backup), std::move(report), st);
+  f.version += 1;
+  report.version = f.version;
+
+  for (const auto& c : f.pending) {
+    auto it = learners_.find(c.learner);
+    if (it == learners_.end()) continue;
+    it->second.rounds_joined += 1;
+    it->second.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
+  }
+  f.pending.clear();
+  f.opened_at.reset();
+  f.quorum_at.reset();
+  f.round += 1;
+  rounds_closed_ += 1;
+  estimates_.sync_seconds = Ema(estimates_.sync_seconds, ToSeconds(clock.Now() - t0));
+  return report;
 }
 
 RoundReport SyncerCore::RefuseRound(int p, RoundBackup before, RoundReport report, const Status& why) {

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/json_file.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/tensor_spec.h"
 
@@ -58,11 +59,8 @@ StatusOr<SafetensorsData> ReadSafetensors(const std::string& path);
 // NotFound when absent; DataLoss "<path> is corrupted: checksum …" on mismatch.
 StatusOr<std::string> ReadFileVerified(const std::string& path, const std::string& expected_hex);
 
-// A JSON document that carries its own checksum: the object is written with a "checksum" member
-// holding ChecksumHex of the document's compact dump without that member. Written atomically.
-Status WriteJsonWithChecksum(const std::string& path, const nlohmann::json& object);
-// Reads such a document; DataLoss if it does not parse or the checksum does not match
-// (a missing "checksum" member counts as a mismatch). Returns the object without "checksum".
-StatusOr<nlohmann::json> ReadJsonWithChecksum(const std::string& path);
+// Checksummed JSON manifests: the one format of atoll/core/json_file.h.
+using ::atl::ReadJsonWithChecksum;
+using ::atl::WriteJsonWithChecksum;
 
 }  // namespace atl::model

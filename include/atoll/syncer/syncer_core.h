@@ -268,8 +268,6 @@ class SyncerCore {
 
   SyncerCore(SyncerOptions options, diloco::FragmentPlan plan);
   RoundReport CloseRound(int p, const RoundDecision& decision, TimePoint now, const Clock& clock);
-  // Merge and outer step of fragment p's pending round into `report`; ok or why it failed.
-  Status MergeAndStep(int p, RoundReport& report, TimePoint now);
   // Numeric safety refused the round: restores `before` and drops the pending contributions.
   struct RoundBackup {
     std::vector<float> theta, momentum;
