@@ -188,7 +188,11 @@ class Service final : public Syncer::Service {
 
   // The announced payload must be exactly what this learner's push of that fragment encodes to.
   atl::Status CheckAnnounced(const syncer::PushHeaderData& h, int64_t total) {
-    auto expected = loop_.Call([&h](syncer::SyncerCore& core, TimePoint now) { return core.ExpectedPushBytes(h, now); });
+    StatusOr<size_t> expected = UnavailableError("syncer is shutting down");
+    try {
+      expected = loop_.Call([&h](syncer::SyncerCore& core, TimePoint now) { return core.ExpectedPushBytes(h, now); });
+    } catch (const std::exception&) {  // the loop stopped under us (a broken promise)
+    }
     if (!expected.ok()) return expected.status().WithContext("push");
     if (total != static_cast<int64_t>(*expected)) {
       return InvalidArgumentError(fmt::format("push: header announces {} payload bytes, a push of fragment {} is {} bytes",
