@@ -44,6 +44,13 @@ LearnerAgent::~LearnerAgent() { Stop(); }
 
 Status LearnerAgent::Start() {
   started_ = clock_.Now();
+  if (options_.exchange_fragments) {
+    initial_.resize(static_cast<size_t>(plan_.num_fragments()));
+    for (int p = 0; p < plan_.num_fragments(); ++p) {
+      initial_[static_cast<size_t>(p)].resize(static_cast<size_t>(plan_.fragments[static_cast<size_t>(p)].numel));
+      exchange::GatherFragment(plan_.fragments[static_cast<size_t>(p)], tensors_, initial_[static_cast<size_t>(p)]);
+    }
+  }
   exchange_thread_ = std::thread([this] { ExchangeLoop(); });
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   // Wait (bounded) for the first join so that the learner starts from the global model.
@@ -231,6 +238,7 @@ Status LearnerAgent::JoinAndCatchUp() {
     req.rejoin = options_.rejoin || counters_.joins > 0;
   }
   req.host = options_.host;
+  for (const auto& values : initial_) req.fragment_checksums.push_back(exchange::ValuesChecksum(values));
   ATOLL_ASSIGN_OR_RETURN(auto reply, api_.Join(req));
   if (static_cast<int>(reply.versions.size()) != plan_.num_fragments() ||
       reply.fragment_numel.size() != reply.versions.size()) {
@@ -254,6 +262,13 @@ Status LearnerAgent::JoinAndCatchUp() {
     counters_.joins += 1;
     incarnation_ = reply.incarnation;
   }
+  // Fragments the syncer matched bit for bit: held at the current version without a fetch.
+  for (size_t p = 0; p < initial_.size() && p < reply.fragment_matched.size(); ++p) {
+    if (!reply.fragment_matched[p]) continue;
+    public_[p] = std::move(initial_[p]);
+    have_[p] = reply.versions[p];
+  }
+  initial_.clear();
   // Fragment-level catch-up: only fragments whose version differs from what we hold.
   for (int p = 0; options_.exchange_fragments && p < plan_.num_fragments(); ++p) {
     if (have_[static_cast<size_t>(p)] == reply.versions[static_cast<size_t>(p)]) continue;
@@ -340,7 +355,11 @@ Status LearnerAgent::PushOne(PushJob& job) {
   if (counters_.first_contribution_s < 0) counters_.first_contribution_s = ToSeconds(clock_.Now() - started_);
   // diloco: applied at the barrier right after the send; decoupled: τ steps later.
   const int64_t due = options_.mode == diloco::Mode::kDiloco ? job.step + 1 : options_.schedule.DueStep(job.step);
-  awaiting_[job.fragment] = {due, r->merged_version};
+  // A push while an earlier one of the same fragment is still awaited keeps the earlier target:
+  // if rounds take longer than H steps, each merge is still applied when it arrives (waiting for
+  // the newest push's version every time would never apply anything).
+  auto [it, fresh] = awaiting_.try_emplace(job.fragment, Awaited{due, r->merged_version});
+  if (!fresh) it->second.merged_version = std::min(it->second.merged_version, r->merged_version);
   return Status::Ok();
 }
 

@@ -102,6 +102,18 @@ Status Take(const nlohmann::json& j, const std::string& key, T& out) {
   return Status::Ok();
 }
 
+Status Take(const nlohmann::json& j, const std::string& key, std::optional<double>& out) {
+  if (!j.contains(key)) return Status::Ok();
+  if (j.at(key).is_null()) {
+    out.reset();
+    return Status::Ok();
+  }
+  double v = 0;
+  ATOLL_RETURN_IF_ERROR(Take(j, key, v));
+  out = v;
+  return Status::Ok();
+}
+
 Status Take(const nlohmann::json& j, const std::string& key, diloco::Mode& out) {
   std::string name = diloco::ModeName(out);
   ATOLL_RETURN_IF_ERROR(Take(j, key, name));
@@ -133,7 +145,8 @@ Status ValidateRunConfig(const RunConfig& c) {
     return bad("outer_step must be sweep, running or round");
   if (c.outer_gradient != "current" && c.outer_gradient != "base")
     return bad("outer_gradient must be current or base");
-  if (!(c.outer_lr >= 0) || !(c.outer_momentum >= 0 && c.outer_momentum < 1))
+  if ((c.outer_lr && !(*c.outer_lr >= 0 && std::isfinite(*c.outer_lr))) ||
+      (c.outer_momentum && !(*c.outer_momentum >= 0 && *c.outer_momentum < 1)))
     return bad("outer_lr must be ≥ 0 and outer_momentum in [0, 1)");
   if (!(c.alpha >= 0 && c.alpha < 1)) return bad("alpha must be in [0, 1)");
   if (c.plan != "balanced" && c.plan != "strided") return bad("plan must be balanced or strided");
@@ -153,6 +166,9 @@ Status ValidateRunConfig(const RunConfig& c) {
 }
 
 RunConfig Normalized(RunConfig c) {
+  const bool decoupled = c.mode == diloco::Mode::kDecoupled;
+  if (!c.outer_lr) c.outer_lr = decoupled ? 1.0 : 0.7;
+  if (!c.outer_momentum) c.outer_momentum = decoupled ? 0.0 : 0.9;
   if (diloco::IsSynchronous(c.mode)) {
     c.quorum = c.learners;  // synchronous modes wait for everyone
     c.grace = false;
@@ -171,8 +187,11 @@ RunConfig Normalized(RunConfig c) {
 nlohmann::json ToJson(const RunConfig& c) {
   nlohmann::json j = nlohmann::json::object();
   VisitFields(c, [&](const char*, const char* key, const auto& value) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, diloco::Mode>) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, diloco::Mode>) {
       j[key] = diloco::ModeName(value);
+    } else if constexpr (std::is_same_v<T, std::optional<double>>) {
+      j[key] = value ? nlohmann::json(*value) : nlohmann::json(nullptr);
     } else {
       j[key] = value;
     }

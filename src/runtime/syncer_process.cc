@@ -44,7 +44,7 @@ StatusOr<syncer::SyncerOptions> MakeSyncerOptions(const RunConfig& c) {
   o.round.grace_cap_s = c.grace_cap;
   o.round.tau = c.tau;
   o.merge_rule = c.merge == "rda" ? diloco::MergeRule::kRda : diloco::MergeRule::kMean;
-  o.outer = {c.outer_lr, c.outer_momentum, true};
+  o.outer = {c.outer_lr.value_or(0.7), c.outer_momentum.value_or(0.9), true};  // set by Normalized
   o.outer_step = c.outer_step == "round"     ? syncer::OuterStepRule::kRound
                  : c.outer_step == "running" ? syncer::OuterStepRule::kRunning
                                              : syncer::OuterStepRule::kSweep;
@@ -109,10 +109,11 @@ class SyncerProcess {
     plan_ = std::move(*plan);
     for (int i = 0; i < static_cast<int>(ev_->tensors().size()); ++i) params_.push_back(ev_->Parameter(i));
     if (int rc = CreateCore(); rc != 0) return rc;
-    std::printf("syncer: run %s, mode %s, %lld params in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, outer step %s, up %s down %s\n",
+    std::printf("syncer: run %s, mode %s, %lld params in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, outer step %s (lr %g, momentum %g), up %s down %s\n",
                 c_.run_id.c_str(), diloco::ModeName(c_.mode), static_cast<long long>(ev_->num_params()),
                 plan_.num_fragments(), plan_.peak_to_ideal, c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off",
-                c_.merge.c_str(), c_.outer_step.c_str(), c_.uplink.c_str(), c_.downlink.c_str());
+                c_.merge.c_str(), c_.outer_step.c_str(), c_.outer_lr.value_or(0), c_.outer_momentum.value_or(0),
+                c_.uplink.c_str(), c_.downlink.c_str());
     if (int rc = EvaluateStart(); rc != 0) return rc;
     metrics_.Open(out_ + "/metrics-syncer.jsonl");
     if (resumed_) {

@@ -133,7 +133,24 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   reply.uplink = options_.uplink;
   reply.downlink = options_.downlink;
   reply.incarnation = options_.incarnation;
+  reply.fragment_matched = MatchCopies(id, r.fragment_checksums);
   return reply;
+}
+
+std::vector<bool> SyncerCore::MatchCopies(int learner_id, const std::vector<uint64_t>& checksums) {
+  std::vector<bool> matched(fragments_.size(), false);
+  if (checksums.size() != fragments_.size() || options_.mode == diloco::Mode::kDdp) return matched;
+  for (size_t p = 0; p < fragments_.size(); ++p) {
+    const FragmentState& f = fragments_[p];
+    if (checksums[p] != exchange::ValuesChecksum(f.theta)) continue;
+    LearnerCopy& copy = copies_[{learner_id, static_cast<int>(p)}];
+    copy.values = f.theta;
+    copy.version = f.version;
+    copy.prev_values.clear();
+    copy.prev_version = -1;
+    matched[p] = true;
+  }
+  return matched;
 }
 
 Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, TimePoint now) {

@@ -63,6 +63,7 @@ StatusOr<syncer::JoinReplyData> GrpcSyncerClient::Join(const syncer::JoinRequest
   req.set_learner_id(r.learner_id);
   req.set_host(r.host);
   req.set_rejoin(r.rejoin);
+  for (uint64_t c : r.fragment_checksums) req.add_fragment_checksums(c);
   atl::v1::JoinReply reply;
   grpc::Status st = impl_->stub->Join(&ctx, req, &reply);
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());

@@ -41,6 +41,7 @@ class Service final : public Syncer::Service {
     r.learner_id = req->learner_id();
     r.host = TruncateUtf8(req->host(), 256);  // never cut inside a UTF-8 character
     r.rejoin = req->rejoin();
+    r.fragment_checksums.assign(req->fragment_checksums().begin(), req->fragment_checksums().end());
     auto out = loop_.Join(r);
     if (!out.ok()) return ToGrpc(out.status());
     FillJoinReply(*out, reply);

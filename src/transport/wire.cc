@@ -118,6 +118,7 @@ void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   out->set_block_size(r.uplink.block_size);
   out->set_mode(diloco::ModeName(r.mode));
   out->set_incarnation(r.incarnation);
+  for (bool m : r.fragment_matched) out->add_fragment_matched(m);
 }
 
 StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
@@ -131,6 +132,7 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   if (!mode) return InvalidArgumentError("join reply: unknown mode '" + r.mode().substr(0, 32) + "'");
   d.mode = *mode;
   d.incarnation = r.incarnation();
+  d.fragment_matched.assign(r.fragment_matched().begin(), r.fragment_matched().end());
   auto up = diloco::ParseEncoding(r.uplink_encoding());
   auto down = diloco::ParseEncoding(r.downlink_encoding());
   if (!up.ok() || !down.ok()) return InvalidArgumentError("join reply: unknown encoding");

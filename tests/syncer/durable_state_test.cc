@@ -37,7 +37,7 @@ struct Env {
   // Joins learner 0 and runs `rounds` rounds of fragment 0.
   void Train(SyncerCore& core, int rounds, DurableState* durable) {
     ManualClock clock;
-    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(plan.tensors), 0, "t", true};
+    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(plan.tensors), 0, "t", true, {}};
     ATOLL_CHECK(core.Join(r, clock.Now()).ok());
     int64_t have = -1;
     for (int i = 0; i < rounds; ++i) {

@@ -236,6 +236,33 @@ TEST(SyncerCore, SweepScalesAPartialRoundByItsTokenShare) {
   }
 }
 
+// A learner that already holds Θ_p bit for bit (same seed) is not sent it at join: both sides
+// record its copy at the current version, and its first push needs no pull.
+TEST(SyncerCore, JoinWithMatchingChecksumsSkipsTheFetch) {
+  auto f = Small();
+  auto core = SyncerCore::Create(Fp32Options(), f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  JoinRequestData r = Req(f.plan, 0);
+  r.fragment_checksums = {exchange::ValuesChecksum(f.initial[0]), exchange::ValuesChecksum(std::vector<float>(4, 2.0f))};
+  auto reply = core->Join(r, clock.Now());
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->fragment_matched, (std::vector<bool>{true, false}));  // fragment 1 differs
+  EXPECT_EQ(std::vector<float>(core->learner_copy(0, 0).begin(), core->learner_copy(0, 0).end()), f.initial[0]);
+  EXPECT_TRUE(core->learner_copy(0, 1).empty());
+  // The matched fragment accepts a push against version 0 at once; a pull says not modified.
+  EXPECT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
+  auto pull = core->Pull(0, 0, 0);
+  ASSERT_TRUE(pull.ok());
+  EXPECT_TRUE(pull->not_modified);
+  // A list of the wrong length matches nothing.
+  JoinRequestData bad = Req(f.plan, 1);
+  bad.fragment_checksums = {1};
+  auto reply1 = core->Join(bad, clock.Now());
+  ASSERT_TRUE(reply1.ok());
+  EXPECT_EQ(reply1->fragment_matched, (std::vector<bool>{false, false}));
+}
+
 TEST(SyncerCore, QuorumAndGraceFollowTheManualClock) {
   auto f = Small();
   auto o = Fp32Options();

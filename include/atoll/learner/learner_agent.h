@@ -174,6 +174,9 @@ class LearnerAgent {
   // Exchange-thread state: the public copies and their versions.
   std::vector<std::vector<float>> public_;
   std::vector<int64_t> have_;
+  // The fragments' values when Start() was called, offered at the first join: the syncer sends
+  // none of those it already holds bit for bit (same seed). Cleared after the first join.
+  std::vector<std::vector<float>> initial_;
 
   std::atomic<bool> finish_{false};
   std::thread exchange_thread_, heartbeat_thread_;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,10 @@ struct RunConfig {
   double gamma = 0.5;
   double grace_cap = 5.0;
   std::string merge = "rda";       // rda | mean
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
+  // Outer Nesterov SGD. Unset: the mode's default, filled in by Normalized — decoupled lr 1.0,
+  // momentum 0 (measured best with the sweep step, docs/decisions/007); diloco and ddp 0.7 / 0.9
+  // (DiLoCo's values).
+  std::optional<double> outer_lr, outer_momentum;
   std::string outer_step = "sweep";      // sweep | round (docs/decisions/007)
   std::string outer_gradient = "current"; // current | base
   double alpha = 0.0;

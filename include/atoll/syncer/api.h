@@ -41,6 +41,7 @@ struct JoinRequestData {
   int learner_id = -1;
   std::string host;
   bool rejoin = false;
+  std::vector<uint64_t> fragment_checksums;  // of the values the learner holds; empty: unknown
 };
 
 struct JoinReplyData {
@@ -51,6 +52,7 @@ struct JoinReplyData {
   diloco::Mode mode = diloco::Mode::kDecoupled;
   diloco::CodecOptions uplink, downlink;
   uint64_t incarnation = 0;
+  std::vector<bool> fragment_matched;  // the learner already holds Θ_p at versions[p]
 };
 
 struct HeartbeatReplyData {

@@ -263,6 +263,9 @@ class SyncerCore {
   double OuterGradientSize(const FragmentState& f, const Contribution& c) const;
   Status CheckQuarantine(const FragmentState& f, double size) const;
   PushResult Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now);
+  // Join: for every fragment whose checksum equals Θ_p's, record the learner's copy at the current
+  // version (no fetch needed). Wrong-length lists match nothing.
+  std::vector<bool> MatchCopies(int learner_id, const std::vector<uint64_t>& checksums);
   // PermissionDenied while the learner is disconnected for repeated bad input.
   Status CheckNotBanned(const LearnerRecord& l, TimePoint now) const;
 
