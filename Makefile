@@ -1,18 +1,19 @@
 # atoll — the two commands a newcomer types:
 #   make run    set up (if needed), build, run atoll's main job on its embedded default
 #   make test   set up (if needed), build, run the whole test suite through ctest
-# Other targets: build, setup, test-asan (ASan+UBSan build of the torch-free modules), bench,
-# clean. Variables: BUILD (build folder), JOBS (parallel compile jobs; 2 on this machine),
+# Other targets: build, setup, test-asan (ASan+UBSan build of the torch-free modules), fuzz
+# (libFuzzer targets of the decoders, FUZZ_SECONDS each, clang + ASan + UBSan), bench, clean. Variables: BUILD (build folder), JOBS (parallel compile jobs; 2 on this machine),
 # CMAKE_ARGS (extra configure flags), RUN_ARGS (extra flags for `make run`).
 BUILD ?= build
 JOBS ?= 2
 CMAKE_ARGS ?=
 RUN_ARGS ?=
+FUZZ_SECONDS ?= 20
 # The embedded default job: a local Decoupled DiLoCo cluster from the commented run file.
 RUN_CMD ?= run --config configs/run.toml
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 
-.PHONY: all setup configure build run test test-asan bench clean
+.PHONY: all setup configure build run test test-asan fuzz bench clean
 
 all: build
 
@@ -42,8 +43,16 @@ test-asan: setup
 	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -L "unit|integration" --timeout 600
 
+# libFuzzer targets (fuzz/) for the codecs, push parsing, durable state, safetensors and
+# checksummed JSON, each run FUZZ_SECONDS on its seed corpus (scripts/fuzz).
+fuzz: setup
+	cmake -S . -B $(BUILD)-fuzz -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_COMPILER=clang++ -DATOLL_FUZZ=ON -DATOLL_WITH_TORCH=OFF -DATOLL_WERROR=ON $(CMAKE_ARGS)
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target atoll_fuzzers
+	scripts/fuzz $(BUILD)-fuzz $(FUZZ_SECONDS)
+
 bench: build
 	@for b in $(BUILD)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz

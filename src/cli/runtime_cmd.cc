@@ -35,7 +35,7 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<uint64_t>(c, o, "--seed", "seed", "Seed of weights and data order (default 0)");
   Flag<std::string>(c, o, "--out", "out", "Run folder (default runs/<timestamp>-<mode>)");
   Flag<std::string>(c, o, "--data", "data", "Prepared data folder (default data; prepared when missing)");
-  Flag<std::string>(c, o, "--token", "token", "Shared auth token (default: generated per run by atoll run; none otherwise)");
+  Flag<std::string>(c, o, "--token", "token", "Shared auth token for every call (atoll run default: per-learner credentials from a run secret instead; a hand-started syncer checks none unless --token or --secret-file)");
   Flag<std::string>(c, o, "--run-id", "run_id", "Run id learners must present (default: run folder name)");
   Flag<std::string>(c, o, "--preset", "preset", "Model preset: tiny | small | base (default tiny)");
   Flag<int>(c, o, "--batch", "batch", "Sequences per inner step (default 16)");
@@ -116,6 +116,9 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
   c->add_option("--port-file", p->port_file, "Write the bound port to this file once listening");
   c->add_option("--state", p->state_dir,
                 "Durable state folder (default <out>/state); a syncer restarted on it resumes from the last committed round");
+  c->add_option("--secret-file", p->secret_file,
+                "Run secret (per-learner credentials: learner m needs HMAC(secret, run id, m), Status/Finish the operator token)")
+      ->check(CLI::ExistingFile);
   c->add_option("--tls-cert", p->tls.cert, "TLS server certificate (PEM); enables TLS")->check(CLI::ExistingFile);
   c->add_option("--tls-key", p->tls.key, "TLS server key (PEM)")->check(CLI::ExistingFile);
   c->callback([&ctx, o, p] {
@@ -137,6 +140,8 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
   AddRunFlags(c, *o);
   c->add_option("--id", p->id, "Learner id in [0, M)")->required();
   c->add_option("--syncer", p->syncer, "Syncer address host:port")->required();
+  c->add_option("--token-file", p->token_file, "This learner's token (per-learner credentials; overrides --token)")
+      ->check(CLI::ExistingFile);
   c->add_flag("--rejoin", p->rejoin, "This learner restarts after a failure");
   c->add_option("--start-step", p->start_step, "Continue the step count from here (a restarted learner)");
   c->add_option("--control-file", p->control_file, "Chaos control file polled every step (speed, partition, bandwidth_mbps)");

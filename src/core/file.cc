@@ -39,7 +39,13 @@ Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes
   name.append(target.filename().string()).append(".tmp.XXXXXX");
   std::string tmp = (dir / name).string();
   int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return InternalError("create temp file for " + path + ": " + ErrnoText(errno));
+  if (fd < 0) {
+    const int err = errno;
+    // Out of descriptors (a flood of connections) passes: Unavailable, so callers may retry.
+    const bool transient = err == EMFILE || err == ENFILE || err == EINTR || err == EAGAIN;
+    std::string msg = "create temp file for " + path + ": " + ErrnoText(err);
+    return transient ? UnavailableError(std::move(msg)) : InternalError(std::move(msg));
+  }
   Status st = WriteAll(fd, bytes.data(), bytes.size(), tmp);
   if (st.ok() && ::fsync(fd) != 0) st = InternalError("fsync " + tmp + ": " + ErrnoText(errno));
   if (::fchmod(fd, 0644) != 0 && st.ok()) st = InternalError("chmod " + tmp + ": " + ErrnoText(errno));

@@ -2,6 +2,7 @@
 
 #include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
+#include "atoll/core/text.h"
 
 namespace atl {
 
@@ -9,9 +10,9 @@ Status WriteJsonWithChecksum(const std::string& path, const nlohmann::json& obje
   if (!object.is_object()) return InvalidArgumentError("WriteJsonWithChecksum: not an object");
   nlohmann::json doc = object;
   doc.erase("checksum");
-  const std::string sum = ChecksumHex(Checksum64(doc.dump()));
+  const std::string sum = ChecksumHex(Checksum64(DumpJson(doc)));
   doc["checksum"] = sum;
-  return WriteFileAtomic(path, doc.dump(2) + "\n");
+  return WriteFileAtomic(path, DumpJson(doc, 2) + "\n");
 }
 
 StatusOr<nlohmann::json> ReadJsonWithChecksum(const std::string& path) {
@@ -23,7 +24,7 @@ StatusOr<nlohmann::json> ReadJsonWithChecksum(const std::string& path) {
   }
   const std::string want = doc["checksum"].get<std::string>();
   doc.erase("checksum");
-  const std::string got = ChecksumHex(Checksum64(doc.dump()));
+  const std::string got = ChecksumHex(Checksum64(DumpJson(doc)));
   if (got != want) return DataLossError(path + " is corrupted: checksum " + got + ", expected " + want);
   return doc;
 }

@@ -8,8 +8,12 @@
 #include <filesystem>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
+#include "atoll/runtime/processes.h"
+#include "atoll/transport/credentials.h"
 
 namespace atl::runtime {
 
@@ -41,13 +45,58 @@ Cluster::Cluster(RunConfig config, std::string config_path)
 
 std::string Cluster::LearnerLog(int id) const { return c_.out + "/learner-" + std::to_string(id) + ".log"; }
 
+std::string SecretsDir(const RunConfig& c) { return c.out + "/secrets"; }
+
+StatusOr<std::string> ReadSecretFile(const std::string& path) {
+  ATOLL_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return InvalidArgumentError(path + " is empty (expected a secret or token)");
+  return text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
+}
+
+bool IsLoopbackAddress(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address.rfind("localhost:", 0) == 0 || address.rfind("[::1]:", 0) == 0 ||
+         address.rfind("unix:", 0) == 0;
+}
+
+StatusOr<std::string> WriteRunCredentials(const RunConfig& c) {
+  namespace fs = std::filesystem;
+  const std::string dir = SecretsDir(c);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return InternalError("mkdir " + dir + ": " + ec.message());
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec) return InternalError("chmod 0700 " + dir + ": " + ec.message());
+  unsigned char random[32];
+  std::FILE* f = std::fopen("/dev/urandom", "rb");
+  const bool got = f != nullptr && std::fread(random, 1, sizeof(random), f) == sizeof(random);
+  if (f) std::fclose(f);
+  if (!got) return InternalError("cannot read 32 random bytes from /dev/urandom");
+  std::string secret;
+  for (unsigned char ch : random) secret += fmt::format("{:02x}", ch);
+  auto write = [](const std::string& path, const std::string& text) -> Status {
+    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(path, text));
+    std::error_code e;
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace, e);
+    return e ? InternalError("chmod 0600 " + path + ": " + e.message()) : Status::Ok();
+  };
+  ATOLL_RETURN_IF_ERROR(write(dir + "/run.secret", secret));
+  for (int m = 0; m < c.learners; ++m) {
+    ATOLL_RETURN_IF_ERROR(write(dir + "/learner-" + std::to_string(m) + ".token", transport::LearnerToken(secret, c.run_id, m)));
+  }
+  return transport::OperatorToken(secret, c.run_id);
+}
+
 Status Cluster::StartSyncer() {
   const std::string port_file = c_.out + "/syncer.port";
   std::filesystem::remove(port_file);
   const std::string listen = "127.0.0.1:" + std::to_string(port_);  // port 0 the first time
-  ATOLL_ASSIGN_OR_RETURN(syncer_, ChildProcess::Start({self_, "syncer", "--config", config_path_, "--listen", listen,
-                                                       "--port-file", port_file, "--out", c_.out},
-                                                      c_.out + "/syncer.log"));
+  std::vector<std::string> argv = {self_, "syncer", "--config", config_path_, "--listen", listen,
+                                   "--port-file", port_file, "--out", c_.out};
+  if (FileExists(SecretsDir(c_) + "/run.secret")) {
+    argv.insert(argv.end(), {"--secret-file", SecretsDir(c_) + "/run.secret"});
+  }
+  ATOLL_ASSIGN_OR_RETURN(syncer_, ChildProcess::Start(argv, c_.out + "/syncer.log"));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
   while (std::chrono::steady_clock::now() < deadline) {
     if (!syncer_.running()) {
@@ -72,6 +121,8 @@ Status Cluster::StartLearner(int id, bool rejoin, int64_t start_step) {
                                    std::to_string(start_step), "--control-file",
                                    c_.out + "/control/learner-" + std::to_string(id) + ".json"};
   if (rejoin) argv.push_back("--rejoin");
+  const std::string token_file = SecretsDir(c_) + "/learner-" + std::to_string(id) + ".token";
+  if (FileExists(token_file)) argv.insert(argv.end(), {"--token-file", token_file});
   ATOLL_ASSIGN_OR_RETURN(auto p, ChildProcess::Start(argv, LearnerLog(id)));
   LearnerSlot& s = learners_[static_cast<size_t>(id)];
   s.process = std::move(p);

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/text.h"
+
 namespace atl::runtime {
 
 class JsonlWriter {
@@ -26,7 +28,7 @@ class JsonlWriter {
   }
   void Write(const nlohmann::json& line) {
     if (!f_) return;
-    std::string s = line.dump();
+    std::string s = DumpJson(line);
     std::lock_guard<std::mutex> lock(mu_);
     std::fwrite(s.data(), 1, s.size(), f_);
     std::fputc('\n', f_);

@@ -9,6 +9,7 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
+#include "atoll/core/text.h"
 #include "atoll/learner/ddp_exchange.h"
 #include "atoll/learner/learner_agent.h"
 #include "atoll/learner/wan_shaper.h"
@@ -126,6 +127,11 @@ class LearnerProcess {
     transport::ClientOptions co;
     co.target = opt_.syncer;
     co.token = c_.token;
+    if (!opt_.token_file.empty()) {
+      auto token = ReadSecretFile(opt_.token_file);
+      if (!token.ok()) return Fail(token.status(), 2);
+      co.token = *token;
+    }
     co.tls.enabled = !opt_.tls.ca.empty();
     co.tls.ca_file = opt_.tls.ca;
     co.tls.server_name = opt_.tls.server_name;
@@ -290,7 +296,7 @@ class LearnerProcess {
         {"joins", k.joins}, {"catchup_fragments", k.catchup_fragments},
         {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
         {"first_contribution_s", k.first_contribution_s}, {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step}};
-    (void)WriteFileAtomic(out_ + "/learner-" + std::to_string(id_) + ".json", summary.dump(2));
+    (void)WriteFileAtomic(out_ + "/learner-" + std::to_string(id_) + ".json", DumpJson(summary, 2));
     std::printf("learner %d: done, %lld steps, %.0f tok/s, %lld pushes\n", id_, static_cast<long long>(step_),
                 summary["tokens_per_second"].get<double>(), static_cast<long long>(k.pushes));
     return 0;

@@ -14,6 +14,7 @@
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
 #include "atoll/core/rng.h"
+#include "atoll/core/text.h"
 #include "atoll/model/data.h"
 #include "atoll/runtime/processes.h"
 #include "atoll/transport/grpc.h"
@@ -59,7 +60,7 @@ class LocalCluster {
     MergeMetrics(c_);
     auto summary = BuildRunSummary(c_, syncer_summary, wall);
     AddAccounting(c_, *cluster_, t0_, wall, summary);
-    if (Status st = WriteFileAtomic(c_.out + "/summary.json", summary.dump(2)); !st.ok()) return Fail(st, 1);
+    if (Status st = WriteFileAtomic(c_.out + "/summary.json", DumpJson(summary, 2)); !st.ok()) return Fail(st, 1);
     std::printf("%s", FormatReport(summary).c_str());
     std::printf("run folder: %s (summary.json, metrics.jsonl, faults.jsonl, global.safetensors, logs)\n", c_.out.c_str());
     return failed_.empty() && !syncer_summary.is_null() ? 0 : 1;
@@ -76,9 +77,12 @@ class LocalCluster {
       return Fail(FailedPreconditionError("run folder " + c_.out + " already holds a run (state/); choose a new --out"), 2);
     }
     if (c_.run_id.empty()) c_.run_id = std::filesystem::path(c_.out).filename().string();
+    // Per-learner credentials unless a shared token was given (docs/security.md).
+    client_token_ = c_.token;
     if (c_.token.empty()) {
-      Rng rng(static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid()));
-      c_.token = ChecksumHex(rng.NextU64()) + ChecksumHex(rng.NextU64());
+      auto operator_token = WriteRunCredentials(c_);
+      if (!operator_token.ok()) return Fail(operator_token.status(), 1);
+      client_token_ = *operator_token;
     }
     // The fault schedule: fixed before anything starts, written to the run folder.
     auto schedule = chaos::BuildSchedule(c_.chaos, c_.learners, 24 * 3600.0);
@@ -100,6 +104,9 @@ class LocalCluster {
     });
     if (!manifest.ok()) return Fail(manifest.status(), 2);
     if (Status st = WriteFileAtomic(c_.out + "/config.json", ToJson(c_).dump(2)); !st.ok()) return Fail(st, 1);
+    std::error_code perm_ec;  // it may hold a shared token: readable by the owner only
+    std::filesystem::permissions(c_.out + "/config.json", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::replace, perm_ec);
     nlohmann::json planned = nlohmann::json::array();
     for (const auto& e : schedule_) planned.push_back(e.ToJson());
     if (Status st = WriteFileAtomic(c_.out + "/chaos-schedule.json", planned.dump(2)); !st.ok()) return Fail(st, 1);
@@ -114,7 +121,7 @@ class LocalCluster {
     }
     transport::ClientOptions co;
     co.target = cluster_->address();
-    co.token = c_.token;
+    co.token = client_token_;
     co.call_timeout_s = 3;
     auto client = transport::GrpcSyncerClient::Connect(co);
     if (!client.ok()) return Fail(client.status(), 1);
@@ -220,6 +227,7 @@ class LocalCluster {
 
   const RunOptions& options_;
   RunConfig c_;
+  std::string client_token_;  // the operator token (per-learner credentials) or the shared token
   std::vector<chaos::FaultEvent> schedule_;
   std::vector<bool> fault_done_;
   size_t next_fault_ = 0;

@@ -8,6 +8,7 @@
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
 #include "atoll/core/rng.h"
+#include "atoll/core/text.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/model/data.h"
 #include "atoll/model/safetensors.h"
@@ -223,6 +224,15 @@ class SyncerProcess {
 
   // Loop thread: commit before the new version becomes visible (docs/failure-semantics.md).
   void Commit(const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+    if (r.refused) {  // numeric safety: nothing changed, nothing to commit (syncer/guards.h)
+      std::fprintf(stderr, "syncer: round f%d#%lld REFUSED (contributors %s): %s\n", r.fragment,
+                   static_cast<long long>(r.round), Ids(r.contributors).c_str(), r.refusal.c_str());
+      metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "round_refused"},
+                      {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
+                      {"contributors", r.contributors}, {"refusal", r.refusal},
+                      {"rounds_refused", sc.rounds_refused()}});
+      return;
+    }
     if (Status st = durable_->SaveFragment(sc, r.fragment); !st.ok()) {
       std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
       std::abort();  // never publish a version that is not durable
@@ -286,8 +296,8 @@ class SyncerProcess {
     Status st = model::WriteSafetensors(out_ + "/global.safetensors", ev_->tensors(), views,
                                         {{"run_id", c_.run_id}, {"rounds", std::to_string(summary["rounds"].get<int64_t>())}});
     summary["checkpoint"] = st.ok() ? out_ + "/global.safetensors" : "error: " + st.ToString();
-    summary_text_ = summary.dump();
-    (void)WriteFileAtomic(out_ + "/syncer-summary.json", summary.dump(2));
+    summary_text_ = DumpJson(summary);
+    (void)WriteFileAtomic(out_ + "/syncer-summary.json", DumpJson(summary, 2));
     finished_ = true;
     finish_cv_.notify_all();
     return summary_text_;
@@ -297,9 +307,24 @@ class SyncerProcess {
     transport::ServerOptions so;
     so.address = opt_.listen;
     so.token = c_.token;
+    if (!opt_.secret_file.empty()) {
+      auto secret = ReadSecretFile(opt_.secret_file);
+      if (!secret.ok()) return Fail(secret.status(), 2);
+      so.secret = *secret;
+    }
     so.tls.enabled = !opt_.tls.cert.empty();
     so.tls.cert_file = opt_.tls.cert;
     so.tls.key_file = opt_.tls.key;
+    if (!IsLoopbackAddress(so.address)) {
+      if (so.token.empty() && so.secret.empty()) {
+        return Fail(FailedPreconditionError("refusing to listen on " + so.address +
+                                            " without credentials: give --secret-file (per-learner) or --token"), 2);
+      }
+      if (!so.tls.enabled) {
+        std::fprintf(stderr, "syncer: WARNING: listening on %s without TLS: tokens and model values travel in plaintext "
+                             "(--tls-cert/--tls-key)\n", so.address.c_str());
+      }
+    }
     auto server = transport::GrpcSyncerServer::Start(so, *loop_, [this](bool evaluate) { return Finish(evaluate); });
     if (!server.ok()) return Fail(server.status(), 1);
     std::printf("syncer: listening on port %d\n", (*server)->port());

@@ -1,12 +1,14 @@
 #include "atoll/syncer/durable_state.h"
 
-#include "atoll/core/json_file.h"
-
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
+#include "atoll/core/json_file.h"
+#include "atoll/core/text.h"
 
 namespace atl::syncer {
 namespace {
@@ -53,6 +55,16 @@ std::string DurableState::FragmentPath(int p) const {
 bool DurableState::Exists() const { return FileExists(dir_ + "/meta.json"); }
 
 Status DurableState::SaveFragment(const SyncerCore& core, int p) {
+  Status st;
+  for (int attempt = 0; attempt < kCommitAttempts; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10 << (attempt - 1)));
+    st = WriteFragment(core, p);
+    if (st.code() != StatusCode::kUnavailable) return st;
+  }
+  return st.WithContext("after " + std::to_string(kCommitAttempts) + " attempts");
+}
+
+Status DurableState::WriteFragment(const SyncerCore& core, int p) {
   auto snap = core.SnapshotFragment(p);
   const size_t n = snap.theta.size();
   std::vector<std::byte> buf(sizeof(FragmentHeader) + 2 * n * sizeof(float));
@@ -95,8 +107,8 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
   for (const char* key : {"run_id", "model_signature", "plan", "fragments"}) {
     if (meta.value(key, nlohmann::json()) != want[key]) {
       return FailedPreconditionError("saved state in " + dir_ + " belongs to another " +
-                                     std::string(key) + " (" + meta.value(key, nlohmann::json()).dump() +
-                                     " vs this syncer's " + want[key].dump() + ")");
+                                     std::string(key) + " (" + DumpJson(meta.value(key, nlohmann::json())) +
+                                     " vs this syncer's " + DumpJson(want[key]) + ")");
     }
   }
   // Read and verify everything before changing anything.
@@ -132,8 +144,26 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
   std::map<int, LearnerRecord> table;
   int64_t rounds_closed = 0;
   if (auto lj = ReadJsonWithChecksum(dir_ + "/learners.json"); lj.ok()) {
-    rounds_closed = lj->value("rounds_closed", int64_t{0});
-    for (const auto& r : lj->value("learners", nlohmann::json::array())) {
+    try {  // a well-checksummed file with fields of the wrong type is corrupt, not a crash
+      ReadLearnerRows(*lj, table, rounds_closed);
+    } catch (const nlohmann::json::exception& e) {
+      return DataLossError(dir_ + "/learners.json is corrupted: " + e.what());
+    }
+  } else if (lj.status().code() != StatusCode::kNotFound) {
+    return lj.status();
+  }
+  for (int p = 0; p < core.plan().num_fragments(); ++p) {
+    ATOLL_RETURN_IF_ERROR(core.RestoreFragment(p, std::move(snaps[static_cast<size_t>(p)])));
+  }
+  core.RestoreLearners(table, now);
+  core.set_rounds_closed(rounds_closed);
+  return Status::Ok();
+}
+
+void DurableState::ReadLearnerRows(const nlohmann::json& lj, std::map<int, LearnerRecord>& table,
+                                   int64_t& rounds_closed) {
+  rounds_closed = lj.value("rounds_closed", int64_t{0});
+    for (const auto& r : lj.value("learners", nlohmann::json::array())) {
       LearnerRecord l;
       l.id = r.value("id", -1);
       l.host = r.value("host", "");
@@ -150,15 +180,6 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
       l.tokens_merged = r.value("tokens_merged", 0.0);
       if (l.id >= 0) table[l.id] = l;
     }
-  } else if (lj.status().code() != StatusCode::kNotFound) {
-    return lj.status();
-  }
-  for (int p = 0; p < core.plan().num_fragments(); ++p) {
-    ATOLL_RETURN_IF_ERROR(core.RestoreFragment(p, std::move(snaps[static_cast<size_t>(p)])));
-  }
-  core.RestoreLearners(table, now);
-  core.set_rounds_closed(rounds_closed);
-  return Status::Ok();
 }
 
 }  // namespace atl::syncer

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/text.h"
 #include "atoll/exchange/fragment_exchange.h"
+#include "atoll/syncer/guards.h"
 
 namespace atl::syncer {
 namespace {
@@ -91,12 +94,19 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
                                    " (different tensor names, shapes or dtypes)");
   }
   int id = r.learner_id;
-  if (id < -1 || id > 1'000'000) return InvalidArgumentError("learner id out of range: " + std::to_string(id));
+  if (id < -1 || id > options_.max_learner_id) {
+    return InvalidArgumentError(fmt::format("learner id {} out of range (-1 to assign one, else 0..{})", id,
+                                            options_.max_learner_id));
+  }
   if (id == -1) {
     id = 0;
     while (learners_.count(id)) ++id;
   }
   auto it = learners_.find(id);
+  if (it == learners_.end() && static_cast<int64_t>(learners_.size()) >= options_.max_learners) {
+    return ResourceExhaustedError(fmt::format("the learner table is full ({} rows, the limit max_learners)",
+                                              learners_.size()));
+  }
   if (it != learners_.end()) ATOLL_RETURN_IF_ERROR(CheckNotBanned(it->second, now));
   if (it != learners_.end() && !r.rejoin && it->second.state != LearnerState::kDone &&
       now - it->second.last_seen <= FromSeconds(options_.learner_timeout_s)) {
@@ -106,7 +116,7 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   }
   LearnerRecord& l = learners_[id];
   l.id = id;
-  l.host = r.host;
+  l.host = TruncateUtf8(r.host, options_.max_host_bytes);
   l.last_seen = now;
   l.state = LearnerState::kJoining;
   l.joins += 1;
@@ -143,13 +153,18 @@ std::vector<bool> SyncerCore::MatchCopies(int learner_id, const std::vector<uint
   return matched;
 }
 
-Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& progress, TimePoint now) {
+Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, TimePoint now) {
   auto it = learners_.find(learner_id);
   if (it == learners_.end()) {
     return NotFoundError("learner " + std::to_string(learner_id) + " has not joined (join first)");
   }
   LearnerRecord& l = it->second;
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
+  // Out-of-range telemetry is ignored (the previous value kept) and counted: it must not steer
+  // the grace window (guards.h).
+  LearnerProgress progress = reported;
+  l.telemetry_rejected += BoundTelemetry(progress, {l.step, l.tokens, l.loss, l.step_seconds, l.tokens_per_second,
+                                                    l.version_held, l.state});
   l.last_seen = now;
   l.step = progress.step;
   l.tokens = progress.tokens;
@@ -221,6 +236,25 @@ Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes
   return Status::Ok();
 }
 
+StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoint now) const {
+  auto it = learners_.find(h.learner_id);
+  if (it == learners_.end()) {
+    return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
+  }
+  ATOLL_RETURN_IF_ERROR(CheckNotBanned(it->second, now));
+  if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
+    return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
+  }
+  const size_t n = fragments_[static_cast<size_t>(h.fragment)].theta.size();
+  if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size ||
+      h.num_values != static_cast<int64_t>(n)) {
+    return InvalidArgumentError(fmt::format("encoding {}/{} with {} values, but the run uses {}/{} and the fragment has {}",
+                                            diloco::EncodingName(h.encoding), h.block_size, h.num_values,
+                                            diloco::EncodingName(options_.uplink.encoding), options_.uplink.block_size, n));
+  }
+  return diloco::EncodedSize(options_.uplink, n);
+}
+
 StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHeaderData& h,
                                                                   std::span<const std::byte> payload,
                                                                   TimePoint now) const {
@@ -245,6 +279,7 @@ StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHead
   if (!exchange::AllFinite(c.values)) {
     return InvalidArgumentError(ddp ? "gradient has non-finite values" : "outer gradient has non-finite values");
   }
+  if (!ddp) ATOLL_RETURN_IF_ERROR(CheckOuterGradientBound(f.theta, c.values, AgainstCurrent(), options_.max_gradient_ratio));
   return c;
 }
 
@@ -386,6 +421,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   report.late = d.missing;
   report.reason = d.reason;
   report.closed_at = now;
+  RoundBackup backup{f.theta, f.momentum, f.sweep};  // numeric safety: restored if the round is refused
 
   const bool ddp = options_.mode == diloco::Mode::kDdp;
   const bool against_current = options_.outer_gradient == OuterGradientRule::kCurrent;
@@ -412,7 +448,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   const diloco::Fragment& fragment = plan_.fragments[static_cast<size_t>(p)];
   Status st = ddp ? diloco::WeightedMean(views, weights, merged)
                   : diloco::MergeFragment(fragment, options_.merge_rule, views, weights, merged);
-  ATOLL_CHECK_MSG(st.ok(), st.ToString());  // inputs were validated on push
+  if (!st.ok()) return RefuseRound(p, std::move(backup), std::move(report), st.WithContext("merge"));
   report.merged_norm = diloco::L2Norm(merged);
   if (ddp) {
     st = options_.ddp_step(merged, f.theta);
@@ -428,7 +464,9 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   } else {
     st = diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
   }
-  ATOLL_CHECK_MSG(st.ok(), st.ToString());
+  // Numeric safety before anything is committed (syncer/guards.h).
+  if (st.ok()) st = CheckRoundResult(backup.theta, f.theta, f.momentum, f.sweep, options_.max_step_ratio);
+  if (!st.ok()) return RefuseRound(p, std::move(backup), std::move(report), st);
   f.version += 1;
   report.version = f.version;
 
@@ -444,6 +482,27 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   f.round += 1;
   rounds_closed_ += 1;
   estimates_.sync_seconds = Ema(estimates_.sync_seconds, ToSeconds(clock.Now() - t0));
+  return report;
+}
+
+RoundReport SyncerCore::RefuseRound(int p, RoundBackup before, RoundReport report, const Status& why) {
+  FragmentState& f = fragments_[static_cast<size_t>(p)];
+  f.theta = std::move(before.theta);
+  f.momentum = std::move(before.momentum);
+  f.sweep = std::move(before.sweep);
+  // Its contributions are dropped: kept, they would make the next close fail the same way.
+  for (const auto& c : f.pending) {
+    auto it = learners_.find(c.learner);
+    if (it != learners_.end()) it->second.contributions_refused += 1;
+  }
+  f.pending.clear();
+  f.opened_at.reset();
+  f.quorum_at.reset();
+  rounds_refused_ += 1;
+  report.version = f.version;
+  report.refused = true;
+  report.refusal = why.message();
+  report.reason = "refused: " + why.message() + " (" + report.reason + ")";
   return report;
 }
 
@@ -510,10 +569,11 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
       out.value_checksum = exchange::ValuesChecksum(copy.values);
       return out;
     }
-    copy.prev_values = copy.values;
+    std::vector<float> advanced = copy.values;
+    Status st = exchange::EncodeDeltaAndAdvance(options_.downlink, f.theta, advanced, out.bytes);
+    if (!st.ok()) return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + st.message());
+    copy.prev_values = std::exchange(copy.values, std::move(advanced));
     copy.prev_version = copy.version;
-    Status st = exchange::EncodeDeltaAndAdvance(options_.downlink, f.theta, copy.values, out.bytes);
-    ATOLL_CHECK_MSG(st.ok(), st.ToString());  // Θ is finite: every merge input was validated
     copy.version = f.version;
     out.is_delta = true;
     out.base_version = have_version;
@@ -522,6 +582,7 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
     return out;
   }
   // Full copy: exact fp32 of Θ_p.
+  if (!exchange::AllFinite(f.theta)) return InternalError("pull: fragment " + std::to_string(fragment) + " is not finite");
   copy.prev_values.clear();
   copy.prev_version = -1;
   copy.values = f.theta;
@@ -601,6 +662,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   j["fragments"] = plan_.num_fragments();
   j["params"] = plan_.total_numel;
   j["rounds"] = rounds_closed_;
+  j["rounds_refused"] = rounds_refused_;
   j["versions"] = versions();
   j["t_step_s"] = estimates_.step_seconds;
   j["t_sync_s"] = estimates_.sync_seconds;
@@ -619,6 +681,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
                   {"tokens_per_second", l.tokens_per_second}, {"step_seconds", l.step_seconds},
                   {"bytes_up", l.bytes_up}, {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
                   {"pushes_rejected", l.pushes_rejected}, {"quarantined", l.quarantined},
+                  {"contributions_refused", l.contributions_refused}, {"telemetry_rejected", l.telemetry_rejected},
                   {"disconnected", l.banned_until > TimePoint{} && now < l.banned_until},
                   {"rounds_joined", l.rounds_joined},
                   {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},

@@ -1,8 +1,36 @@
 #include "atoll/syncer/syncer_loop.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace atl::syncer {
+namespace {
+
+// Runs f() (which returns what the promise holds) and sets the promise; an exception becomes an
+// Internal error for the caller instead of escaping the loop thread.
+template <typename T, typename F>
+void Fulfil(std::promise<T>& p, F&& f) {
+  try {
+    p.set_value(f());
+  } catch (const std::exception& e) {
+    p.set_value(InternalError(std::string("syncer: the request failed: ") + e.what()));
+  } catch (...) {
+    p.set_value(InternalError("syncer: the request failed with an unknown exception"));
+  }
+}
+
+template <typename F>
+void Guarded(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "syncer: %s failed with an exception (ignored): %s\n", what, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "syncer: %s failed with an unknown exception (ignored)\n", what);
+  }
+}
+
+}  // namespace
 
 SyncerLoop::SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round, Duration tick)
     : core_(std::move(core)), clock_(clock), on_round_(std::move(on_round)), tick_(tick) {
@@ -53,12 +81,15 @@ void SyncerLoop::Run() {
       if (stopping_) break;
       batch.swap(tasks_);
     }
-    for (auto& t : batch) t(core_, clock_.Now());
-    const TimePoint now = clock_.Now();
-    for (const RoundReport& r : core_.Poll(now, clock_)) {
-      if (on_round_) on_round_(core_, r);
-    }
-    ServeWaiters(clock_.Now(), false);
+    // A task or callback that throws must not take the syncer down: the exception is logged, the
+    // caller of a task gets an error (each task catches its own; this is the last resort).
+    for (auto& t : batch) Guarded("task", [&] { t(core_, clock_.Now()); });
+    Guarded("round close", [&] {
+      for (const RoundReport& r : core_.Poll(clock_.Now(), clock_)) {
+        if (on_round_) on_round_(core_, r);
+      }
+    });
+    Guarded("pull wait", [&] { ServeWaiters(clock_.Now(), false); });
   }
   ServeWaiters(clock_.Now(), true);
   // Tasks still queued are dropped; their callers see a broken promise → Unavailable.
@@ -76,8 +107,10 @@ void SyncerLoop::ServeWaiters(TimePoint now, bool expire_all) {
     }
     const bool newer = core_.version(it->fragment) > it->have_version;  // Pull below sends it
     if (newer || now >= it->deadline) {
-      it->promise->set_value(core_.Pull(it->learner_id, it->fragment, it->have_version));
+      auto promise = std::move(it->promise);
+      const Waiter w = *it;
       it = waiters_.erase(it);
+      Fulfil(*promise, [&] { return core_.Pull(w.learner_id, w.fragment, w.have_version); });
     } else {
       ++it;
     }
@@ -91,6 +124,8 @@ StatusOr<T> Await(std::future<StatusOr<T>>& f) {
     return f.get();
   } catch (const std::future_error&) {
     return UnavailableError("syncer is shutting down");
+  } catch (const std::exception& e) {
+    return InternalError(std::string("syncer: ") + e.what());
   }
 }
 Status Await(std::future<Status>& f) {
@@ -98,6 +133,8 @@ Status Await(std::future<Status>& f) {
     return f.get();
   } catch (const std::future_error&) {
     return UnavailableError("syncer is shutting down");
+  } catch (const std::exception& e) {
+    return InternalError(std::string("syncer: ") + e.what());
   }
 }
 }  // namespace
@@ -105,14 +142,14 @@ Status Await(std::future<Status>& f) {
 StatusOr<JoinReplyData> SyncerLoop::Join(const JoinRequestData& request) {
   auto p = std::make_shared<std::promise<StatusOr<JoinReplyData>>>();
   auto f = p->get_future();
-  Post([p, request](SyncerCore& core, TimePoint now) { p->set_value(core.Join(request, now)); });
+  Post([p, request](SyncerCore& core, TimePoint now) { Fulfil(*p, [&] { return core.Join(request, now); }); });
   return Await(f);
 }
 
 Status SyncerLoop::Leave(int learner_id) {
   auto p = std::make_shared<std::promise<Status>>();
   auto f = p->get_future();
-  Post([p, learner_id](SyncerCore& core, TimePoint now) { p->set_value(core.Leave(learner_id, now)); });
+  Post([p, learner_id](SyncerCore& core, TimePoint now) { Fulfil(*p, [&] { return core.Leave(learner_id, now); }); });
   return Await(f);
 }
 
@@ -121,16 +158,14 @@ StatusOr<HeartbeatReplyData> SyncerLoop::Heartbeat(int learner_id, const Learner
   auto f = p->get_future();
   const bool finish = finish_requested();
   Post([p, learner_id, progress, finish](SyncerCore& core, TimePoint now) {
-    Status st = core.Heartbeat(learner_id, progress, now);
-    if (!st.ok()) {
-      p->set_value(st);
-      return;
-    }
-    HeartbeatReplyData r;
-    r.versions = core.versions();
-    r.finish = finish;
-    r.incarnation = core.options().incarnation;
-    p->set_value(r);
+    Fulfil(*p, [&]() -> StatusOr<HeartbeatReplyData> {
+      ATOLL_RETURN_IF_ERROR(core.Heartbeat(learner_id, progress, now));
+      HeartbeatReplyData r;
+      r.versions = core.versions();
+      r.finish = finish;
+      r.incarnation = core.options().incarnation;
+      return r;
+    });
   });
   return Await(f);
 }
@@ -139,7 +174,7 @@ StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<co
   auto p = std::make_shared<std::promise<StatusOr<PushResult>>>();
   auto f = p->get_future();
   Post([p, header, payload](SyncerCore& core, TimePoint now) {
-    p->set_value(core.Push(header, payload, now));  // payload outlives the call: we wait below
+    Fulfil(*p, [&] { return core.Push(header, payload, now); });  // payload outlives the call: we wait below
   });
   return Await(f);
 }
@@ -150,12 +185,16 @@ StatusOr<PullPayload> SyncerLoop::Pull(int learner_id, int fragment, int64_t hav
   auto f = p->get_future();
   wait_seconds = std::clamp(wait_seconds, 0.0, 60.0);
   Post([this, p, learner_id, fragment, have_version, wait_seconds](SyncerCore& core, TimePoint now) {
-    auto r = core.Pull(learner_id, fragment, have_version);
-    if (!r.ok() || !r->not_modified || wait_seconds <= 0) {
-      p->set_value(std::move(r));
-      return;
+    try {
+      auto r = core.Pull(learner_id, fragment, have_version);
+      if (!r.ok() || !r->not_modified || wait_seconds <= 0) {
+        p->set_value(std::move(r));
+        return;
+      }
+      waiters_.push_back({learner_id, fragment, have_version, now + FromSeconds(wait_seconds), p});
+    } catch (const std::exception& e) {
+      p->set_value(InternalError(std::string("syncer: pull failed: ") + e.what()));
     }
-    waiters_.push_back({learner_id, fragment, have_version, now + FromSeconds(wait_seconds), p});
   });
   return Await(f);
 }

@@ -2,12 +2,16 @@
 // reassemble messages, then hand them to the loop; they never touch syncer state themselves.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "atoll.grpc.pb.h"
 #include "atoll/core/checksum.h"
+#include "atoll/core/text.h"
+#include "atoll/transport/credentials.h"
 #include "atoll/transport/grpc.h"
 #include "wire.h"
 
@@ -18,18 +22,24 @@ using atl::v1::Syncer;
 
 class Service final : public Syncer::Service {
  public:
-  Service(syncer::SyncerLoop& loop, std::string token, std::function<std::string(bool)> on_finish)
-      : loop_(loop), token_(std::move(token)), on_finish_(std::move(on_finish)) {}
+  Service(syncer::SyncerLoop& loop, std::string token, ServerLimits limits,
+          std::function<std::string(bool)> on_finish)
+      : loop_(loop), token_(std::move(token)), limits_(limits), on_finish_(std::move(on_finish)) {}
+  void UseCredentials(std::string secret, std::string run_id) {
+    operator_token_ = OperatorToken(secret, run_id);
+    secret_ = std::move(secret);
+    run_id_ = std::move(run_id);
+  }
 
   grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req,
                     atl::v1::JoinReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     syncer::JoinRequestData r;
     r.protocol_version = req->protocol_version();
     r.run_id = req->run_id();
     r.model_signature = req->model_signature();
     r.learner_id = req->learner_id();
-    r.host = req->host().substr(0, 256);
+    r.host = TruncateUtf8(req->host(), 256);  // never cut inside a UTF-8 character
     r.rejoin = req->rejoin();
     r.fragment_checksums.assign(req->fragment_checksums().begin(), req->fragment_checksums().end());
     auto out = loop_.Join(r);
@@ -40,7 +50,7 @@ class Service final : public Syncer::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const atl::v1::HeartbeatRequest* req,
                          atl::v1::HeartbeatReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     syncer::LearnerProgress p;
     p.step = req->step();
     p.tokens = req->tokens();
@@ -65,7 +75,7 @@ class Service final : public Syncer::Service {
 
   grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<atl::v1::PushChunk>* reader,
                     atl::v1::PushReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, kAnyCaller); !st.ok()) return ToGrpc(st);
     atl::v1::PushChunk chunk;
     if (!reader->Read(&chunk) || chunk.kind_case() != atl::v1::PushChunk::kHeader) {
       return ToGrpc(InvalidArgumentError("push: the first message must be a header"));
@@ -73,20 +83,18 @@ class Service final : public Syncer::Service {
     auto header = ParsePushHeader(chunk.header());
     const int64_t header_bytes = static_cast<int64_t>(chunk.ByteSizeLong());
     if (!header.ok()) return ToGrpc(header.status());
+    if (auto st = CheckToken(ctx, header->first.learner_id); !st.ok()) return ToGrpc(st);
     const int64_t total = chunk.header().payload_bytes();
+    // Before any memory is reserved: a joined learner, the exact size, room in the budget.
+    if (atl::Status st = CheckAnnounced(header->first, total); !st.ok()) return ToGrpc(st);
+    InflightBudget budget(inflight_push_bytes_, total, limits_.max_inflight_push_bytes);
+    if (!budget.ok()) {
+      return Refuse(ResourceExhaustedError(fmt::format(
+          "push: {} payload bytes would exceed the syncer's in-flight push budget of {} bytes; retry later",
+          total, limits_.max_inflight_push_bytes)));
+    }
     std::vector<std::byte> payload;
-    payload.reserve(static_cast<size_t>(total));
-    while (reader->Read(&chunk)) {
-      if (chunk.kind_case() != atl::v1::PushChunk::kData) {
-        return ToGrpc(InvalidArgumentError("push: a second header inside one push"));
-      }
-      atl::Status st = AppendChunk(chunk.data(), total, payload);
-      if (!st.ok()) return ToGrpc(st.WithContext("push"));
-    }
-    if (static_cast<int64_t>(payload.size()) != total) {
-      return ToGrpc(DataLossError("push: stream ended after " + std::to_string(payload.size()) +
-                                  " of " + std::to_string(total) + " payload bytes (truncated)"));
-    }
+    if (atl::Status st = ReceivePayload(reader, total, payload); !st.ok()) return ToGrpc(st);
     if (Checksum64(payload) != header->second) {
       return ToGrpc(DataLossError("push: payload checksum mismatch"));
     }
@@ -111,7 +119,7 @@ class Service final : public Syncer::Service {
 
   grpc::Status Pull(grpc::ServerContext* ctx, const atl::v1::PullRequest* req,
                     grpc::ServerWriter<atl::v1::PullChunk>* writer) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     if (!std::isfinite(req->wait_seconds()) || req->wait_seconds() < 0) {
       return ToGrpc(InvalidArgumentError("pull: wait_seconds must be a finite value ≥ 0"));
     }
@@ -128,39 +136,113 @@ class Service final : public Syncer::Service {
 
   grpc::Status Status(grpc::ServerContext* ctx, const atl::v1::StatusRequest*,
                       atl::v1::StatusReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
-    reply->set_json(loop_.Call([](syncer::SyncerCore& core, TimePoint now) {
-      return core.StatusJson(now).dump();
-    }));
+    if (auto st = CheckToken(ctx, kOperator); !st.ok()) return ToGrpc(st);
+    try {
+      reply->set_json(loop_.Call([](syncer::SyncerCore& core, TimePoint now) { return DumpJson(core.StatusJson(now)); }));
+    } catch (const std::exception& e) {
+      return ToGrpc(InternalError(std::string("status: ") + e.what()));
+    }
     return grpc::Status::OK;
   }
 
   grpc::Status Leave(grpc::ServerContext* ctx, const atl::v1::LeaveRequest* req, atl::v1::LeaveReply*) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     return ToGrpc(loop_.Leave(req->learner_id()));
   }
 
   grpc::Status Finish(grpc::ServerContext* ctx, const atl::v1::FinishRequest* req,
                       atl::v1::FinishReply* reply) override {
-    if (auto st = CheckToken(ctx); !st.ok()) return ToGrpc(st);
+    if (auto st = CheckToken(ctx, kOperator); !st.ok()) return ToGrpc(st);
     reply->set_summary_json(on_finish_ ? on_finish_(req->evaluate()) : "{}");
     return grpc::Status::OK;
   }
 
  private:
-  atl::Status CheckToken(grpc::ServerContext* ctx) const {
-    if (token_.empty()) return atl::Status::Ok();
-    const auto& md = ctx->client_metadata();
-    auto it = md.find(kTokenKey);
-    if (it == md.end()) return UnauthenticatedError("missing auth token (metadata x-atoll-token)");
-    if (std::string(it->second.data(), it->second.size()) != token_) {
-      return UnauthenticatedError("wrong auth token");
+  // Reserves `n` bytes of a shared budget for as long as it lives, or nothing (ok() false).
+  class InflightBudget {
+   public:
+    InflightBudget(std::atomic<int64_t>& used, int64_t n, int64_t limit) : used_(used) {
+      int64_t cur = used_.load();
+      do {
+        if (cur + n > limit) return;
+      } while (!used_.compare_exchange_weak(cur, cur + n));
+      n_ = n;
+      ok_ = true;
+    }
+    ~InflightBudget() {
+      if (ok_) used_ -= n_;
+    }
+    InflightBudget(const InflightBudget&) = delete;
+    InflightBudget& operator=(const InflightBudget&) = delete;
+    bool ok() const { return ok_; }
+
+   private:
+    std::atomic<int64_t>& used_;
+    int64_t n_ = 0;
+    bool ok_ = false;
+  };
+
+  static grpc::Status Refuse(const atl::Status& st) {
+    std::fprintf(stderr, "syncer: refused %s\n", st.ToString().c_str());
+    return ToGrpc(st);
+  }
+
+  // The announced payload must be exactly what this learner's push of that fragment encodes to.
+  atl::Status CheckAnnounced(const syncer::PushHeaderData& h, int64_t total) {
+    StatusOr<size_t> expected = UnavailableError("syncer is shutting down");
+    try {
+      expected = loop_.Call([&h](syncer::SyncerCore& core, TimePoint now) { return core.ExpectedPushBytes(h, now); });
+    } catch (const std::exception&) {  // the loop stopped under us (a broken promise)
+    }
+    if (!expected.ok()) return expected.status().WithContext("push");
+    if (total != static_cast<int64_t>(*expected)) {
+      return InvalidArgumentError(fmt::format("push: header announces {} payload bytes, a push of fragment {} is {} bytes",
+                                              total, h.fragment, *expected));
     }
     return atl::Status::Ok();
   }
 
+  static atl::Status ReceivePayload(grpc::ServerReader<atl::v1::PushChunk>* reader, int64_t total,
+                                    std::vector<std::byte>& payload) {
+    payload.reserve(static_cast<size_t>(total));
+    atl::v1::PushChunk chunk;
+    while (reader->Read(&chunk)) {
+      if (chunk.kind_case() != atl::v1::PushChunk::kData) {
+        return InvalidArgumentError("push: a second header inside one push");
+      }
+      ATOLL_RETURN_IF_ERROR(AppendChunk(chunk.data(), total, payload).WithContext("push"));
+    }
+    if (static_cast<int64_t>(payload.size()) != total) {
+      return DataLossError("push: stream ended after " + std::to_string(payload.size()) + " of " +
+                           std::to_string(total) + " payload bytes (truncated)");
+    }
+    return atl::Status::Ok();
+  }
+
+  // Who may make a call: learner `id` (with its own token or the operator's), the operator only
+  // (kOperator), or, before the learner id is known, anyone with a token (kAnyCaller). With a
+  // shared token (no secret) every caller holds the same one. Constant-time comparisons.
+  // (Sentinels outside the int32 range of ids on the wire.)
+  static constexpr int64_t kOperator = int64_t{1} << 40, kAnyCaller = kOperator + 1;
+  atl::Status CheckToken(grpc::ServerContext* ctx, int64_t id) const {
+    if (token_.empty() && secret_.empty()) return atl::Status::Ok();
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kTokenKey);
+    if (it == md.end()) return UnauthenticatedError("missing auth token (metadata x-atoll-token)");
+    const std::string_view got(it->second.data(), it->second.size());
+    if (secret_.empty()) return TokensEqual(got, token_) ? atl::Status::Ok() : UnauthenticatedError("wrong auth token");
+    if (TokensEqual(got, operator_token_) || id == kAnyCaller) return atl::Status::Ok();
+    if (id == kOperator) return UnauthenticatedError("this call needs the operator's token");
+    if (id < 0) return UnauthenticatedError("with per-learner credentials a learner joins with its own id, not -1");
+    if (TokensEqual(got, LearnerToken(secret_, run_id_, static_cast<int>(id)))) return atl::Status::Ok();
+    return UnauthenticatedError("wrong auth token for learner " + std::to_string(id));
+  }
+
   syncer::SyncerLoop& loop_;
   std::string token_;
+  std::string secret_, run_id_, operator_token_;  // per-learner credentials (secret_ non-empty)
+  transport::ServerLimits limits_;
+  std::atomic<int64_t> inflight_push_bytes_{0};
   std::function<std::string(bool)> on_finish_;
 };
 
@@ -178,13 +260,31 @@ class ServerImpl final : public GrpcSyncerServer {
   int port_ = 0;
 };
 
+// gRPC's own protections: idle, half-open and slow-handshake connections are closed, streams
+// per connection and handler threads are bounded, and its buffers live within a memory quota.
+void ApplyLimits(const ServerLimits& l, grpc::ServerBuilder& builder) {
+  grpc::ResourceQuota quota("atoll-syncer");
+  quota.Resize(static_cast<size_t>(l.memory_quota_bytes));
+  quota.SetMaxThreads(l.max_threads);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, l.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, l.handshake_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, l.max_connection_idle_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, l.keepalive_time_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, l.keepalive_timeout_ms);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
     const ServerOptions& options, syncer::SyncerLoop& loop,
     std::function<std::string(bool)> on_finish) {
   auto impl = std::make_unique<ServerImpl>();
-  impl->service_ = std::make_unique<Service>(loop, options.token, std::move(on_finish));
+  impl->service_ = std::make_unique<Service>(loop, options.token, options.limits, std::move(on_finish));
+  if (!options.secret.empty()) {
+    impl->service_->UseCredentials(options.secret,
+                                   loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.options().run_id; }));
+  }
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (options.tls.enabled) {
     auto key = ReadPem(options.tls.key_file, "TLS key");
@@ -201,6 +301,7 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
   builder.AddListeningPort(options.address, creds, &impl->port_);
   builder.RegisterService(impl->service_.get());
   builder.SetMaxReceiveMessageSize(4 << 20);
+  ApplyLimits(options.limits, builder);
   impl->server_ = builder.BuildAndStart();
   if (!impl->server_ || impl->port_ == 0) {
     return UnavailableError("cannot listen on " + options.address + " (address in use or invalid?)");

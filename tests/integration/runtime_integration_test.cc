@@ -1,6 +1,7 @@
 // A syncer and three learner processes train a real (small) GPT over gRPC on loopback.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "atoll/model/safetensors.h"
@@ -21,6 +22,13 @@ TEST(RuntimeIntegration, SyncerAndThreeLearnersTrainTogether) {
   ASSERT_FALSE(s.is_discarded()) << r.output;
   EXPECT_EQ(s["mode"], "decoupled");
   EXPECT_EQ(s["learners"], 3);
+  // Per-learner credentials (docs/security.md): secrets readable by the owner only.
+  namespace fs = std::filesystem;
+  const auto rw = fs::perms::owner_read | fs::perms::owner_write;
+  EXPECT_EQ(fs::status(dir + "/run/secrets").permissions() & fs::perms::all, fs::perms::owner_all);
+  for (const char* f : {"/run/secrets/run.secret", "/run/secrets/learner-2.token", "/run/config.json"}) {
+    EXPECT_EQ(fs::status(dir + f).permissions() & fs::perms::all, rw) << f;
+  }
   EXPECT_GT(s["rounds"].get<int>(), 24);
   // The global model learned.
   ASSERT_TRUE(s["eval_loss"].is_number()) << s.dump(2);

@@ -16,6 +16,8 @@
 
 namespace atl {
 
+// Errors are Internal, except Unavailable when the temp file cannot be created for a transient
+// reason (EMFILE/ENFILE: out of file descriptors; EINTR, EAGAIN), which a caller may retry.
 Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes);
 Status WriteFileAtomic(const std::string& path, std::string_view text);
 

@@ -25,9 +25,17 @@ struct SyncerProcessOptions {
   std::string port_file;   // written (atomically) with the bound port once listening
   std::string out_dir;     // metrics-syncer.jsonl, checkpoint, syncer-summary.json
   std::string state_dir;   // durable state; "" = <out_dir>/state. Resumed from when present.
+  // File holding the run secret (per-learner credentials, docs/security.md); "" = the shared
+  // token of the config, if any. A non-loopback listen address needs one or the other.
+  std::string secret_file;
   TlsFiles tls;
 };
 int RunSyncerProcess(const SyncerProcessOptions& options);
+
+// A secret or token file's contents without surrounding whitespace; InvalidArgument when empty.
+StatusOr<std::string> ReadSecretFile(const std::string& path);
+// True for 127.x.x.x, localhost, [::1] and unix: addresses.
+bool IsLoopbackAddress(const std::string& address);
 
 struct LearnerProcessOptions {
   RunConfig config;
@@ -38,6 +46,7 @@ struct LearnerProcessOptions {
   int64_t start_step = 0;  // a restarted learner continues its step count from here
   // Chaos control file (JSON: speed, partition, bandwidth_mbps), polled every step; "" = none.
   std::string control_file;
+  std::string token_file;  // this learner's token (per-learner credentials); "" = the config's token
   TlsFiles tls;
 };
 int RunLearnerProcess(const LearnerProcessOptions& options);

@@ -18,6 +18,7 @@
 // Thread-safety: called from the syncer's loop thread only.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,10 @@ class DurableState {
   bool Exists() const;
   // Writes meta.json and every fragment (at start, for a fresh run).
   Status SaveAll(const SyncerCore& core);
-  // Writes one fragment (after each committed round).
+  // Writes one fragment (after each committed round). A write that fails for a transient reason
+  // (Unavailable: out of file descriptors, EMFILE/ENFILE) is retried up to kCommitAttempts times
+  // with backoff (10 ms doubling) before the error is returned.
+  static constexpr int kCommitAttempts = 6;
   Status SaveFragment(const SyncerCore& core, int fragment);
   Status SaveLearners(const SyncerCore& core);
   // Loads a saved state into `core` (which must have been created with the same plan).
@@ -46,6 +50,8 @@ class DurableState {
 
  private:
   std::string FragmentPath(int p) const;
+  Status WriteFragment(const SyncerCore& core, int p);
+  static void ReadLearnerRows(const nlohmann::json& lj, std::map<int, LearnerRecord>& table, int64_t& rounds_closed);
   std::string dir_;
 };
 

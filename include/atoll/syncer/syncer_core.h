@@ -96,6 +96,18 @@ struct SyncerOptions {
   // are refused with PERMISSION_DENIED (pulls change no state and are still served).
   int max_consecutive_rejects = 8;
   double ban_seconds = 300.0;
+  // Numeric safety (syncer/guards.h, docs/security.md), from the first push on: a push whose
+  // outer gradient norm exceeds max_gradient_ratio × (‖Θ_p‖ + 1) is refused (InvalidArgument);
+  // a round that leaves Θ_p, the momentum or the sweep non-finite, or whose step (or momentum)
+  // norm exceeds max_step_ratio × (‖Θ_p before‖ + 1), is refused: rolled back, never committed.
+  // 0 turns a bound off (finiteness is always checked).
+  double max_gradient_ratio = 1e3;
+  double max_step_ratio = 1e3;
+  // The learner table holds at most this many rows (RESOURCE_EXHAUSTED beyond); ids are -1
+  // (assign) or 0..max_learner_id.
+  int max_learners = 4096;
+  int max_learner_id = 1'000'000;
+  size_t max_host_bytes = 256;      // Join's host, cut at a UTF-8 boundary
 };
 
 struct LearnerRecord {
@@ -110,6 +122,8 @@ struct LearnerRecord {
   int64_t bytes_up = 0, bytes_down = 0;   // as the syncer counted them
   int64_t pushes = 0, pushes_rejected = 0, rounds_joined = 0, late_folded = 0;
   int64_t quarantined = 0;
+  int64_t contributions_refused = 0;      // merged into a round that was refused (numeric safety)
+  int64_t telemetry_rejected = 0;         // heartbeat values out of their sane range (ignored)
   int consecutive_rejects = 0;
   TimePoint banned_until{};               // disconnected until then (0: never banned)
   // Tokens whose updates were merged into Θ: Σ c_tokens / P over merged contributions (a token
@@ -140,6 +154,10 @@ struct RoundReport {
   double step_norm = 0;            // ‖Θ_p after − before‖
   std::string reason;
   TimePoint closed_at{};
+  // Numeric safety refused the round: Θ_p, momentum, sweep, version and round are as before it,
+  // its contributions are dropped, and nothing is to be committed. `refusal` says why.
+  bool refused = false;
+  std::string refusal;
 };
 
 class SyncerCore {
@@ -170,6 +188,10 @@ class SyncerCore {
   // NotFound for a learner that has not joined; InvalidArgument for a bad fragment.
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version);
 
+  // The exact payload size a push with this header must carry, checked before the transport
+  // reserves any memory for it: NotFound for a learner that has not joined, PermissionDenied
+  // while it is disconnected, InvalidArgument for a bad fragment, codec or value count.
+  StatusOr<size_t> ExpectedPushBytes(const PushHeaderData& header, TimePoint now) const;
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
   void CountBytes(int learner_id, int64_t up, int64_t down);
   // The newest evaluation of the global model made during the run (shown in StatusJson).
@@ -184,6 +206,7 @@ class SyncerCore {
   int64_t version(int fragment) const { return fragments_[fragment].version; }
   std::vector<int64_t> versions() const;
   int64_t rounds_closed() const { return rounds_closed_; }
+  int64_t rounds_refused() const { return rounds_refused_; }
   std::span<const float> theta(int fragment) const { return fragments_[fragment].theta; }
   // The copy of `fragment` the syncer believes `learner_id` holds (empty if none).
   std::span<const float> learner_copy(int learner_id, int fragment) const;
@@ -248,6 +271,12 @@ class SyncerCore {
 
   SyncerCore(SyncerOptions options, diloco::FragmentPlan plan);
   RoundReport CloseRound(int p, const RoundDecision& decision, TimePoint now, const Clock& clock);
+  // Numeric safety refused the round: restores `before` and drops the pending contributions.
+  struct RoundBackup {
+    std::vector<float> theta, momentum;
+    diloco::SweepState sweep;
+  };
+  RoundReport RefuseRound(int p, RoundBackup before, RoundReport report, const Status& why);
   // Poll (force = false) and CloseAllPending (force = true).
   std::vector<RoundReport> CloseRounds(TimePoint now, const Clock& clock, bool force);
   struct LearnerCopy {
@@ -266,6 +295,7 @@ class SyncerCore {
   std::map<std::pair<int, int>, LearnerCopy> copies_;  // (learner, fragment) → copy
   RoundEstimates estimates_;
   int64_t rounds_closed_ = 0;
+  int64_t rounds_refused_ = 0;
   double global_eval_loss_ = -1;   // < 0: none yet
   int64_t global_eval_rounds_ = 0;
 };

@@ -42,13 +42,20 @@ class SyncerLoop final : public SyncerApi {
   Status Leave(int learner_id) override;
 
   // Runs f(core, now) on the loop thread and returns its result (for status, snapshots, bytes).
+  // An exception thrown by f is rethrown here, in the caller's thread; the loop runs on. Every
+  // other task catches its exceptions and returns them as Internal errors (a hostile input must
+  // never terminate the syncer).
   template <typename F>
   auto Call(F&& f) -> decltype(f(std::declval<SyncerCore&>(), TimePoint{})) {
     using R = decltype(f(std::declval<SyncerCore&>(), TimePoint{}));
     auto promise = std::make_shared<std::promise<R>>();
     auto future = promise->get_future();
     Post([promise, fn = std::forward<F>(f)](SyncerCore& core, TimePoint now) mutable {
-      promise->set_value(fn(core, now));
+      try {
+        promise->set_value(fn(core, now));
+      } catch (...) {
+        promise->set_exception(std::current_exception());  // rethrown to the caller, not on the loop
+      }
     });
     return future.get();
   }

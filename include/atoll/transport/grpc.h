@@ -26,10 +26,28 @@ struct TlsOptions {
   std::string server_name;          // client: override of the expected host name
 };
 
+// Limits against hostile or broken clients (docs/security.md). Each refusal is
+// RESOURCE_EXHAUSTED with a message; connection limits are gRPC's own channel arguments.
+struct ServerLimits {
+  int64_t max_inflight_push_bytes = int64_t{2} << 30;  // payload bytes of all pushes being received
+  int max_concurrent_streams = 64;          // per connection (GRPC_ARG_MAX_CONCURRENT_STREAMS)
+  int max_threads = 256;                    // handler threads (ResourceQuota::SetMaxThreads)
+  int64_t memory_quota_bytes = int64_t{4} << 30;  // gRPC's buffers (ResourceQuota::Resize)
+  int handshake_timeout_ms = 10'000;        // a connection must finish its handshake within this
+  int max_connection_idle_ms = 120'000;     // a connection without calls for this long is closed
+  int keepalive_time_ms = 30'000;           // the server pings an idle transport this often,
+  int keepalive_timeout_ms = 10'000;        // and closes it when the ping is not answered
+};
+
 struct ServerOptions {
   std::string address = "127.0.0.1:0";  // port 0: choose a free port
   std::string token;                    // shared auth token ("" = none required)
+  // Run secret for per-learner credentials (transport/credentials.h); when set it replaces the
+  // shared token: learner m must present LearnerToken(secret, run id, m), Status and Finish need
+  // OperatorToken(secret, run id).
+  std::string secret;
   TlsOptions tls;
+  ServerLimits limits;
 };
 
 class GrpcSyncerServer {

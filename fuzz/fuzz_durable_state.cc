@@ -1,0 +1,70 @@
+// Fuzzes the syncer's restart path: DurableState::Restore from a state folder in which one file
+// (a fragment file, learners.json or meta.json) holds fuzzed bytes. With the high bit of the mode
+// byte set the target first fixes the file's checksum, so the parsers behind it are reached.
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "atoll/core/checksum.h"
+#include "atoll/core/text.h"
+#include "atoll/syncer/durable_state.h"
+#include "fuzz_util.h"
+
+namespace {
+
+using namespace atl;
+
+const syncer::SyncerCore& Prototype() {
+  static const syncer::SyncerCore core = [] {
+    std::vector<diloco::TensorSpec> t = {{"layers.0.w", {2, 2}, 4, false}, {"layers.1.w", {2, 2}, 4, false}};
+    diloco::PlanOptions po;
+    po.num_fragments = 2;
+    po.strategy = diloco::PlanStrategy::kStrided;
+    po.split_large = false;
+    auto plan = diloco::MakeFragmentPlan(t, po);
+    syncer::SyncerOptions o;
+    o.H = 2;
+    auto c = syncer::SyncerCore::Create(o, *plan, {std::vector<float>(4, 1.0f), std::vector<float>(4, 2.0f)});
+    return std::move(*c);
+  }();
+  return core;
+}
+
+std::string FixChecksum(int file, std::string bytes) {
+  if (file == 0) {  // fragment file: 40-byte header, checksum of the body at offset 32
+    if (bytes.size() < 40) return bytes;
+    const uint64_t sum = Checksum64(bytes.data() + 40, bytes.size() - 40);
+    std::memcpy(bytes.data() + 32, &sum, 8);
+    return bytes;
+  }
+  auto j = nlohmann::json::parse(bytes, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return bytes;
+  j.erase("checksum");
+  j["checksum"] = ChecksumHex(Checksum64(DumpJson(j)));
+  return DumpJson(j);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::Input in(data, size);
+  const uint8_t mode = in.Byte();
+  const int file = (mode & 0x7F) % 3;
+  std::string bytes(in.Rest());
+  if (mode & 0x80) bytes = FixChecksum(file, std::move(bytes));
+  // A complete state, written once; each input replaces one file and the original is put back.
+  static const std::string dir = fuzz::ScratchDir() + "/state";
+  static const bool saved = syncer::DurableState(dir).SaveAll(Prototype()).ok();
+  if (!saved) return 0;
+  const char* names[] = {"/fragment-000.bin", "/learners.json", "/meta.json"};
+  static const std::string originals[] = {fuzz::ReadScratch(dir + names[0]), fuzz::ReadScratch(dir + names[1]),
+                                          fuzz::ReadScratch(dir + names[2])};
+  const std::string path = dir + names[file];
+  if (!fuzz::WriteScratch(path, bytes)) return 0;
+  syncer::SyncerCore core = Prototype();
+  if (syncer::DurableState(dir).Restore(core, TimePoint{}).ok()) {
+    (void)DumpJson(core.StatusJson(TimePoint{}));  // what was restored can be shown
+    (void)core.Pull(0, 0, -1);
+  }
+  fuzz::WriteScratch(path, originals[file]);
+  return 0;
+}
