@@ -118,17 +118,9 @@ void SyncerLoop::ServeWaiters(TimePoint now, bool expire_all) {
 }
 
 namespace {
-template <typename T>
-StatusOr<T> Await(std::future<StatusOr<T>>& f) {
-  try {
-    return f.get();
-  } catch (const std::future_error&) {
-    return UnavailableError("syncer is shutting down");
-  } catch (const std::exception& e) {
-    return InternalError(std::string("syncer: ") + e.what());
-  }
-}
-Status Await(std::future<Status>& f) {
+// R is Status or StatusOr<T>: both are made from an error Status.
+template <typename R>
+R Await(std::future<R>& f) {
   try {
     return f.get();
   } catch (const std::future_error&) {
@@ -139,44 +131,39 @@ Status Await(std::future<Status>& f) {
 }
 }  // namespace
 
-StatusOr<JoinReplyData> SyncerLoop::Join(const JoinRequestData& request) {
-  auto p = std::make_shared<std::promise<StatusOr<JoinReplyData>>>();
+template <typename R, typename F>
+R SyncerLoop::Ask(F fn) {
+  auto p = std::make_shared<std::promise<R>>();
   auto f = p->get_future();
-  Post([p, request](SyncerCore& core, TimePoint now) { Fulfil(*p, [&] { return core.Join(request, now); }); });
+  Post([p, fn = std::move(fn)](SyncerCore& core, TimePoint now) mutable { Fulfil(*p, [&] { return fn(core, now); }); });
   return Await(f);
+}
+
+StatusOr<JoinReplyData> SyncerLoop::Join(const JoinRequestData& request) {
+  return Ask<StatusOr<JoinReplyData>>([request](SyncerCore& core, TimePoint now) { return core.Join(request, now); });
 }
 
 Status SyncerLoop::Leave(int learner_id) {
-  auto p = std::make_shared<std::promise<Status>>();
-  auto f = p->get_future();
-  Post([p, learner_id](SyncerCore& core, TimePoint now) { Fulfil(*p, [&] { return core.Leave(learner_id, now); }); });
-  return Await(f);
+  return Ask<Status>([learner_id](SyncerCore& core, TimePoint now) { return core.Leave(learner_id, now); });
 }
 
 StatusOr<HeartbeatReplyData> SyncerLoop::Heartbeat(int learner_id, const LearnerProgress& progress) {
-  auto p = std::make_shared<std::promise<StatusOr<HeartbeatReplyData>>>();
-  auto f = p->get_future();
   const bool finish = finish_requested();
-  Post([p, learner_id, progress, finish](SyncerCore& core, TimePoint now) {
-    Fulfil(*p, [&]() -> StatusOr<HeartbeatReplyData> {
-      ATOLL_RETURN_IF_ERROR(core.Heartbeat(learner_id, progress, now));
-      HeartbeatReplyData r;
-      r.versions = core.versions();
-      r.finish = finish;
-      r.incarnation = core.options().incarnation;
-      return r;
-    });
-  });
-  return Await(f);
+  return Ask<StatusOr<HeartbeatReplyData>>(
+      [learner_id, progress, finish](SyncerCore& core, TimePoint now) -> StatusOr<HeartbeatReplyData> {
+        ATOLL_RETURN_IF_ERROR(core.Heartbeat(learner_id, progress, now));
+        HeartbeatReplyData r;
+        r.versions = core.versions();
+        r.finish = finish;
+        r.incarnation = core.options().incarnation;
+        return r;
+      });
 }
 
 StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<const std::byte> payload) {
-  auto p = std::make_shared<std::promise<StatusOr<PushResult>>>();
-  auto f = p->get_future();
-  Post([p, header, payload](SyncerCore& core, TimePoint now) {
-    Fulfil(*p, [&] { return core.Push(header, payload, now); });  // payload outlives the call: we wait below
-  });
-  return Await(f);
+  // The payload outlives the call: Ask waits for the loop.
+  return Ask<StatusOr<PushResult>>(
+      [header, payload](SyncerCore& core, TimePoint now) { return core.Push(header, payload, now); });
 }
 
 StatusOr<PullPayload> SyncerLoop::Pull(int learner_id, int fragment, int64_t have_version,

@@ -76,6 +76,10 @@ class SyncerLoop final : public SyncerApi {
     std::shared_ptr<std::promise<StatusOr<PullPayload>>> promise;
   };
   void Post(Task task);
+  // Runs fn(core, now) on the loop thread and returns its Status / StatusOr (Unavailable when the
+  // loop is stopping, Internal when fn throws).
+  template <typename R, typename F>
+  R Ask(F fn);
   void Run();
   void ServeWaiters(TimePoint now, bool expire_all);
 
