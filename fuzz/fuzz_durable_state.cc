@@ -7,6 +7,7 @@
 #include "atoll/core/checksum.h"
 #include "atoll/core/text.h"
 #include "atoll/syncer/durable_state.h"
+#include "../tests/syncer/small_plan.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -15,15 +16,10 @@ using namespace atl;
 
 const syncer::SyncerCore& Prototype() {
   static const syncer::SyncerCore core = [] {
-    std::vector<diloco::TensorSpec> t = {{"layers.0.w", {2, 2}, 4, false}, {"layers.1.w", {2, 2}, 4, false}};
-    diloco::PlanOptions po;
-    po.num_fragments = 2;
-    po.strategy = diloco::PlanStrategy::kStrided;
-    po.split_large = false;
-    auto plan = diloco::MakeFragmentPlan(t, po);
+    const diloco::FragmentPlan plan = testing::SmallStridedPlan();
     syncer::SyncerOptions o;
     o.H = 2;
-    auto c = syncer::SyncerCore::Create(o, *plan, {std::vector<float>(4, 1.0f), std::vector<float>(4, 2.0f)});
+    auto c = syncer::SyncerCore::Create(o, plan, {std::vector<float>(4, 1.0f), std::vector<float>(4, 2.0f)});
     return std::move(*c);
   }();
   return core;

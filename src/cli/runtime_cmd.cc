@@ -106,6 +106,22 @@ void RegisterRun(CLI::App& app, CommandContext& ctx) {
   });
 }
 
+// The action of `atoll syncer` / `atoll learner`: resolve the run config (file, then flags),
+// hand it and the run folder to the process, exit 2 on bad input.
+template <typename ProcessOptions>
+void OnRun(CLI::App* c, CommandContext& ctx, std::shared_ptr<Overrides> o, std::shared_ptr<ProcessOptions> p,
+           const char* name, int (*run)(const ProcessOptions&)) {
+  c->callback([&ctx, o, p, name, run] {
+    ctx.action = [o, p, name, run] {
+      auto cfg = Resolve(*o);
+      if (!cfg.ok()) return BadInput(cfg.status(), name);
+      p->config = *cfg;
+      p->out_dir = cfg->out;
+      return run(*p);
+    };
+  });
+}
+
 // `atoll syncer`: one syncer process.
 void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
   auto o = std::make_shared<Overrides>();
@@ -121,15 +137,7 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
       ->check(CLI::ExistingFile);
   c->add_option("--tls-cert", p->tls.cert, "TLS server certificate (PEM); enables TLS")->check(CLI::ExistingFile);
   c->add_option("--tls-key", p->tls.key, "TLS server key (PEM)")->check(CLI::ExistingFile);
-  c->callback([&ctx, o, p] {
-    ctx.action = [o, p] {
-      auto cfg = Resolve(*o);
-      if (!cfg.ok()) return BadInput(cfg.status(), "syncer");
-      p->config = *cfg;
-      p->out_dir = cfg->out;
-      return runtime::RunSyncerProcess(*p);
-    };
-  });
+  OnRun(c, ctx, o, p, "syncer", runtime::RunSyncerProcess);
 }
 
 // `atoll learner`: one learner process.
@@ -147,15 +155,7 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
   c->add_option("--control-file", p->control_file, "Chaos control file polled every step (speed, partition, bandwidth_mbps)");
   c->add_option("--tls-ca", p->tls.ca, "CA certificate (PEM) that signed the syncer's; enables TLS")->check(CLI::ExistingFile);
   c->add_option("--tls-server-name", p->tls.server_name, "Expected server name in the syncer's certificate");
-  c->callback([&ctx, o, p] {
-    ctx.action = [o, p] {
-      auto cfg = Resolve(*o);
-      if (!cfg.ok()) return BadInput(cfg.status(), "learner");
-      p->config = *cfg;
-      p->out_dir = cfg->out;
-      return runtime::RunLearnerProcess(*p);
-    };
-  });
+  OnRun(c, ctx, o, p, "learner", runtime::RunLearnerProcess);
 }
 
 void Register(CLI::App& app, CommandContext& ctx) {

@@ -19,22 +19,14 @@
 #include "atoll/syncer/guards.h"
 #include "atoll/syncer/syncer_core.h"
 #include "atoll/syncer/syncer_loop.h"
+#include "small_plan.h"
 
 namespace atl::syncer {
 namespace {
 
 using diloco::Encoding;
 
-diloco::FragmentPlan SmallPlan() {
-  std::vector<diloco::TensorSpec> t = {{"layers.0.w", {2, 2}, 4, false}, {"layers.1.w", {2, 2}, 4, false}};
-  diloco::PlanOptions po;
-  po.num_fragments = 2;
-  po.strategy = diloco::PlanStrategy::kStrided;
-  po.split_large = false;
-  auto plan = diloco::MakeFragmentPlan(t, po);
-  ATOLL_CHECK(plan.ok());
-  return *plan;
-}
+diloco::FragmentPlan SmallPlan() { return testing::SmallStridedPlan(); }
 
 SyncerOptions Options(Encoding up = Encoding::kFp32) {
   SyncerOptions o;

@@ -7,6 +7,7 @@
 
 #include "atoll/core/rng.h"
 #include "atoll/exchange/fragment_exchange.h"
+#include "small_plan.h"
 
 namespace atl::syncer {
 namespace {
@@ -20,14 +21,7 @@ struct Fixture {
 
 // Two tensors of 4 values, P = 2 strided: fragment 0 = tensor "layers.0.w", 1 = "layers.1.w".
 Fixture Small() {
-  std::vector<diloco::TensorSpec> t = {{"layers.0.w", {2, 2}, 4, false}, {"layers.1.w", {2, 2}, 4, false}};
-  diloco::PlanOptions po;
-  po.num_fragments = 2;
-  po.strategy = diloco::PlanStrategy::kStrided;
-  po.split_large = false;
-  auto plan = diloco::MakeFragmentPlan(t, po);
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  Fixture f{*plan, {}};
+  Fixture f{testing::SmallStridedPlan(), {}};
   for (const auto& fr : f.plan.fragments) f.initial.emplace_back(static_cast<size_t>(fr.numel), 1.0f);
   return f;
 }
