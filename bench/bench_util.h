@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/child_process.h"
+
 #ifndef ATOLL_BIN
 #define ATOLL_BIN "atoll"
 #endif
@@ -32,6 +34,7 @@ namespace bench {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
+using atl::ChildProcess;
 
 // Common flags of every driver.
 struct CommonArgs {
@@ -115,9 +118,9 @@ inline void Progress(const std::string& name, const std::string& line) {
   std::fflush(stdout);
 }
 
-// A child started with /bin/sh -c in its own process group, stdout+stderr to `log`.
+// A child started with /bin/sh -c in its own process group, stdout+stderr to `log` (truncated).
 struct Child {
-  pid_t pid = -1;
+  ChildProcess process;
   double started = 0;
   std::string log;
   bool timed_out = false;  // set by Wait when it had to stop the child
@@ -127,41 +130,26 @@ inline Child Spawn(const std::string& cmd, const std::string& log, const std::st
   Child c;
   c.log = log;
   c.started = Now();
-  const std::string full = env + " exec " + cmd + " >" + Quote(log) + " 2>&1";
-  c.pid = ::fork();
-  if (c.pid == 0) {
-    ::setpgid(0, 0);
-    ::execl("/bin/sh", "sh", "-c", full.c_str(), static_cast<char*>(nullptr));
-    std::_Exit(127);
+  std::ofstream(log, std::ios::trunc).close();
+  auto p = ChildProcess::Start({"/bin/sh", "-c", env + " exec " + cmd}, log, {.own_process_group = true});
+  if (!p.ok()) {
+    std::fprintf(stderr, "bench: cannot start %s: %s\n", cmd.c_str(), p.status().ToString().c_str());
+  } else {
+    c.process = std::move(*p);
   }
   return c;
 }
 
 // Waits for the child; after `timeout_s` sends SIGTERM to its group (atoll run then stops its
-// learners and still reports), SIGKILL 60 s later. Returns the exit code (128+signal if killed).
+// learners and still reports), SIGKILL 60 s later. Returns the exit code (128+signal if killed;
+// 127 when it could not be started).
 inline int Wait(Child& c, double timeout_s) {
-  bool termed = false, killed = false;
-  for (;;) {
-    int status = 0;
-    const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
-    if (r == c.pid) {
-      c.pid = -1;
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
-      return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    }
-    if (r < 0) return 127;
-    const double t = Now() - c.started;
-    if (!termed && t > timeout_s) {
-      std::fprintf(stderr, "bench: timeout after %.0f s, stopping (log: %s)\n", t, c.log.c_str());
-      ::kill(-c.pid, SIGTERM);
-      termed = true;
-      c.timed_out = true;
-    } else if (termed && !killed && t > timeout_s + 60) {
-      ::kill(-c.pid, SIGKILL);
-      killed = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  if (c.process.pid() <= 0) return 127;
+  const int rc = c.process.WaitThenStop(std::max(0.0, timeout_s - (Now() - c.started)), 60, &c.timed_out);
+  if (c.timed_out) {
+    std::fprintf(stderr, "bench: timeout after %.0f s, stopped (log: %s)\n", timeout_s, c.log.c_str());
   }
+  return rc < 0 ? 128 - rc : rc;
 }
 
 inline int RunAndWait(const std::string& cmd, const std::string& log, double timeout_s,

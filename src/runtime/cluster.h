@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atoll/chaos/schedule.h"
-#include "atoll/runtime/child_process.h"
+#include "atoll/core/child_process.h"
 #include "atoll/runtime/run_config.h"
 #include "jsonl.h"
 

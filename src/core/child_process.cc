@@ -1,4 +1,4 @@
-#include "atoll/runtime/child_process.h"
+#include "atoll/core/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -7,34 +7,40 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
-namespace atl::runtime {
+namespace atl {
 
-ChildProcess::~ChildProcess() {
-  if (pid_ > 0 && running()) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
+ChildProcess::~ChildProcess() { Kill(); }
+
+ChildProcess::ChildProcess(ChildProcess&& o) noexcept : pid_(o.pid_), group_(o.group_), exit_code_(o.exit_code_) {
+  o.pid_ = -1;
 }
-
-ChildProcess::ChildProcess(ChildProcess&& o) noexcept : pid_(o.pid_), exit_code_(o.exit_code_) { o.pid_ = -1; }
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
   if (this != &o) {
-    if (pid_ > 0 && running()) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
+    Kill();
     pid_ = o.pid_;
+    group_ = o.group_;
     exit_code_ = o.exit_code_;
     o.pid_ = -1;
   }
   return *this;
 }
 
-StatusOr<ChildProcess> ChildProcess::Start(const std::vector<std::string>& argv, const std::string& log_path) {
+void ChildProcess::Kill() {
+  if (pid_ <= 0 || !running()) return;
+  Signal(SIGCONT);  // a stopped child must run to die
+  Signal(SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  exit_code_ = -SIGKILL;
+}
+
+StatusOr<ChildProcess> ChildProcess::Start(const std::vector<std::string>& argv, const std::string& log_path,
+                                           ChildOptions options) {
   if (argv.empty()) return InvalidArgumentError("no program to start");
   int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return InternalError("open " + log_path + ": " + std::strerror(errno));
@@ -47,6 +53,7 @@ StatusOr<ChildProcess> ChildProcess::Start(const std::vector<std::string>& argv,
     return InternalError(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    if (options.own_process_group) ::setpgid(0, 0);
     ::dup2(fd, STDOUT_FILENO);
     ::dup2(fd, STDERR_FILENO);
     int devnull = ::open("/dev/null", O_RDONLY);
@@ -55,9 +62,12 @@ StatusOr<ChildProcess> ChildProcess::Start(const std::vector<std::string>& argv,
     std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }
+  // Also from the parent, so that a signal sent right after Start reaches the group.
+  if (options.own_process_group) ::setpgid(pid, pid);
   ::close(fd);
   ChildProcess c;
   c.pid_ = pid;
+  c.group_ = options.own_process_group;
   return c;
 }
 
@@ -75,21 +85,33 @@ bool ChildProcess::running() {
 }
 
 void ChildProcess::Signal(int sig) {
-  if (pid_ > 0 && !exit_code_) ::kill(pid_, sig);
+  if (pid_ > 0 && !exit_code_) ::kill(group_ ? -pid_ : pid_, sig);
 }
 
-int ChildProcess::WaitOrKill(double seconds) {
+namespace {
+// Polls `p.running()` until it is false or `seconds` have passed; true when it exited.
+bool WaitExit(ChildProcess& p, double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (running() && std::chrono::steady_clock::now() < deadline) {
+  while (p.running()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (running()) {
-    ::kill(pid_, SIGCONT);
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    exit_code_ = -SIGKILL;
+  return true;
+}
+}  // namespace
+
+int ChildProcess::WaitOrKill(double seconds) { return WaitThenStop(seconds, 0); }
+
+int ChildProcess::WaitThenStop(double seconds, double term_grace_s, bool* stopped) {
+  if (stopped) *stopped = false;
+  if (WaitExit(*this, seconds)) return exit_code_.value_or(-1);
+  if (stopped) *stopped = true;
+  if (term_grace_s > 0) {
+    Signal(SIGCONT);
+    Signal(SIGTERM);
+    if (WaitExit(*this, term_grace_s)) return exit_code_.value_or(-1);
   }
+  Kill();
   return exit_code_.value_or(-1);
 }
 
@@ -100,4 +122,4 @@ std::string SelfExecutable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-}  // namespace atl::runtime
+}  // namespace atl

@@ -1,0 +1,81 @@
+// ChildProcess: exit codes, logs, bounded waits that escalate SIGTERM → SIGKILL, process groups.
+#include "atoll/core/child_process.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace atl {
+namespace {
+
+std::string TempLog(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("atoll-child-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(ChildProcess, ReportsTheExitCodeAndAppendsOutputToTheLog) {
+  const std::string log = TempLog("exit.log");
+  std::filesystem::remove(log);
+  auto p = ChildProcess::Start({"/bin/sh", "-c", "echo out; echo err >&2; exit 3"}, log);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->WaitOrKill(30), 3);
+  EXPECT_FALSE(p->running());
+  EXPECT_EQ(p->exit_code(), 3);
+  const std::string text = Read(log);
+  EXPECT_NE(text.find("out"), std::string::npos);
+  EXPECT_NE(text.find("err"), std::string::npos);
+}
+
+TEST(ChildProcess, AProgramThatCannotBeExecutedExitsWith127) {
+  auto p = ChildProcess::Start({"/nonexistent/atoll-no-such-program"}, TempLog("missing.log"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->WaitOrKill(30), 127);
+  EXPECT_NE(Read(TempLog("missing.log")).find("exec /nonexistent/atoll-no-such-program"), std::string::npos);
+}
+
+TEST(ChildProcess, BadInputsAreErrors) {
+  EXPECT_EQ(ChildProcess::Start({}, TempLog("none.log")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ChildProcess::Start({"/bin/true"}, "/nonexistent-dir/x.log").status().code(), StatusCode::kInternal);
+}
+
+TEST(ChildProcess, WaitThenStopSendsSigtermThenWaits) {
+  // The shell traps SIGTERM and exits 7: the grace period lets it exit cleanly.
+  auto p = ChildProcess::Start({"/bin/sh", "-c", "trap 'exit 7' TERM; while :; do sleep 0.05; done"},
+                               TempLog("term.log"), {.own_process_group = true});
+  ASSERT_TRUE(p.ok()) << p.status();
+  bool stopped = false;
+  EXPECT_EQ(p->WaitThenStop(0.2, 30, &stopped), 7);
+  EXPECT_TRUE(stopped);
+}
+
+TEST(ChildProcess, WaitOrKillKillsAStoppedChild) {
+  auto p = ChildProcess::Start({"/bin/sh", "-c", "while :; do sleep 0.05; done"}, TempLog("kill.log"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  p->Signal(SIGSTOP);
+  EXPECT_EQ(p->WaitOrKill(0.1), -SIGKILL);
+  EXPECT_FALSE(p->running());
+}
+
+TEST(ChildProcess, DestroyingARunningChildKillsIt) {
+  pid_t pid;
+  {
+    auto p = ChildProcess::Start({"/bin/sh", "-c", "while :; do sleep 0.05; done"}, TempLog("dtor.log"));
+    ASSERT_TRUE(p.ok()) << p.status();
+    pid = p->pid();
+  }
+  EXPECT_NE(::kill(pid, 0), 0);  // reaped: no such process
+}
+
+}  // namespace
+}  // namespace atl
