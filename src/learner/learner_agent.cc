@@ -51,12 +51,12 @@ Status LearnerAgent::Start() {
       exchange::GatherFragment(plan_.fragments[static_cast<size_t>(p)], tensors_, initial_[static_cast<size_t>(p)]);
     }
   }
-  exchange_thread_ = std::thread([this] { ExchangeLoop(); });
-  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  exchange_thread_ = StartThread(clock_, [this] { ExchangeLoop(); });
+  heartbeat_thread_ = StartThread(clock_, [this] { HeartbeatLoop(); });
   // Wait (bounded) for the first join so that the learner starts from the global model.
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::duration<double>(options_.initial_join_timeout_s),
-               [&] { return counters_.joined || !fatal_.ok() || stop_; });
+  clock_.WaitFor(cv_, lock, FromSeconds(options_.initial_join_timeout_s),
+                 [&] { return counters_.joined || !fatal_.ok() || stop_; });
   if (!fatal_.ok()) return fatal_;
   lock.unlock();
   ApplyReady(0);
@@ -106,10 +106,9 @@ int LearnerAgent::FlushAll(int64_t step, double timeout_s) {
   const TimePoint deadline = clock_.Now() + FromSeconds(timeout_s / 2);
   {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_ && !finish_ && (!push_queue_.empty() || pushes_in_flight_ > 0 || !awaiting_.empty()) &&
-           clock_.Now() < deadline) {
-      cv_.wait_for(lock, std::chrono::milliseconds(20));
-    }
+    clock_.WaitUntil(cv_, lock, deadline, [&] {
+      return stop_ || finish_ || (push_queue_.empty() && pushes_in_flight_ == 0 && awaiting_.empty());
+    });
   }
   ApplyReady(std::numeric_limits<int64_t>::max());
   int queued = 0;
@@ -124,8 +123,8 @@ int LearnerAgent::FlushAll(int64_t step, double timeout_s) {
   }
   cv_.notify_all();
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s / 2),
-               [&] { return stop_ || (push_queue_.empty() && pushes_in_flight_ == 0); });
+  clock_.WaitFor(cv_, lock, FromSeconds(timeout_s / 2),
+                 [&] { return stop_ || (push_queue_.empty() && pushes_in_flight_ == 0); });
   return queued;
 }
 
@@ -213,17 +212,15 @@ int LearnerAgent::WaitForAllFragments(int64_t next_step, double timeout_s) {
   const TimePoint deadline = clock_.Now() + FromSeconds(timeout_s);
   {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_ && !finish_ && (!push_queue_.empty() || !awaiting_.empty()) &&
-           clock_.Now() < deadline) {
-      cv_.wait_for(lock, std::chrono::milliseconds(20));
-    }
+    clock_.WaitUntil(cv_, lock, deadline,
+                     [&] { return stop_ || finish_ || (push_queue_.empty() && awaiting_.empty()); });
   }
   return ApplyReady(next_step);
 }
 
 void LearnerAgent::Backoff(double& delay_s) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::duration<double>(delay_s), [&] { return stop_; });
+  clock_.WaitFor(cv_, lock, FromSeconds(delay_s), [&] { return stop_; });
   delay_s = std::min(options_.backoff_max_s, delay_s * 2);
 }
 
@@ -391,8 +388,7 @@ void LearnerAgent::ExchangeLoop() {
     std::map<int, Awaited> awaiting;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(10),
-                   [&] { return stop_ || !push_queue_.empty(); });
+      clock_.WaitFor(cv_, lock, std::chrono::milliseconds(10), [&] { return stop_ || !push_queue_.empty(); });
       if (stop_) return;
       if (!push_queue_.empty()) {
         job = std::move(push_queue_.front());
@@ -447,7 +443,7 @@ void LearnerAgent::HeartbeatLoop() {
     bool joined;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::duration<double>(options_.heartbeat_s), [&] { return stop_; });
+      clock_.WaitFor(cv_, lock, FromSeconds(options_.heartbeat_s), [&] { return stop_; });
       if (stop_) return;
       p = progress_;
       id = counters_.learner_id;
@@ -465,7 +461,10 @@ void LearnerAgent::HeartbeatLoop() {
       if (r.status().code() == StatusCode::kNotFound) need_rejoin_ = true;
       continue;
     }
-    if (r->finish) finish_ = true;
+    if (r->finish) {
+      finish_ = true;
+      cv_.notify_all();
+    }
     if (r->incarnation != incarnation_) need_rejoin_ = true;  // the syncer restarted
   }
 }

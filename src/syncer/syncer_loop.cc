@@ -6,16 +6,16 @@
 namespace atl::syncer {
 namespace {
 
-// Runs f() (which returns what the promise holds) and sets the promise; an exception becomes an
+// Runs f() (which returns what the reply holds) and sets the reply; an exception becomes an
 // Internal error for the caller instead of escaping the loop thread.
-template <typename T, typename F>
-void Fulfil(std::promise<T>& p, F&& f) {
+template <typename Reply, typename F>
+void Fulfil(Reply& r, F&& f) {
   try {
-    p.set_value(f());
+    r.Set(f());
   } catch (const std::exception& e) {
-    p.set_value(InternalError(std::string("syncer: the request failed: ") + e.what()));
+    r.Set(InternalError(std::string("syncer: the request failed: ") + e.what()));
   } catch (...) {
-    p.set_value(InternalError("syncer: the request failed with an unknown exception"));
+    r.Set(InternalError("syncer: the request failed with an unknown exception"));
   }
 }
 
@@ -34,7 +34,7 @@ void Guarded(const char* what, F&& f) {
 
 SyncerLoop::SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round, Duration tick)
     : core_(std::move(core)), clock_(clock), on_round_(std::move(on_round)), tick_(tick) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = StartThread(clock_, [this] { Run(); });
 }
 
 SyncerLoop::~SyncerLoop() { Stop(); }
@@ -62,7 +62,7 @@ bool SyncerLoop::finish_requested() const {
 void SyncerLoop::Post(Task task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;  // the promise is dropped: its future reports broken_promise
+    if (stopping_) return;  // the task is dropped: its caller gets Unavailable (PostFor)
     tasks_.push_back(std::move(task));
   }
   cv_.notify_one();
@@ -77,7 +77,7 @@ void SyncerLoop::Run() {
       Duration wait = tick_;
       if (auto wake = core_.NextWake(now)) wait = std::clamp(*wake - now, Duration::zero(), tick_);
       for (const auto& w : waiters_) wait = std::min(wait, std::max(Duration::zero(), w.deadline - now));
-      cv_.wait_for(lock, wait, [&] { return stopping_ || !tasks_.empty(); });
+      clock_.WaitFor(cv_, lock, wait, [&] { return stopping_ || !tasks_.empty(); });
       if (stopping_) break;
       batch.swap(tasks_);
     }
@@ -92,7 +92,7 @@ void SyncerLoop::Run() {
     Guarded("pull wait", [&] { ServeWaiters(clock_.Now(), false); });
   }
   ServeWaiters(clock_.Now(), true);
-  // Tasks still queued are dropped; their callers see a broken promise → Unavailable.
+  // Tasks still queued are dropped; their callers get Unavailable.
   std::lock_guard<std::mutex> lock(mu_);
   tasks_.clear();
 }
@@ -101,42 +101,49 @@ void SyncerLoop::ServeWaiters(TimePoint now, bool expire_all) {
   auto it = waiters_.begin();
   while (it != waiters_.end()) {
     if (expire_all) {
-      it->promise->set_value(UnavailableError("syncer is shutting down"));
+      it->reply->Set(UnavailableError("syncer is shutting down"));
       it = waiters_.erase(it);
       continue;
     }
     const bool newer = core_.version(it->fragment) > it->have_version;  // Pull below sends it
     if (newer || now >= it->deadline) {
-      auto promise = std::move(it->promise);
       const Waiter w = *it;
       it = waiters_.erase(it);
-      Fulfil(*promise, [&] { return core_.Pull(w.learner_id, w.fragment, w.have_version); });
+      Fulfil(*w.reply, [&] { return core_.Pull(w.learner_id, w.fragment, w.have_version); });
     } else {
       ++it;
     }
   }
 }
 
-namespace {
-// R is Status or StatusOr<T>: both are made from an error Status.
 template <typename R>
-R Await(std::future<R>& f) {
-  try {
-    return f.get();
-  } catch (const std::future_error&) {
-    return UnavailableError("syncer is shutting down");
-  } catch (const std::exception& e) {
-    return InternalError(std::string("syncer: ") + e.what());
-  }
+void SyncerLoop::PostFor(std::shared_ptr<Reply<R>> reply, Task task) {
+  // Runs when the last copy of a task that never ran is destroyed (the loop stopped first): its
+  // caller gets Unavailable instead of waiting for ever. A task that ran answers (or parks) itself.
+  auto unrun = std::make_shared<bool>(true);
+  std::shared_ptr<void> sentinel(nullptr, [reply, unrun](void*) {
+    if (*unrun) reply->Set(UnavailableError("syncer is shutting down"));
+  });
+  Post([sentinel, unrun, task = std::move(task)](SyncerCore& core, TimePoint now) {
+    *unrun = false;
+    task(core, now);
+  });
 }
-}  // namespace
+
+template <typename R>
+R SyncerLoop::Await(Reply<R>& reply) {
+  std::unique_lock<std::mutex> lock(reply.mu);
+  clock_.WaitUntil(reply.cv, lock, kNever, [&] { return reply.value.has_value(); });
+  return std::move(*reply.value);
+}
 
 template <typename R, typename F>
 R SyncerLoop::Ask(F fn) {
-  auto p = std::make_shared<std::promise<R>>();
-  auto f = p->get_future();
-  Post([p, fn = std::move(fn)](SyncerCore& core, TimePoint now) mutable { Fulfil(*p, [&] { return fn(core, now); }); });
-  return Await(f);
+  auto reply = std::make_shared<Reply<R>>();
+  PostFor<R>(reply, [reply, fn = std::move(fn)](SyncerCore& core, TimePoint now) {
+    Fulfil(*reply, [&] { return fn(core, now); });
+  });
+  return Await(*reply);
 }
 
 StatusOr<JoinReplyData> SyncerLoop::Join(const JoinRequestData& request) {
@@ -168,22 +175,25 @@ StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<co
 
 StatusOr<PullPayload> SyncerLoop::Pull(int learner_id, int fragment, int64_t have_version,
                                        double wait_seconds) {
-  auto p = std::make_shared<std::promise<StatusOr<PullPayload>>>();
-  auto f = p->get_future();
+  auto reply = std::make_shared<PullReply>();
   wait_seconds = std::clamp(wait_seconds, 0.0, 60.0);
-  Post([this, p, learner_id, fragment, have_version, wait_seconds](SyncerCore& core, TimePoint now) {
+  PostFor<StatusOr<PullPayload>>(reply, [this, reply, learner_id, fragment, have_version, wait_seconds](
+                                            SyncerCore& core, TimePoint now) {
     try {
       auto r = core.Pull(learner_id, fragment, have_version);
       if (!r.ok() || !r->not_modified || wait_seconds <= 0) {
-        p->set_value(std::move(r));
+        reply->Set(std::move(r));
         return;
       }
-      waiters_.push_back({learner_id, fragment, have_version, now + FromSeconds(wait_seconds), p});
+      // Parked: ServeWaiters answers when the fragment moves past `have` or the wait runs out.
+      waiters_.push_back({learner_id, fragment, have_version, now + FromSeconds(wait_seconds), reply});
     } catch (const std::exception& e) {
-      p->set_value(InternalError(std::string("syncer: pull failed: ") + e.what()));
+      reply->Set(InternalError(std::string("syncer: pull failed: ") + e.what()));
+    } catch (...) {
+      reply->Set(InternalError("syncer: pull failed with an unknown exception"));
     }
   });
-  return Await(f);
+  return Await(*reply);
 }
 
 }  // namespace atl::syncer

@@ -1,8 +1,11 @@
 // In-process runtime tests: a SyncerLoop and learner agents talking through SyncerApi directly
-// (no sockets), with toy models.
+// (no sockets), with toy models, on simulated time (SimClock): every heartbeat, backoff, grace
+// window and step duration is simulated, so no outcome depends on how busy the machine is.
 #include "atoll/learner/learner_agent.h"
 
 #include <gtest/gtest.h>
+
+#include "atoll/core/sim_clock.h"
 
 #include <cmath>
 
@@ -61,7 +64,7 @@ TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
   for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
   auto core = syncer::SyncerCore::Create(Options(H), plan, init);
   ASSERT_TRUE(core.ok()) << core.status();
-  RealClock clock;
+  SimClock clock;
   std::atomic<int> rounds{0};
   syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::SyncerCore&, const syncer::RoundReport&) { rounds++; });
   std::vector<double> start_dist;
@@ -75,14 +78,14 @@ TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
   std::vector<std::thread> threads;
   std::vector<learner::AgentCounters> counters(3);
   for (int i = 0; i < 3; ++i) {
-    threads.emplace_back([&, i] {
+    threads.push_back(StartThread(clock, [&, i] {
       learner::LearnerAgent agent(AgentOpts(i, H, P), plan, toys[i]->Views(), loop, clock);
       ASSERT_TRUE(agent.Start().ok());
-      testing::TrainToy(*toys[i], agent, 120, 3);
+      testing::TrainToy(*toys[i], agent, 120, 3, clock);
       agent.WaitForAllFragments(120, 2.0);
       counters[i] = agent.counters();
       agent.Stop();
-    });
+    }));
   }
   for (auto& t : threads) t.join();
   EXPECT_GT(rounds.load(), 20);
@@ -112,7 +115,8 @@ TEST(LearnerAgent, KeepsTrainingWhileTheSyncerIsUnreachableThenJoins) {
   for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
   auto core = syncer::SyncerCore::Create(Options(H), plan, init);
   ASSERT_TRUE(core.ok());
-  RealClock clock;
+  SimClock clock;
+  ClockThread participant(clock);  // this thread trains: time moves only while it waits too
   syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
   learner::ShapedSyncerApi link(loop, {}, clock);
   link.SetPartitioned(true);
@@ -120,14 +124,17 @@ TEST(LearnerAgent, KeepsTrainingWhileTheSyncerIsUnreachableThenJoins) {
   auto opts = AgentOpts(0, H, P);
   opts.initial_join_timeout_s = 0.2;
   learner::LearnerAgent agent(opts, plan, toy.Views(), link, clock);
+  const TimePoint t0 = clock.Now();
   ASSERT_TRUE(agent.Start().ok());  // returns after the bounded wait, not joined
+  EXPECT_EQ(clock.Now() - t0, FromSeconds(0.2));
   EXPECT_FALSE(agent.counters().joined);
-  testing::TrainToy(toy, agent, 30, 2);  // trains on: never blocks on the network
+  testing::TrainToy(toy, agent, 30, 2, clock);  // trains on: never blocks on the network
   EXPECT_EQ(agent.counters().pushes, 0);
   link.SetPartitioned(false);
-  for (int i = 0; i < 200 && !agent.counters().joined; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // The join is retried within one maximal backoff (0.2 s) of the link coming back.
+  clock.SleepFor(FromSeconds(0.25));
   ASSERT_TRUE(agent.counters().joined);
-  testing::TrainToy(toy, agent, 30, 2);
+  testing::TrainToy(toy, agent, 30, 2, clock);
   agent.WaitForAllFragments(60, 1.0);
   EXPECT_GT(agent.counters().pushes, 5);
   EXPECT_GE(agent.counters().catchup_fragments, P);
@@ -140,7 +147,7 @@ TEST(LearnerAgent, RefusedForAWrongModelSaysWhy) {
   for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
   auto core = syncer::SyncerCore::Create(Options(2), plan, init);
   ASSERT_TRUE(core.ok());
-  RealClock clock;
+  SimClock clock;
   syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
   // The learner's model has a differently named tensor.
   auto tensors = testing::ToyTensors();

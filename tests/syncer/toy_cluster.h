@@ -2,7 +2,6 @@
 // (θ ← θ − η(θ − target_m)), so the global model should move toward the targets' mean.
 #pragma once
 
-#include <thread>
 #include <vector>
 
 #include "atoll/core/rng.h"
@@ -43,11 +42,11 @@ struct ToyLearner {
   }
 };
 
-// Runs `steps` inner steps with the agent in the loop, sleeping `step_ms` per step.
-inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, int step_ms) {
+// Runs `steps` inner steps with the agent in the loop, each taking `step_ms` on `clock`.
+inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, int step_ms, Clock& clock) {
   for (int s = 0; s < steps && !agent.finish_requested(); ++s) {
     toy.Step(0.05f);
-    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+    clock.SleepFor(std::chrono::milliseconds(step_ms));
     learner::Progress p;
     p.step = s + 1;
     p.step_seconds = step_ms / 1000.0;

@@ -21,6 +21,9 @@ struct Server {
   std::unique_ptr<syncer::SyncerLoop> loop;
   std::unique_ptr<transport::GrpcSyncerServer> server;
   std::string target;
+  std::mutex rounds_mu;
+  std::condition_variable rounds_cv;
+  int rounds_closed = 0;  // guarded by rounds_mu
 
   explicit Server(int P, int H, Encoding enc = Encoding::kInt4) : plan(testing::ToyPlan(P)) {
     std::vector<std::vector<float>> init;
@@ -33,7 +36,12 @@ struct Server {
     o.downlink = {enc, 64};
     auto core = syncer::SyncerCore::Create(o, plan, init);
     ATOLL_CHECK(core.ok());
-    loop = std::make_unique<syncer::SyncerLoop>(std::move(*core), clock, nullptr);
+    loop = std::make_unique<syncer::SyncerLoop>(std::move(*core), clock,
+                                                [this](const syncer::SyncerCore&, const syncer::RoundReport&) {
+                                                  std::lock_guard<std::mutex> g(rounds_mu);
+                                                  ++rounds_closed;
+                                                  rounds_cv.notify_all();
+                                                });
     transport::ServerOptions so;
     so.token = "secret";
     auto s = transport::GrpcSyncerServer::Start(so, *loop, [](bool) { return std::string("{}"); });
@@ -44,6 +52,11 @@ struct Server {
   ~Server() {
     server->Shutdown();
     loop->Stop();
+  }
+  // Waits (on the round callback, bounded) until `n` rounds have closed.
+  bool WaitForRounds(int n, double seconds) {
+    std::unique_lock<std::mutex> lock(rounds_mu);
+    return clock.WaitFor(rounds_cv, lock, FromSeconds(seconds), [&] { return rounds_closed >= n; });
   }
   nlohmann::json Status() {
     return loop->Call([](syncer::SyncerCore& c, TimePoint now) { return c.StatusJson(now); });
@@ -89,7 +102,7 @@ TEST(GrpcTransport, TwoLearnersTrainOverLoopback) {
       a.heartbeat_s = 0.05;
       learner::LearnerAgent agent(a, s.plan, toys[i]->Views(), *client, s.clock);
       ASSERT_TRUE(agent.Start().ok());
-      testing::TrainToy(*toys[i], agent, 60, 3);
+      testing::TrainToy(*toys[i], agent, 60, 3, s.clock);
       agent.WaitForAllFragments(60, 2.0);
       counters[i] = agent.counters();
       agent.Stop();
@@ -229,8 +242,7 @@ TEST_F(Rejections, BadFragmentAndUnknownLearner) {
   // And a good push after all that is accepted and merged.
   auto ok = Client(s.target)->Push(Header(), Payload(0, 0.1f));
   ASSERT_TRUE(ok.ok()) << ok.status();
-  for (int i = 0; i < 100 && s.Status()["rounds"].get<int64_t>() == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(s.WaitForRounds(1, 30));
   EXPECT_EQ(s.Status()["rounds"].get<int64_t>(), 1);
 }
 

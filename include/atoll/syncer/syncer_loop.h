@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -68,13 +69,37 @@ class SyncerLoop final : public SyncerApi {
 
  private:
   using Task = std::function<void(SyncerCore&, TimePoint)>;
+  // One call's answer, handed from the loop thread to the caller, who waits for it on the clock
+  // (so that the loop and its callers also run on a SimClock). Set once; later Sets are ignored.
+  template <typename R>
+  struct Reply {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<R> value;
+    void Set(R v) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (value) return;
+        value.emplace(std::move(v));
+      }
+      cv.notify_all();
+    }
+  };
+  using PullReply = Reply<StatusOr<PullPayload>>;
   struct Waiter {
     int learner_id;
     int fragment;
     int64_t have_version;
     TimePoint deadline;
-    std::shared_ptr<std::promise<StatusOr<PullPayload>>> promise;
+    std::shared_ptr<PullReply> reply;
   };
+  // Queues a task that answers `reply`: if the task is dropped unrun (the loop stops first), the
+  // caller gets Unavailable.
+  template <typename R>
+  void PostFor(std::shared_ptr<Reply<R>> reply, Task task);
+  // Waits for the answer on the clock.
+  template <typename R>
+  R Await(Reply<R>& reply);
   void Post(Task task);
   // Runs fn(core, now) on the loop thread and returns its Status / StatusOr (Unavailable when the
   // loop is stopping, Internal when fn throws).
