@@ -22,7 +22,7 @@ double Ema(double old_value, double sample) {
 }  // namespace
 
 SyncerCore::SyncerCore(SyncerOptions options, diloco::FragmentPlan plan)
-    : options_(std::move(options)), plan_(std::move(plan)) {}
+    : options_(std::move(options)), plan_(std::move(plan)), rule_(MakeUpdateRule(options_)) {}
 
 StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentPlan plan,
                                         std::vector<std::vector<float>> initial) {
@@ -139,7 +139,7 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
 
 std::vector<bool> SyncerCore::MatchCopies(int learner_id, const std::vector<uint64_t>& checksums) {
   std::vector<bool> matched(fragments_.size(), false);
-  if (checksums.size() != fragments_.size() || options_.mode == diloco::Mode::kDdp) return matched;
+  if (checksums.size() != fragments_.size() || !rule_->SkipsMatchingJoinFetch()) return matched;
   for (size_t p = 0; p < fragments_.size(); ++p) {
     const FragmentState& f = fragments_[p];
     if (checksums[p] != exchange::ValuesChecksum(f.theta)) continue;
@@ -229,11 +229,7 @@ Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes
     return InvalidArgumentError(fmt::format("base version {} is not a version this syncer produced (current {})",
                                             h.base_version, f.version));
   }
-  if (options_.mode == diloco::Mode::kDdp && h.base_version != f.version) {
-    return AbortedError(fmt::format("ddp: gradient of step {} but the model is at step {}: pull first",
-                                    h.base_version, f.version));
-  }
-  return Status::Ok();
+  return rule_->CheckBase(h.base_version, f.version);
 }
 
 StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoint now) const {
@@ -259,11 +255,13 @@ StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHead
                                                                   std::span<const std::byte> payload,
                                                                   TimePoint now) const {
   const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
-  const bool ddp = options_.mode == diloco::Mode::kDdp;
-  const std::vector<float>* base = ddp ? nullptr : CopyAt(h.learner_id, h.fragment, h.base_version);
-  if (!ddp && base == nullptr) {
-    return AbortedError(fmt::format("the syncer holds no copy of this fragment at version {} for this learner: "
-                                    "pull the fragment in full", h.base_version));
+  const std::vector<float>* base = nullptr;
+  if (rule_->NeedsBaseCopy()) {
+    base = CopyAt(h.learner_id, h.fragment, h.base_version);
+    if (base == nullptr) {
+      return AbortedError(fmt::format("the syncer holds no copy of this fragment at version {} for this learner: "
+                                      "pull the fragment in full", h.base_version));
+    }
   }
   Contribution c;
   c.learner = h.learner_id;
@@ -272,32 +270,12 @@ StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHead
   c.base_version = h.base_version;
   c.arrived = now;
   c.values.resize(f.theta.size());
-  // Under kCurrent keep θ_m = Φ_base − Δ̂; ddp and kBase keep what was sent.
-  Status st = AgainstCurrent() ? exchange::DecodeLocal(options_.uplink, payload, *base, c.values)
-                               : diloco::Decode(options_.uplink, payload, c.values);
-  if (!st.ok()) return st;
-  if (!exchange::AllFinite(c.values)) {
-    return InvalidArgumentError(ddp ? "gradient has non-finite values" : "outer gradient has non-finite values");
-  }
-  if (!ddp) ATOLL_RETURN_IF_ERROR(CheckOuterGradientBound(f.theta, c.values, AgainstCurrent(), options_.max_gradient_ratio));
+  ATOLL_RETURN_IF_ERROR(rule_->Decode(payload, base, f.theta, c.values));
   return c;
 }
 
-bool SyncerCore::AgainstCurrent() const {
-  return options_.mode != diloco::Mode::kDdp && options_.outer_gradient == OuterGradientRule::kCurrent;
-}
-
-double SyncerCore::OuterGradientSize(const FragmentState& f, const Contribution& c) const {
-  double norm2 = 0;
-  for (size_t i = 0; i < c.values.size(); ++i) {
-    const double v = AgainstCurrent() ? static_cast<double>(f.theta[i]) - c.values[i] : c.values[i];
-    norm2 += v * v;
-  }
-  return std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, c.c_steps)));
-}
-
 Status SyncerCore::CheckQuarantine(const FragmentState& f, double size) const {
-  if (options_.mode == diloco::Mode::kDdp || options_.quarantine_factor <= 0 ||
+  if (!rule_->Quarantines() || options_.quarantine_factor <= 0 ||
       static_cast<int>(f.recent_norms.size()) < options_.quarantine_min_history) {
     return Status::Ok();
   }
@@ -322,7 +300,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   auto c = DecodeContribution(h, payload, now);
   if (!c.ok()) return Reject(l, h, c.status(), now);
-  const double size = OuterGradientSize(f, *c);
+  const double size = rule_->Size(f.theta, c->values, c->c_steps);
   if (Status st = CheckQuarantine(f, size); !st.ok()) {
     l.quarantined += 1;
     l.consecutive_rejects -= 1;  // Reject counts it; quarantine alone never disconnects
@@ -413,7 +391,6 @@ std::optional<TimePoint> SyncerCore::NextWake(TimePoint now) const {
 RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now, const Clock& clock) {
   const TimePoint t0 = clock.Now();
   FragmentState& f = fragments_[static_cast<size_t>(p)];
-  const size_t n = f.theta.size();
   RoundReport report;
   report.fragment = p;
   report.round = f.round;
@@ -423,47 +400,20 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   report.closed_at = now;
   RoundBackup backup{f.theta, f.momentum, f.sweep};  // numeric safety: restored if the round is refused
 
-  const bool ddp = options_.mode == diloco::Mode::kDdp;
-  const bool against_current = options_.outer_gradient == OuterGradientRule::kCurrent;
-  const bool running = options_.outer_step == OuterStepRule::kRunning;
-  // The value outer gradients are taken against: Θ_p now, or at the running sweep's start.
-  const std::vector<float>& reference = running && !f.sweep.start.empty() ? f.sweep.start : f.theta;
-  std::vector<std::vector<float>> grads(f.pending.size(), std::vector<float>(n));
-  std::vector<std::span<const float>> views;
-  std::vector<double> weights;
-  for (size_t m = 0; m < f.pending.size(); ++m) {
-    const Contribution& c = f.pending[m];
-    if (ddp || !against_current) {
-      grads[m] = c.values;  // the learner's gradient (ddp) or its outer gradient Δ̂ (kBase)
-    } else {
-      for (size_t i = 0; i < n; ++i) grads[m][i] = reference[i] - c.values[i];  // v_m = Θ_p − θ_m
-    }
-    views.emplace_back(grads[m]);
-    weights.push_back(ddp ? 1.0 : diloco::TokenWeight(c.c_tokens, c.c_steps));
+  std::vector<RoundInput> inputs;
+  for (const Contribution& c : f.pending) {
+    inputs.push_back({c.values, c.c_tokens, c.c_steps});
     report.contributors.push_back(c.learner);
     report.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
   }
-  report.weights = weights;
-  std::vector<float> merged(n, 0.0f);
-  const diloco::Fragment& fragment = plan_.fragments[static_cast<size_t>(p)];
-  Status st = ddp ? diloco::WeightedMean(views, weights, merged)
-                  : diloco::MergeFragment(fragment, options_.merge_rule, views, weights, merged);
-  if (!st.ok()) return RefuseRound(p, std::move(backup), std::move(report), st.WithContext("merge"));
-  report.merged_norm = diloco::L2Norm(merged);
-  if (ddp) {
-    st = options_.ddp_step(merged, f.theta);
-  } else if (options_.outer_step != OuterStepRule::kRound) {
-    report.token_share = TokenShare(f, LiveLearners(now));
-    auto r = diloco::SweepOuterStep(options_.outer, fragment, options_.merge_rule == diloco::MergeRule::kRda,
-                                    merged, report.token_share, f.sweep, f.momentum, f.theta, running);
-    st = r.status();
-    if (r.ok()) {
-      report.sweep_completed = r->sweep_completed;
-      report.step_norm = r->step_norm;
-    }
-  } else {
-    st = diloco::OuterStep(options_.outer, merged, f.momentum, f.theta);
-  }
+  RoundMath math;
+  Status st = rule_->Apply(plan_.fragments[static_cast<size_t>(p)], inputs, TokenShare(f, LiveLearners(now)),
+                           {f.theta, f.momentum, f.sweep}, math);
+  report.weights = std::move(math.weights);
+  report.merged_norm = math.merged_norm;
+  report.token_share = math.token_share;
+  report.sweep_completed = math.sweep_completed;
+  report.step_norm = math.step_norm;
   // Numeric safety before anything is committed (syncer/guards.h).
   if (st.ok()) st = CheckRoundResult(backup.theta, f.theta, f.momentum, f.sweep, options_.max_step_ratio);
   if (!st.ok()) return RefuseRound(p, std::move(backup), std::move(report), st);

@@ -16,12 +16,15 @@ TEST(SimClock, SleepersWakeInDeadlineOrderAtTheirSimulatedTimes) {
   std::mutex mu;
   std::vector<std::pair<int, TimePoint>> woke;  // (thread, time it woke)
   std::vector<std::thread> threads;
-  for (int i : {3, 1, 2}) {
-    threads.push_back(StartThread(clock, [&, i] {
-      clock.SleepFor(milliseconds(100 * i));
-      std::lock_guard<std::mutex> g(mu);
-      woke.emplace_back(i, clock.Now());
-    }));
+  {
+    ClockThread setup(clock);  // time stands still until every thread is counted
+    for (int i : {3, 1, 2}) {
+      threads.push_back(StartThread(clock, [&, i] {
+        clock.SleepFor(milliseconds(100 * i));
+        std::lock_guard<std::mutex> g(mu);
+        woke.emplace_back(i, clock.Now());
+      }));
+    }
   }
   for (auto& t : threads) t.join();
   ASSERT_EQ(woke.size(), 3u);
@@ -62,21 +65,25 @@ TEST(SimClock, ANotifiedWaiterRunsBeforeTimeMoves) {
   std::condition_variable cv;
   bool ready = false;
   TimePoint seen = TimePoint::max();
-  std::thread waiter = StartThread(clock, [&] {
-    std::unique_lock<std::mutex> lock(mu);
-    const bool ok = clock.WaitFor(cv, lock, std::chrono::seconds(10), [&] { return ready; });
-    EXPECT_TRUE(ok);
-    seen = clock.Now();
-  });
-  std::thread notifier = StartThread(clock, [&] {
-    clock.SleepFor(milliseconds(7));
-    {
-      std::lock_guard<std::mutex> g(mu);
-      ready = true;
-    }
-    cv.notify_all();
-    clock.SleepFor(std::chrono::seconds(100));  // waits too: time may only move once the waiter ran
-  });
+  std::thread waiter, notifier;
+  {
+    ClockThread setup(clock);  // time stands still until both threads are counted
+    waiter = StartThread(clock, [&] {
+      std::unique_lock<std::mutex> lock(mu);
+      const bool ok = clock.WaitFor(cv, lock, std::chrono::seconds(10), [&] { return ready; });
+      EXPECT_TRUE(ok);
+      seen = clock.Now();
+    });
+    notifier = StartThread(clock, [&] {
+      clock.SleepFor(milliseconds(7));
+      {
+        std::lock_guard<std::mutex> g(mu);
+        ready = true;
+      }
+      cv.notify_all();
+      clock.SleepFor(std::chrono::seconds(100));  // waits too: time may only move once the waiter ran
+    });
+  }
   waiter.join();
   notifier.join();
   EXPECT_EQ(seen, milliseconds(7));

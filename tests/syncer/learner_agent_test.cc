@@ -77,15 +77,18 @@ TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
   for (int p = 0; p < P; ++p) start_dist.push_back(DistanceToMeanTarget(init[p], raw, plan, p));
   std::vector<std::thread> threads;
   std::vector<learner::AgentCounters> counters(3);
-  for (int i = 0; i < 3; ++i) {
-    threads.push_back(StartThread(clock, [&, i] {
-      learner::LearnerAgent agent(AgentOpts(i, H, P), plan, toys[i]->Views(), loop, clock);
-      ASSERT_TRUE(agent.Start().ok());
-      testing::TrainToy(*toys[i], agent, 120, 3, clock);
-      agent.WaitForAllFragments(120, 2.0);
-      counters[i] = agent.counters();
-      agent.Stop();
-    }));
+  {
+    ClockThread setup(clock);  // simulated time starts once every learner is counted
+    for (int i = 0; i < 3; ++i) {
+      threads.push_back(StartThread(clock, [&, i] {
+        learner::LearnerAgent agent(AgentOpts(i, H, P), plan, toys[i]->Views(), loop, clock);
+        ASSERT_TRUE(agent.Start().ok());
+        testing::TrainToy(*toys[i], agent, 120, 3, clock);
+        agent.WaitForAllFragments(120, 2.0);
+        counters[i] = agent.counters();
+        agent.Stop();
+      }));
+    }
   }
   for (auto& t : threads) t.join();
   EXPECT_GT(rounds.load(), 20);

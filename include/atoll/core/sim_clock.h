@@ -9,6 +9,10 @@
 // was notified but has not yet run keeps time still). A participant blocked on anything else (a
 // mutex, a join, a future) keeps time still, as running code does.
 //
+// Starting several threads: time may move as soon as every thread counted so far waits, so a
+// thread that starts them one by one does so inside a ClockThread scope (time stands still
+// until it leaves the scope, and it must leave before it joins them).
+//
 // Thread-safety: every method may be called from any thread.
 #pragma once
 

@@ -43,6 +43,7 @@
 #include "atoll/diloco/outer_optimizer.h"
 #include "atoll/syncer/api.h"
 #include "atoll/syncer/round_policy.h"
+#include "atoll/syncer/update_rule.h"
 
 namespace atl::syncer {
 
@@ -258,9 +259,6 @@ class SyncerCore {
   Status CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const;
   StatusOr<Contribution> DecodeContribution(const PushHeaderData& h, std::span<const std::byte> payload,
                                             TimePoint now) const;
-  bool AgainstCurrent() const;  // outer gradients taken against Θ_p (not the learner's base)
-  // ‖v‖/√c_steps: an outer gradient grows with the inner steps behind it.
-  double OuterGradientSize(const FragmentState& f, const Contribution& c) const;
   Status CheckQuarantine(const FragmentState& f, double size) const;
   PushResult Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now);
   // Join: for every fragment whose checksum equals Θ_p's, record the learner's copy at the current
@@ -290,6 +288,7 @@ class SyncerCore {
 
   SyncerOptions options_;
   diloco::FragmentPlan plan_;
+  std::shared_ptr<const UpdateRule> rule_;  // what the mode does with pushes (update_rule.h)
   std::vector<FragmentState> fragments_;
   std::map<int, LearnerRecord> learners_;
   std::map<std::pair<int, int>, LearnerCopy> copies_;  // (learner, fragment) → copy
