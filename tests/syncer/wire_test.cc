@@ -1,0 +1,141 @@
+// Wire parsing and chunking of the gRPC transport (src/transport/wire.h): every field survives a
+// round trip, and malformed headers and chunks are refused with the payload unchanged.
+#include "wire.h"
+
+#include <gtest/gtest.h>
+
+#include "atoll/core/checksum.h"
+
+namespace atl::transport {
+namespace {
+
+atl::v1::DataChunk Chunk(int64_t offset, const std::string& data) {
+  atl::v1::DataChunk c;
+  c.set_offset(offset);
+  c.set_data(data);
+  c.set_checksum(Checksum64(data));
+  return c;
+}
+
+TEST(Wire, PushHeaderRoundTrips) {
+  syncer::PushHeaderData h;
+  h.learner_id = 3;
+  h.fragment = 7;
+  h.base_version = 11;
+  h.c_tokens = 4096;
+  h.c_steps = 2;
+  h.encoding = diloco::Encoding::kInt4;
+  h.block_size = 128;
+  h.num_values = 1000;
+  h.local_step = 99;
+  atl::v1::PushHeader msg;
+  FillPushHeader(h, 532, 0xabcdef, &msg);
+  auto parsed = ParsePushHeader(msg);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const auto& [d, checksum] = *parsed;
+  EXPECT_EQ(checksum, 0xabcdefu);
+  EXPECT_EQ(d.learner_id, 3);
+  EXPECT_EQ(d.fragment, 7);
+  EXPECT_EQ(d.base_version, 11);
+  EXPECT_EQ(d.c_tokens, 4096);
+  EXPECT_EQ(d.c_steps, 2);
+  EXPECT_EQ(d.encoding, diloco::Encoding::kInt4);
+  EXPECT_EQ(d.block_size, 128);
+  EXPECT_EQ(d.num_values, 1000);
+  EXPECT_EQ(d.local_step, 99);
+}
+
+TEST(Wire, BadPushHeadersAreInvalidArgument) {
+  syncer::PushHeaderData h;
+  h.encoding = diloco::Encoding::kInt4;
+  h.block_size = 128;
+  h.num_values = 10;
+  atl::v1::PushHeader good;
+  FillPushHeader(h, 16, 1, &good);
+  ASSERT_TRUE(ParsePushHeader(good).ok());
+
+  auto bad = good;
+  bad.set_encoding("int3");
+  EXPECT_EQ(ParsePushHeader(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = good;
+  bad.set_num_values(-1);
+  EXPECT_EQ(ParsePushHeader(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = good;
+  bad.set_payload_bytes(int64_t{1} << 40);
+  EXPECT_EQ(ParsePushHeader(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = good;
+  bad.set_block_size(0);
+  EXPECT_EQ(ParsePushHeader(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Wire, ChunksAppendInOrderAndBadOnesLeaveThePayloadUnchanged) {
+  std::vector<std::byte> payload;
+  ASSERT_TRUE(AppendChunk(Chunk(0, "hello "), 11, payload).ok());
+  // Out of order (lost chunk), wrong checksum, beyond the announced size: refused, nothing added.
+  EXPECT_EQ(AppendChunk(Chunk(7, "world"), 11, payload).code(), StatusCode::kDataLoss);
+  auto corrupt = Chunk(6, "world");
+  corrupt.set_checksum(corrupt.checksum() ^ 1);
+  EXPECT_EQ(AppendChunk(corrupt, 11, payload).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(AppendChunk(Chunk(6, "world!"), 11, payload).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(payload.size(), 6u);
+  ASSERT_TRUE(AppendChunk(Chunk(6, "world"), 11, payload).ok());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(payload.data()), payload.size()), "hello world");
+}
+
+TEST(Wire, AChunkOverOneMebibyteIsRefused) {
+  std::vector<std::byte> payload;
+  const std::string big((1 << 20) + 1, 'x');
+  EXPECT_EQ(AppendChunk(Chunk(0, big), int64_t{1} << 30, payload).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(payload.empty());
+}
+
+TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
+  syncer::JoinReplyData r;
+  r.learner_id = 2;
+  r.versions = {4, 5};
+  r.fragment_numel = {100, 200};
+  r.H = 24;
+  r.tau = 1;
+  r.mode = diloco::Mode::kDiloco;
+  r.uplink = {diloco::Encoding::kInt4, 256};
+  r.downlink = {diloco::Encoding::kInt8, 256};
+  r.incarnation = 77;
+  r.fragment_matched = {true, false};
+  atl::v1::JoinReply msg;
+  FillJoinReply(r, &msg);
+  auto d = ParseJoinReply(msg);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->learner_id, 2);
+  EXPECT_EQ(d->versions, r.versions);
+  EXPECT_EQ(d->fragment_numel, r.fragment_numel);
+  EXPECT_EQ(d->H, 24);
+  EXPECT_EQ(d->tau, 1);
+  EXPECT_EQ(d->mode, diloco::Mode::kDiloco);
+  EXPECT_EQ(d->uplink.encoding, diloco::Encoding::kInt4);
+  EXPECT_EQ(d->downlink.encoding, diloco::Encoding::kInt8);
+  EXPECT_EQ(d->downlink.block_size, 256);
+  EXPECT_EQ(d->incarnation, 77u);
+  EXPECT_EQ(d->fragment_matched, r.fragment_matched);
+
+  auto bad = msg;
+  bad.set_mode("federated");
+  EXPECT_EQ(ParseJoinReply(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = msg;
+  bad.set_downlink_encoding("int1");
+  EXPECT_EQ(ParseJoinReply(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Wire, StatusCodesMapBothWays) {
+  for (StatusCode code : {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kAborted,
+                          StatusCode::kUnavailable, StatusCode::kDataLoss, StatusCode::kPermissionDenied,
+                          StatusCode::kResourceExhausted, StatusCode::kFailedPrecondition}) {
+    const Status st(code, "why");
+    const Status back = FromGrpc(ToGrpc(st), "call");
+    EXPECT_EQ(back.code(), code);
+    EXPECT_NE(back.message().find("why"), std::string::npos) << back;
+  }
+  EXPECT_TRUE(FromGrpc(ToGrpc(Status::Ok()), "call").ok());
+}
+
+}  // namespace
+}  // namespace atl::transport
