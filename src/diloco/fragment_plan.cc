@@ -262,4 +262,17 @@ int Schedule::FragmentAt(int64_t step) const {
   return -1;
 }
 
+std::vector<int> Schedule::FragmentsAt(int64_t step) const {
+  std::vector<int> out;
+  if (synchronous) {
+    ATOLL_CHECK(Validate().ok());
+    if (step >= 0 && (step + 1) % H == 0) {
+      for (int p = 0; p < P; ++p) out.push_back(p);
+    }
+    return out;
+  }
+  if (const int p = FragmentAt(step); p >= 0) out.push_back(p);
+  return out;
+}
+
 }  // namespace atl::diloco

@@ -133,16 +133,7 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
     c_steps_[p] += 1;
     c_tokens_[p] += tokens;
   }
-  std::vector<int> send;
-  if (options_.mode == diloco::Mode::kDiloco) {
-    // Synchronous DiLoCo: every fragment at the end of each period of H steps.
-    if ((step + 1) % options_.schedule.H == 0) {
-      for (int p = 0; p < plan_.num_fragments(); ++p) send.push_back(p);
-    }
-  } else {
-    const int p = options_.schedule.FragmentAt(step);
-    if (p >= 0) send.push_back(p);
-  }
+  const std::vector<int> send = options_.schedule.FragmentsAt(step);
   if (send.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!counters_.joined) return;  // nothing to compute an outer gradient against yet
@@ -351,7 +342,7 @@ Status LearnerAgent::PushOne(PushJob& job) {
   counters_.payload_bytes_up += static_cast<int64_t>(payload.size());
   if (counters_.first_contribution_s < 0) counters_.first_contribution_s = ToSeconds(clock_.Now() - started_);
   // diloco: applied at the barrier right after the send; decoupled: τ steps later.
-  const int64_t due = options_.mode == diloco::Mode::kDiloco ? job.step + 1 : options_.schedule.DueStep(job.step);
+  const int64_t due = options_.schedule.DueStep(job.step);
   // A push while an earlier one of the same fragment is still awaited keeps the earlier target:
   // if rounds take longer than H steps, each merge is still applied when it arrives (waiting for
   // the newest push's version every time would never apply anything).

@@ -154,8 +154,7 @@ class LearnerProcess {
     ::gethostname(host, sizeof(host) - 1);
     ao.host = std::string(host) + ":" + std::to_string(::getpid());
     ao.rejoin = opt_.rejoin;
-    ao.mode = c_.mode;
-    ao.schedule = {c_.H, c_.fragments, c_.tau};
+    ao.schedule = diloco::Schedule::Of(c_.mode, c_.H, c_.fragments, c_.tau);
     auto up = diloco::ParseEncoding(c_.uplink);
     if (!up.ok()) return Fail(up.status(), 2);
     ao.uplink = {*up, c_.block};

@@ -335,3 +335,23 @@ TEST(ScheduleTest, Validate) {
 
 }  // namespace
 }  // namespace atl::diloco
+
+namespace atl::diloco {
+namespace {
+
+TEST(ScheduleTest, SynchronousDilocoSendsEveryFragmentAtTheBarrierAndAppliesBeforeTheNextStep) {
+  const Schedule s = Schedule::Of(Mode::kDiloco, 4, 3, 2);
+  EXPECT_TRUE(s.synchronous);
+  for (int64_t t : {0, 1, 2, 4, 5, 6}) EXPECT_TRUE(s.FragmentsAt(t).empty()) << t;
+  EXPECT_EQ(s.FragmentsAt(3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(s.FragmentsAt(7), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(s.DueStep(3), 4);  // τ is not used: the barrier
+  const Schedule d = Schedule::Of(Mode::kDecoupled, 4, 4, 2);
+  EXPECT_FALSE(d.synchronous);
+  EXPECT_EQ(d.FragmentsAt(5), (std::vector<int>{1}));
+  EXPECT_EQ(d.DueStep(5), 8);
+  EXPECT_TRUE(d.FragmentsAt(-1).empty());
+}
+
+}  // namespace
+}  // namespace atl::diloco

@@ -27,6 +27,8 @@
 // Thread-safety: a built plan is immutable.
 #pragma once
 
+#include "atoll/diloco/mode.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -83,19 +85,27 @@ const char* PlanStrategyName(PlanStrategy s);
 // is sent after every local step t with (t mod H) == floor(p·H / P); its merged value is due
 // before step t + 1 + τ (τ = 0: applied before the very next step, no overlap; τ = 2: two inner
 // steps run while the round is merged). When P = H exactly one fragment goes out every step.
-// This is the one place that rule lives: the learner agent asks DueStep.
+// Synchronous DiLoCo instead sends every fragment after the last step of each period of H and
+// applies the merge before the next step (τ is not used). This is the one place these rules live:
+// the learner agent asks FragmentsAt and DueStep.
 struct Schedule {
   int H = 24;    // inner steps between two syncs of the same fragment
   int P = 24;    // number of fragments, 1 ≤ P ≤ H
   int tau = 2;   // overlap in steps, 0 ≤ τ < H
+  bool synchronous = false;  // synchronous DiLoCo (every fragment at once, at the barrier)
+
+  // The schedule of `mode` (synchronous for Mode::kDiloco).
+  static Schedule Of(Mode mode, int H, int P, int tau) { return {H, P, tau, mode == Mode::kDiloco}; }
 
   // Validates 1 ≤ P ≤ H and 0 ≤ τ < H (InvalidArgument otherwise). The other members require a
   // valid schedule (ATOLL_CHECK) and p in [0, P).
   Status Validate() const;
-  // The fragment sent at local step t, or -1 when none is sent at t (or t < 0).
+  // The staggered fragment sent after local step t, or -1 when none is sent at t (or t < 0).
   int FragmentAt(int64_t step) const;
+  // Every fragment sent after local step t (either schedule).
+  std::vector<int> FragmentsAt(int64_t step) const;
   // The local step before which the merge of a fragment sent after step `send_step` is applied.
-  int64_t DueStep(int64_t send_step) const { return send_step + 1 + tau; }
+  int64_t DueStep(int64_t send_step) const { return send_step + 1 + (synchronous ? 0 : tau); }
   // The offset within a period of H at which fragment p is sent.
   int SendOffset(int p) const;
 };

@@ -47,8 +47,7 @@ struct AgentOptions {
   int learner_id = -1;         // -1: let the syncer choose
   std::string host = "localhost";
   bool rejoin = false;         // restarting after a failure
-  diloco::Mode mode = diloco::Mode::kDecoupled;  // decoupled | diloco (ddp: exchange_fragments = false)
-  diloco::Schedule schedule;   // H, P, τ
+  diloco::Schedule schedule;   // H, P, τ; synchronous for diloco mode (Schedule::Of)
   diloco::CodecOptions uplink{diloco::Encoding::kInt4, 128};
   double alpha = 0.0;          // mixing on receipt: θ ← α·θ + (1−α)·Θ_p
   bool keep_progress = true;   // keep the steps trained since the send on receipt
