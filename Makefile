@@ -1,7 +1,8 @@
 # atoll — the two commands a newcomer types:
 #   make run    set up (if needed), build, run atoll's main job on its embedded default
 #   make test   set up (if needed), build, run the whole test suite through ctest
-# Other targets: build, setup, test-asan (ASan+UBSan build of the torch-free modules), fuzz
+# Other targets: build, setup, test-asan (ASan+UBSan build of the torch-free modules), test-tsan
+# (ThreadSanitizer build of the threaded runtime: clocks, syncer loop, learner agent, shaper), fuzz
 # (libFuzzer targets of the decoders, FUZZ_SECONDS each, clang + ASan + UBSan), bench, clean. Variables: BUILD (build folder), JOBS (parallel compile jobs; 2 on this machine),
 # CMAKE_ARGS (extra configure flags), RUN_ARGS (extra flags for `make run`).
 BUILD ?= build
@@ -13,7 +14,7 @@ FUZZ_SECONDS ?= 20
 RUN_CMD ?= run --config configs/run.toml
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
 
-.PHONY: all setup configure build run test test-asan fuzz bench clean
+.PHONY: all setup configure build run test test-asan test-tsan fuzz bench clean
 
 all: build
 
@@ -43,6 +44,17 @@ test-asan: setup
 	cd $(BUILD)-asan && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS) -L "unit|integration" --timeout 600
 
+# ThreadSanitizer build of the threaded code that needs neither libtorch nor gRPC: the clocks
+# (real, manual, simulated), the syncer core and loop, the learner agent and the WAN shaper.
+TSAN_TESTS := core_test syncer_test learner_agent_test wan_shaper_test
+test-tsan: setup
+	cmake -S . -B $(BUILD)-tsan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DATOLL_SANITIZE=thread -DATOLL_WITH_TORCH=OFF -DATOLL_WITH_GRPC=OFF -DATOLL_WERROR=ON $(CMAKE_ARGS)
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target $(TSAN_TESTS)
+	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) -R "Clock|SyncerCore|SyncerLoop|Hostile|LearnerAgent|WanShaper|DurableState" \
+	  --timeout 600
+
 # libFuzzer targets (fuzz/) for the codecs, push parsing, durable state, safetensors and
 # checksummed JSON, each run FUZZ_SECONDS on its seed corpus (scripts/fuzz).
 fuzz: setup
@@ -55,4 +67,4 @@ bench: build
 	@for b in $(BUILD)/bench/bench_*; do echo "== $$b"; $$b || exit 1; done
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz
