@@ -137,8 +137,23 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
   if (send.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (!counters_.joined) return;  // nothing to compute an outer gradient against yet
-  for (int p : send) QueuePushLocked(p, step);
+  for (int p : send) {
+    if (PushOutstandingLocked(p)) {
+      // The last push of p is not applied yet (a slow round, a partition): its progress and
+      // counters are still here and go out with p's next push, once the merge is in. Sending now
+      // would send the outstanding push's work a second time.
+      counters_.pushes_deferred += 1;
+      continue;
+    }
+    QueuePushLocked(p, step);
+  }
   cv_.notify_all();
+}
+
+bool LearnerAgent::PushOutstandingLocked(int p) const {
+  if (!options_.keep_progress) return false;  // overwrite on receipt: nothing is kept to resend
+  if (awaiting_.count(p) > 0 || pushing_.count(p) > 0) return true;
+  return std::any_of(ready_.begin(), ready_.end(), [p](const Ready& r) { return r.fragment == p && r.own_push; });
 }
 
 void LearnerAgent::QueuePushLocked(int p, int64_t step) {
@@ -244,10 +259,13 @@ Status LearnerAgent::JoinAndCatchUp() {
   if (reply.uplink.encoding != options_.uplink.encoding || reply.uplink.block_size != options_.uplink.block_size) {
     options_.uplink = reply.uplink;  // the syncer's run settings win
   }
+  bool rejoin_in_process;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    rejoin_in_process = counters_.joins > 0;
     counters_.learner_id = reply.learner_id;
     counters_.joins += 1;
+    if (incarnation_ != 0 && reply.incarnation != incarnation_) ForgetUncommittedPushesLocked(reply.versions);
     incarnation_ = reply.incarnation;
   }
   // Fragments the syncer matched bit for bit: held at the current version without a fetch.
@@ -260,7 +278,22 @@ Status LearnerAgent::JoinAndCatchUp() {
   // Fragment-level catch-up: only fragments whose version differs from what we hold.
   for (int p = 0; options_.exchange_fragments && p < plan_.num_fragments(); ++p) {
     if (have_[static_cast<size_t>(p)] == reply.versions[static_cast<size_t>(p)]) continue;
-    Status st = PullOne(p, 0.0, PullPurpose::kCatchUp);
+    // A rejoin within this process (after a partition or a syncer restart) keeps the local
+    // progress: only Φ_p is refreshed, and the next push of p carries that progress — unless the
+    // version holds a push we await, which is then applied as its merge (its steps are not sent
+    // twice). A fresh process has no progress to keep and takes Θ_p.
+    PullPurpose purpose = PullPurpose::kCatchUp;
+    Awaited awaited{0, 0};
+    if (rejoin_in_process && options_.keep_progress) {
+      purpose = PullPurpose::kRefresh;
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = awaiting_.find(p);
+      if (it != awaiting_.end() && it->second.merged_version <= reply.versions[static_cast<size_t>(p)]) {
+        purpose = PullPurpose::kAwaited;
+        awaited = it->second;
+      }
+    }
+    Status st = PullOne(p, 0.0, purpose, awaited);
     if (!st.ok()) return st;
     std::lock_guard<std::mutex> lock(mu_);
     counters_.catchup_fragments += 1;
@@ -270,6 +303,22 @@ Status LearnerAgent::JoinAndCatchUp() {
   need_rejoin_ = false;
   cv_.notify_all();
   return Status::Ok();
+}
+
+void LearnerAgent::ForgetUncommittedPushesLocked(const std::vector<int64_t>& versions) {
+  // The syncer restarted from its last commit: a push whose round it had not committed is gone.
+  // The learner still holds that work (its parameters and counters move on only when a merge of
+  // its push is applied), so forgetting the wait makes the next push of the fragment carry it.
+  for (auto it = awaiting_.begin(); it != awaiting_.end();) {
+    const size_t p = static_cast<size_t>(it->first);
+    if (p < versions.size() && versions[p] < it->second.merged_version) {
+      counters_.pushes_repeated += 1;
+      it = awaiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  cv_.notify_all();
 }
 
 Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited) {
@@ -385,6 +434,7 @@ void LearnerAgent::ExchangeLoop() {
         job = std::move(push_queue_.front());
         push_queue_.pop_front();
         ++pushes_in_flight_;
+        pushing_.insert(job->fragment);
       }
       awaiting = awaiting_;
     }
@@ -401,6 +451,7 @@ void LearnerAgent::ExchangeLoop() {
       }
       std::lock_guard<std::mutex> lock(mu_);
       --pushes_in_flight_;
+      pushing_.erase(job->fragment);
       cv_.notify_all();
     } else {
       // Long-poll the first awaited fragment briefly (server-side wait), the rest without waiting.

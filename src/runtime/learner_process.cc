@@ -294,6 +294,7 @@ class LearnerProcess {
         {"wire_bytes_up", client_->bytes_sent()}, {"wire_bytes_down", client_->bytes_received()},
         {"joins", k.joins}, {"catchup_fragments", k.catchup_fragments},
         {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
+        {"pushes_repeated", k.pushes_repeated}, {"pushes_deferred", k.pushes_deferred},
         {"first_contribution_s", k.first_contribution_s}, {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step}};
     (void)WriteFileAtomic(out_ + "/learner-" + std::to_string(id_) + ".json", DumpJson(summary, 2));
     std::printf("learner %d: done, %lld steps, %.0f tok/s, %lld pushes\n", id_, static_cast<long long>(step_),

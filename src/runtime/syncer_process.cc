@@ -237,9 +237,11 @@ class SyncerProcess {
       std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
       std::abort();  // never publish a version that is not durable
     }
-    if (UnixSeconds() - last_table_save_ > 2.0) {
-      (void)durable_->SaveLearners(sc);
-      last_table_save_ = UnixSeconds();
+    // The accounting counters this round moved (tokens merged, rounds joined per learner) are part
+    // of the committed state: a restart must not forget merged work. Written after Θ_p, so a
+    // crash in between can only under-count one round, never claim a merge that did not happen.
+    if (Status st = durable_->SaveLearners(sc); !st.ok()) {
+      std::fprintf(stderr, "syncer: warning: cannot persist the learner table: %s\n", st.ToString().c_str());
     }
     metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "round"},
                     {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
@@ -365,7 +367,6 @@ class SyncerProcess {
   bool resumed_ = false;
   double start_eval_loss_ = 0;
   JsonlWriter metrics_;
-  double last_table_save_ = 0;                  // loop thread
   std::mutex curve_mu_;
   nlohmann::json curve_ = nlohmann::json::array();  // guarded by curve_mu_
   std::unique_ptr<GlobalEvaluator> live_eval_;

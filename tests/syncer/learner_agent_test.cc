@@ -144,6 +144,38 @@ TEST(LearnerAgent, KeepsTrainingWhileTheSyncerIsUnreachableThenJoins) {
   agent.Stop();
 }
 
+TEST(LearnerAgent, APartitionShorterThanTheLearnerTimeoutCostsNoTokens) {
+  const int H = 4, P = 4, kTokens = 100;
+  auto plan = testing::ToyPlan(P);
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
+  auto core = syncer::SyncerCore::Create(Options(H), plan, init);
+  ASSERT_TRUE(core.ok());
+  SimClock clock;
+  ClockThread participant(clock);
+  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  learner::ShapedSyncerApi link(loop, {}, clock);
+  ToyLearner toy(3);
+  learner::LearnerAgent agent(AgentOpts(0, H, P), plan, toy.Views(), link, clock);
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(agent.counters().joined);
+  // Steps of 0.2 s (simulated): a merge is back before the fragment's next push, as in real runs.
+  testing::TrainToy(toy, agent, 20, 200, clock, 0);
+  link.SetPartitioned(true);  // 2 s: well below the 10 s learner timeout
+  testing::TrainToy(toy, agent, 10, 200, clock, 20);
+  link.SetPartitioned(false);
+  testing::TrainToy(toy, agent, 30, 200, clock, 30);
+  agent.FlushAll(60, 10.0);
+  clock.SleepFor(FromSeconds(10));  // every open round's grace window runs out
+  const auto c = agent.counters();
+  EXPECT_GE(c.joins, 2) << "the partition should have forced a rejoin";
+  // Pushes scheduled during the partition failed, or waited for a merge the partition held up.
+  EXPECT_GT(c.pushes_failed + c.pushes_deferred, 0);
+  const double merged = loop.Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0).tokens_merged; });
+  EXPECT_DOUBLE_EQ(merged, 60.0 * kTokens);  // every token trained is merged once
+  agent.Stop();
+}
+
 TEST(LearnerAgent, RefusedForAWrongModelSaysWhy) {
   auto plan = testing::ToyPlan(2);
   std::vector<std::vector<float>> init;

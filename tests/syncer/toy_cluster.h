@@ -42,9 +42,11 @@ struct ToyLearner {
   }
 };
 
-// Runs `steps` inner steps with the agent in the loop, each taking `step_ms` on `clock`.
-inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, int step_ms, Clock& clock) {
-  for (int s = 0; s < steps && !agent.finish_requested(); ++s) {
+// Runs inner steps [first, first + steps) with the agent in the loop, each taking `step_ms` on
+// `clock`.
+inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, int step_ms, Clock& clock,
+                     int first = 0) {
+  for (int s = first; s < first + steps && !agent.finish_requested(); ++s) {
     toy.Step(0.05f);
     clock.SleepFor(std::chrono::milliseconds(step_ms));
     learner::Progress p;

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -63,6 +64,8 @@ struct AgentCounters {
   int64_t payload_bytes_up = 0, payload_bytes_down = 0;
   int64_t joins = 0, catchup_fragments = 0, rejected = 0;
   int64_t checksum_mismatches = 0;   // pulled copies that disagreed with the syncer's bits
+  int64_t pushes_repeated = 0;       // pushes a restarted syncer had not committed (sent again)
+  int64_t pushes_deferred = 0;       // scheduled sends skipped: the fragment's last push was not applied yet
   double first_contribution_s = -1;  // seconds from Start() to the first accepted push
   bool joined = false;
   int learner_id = -1;
@@ -136,6 +139,9 @@ class LearnerAgent {
 
   // Snapshots fragment p (training thread, mu_ held) and queues it for the exchange thread.
   void QueuePushLocked(int p, int64_t step);
+  // Whether p's last push is being sent, awaited, or received but not applied (mu_ held). A push
+  // still queued is not outstanding: a newer snapshot replaces it.
+  bool PushOutstandingLocked(int p) const;
   void ExchangeLoop();
   void HeartbeatLoop();
   Status JoinAndCatchUp();
@@ -145,6 +151,9 @@ class LearnerAgent {
   // refreshes Φ_p (a re-push follows; local progress is kept).
   Status PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited = {0, 0});
   void Backoff(double& delay_s);
+  // After a syncer restart (new incarnation; `versions` are its committed versions): stops
+  // waiting for merges of pushes it never committed, so their work goes out again (mu_ held).
+  void ForgetUncommittedPushesLocked(const std::vector<int64_t>& versions);
 
   AgentOptions options_;
   diloco::FragmentPlan plan_;
@@ -161,6 +170,7 @@ class LearnerAgent {
   std::condition_variable cv_;
   std::deque<PushJob> push_queue_;          // guarded by mu_
   int pushes_in_flight_ = 0;                // popped, not yet answered; guarded by mu_
+  std::set<int> pushing_;                   // fragments of those pushes; guarded by mu_
   std::deque<Ready> ready_;                 // guarded by mu_
   std::map<int, Awaited> awaiting_;         // fragment → its pushed round; guarded by mu_
   Progress progress_;                       // guarded by mu_
