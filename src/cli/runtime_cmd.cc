@@ -137,6 +137,9 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
       ->check(CLI::ExistingFile);
   c->add_option("--tls-cert", p->tls.cert, "TLS server certificate (PEM); enables TLS")->check(CLI::ExistingFile);
   c->add_option("--tls-key", p->tls.key, "TLS server key (PEM)")->check(CLI::ExistingFile);
+  c->add_option("--tls-client-ca", p->tls.client_ca,
+                "Mutual TLS: refuse every connection without a client certificate signed by this CA (PEM); needs --tls-cert")
+      ->check(CLI::ExistingFile);
   OnRun(c, ctx, o, p, "syncer", runtime::RunSyncerProcess);
 }
 
@@ -155,6 +158,9 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
   c->add_option("--control-file", p->control_file, "Chaos control file polled every step (speed, partition, bandwidth_mbps)");
   c->add_option("--tls-ca", p->tls.ca, "CA certificate (PEM) that signed the syncer's; enables TLS")->check(CLI::ExistingFile);
   c->add_option("--tls-server-name", p->tls.server_name, "Expected server name in the syncer's certificate");
+  c->add_option("--tls-cert", p->tls.cert, "Mutual TLS: this learner's client certificate (PEM), with --tls-key")
+      ->check(CLI::ExistingFile);
+  c->add_option("--tls-key", p->tls.key, "Mutual TLS: this learner's client key (PEM)")->check(CLI::ExistingFile);
   OnRun(c, ctx, o, p, "learner", runtime::RunLearnerProcess);
 }
 

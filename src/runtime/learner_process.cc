@@ -132,9 +132,11 @@ class LearnerProcess {
       if (!token.ok()) return Fail(token.status(), 2);
       co.token = *token;
     }
-    co.tls.enabled = !opt_.tls.ca.empty();
+    co.tls.enabled = !opt_.tls.ca.empty() || !opt_.tls.cert.empty();
     co.tls.ca_file = opt_.tls.ca;
     co.tls.server_name = opt_.tls.server_name;
+    co.tls.cert_file = opt_.tls.cert;
+    co.tls.key_file = opt_.tls.key;
     auto client = transport::GrpcSyncerClient::Connect(co);
     if (!client.ok()) return Fail(client.status(), 2);
     client_ = std::move(*client);

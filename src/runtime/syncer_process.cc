@@ -317,6 +317,10 @@ class SyncerProcess {
     so.tls.enabled = !opt_.tls.cert.empty();
     so.tls.cert_file = opt_.tls.cert;
     so.tls.key_file = opt_.tls.key;
+    so.tls.client_ca_file = opt_.tls.client_ca;
+    if (!so.tls.client_ca_file.empty() && !so.tls.enabled) {
+      return Fail(InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS runs over TLS"), 2);
+    }
     if (!IsLoopbackAddress(so.address)) {
       if (so.token.empty() && so.secret.empty()) {
         return Fail(FailedPreconditionError("refusing to listen on " + so.address +

@@ -41,6 +41,14 @@ StatusOr<std::unique_ptr<GrpcSyncerClient>> GrpcSyncerClient::Connect(const Clie
       if (!ca.ok()) return ca.status();
       ssl.pem_root_certs = *ca;
     }
+    if (!options.tls.cert_file.empty() || !options.tls.key_file.empty()) {  // mutual TLS
+      auto cert = ReadPem(options.tls.cert_file, "TLS client certificate");
+      if (!cert.ok()) return cert.status();
+      auto key = ReadPem(options.tls.key_file, "TLS client key");
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *cert;
+      ssl.pem_private_key = *key;
+    }
     if (!options.tls.server_name.empty()) {
       args.SetSslTargetNameOverride(options.tls.server_name);
     }

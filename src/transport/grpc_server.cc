@@ -293,6 +293,12 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
     if (!cert.ok()) return cert.status();
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!options.tls.client_ca_file.empty()) {  // mutual TLS: no certificate from this CA, no call
+      auto client_ca = ReadPem(options.tls.client_ca_file, "TLS client CA");
+      if (!client_ca.ok()) return client_ca.status();
+      ssl.pem_root_certs = *client_ca;
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
     creds = grpc::SslServerCredentials(ssl);
   } else {
     creds = grpc::InsecureServerCredentials();

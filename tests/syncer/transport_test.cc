@@ -262,7 +262,10 @@ std::string MakeCertificates() {
       "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost >/dev/null 2>&1 && "
       "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext && "
       "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext >/dev/null 2>&1 && "
-      "openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other-ca.pem -days 2 -subj /CN=someone-else >/dev/null 2>&1";
+      "openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other-ca.pem -days 2 -subj /CN=someone-else >/dev/null 2>&1 && "
+      // A learner's client certificate signed by the CA (mutual TLS).
+      "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=learner-0 >/dev/null 2>&1 && "
+      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 >/dev/null 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "openssl failed (scripts/setup installs it)";
   return dir;
 }
@@ -281,7 +284,7 @@ TEST(GrpcTransport, TlsChannelWithTokenOnEveryCall) {
   syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
   transport::ServerOptions so;
   so.token = "tls-secret";
-  so.tls = {true, certs + "/server.pem", certs + "/server.key", "", ""};
+  so.tls = {true, certs + "/server.pem", certs + "/server.key", "", "", ""};
   auto server = transport::GrpcSyncerServer::Start(so, loop, nullptr);
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string target = "127.0.0.1:" + std::to_string((*server)->port());
@@ -313,6 +316,54 @@ TEST(GrpcTransport, TlsChannelWithTokenOnEveryCall) {
   auto refused = transport::GrpcSyncerServer::Start(bad, loop, nullptr);
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("not a PEM file"), std::string::npos);
+  (*server)->Shutdown();
+  loop.Stop();
+  std::filesystem::remove_all(certs);
+}
+
+TEST(GrpcTransport, MutualTlsRefusesLearnersWithoutACertificateFromTheClientCa) {
+  const std::string certs = MakeCertificates();
+  auto plan = testing::ToyPlan(2);
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
+  syncer::SyncerOptions o;
+  o.run_id = "grpc";
+  o.H = 2;
+  auto core = syncer::SyncerCore::Create(o, plan, init);
+  ASSERT_TRUE(core.ok());
+  RealClock clock;
+  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  transport::ServerOptions so;
+  so.token = "tls-secret";
+  so.tls.enabled = true;
+  so.tls.cert_file = certs + "/server.pem";
+  so.tls.key_file = certs + "/server.key";
+  so.tls.client_ca_file = certs + "/ca.pem";
+  auto server = transport::GrpcSyncerServer::Start(so, loop, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = "127.0.0.1:" + std::to_string((*server)->port());
+  auto join = [&](const std::string& cert, const std::string& key, int id) {
+    transport::ClientOptions co;
+    co.target = target;
+    co.token = "tls-secret";
+    co.call_timeout_s = 3;
+    co.tls.enabled = true;
+    co.tls.ca_file = certs + "/ca.pem";
+    co.tls.cert_file = cert;
+    co.tls.key_file = key;
+    auto c = transport::GrpcSyncerClient::Connect(co);
+    if (!c.ok()) return c.status();
+    return (*c)->Join(Join(plan, id)).status();
+  };
+  // A certificate from the client CA: joins.
+  EXPECT_TRUE(join(certs + "/client.pem", certs + "/client.key", 0).ok());
+  // No client certificate, or one from another CA: the handshake fails, nothing is called.
+  EXPECT_EQ(join("", "", 1).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(join(certs + "/other-ca.pem", certs + "/other.key", 2).code(), StatusCode::kUnavailable);
+  auto table = loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.learners().size(); });
+  EXPECT_EQ(table, 1u);
+  // A client certificate file that is not PEM is a clear error before any connection.
+  EXPECT_EQ(join(certs + "/san.ext", certs + "/client.key", 3).code(), StatusCode::kInvalidArgument);
   (*server)->Shutdown();
   loop.Stop();
   std::filesystem::remove_all(certs);

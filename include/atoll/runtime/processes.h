@@ -14,9 +14,10 @@
 namespace atl::runtime {
 
 struct TlsFiles {
-  std::string cert, key;  // syncer
-  std::string ca;         // learner
-  std::string server_name;
+  std::string cert, key;    // syncer: its certificate; learner: its client certificate (mutual TLS)
+  std::string ca;           // learner: the CA that signed the syncer's certificate
+  std::string server_name;  // learner
+  std::string client_ca;    // syncer: require learner certificates signed by this CA (mutual TLS)
 };
 
 struct SyncerProcessOptions {
