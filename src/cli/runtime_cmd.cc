@@ -70,6 +70,17 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<double>(c, o, "--learner-timeout", "learner_timeout", "Seconds without heartbeat before a learner stops counting as live (default 10)");
   Flag<int>(c, o, "--eval-batches", "eval_batches", "Validation batches for eval loss (default 16)");
   Flag<int>(c, o, "--eval-every", "eval_every", "Rounds between evaluations of the global model during the run (default 48; 0 = off)");
+  // [limits]: the syncer's protection against hostile or broken clients (docs/security.md).
+  Flag<int>(c, o, "--max-learners", "max_learners", "Limit: rows in the syncer's learner table (default 4096)");
+  Flag<double>(c, o, "--max-inflight-push-mb", "max_inflight_push_mb", "Limit: MiB of push payload being received at once (default 2048)");
+  Flag<int>(c, o, "--max-streams", "max_streams", "Limit: concurrent streams per connection (default 64)");
+  Flag<int>(c, o, "--max-threads", "max_threads", "Limit: gRPC handler threads (default 256)");
+  Flag<double>(c, o, "--memory-quota-mb", "memory_quota_mb", "Limit: MiB of gRPC buffers (default 4096)");
+  Flag<double>(c, o, "--handshake-timeout", "handshake_timeout_s", "Limit: seconds a connection has to finish its handshake (default 10)");
+  Flag<double>(c, o, "--idle-timeout", "idle_timeout_s", "Limit: seconds without calls before a connection is closed (default 120)");
+  Flag<double>(c, o, "--quarantine-factor", "quarantine_factor", "Quarantine outer gradients above this x the recent median size (default 20; 0 = off)");
+  Flag<int>(c, o, "--max-rejects", "max_consecutive_rejects", "Invalid pushes in a row before a learner is disconnected (default 8)");
+  Flag<double>(c, o, "--ban-seconds", "ban_seconds", "How long a disconnected learner is refused (default 300)");
 }
 
 StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {

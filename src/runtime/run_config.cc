@@ -53,6 +53,16 @@ void VisitFields(Config& c, F&& f) {
   f("learners", "loss", c.loss);
   f("eval", "eval_batches", c.eval_batches);
   f("eval", "eval_every", c.eval_every);
+  f("limits", "max_learners", c.max_learners);
+  f("limits", "max_inflight_push_mb", c.max_inflight_push_mb);
+  f("limits", "max_streams", c.max_streams);
+  f("limits", "max_threads", c.max_threads);
+  f("limits", "memory_quota_mb", c.memory_quota_mb);
+  f("limits", "handshake_timeout_s", c.handshake_timeout_s);
+  f("limits", "idle_timeout_s", c.idle_timeout_s);
+  f("limits", "quarantine_factor", c.quarantine_factor);
+  f("limits", "max_consecutive_rejects", c.max_consecutive_rejects);
+  f("limits", "ban_seconds", c.ban_seconds);
 }
 
 // The section a key lives in ("" for none); "chaos" is a nested table of its own.
@@ -67,7 +77,7 @@ std::string SectionOf(const std::string& key) {
 }
 
 bool IsSection(const std::string& s) {
-  for (const char* known : {"run", "model", "diloco", "learners", "eval", "chaos"}) {
+  for (const char* known : {"run", "model", "diloco", "learners", "eval", "limits", "chaos"}) {
     if (s == known) return true;
   }
   return false;
@@ -162,6 +172,18 @@ Status ValidateRunConfig(const RunConfig& c) {
     return bad("bandwidth_mbps and latency_ms must be ≥ 0 and loss in [0, 1)");
   if (c.eval_batches < 1) return bad("eval_batches must be ≥ 1");
   if (c.eval_every < 0) return bad("eval_every must be ≥ 0 (0 = no evaluation during the run)");
+  if (c.max_learners < c.learners || c.max_learners > 1'000'000)
+    return bad("max_learners must be in [learners, 1000000]");
+  if (!(c.max_inflight_push_mb >= 1 && c.max_inflight_push_mb <= 1 << 20) || !(c.memory_quota_mb >= 16 && c.memory_quota_mb <= 1 << 20))
+    return bad("max_inflight_push_mb must be in [1, 1048576] and memory_quota_mb in [16, 1048576]");
+  if (c.max_streams < 1 || c.max_streams > 100'000 || c.max_threads < 4 || c.max_threads > 100'000)
+    return bad("max_streams must be in [1, 100000] and max_threads in [4, 100000]");
+  if (!(c.handshake_timeout_s > 0 && c.handshake_timeout_s <= 3600) || !(c.idle_timeout_s > 0 && c.idle_timeout_s <= 86'400))
+    return bad("handshake_timeout_s must be in (0, 3600] and idle_timeout_s in (0, 86400]");
+  if (!(c.quarantine_factor == 0 || (c.quarantine_factor >= 2 && c.quarantine_factor <= 1e6)))
+    return bad("quarantine_factor must be 0 (off) or in [2, 1e6]");
+  if (c.max_consecutive_rejects < 1 || !(c.ban_seconds >= 0 && c.ban_seconds <= 86'400))
+    return bad("max_consecutive_rejects must be ≥ 1 and ban_seconds in [0, 86400]");
   return chaos::ValidateChaos(c.chaos, c.learners);
 }
 

@@ -54,7 +54,22 @@ StatusOr<syncer::SyncerOptions> MakeSyncerOptions(const RunConfig& c) {
   o.uplink = {up, c.block};
   o.downlink = {down, c.block};
   o.learner_timeout_s = c.learner_timeout;
+  o.max_learners = c.max_learners;
+  o.quarantine_factor = c.quarantine_factor;
+  o.max_consecutive_rejects = c.max_consecutive_rejects;
+  o.ban_seconds = c.ban_seconds;
   return o;
+}
+
+transport::ServerLimits MakeServerLimits(const RunConfig& c) {
+  transport::ServerLimits l;
+  l.max_inflight_push_bytes = static_cast<int64_t>(c.max_inflight_push_mb * (1 << 20));
+  l.max_concurrent_streams = c.max_streams;
+  l.max_threads = c.max_threads;
+  l.memory_quota_bytes = static_cast<int64_t>(c.memory_quota_mb * (1 << 20));
+  l.handshake_timeout_ms = static_cast<int>(c.handshake_timeout_s * 1000);
+  l.max_connection_idle_ms = static_cast<int>(c.idle_timeout_s * 1000);
+  return l;
 }
 
 StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<diloco::TensorSpec>& tensors) {
@@ -314,6 +329,7 @@ class SyncerProcess {
       if (!secret.ok()) return Fail(secret.status(), 2);
       so.secret = *secret;
     }
+    so.limits = MakeServerLimits(c_);
     so.tls.enabled = !opt_.tls.cert.empty();
     so.tls.cert_file = opt_.tls.cert;
     so.tls.key_file = opt_.tls.key;

@@ -2,6 +2,8 @@
 // implies (Normalized).
 #include "atoll/runtime/run_config.h"
 
+#include "atoll/runtime/processes.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -83,6 +85,59 @@ TEST(RunConfig, TomlSectionsAndKeysAreChecked) {
   EXPECT_NE(bad_table.status().message().find("unknown section [runs]"), std::string::npos);
   auto not_toml = LoadRunConfig(WriteTemp("atoll_rc_bad.toml", "[run\n"));
   EXPECT_NE(not_toml.status().message().find("not valid TOML"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace atl::runtime
+
+namespace atl::runtime {
+namespace {
+
+TEST(RunConfig, LimitsComeFromTheLimitsSectionAndReachTheSyncerAndItsServer) {
+  auto c = LoadRunConfig(WriteTemp("atoll_rc_limits.toml",
+                                   "[limits]\nmax_learners = 16\nmax_inflight_push_mb = 64\nmax_streams = 8\n"
+                                   "max_threads = 32\nmemory_quota_mb = 512\nhandshake_timeout_s = 2.5\n"
+                                   "idle_timeout_s = 30\nquarantine_factor = 0\nmax_consecutive_rejects = 3\n"
+                                   "ban_seconds = 60\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto so = MakeSyncerOptions(*c);
+  ASSERT_TRUE(so.ok()) << so.status();
+  EXPECT_EQ(so->max_learners, 16);
+  EXPECT_EQ(so->quarantine_factor, 0.0);
+  EXPECT_EQ(so->max_consecutive_rejects, 3);
+  EXPECT_EQ(so->ban_seconds, 60.0);
+  const transport::ServerLimits l = MakeServerLimits(*c);
+  EXPECT_EQ(l.max_inflight_push_bytes, int64_t{64} << 20);
+  EXPECT_EQ(l.max_concurrent_streams, 8);
+  EXPECT_EQ(l.max_threads, 32);
+  EXPECT_EQ(l.memory_quota_bytes, int64_t{512} << 20);
+  EXPECT_EQ(l.handshake_timeout_ms, 2500);
+  EXPECT_EQ(l.max_connection_idle_ms, 30'000);
+  // The defaults are the documented ones (docs/security.md).
+  const transport::ServerLimits d = MakeServerLimits(RunConfig{});
+  const transport::ServerLimits built_in;
+  EXPECT_EQ(d.max_inflight_push_bytes, built_in.max_inflight_push_bytes);
+  EXPECT_EQ(d.max_concurrent_streams, built_in.max_concurrent_streams);
+  EXPECT_EQ(d.max_threads, built_in.max_threads);
+  EXPECT_EQ(d.memory_quota_bytes, built_in.memory_quota_bytes);
+  EXPECT_EQ(d.handshake_timeout_ms, built_in.handshake_timeout_ms);
+  EXPECT_EQ(d.max_connection_idle_ms, built_in.max_connection_idle_ms);
+}
+
+TEST(RunConfig, LimitsOutOfRangeAreRefused) {
+  auto refused = [](auto set) {
+    RunConfig c;
+    set(c);
+    return ValidateRunConfig(c);
+  };
+  EXPECT_NE(refused([](RunConfig& c) { c.max_learners = 2; }).message().find("max_learners"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.max_inflight_push_mb = 0; }).message().find("max_inflight_push_mb"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.max_threads = 1; }).message().find("max_threads"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.handshake_timeout_s = 0; }).message().find("handshake_timeout_s"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.quarantine_factor = 1.5; }).message().find("quarantine_factor"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.ban_seconds = -1; }).message().find("ban_seconds"), std::string::npos);
+  EXPECT_NE(LoadRunConfig(WriteTemp("atoll_rc_limits_bad.toml", "[limits]\nmax_learner = 5\n")).status().message().find("max_learner"),
+            std::string::npos);
 }
 
 }  // namespace

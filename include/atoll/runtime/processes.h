@@ -10,6 +10,7 @@
 #include "atoll/model/trainer.h"
 #include "atoll/runtime/run_config.h"
 #include "atoll/syncer/syncer_core.h"
+#include "atoll/transport/grpc.h"
 
 namespace atl::runtime {
 
@@ -67,5 +68,7 @@ StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& config,
                                         const std::vector<diloco::TensorSpec>& tensors);
 // The syncer's options for this run (mode, quorum, grace, merge, outer optimizer, codecs).
 StatusOr<syncer::SyncerOptions> MakeSyncerOptions(const RunConfig& config);
+// The gRPC server's limits of a run config's [limits] (docs/security.md).
+transport::ServerLimits MakeServerLimits(const RunConfig& config);
 
 }  // namespace atl::runtime

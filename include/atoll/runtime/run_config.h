@@ -66,6 +66,17 @@ struct RunConfig {
   // [eval]
   int eval_batches = 16;
   int eval_every = 48;             // rounds between evaluations of the global model (0 = off)
+  // [limits] — the syncer's protection against hostile or broken clients (docs/security.md)
+  int max_learners = 4096;             // rows in the learner table (RESOURCE_EXHAUSTED beyond)
+  double max_inflight_push_mb = 2048;  // payload of all pushes being received at once
+  int max_streams = 64;                // concurrent streams per connection
+  int max_threads = 256;               // gRPC handler threads
+  double memory_quota_mb = 4096;       // gRPC's buffers
+  double handshake_timeout_s = 10;     // a connection must finish its handshake within this
+  double idle_timeout_s = 120;         // a connection without calls for this long is closed
+  double quarantine_factor = 20;       // outer-gradient size above this × the recent median: quarantined (0 = off)
+  int max_consecutive_rejects = 8;     // invalid pushes in a row before a learner is disconnected
+  double ban_seconds = 300;            // how long it stays disconnected
   // [chaos]
   chaos::ChaosConfig chaos;
 
