@@ -241,7 +241,15 @@ Status LearnerAgent::JoinAndCatchUp() {
     req.rejoin = options_.rejoin || counters_.joins > 0;
   }
   req.host = options_.host;
-  for (const auto& values : initial_) req.fragment_checksums.push_back(exchange::ValuesChecksum(values));
+  // What it holds: at the first join the values it starts from; later its copies Φ_p (so that a
+  // syncer that still has, or restored, the same copies resumes with deltas).
+  if (!initial_.empty()) {
+    for (const auto& values : initial_) req.fragment_checksums.push_back(exchange::ValuesChecksum(values));
+  } else if (options_.exchange_fragments) {
+    for (size_t p = 0; p < public_.size(); ++p) {
+      req.fragment_checksums.push_back(have_[p] >= 0 ? exchange::ValuesChecksum(public_[p]) : 0);
+    }
+  }
   ATOLL_ASSIGN_OR_RETURN(auto reply, api_.Join(req));
   if (static_cast<int>(reply.versions.size()) != plan_.num_fragments() ||
       reply.fragment_numel.size() != reply.versions.size()) {
@@ -336,6 +344,12 @@ Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited 
   if (!r.ok()) return r.status();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (r->incarnation != incarnation_) {
+      // Another syncer process answered (it restarted): its versions are not the ones this
+      // learner's pushes were promised. Rejoin first (which sorts out which pushes it kept).
+      need_rejoin_ = true;
+      return UnavailableError("pull answered by a new syncer incarnation: rejoining first");
+    }
     counters_.pulls += 1;
     counters_.payload_bytes_down += static_cast<int64_t>(r->bytes.size());
   }

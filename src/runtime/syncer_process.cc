@@ -135,7 +135,8 @@ class SyncerProcess {
       std::vector<std::string> sums;
       for (int p = 0; p < plan_.num_fragments(); ++p) sums.push_back(ChecksumHex(exchange::ValuesChecksum(core_->theta(p))));
       metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "resumed"}, {"versions", core_->versions()},
-                      {"rounds", core_->rounds_closed()}, {"theta_checksums", sums}});
+                      {"rounds", core_->rounds_closed()}, {"theta_checksums", sums},
+                      {"copies_restored", copies_restored_}});
     }
     return StartLiveEval(*topts);
   }
@@ -176,8 +177,10 @@ class SyncerProcess {
         const char* hint = st.code() == StatusCode::kFailedPrecondition ? " (point --state at a fresh folder to start over)" : "";
         return Fail(Status(st.code(), st.message() + hint).WithContext("resuming from " + durable_->dir()), 2);
       }
-      std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", durable_->dir().c_str(),
-                  static_cast<long long>(core_->rounds_closed()), nlohmann::json(core_->versions()).dump().c_str());
+      const int copies = copies_restored_ = durable_->RestoreCopies(*core_);
+      std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s, %d learner copies\n",
+                  durable_->dir().c_str(), static_cast<long long>(core_->rounds_closed()),
+                  nlohmann::json(core_->versions()).dump().c_str(), copies);
     } else if (Status st = durable_->SaveAll(*core_); !st.ok()) {
       return Fail(st.WithContext("writing the initial state"), 1);
     }
@@ -257,6 +260,10 @@ class SyncerProcess {
     // crash in between can only under-count one round, never claim a merge that did not happen.
     if (Status st = durable_->SaveLearners(sc); !st.ok()) {
       std::fprintf(stderr, "syncer: warning: cannot persist the learner table: %s\n", st.ToString().c_str());
+    }
+    // The learners' copies pulled since the last commit: a restart then resumes with deltas.
+    if (Status st = durable_->SaveCopies(sc); !st.ok()) {
+      std::fprintf(stderr, "syncer: warning: cannot persist learner copies: %s\n", st.ToString().c_str());
     }
     metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "round"},
                     {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
@@ -384,6 +391,7 @@ class SyncerProcess {
   std::vector<std::span<float>> params_;        // views of ev_'s parameters
   std::optional<syncer::SyncerCore> core_;      // until moved into loop_
   std::unique_ptr<syncer::DurableState> durable_;
+  int copies_restored_ = 0;                     // per-learner copies loaded at a resume
   bool resumed_ = false;
   double start_eval_loss_ = 0;
   JsonlWriter metrics_;

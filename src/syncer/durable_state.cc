@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -9,6 +11,7 @@
 #include "atoll/core/file.h"
 #include "atoll/core/json_file.h"
 #include "atoll/core/text.h"
+#include "atoll/exchange/fragment_exchange.h"
 
 namespace atl::syncer {
 namespace {
@@ -22,6 +25,37 @@ struct FragmentHeader {
   uint64_t body_checksum;
 };
 static_assert(sizeof(FragmentHeader) == 40, "the fragment file header is pinned at 40 bytes");
+
+constexpr char kCopyMagic[8] = {'A', 'T', 'O', 'L', 'C', 'P', 'Y', '1'};
+struct CopyHeader {
+  char magic[8];
+  int32_t learner;
+  int32_t fragment;
+  int64_t version;
+  int64_t numel;
+  uint64_t values_checksum;  // exchange::ValuesChecksum of the values (what a learner reports at join)
+};
+static_assert(sizeof(CopyHeader) == 40, "the copy file header is pinned at 40 bytes");
+
+// Reads one copy file; nullopt when it is not a whole, intact copy file.
+struct CopyFile {
+  CopyHeader header;
+  std::vector<float> values;
+};
+std::optional<CopyFile> ReadCopyFile(const std::string& path) {
+  auto bytes = ReadFile(path);
+  if (!bytes.ok() || bytes->size() < sizeof(CopyHeader)) return std::nullopt;
+  CopyFile c{};
+  std::memcpy(&c.header, bytes->data(), sizeof(CopyHeader));
+  if (std::memcmp(c.header.magic, kCopyMagic, 8) != 0 || c.header.numel < 0 ||
+      bytes->size() != sizeof(CopyHeader) + static_cast<size_t>(c.header.numel) * sizeof(float)) {
+    return std::nullopt;
+  }
+  c.values.resize(static_cast<size_t>(c.header.numel));
+  std::memcpy(c.values.data(), bytes->data() + sizeof(CopyHeader), c.values.size() * sizeof(float));
+  if (exchange::ValuesChecksum(c.values) != c.header.values_checksum) return std::nullopt;
+  return c;
+}
 
 nlohmann::json Meta(const SyncerCore& core) {
   return {{"format", "atoll-syncer-state/1"},
@@ -53,6 +87,48 @@ std::string DurableState::FragmentPath(int p) const {
 }
 
 bool DurableState::Exists() const { return FileExists(dir_ + "/meta.json"); }
+
+std::string DurableState::CopyPath(int learner, int fragment) const {
+  char name[64];
+  std::snprintf(name, sizeof(name), "/copies/learner-%d-fragment-%03d.bin", learner, fragment);
+  return dir_ + name;
+}
+
+Status DurableState::SaveCopies(const SyncerCore& core) {
+  const auto dirty = core.TakeDirtyCopies();
+  if (dirty.empty()) return Status::Ok();
+  ATOLL_RETURN_IF_ERROR(MakeDirs(dir_ + "/copies"));
+  for (const auto& [learner, fragment] : dirty) {
+    const std::span<const float> values = core.learner_copy(learner, fragment);
+    CopyHeader h{};
+    std::memcpy(h.magic, kCopyMagic, 8);
+    h.learner = learner;
+    h.fragment = fragment;
+    h.version = core.learner_copy_version(learner, fragment);
+    h.numel = static_cast<int64_t>(values.size());
+    h.values_checksum = exchange::ValuesChecksum(values);
+    std::vector<std::byte> buf(sizeof(h) + values.size() * sizeof(float));
+    std::memcpy(buf.data(), &h, sizeof(h));
+    std::memcpy(buf.data() + sizeof(h), values.data(), values.size() * sizeof(float));
+    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(CopyPath(learner, fragment), buf));
+  }
+  return Status::Ok();
+}
+
+int DurableState::RestoreCopies(SyncerCore& core) const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int restored = 0;
+  for (const auto& entry : fs::directory_iterator(dir_ + "/copies", ec)) {
+    auto c = ReadCopyFile(entry.path().string());
+    // A copy is an optimisation: a damaged or stale one is skipped (that learner fetches in full).
+    if (!c || !core.RestoreCopy(c->header.learner, c->header.fragment, c->header.version, std::move(c->values)).ok()) {
+      continue;
+    }
+    ++restored;
+  }
+  return restored;
+}
 
 Status DurableState::SaveFragment(const SyncerCore& core, int p) {
   Status st;

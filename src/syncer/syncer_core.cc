@@ -141,13 +141,20 @@ std::vector<bool> SyncerCore::MatchCopies(int learner_id, const std::vector<uint
   std::vector<bool> matched(fragments_.size(), false);
   if (checksums.size() != fragments_.size() || !rule_->SkipsMatchingJoinFetch()) return matched;
   for (size_t p = 0; p < fragments_.size(); ++p) {
+    const std::pair<int, int> key{learner_id, static_cast<int>(p)};
+    // The learner still holds the copy the syncer has for it (a rejoin, or a syncer restarted
+    // with its copies restored): deltas resume from it, nothing to do.
+    if (auto it = copies_.find(key); it != copies_.end() && checksums[p] == exchange::ValuesChecksum(it->second.values)) {
+      continue;
+    }
     const FragmentState& f = fragments_[p];
     if (checksums[p] != exchange::ValuesChecksum(f.theta)) continue;
-    LearnerCopy& copy = copies_[{learner_id, static_cast<int>(p)}];
+    LearnerCopy& copy = copies_[key];
     copy.values = f.theta;
     copy.version = f.version;
     copy.prev_values.clear();
     copy.prev_version = -1;
+    dirty_copies_.insert(key);
     matched[p] = true;
   }
   return matched;
@@ -191,6 +198,33 @@ std::span<const float> SyncerCore::learner_copy(int learner_id, int fragment) co
   auto it = copies_.find({learner_id, fragment});
   if (it == copies_.end()) return {};
   return it->second.values;
+}
+
+int64_t SyncerCore::learner_copy_version(int learner_id, int fragment) const {
+  auto it = copies_.find({learner_id, fragment});
+  return it == copies_.end() ? -1 : it->second.version;
+}
+
+std::vector<std::pair<int, int>> SyncerCore::TakeDirtyCopies() const {
+  std::vector<std::pair<int, int>> out(dirty_copies_.begin(), dirty_copies_.end());
+  dirty_copies_.clear();
+  return out;
+}
+
+Status SyncerCore::RestoreCopy(int learner_id, int fragment, int64_t version, std::vector<float> values) {
+  if (fragment < 0 || fragment >= plan_.num_fragments()) return InvalidArgumentError("restore copy: bad fragment");
+  const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
+  if (values.size() != f.theta.size() || !exchange::AllFinite(values) || version < 0 || version > f.version) {
+    return InvalidArgumentError(fmt::format("restore copy: learner {} fragment {}: {} values at version {} "
+                                            "(fragment: {} values, version {})",
+                                            learner_id, fragment, values.size(), version, f.theta.size(), f.version));
+  }
+  LearnerCopy& copy = copies_[{learner_id, fragment}];
+  copy.values = std::move(values);
+  copy.version = version;
+  copy.prev_values.clear();
+  copy.prev_version = -1;
+  return Status::Ok();
 }
 
 Status SyncerCore::Reject(LearnerRecord& l, const PushHeaderData& h, Status s, TimePoint now) {
@@ -506,12 +540,14 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
   }
   LearnerCopy& copy = copies_[{learner_id, fragment}];
   PullPayload out;
+  out.incarnation = options_.incarnation;
   out.fragment = fragment;
   out.version = f.version;
   // A reply that never reached the learner: it still holds the previous copy. Roll back.
   if (have_version >= 0 && have_version != copy.version && have_version == copy.prev_version) {
     copy.values.swap(copy.prev_values);
     std::swap(copy.version, copy.prev_version);
+    dirty_copies_.insert({learner_id, fragment});
   }
   if (have_version >= 0 && have_version == copy.version) {
     if (copy.version == f.version) {
@@ -525,6 +561,7 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
     copy.prev_values = std::exchange(copy.values, std::move(advanced));
     copy.prev_version = copy.version;
     copy.version = f.version;
+    dirty_copies_.insert({learner_id, fragment});
     out.is_delta = true;
     out.base_version = have_version;
     out.codec = options_.downlink;
@@ -537,6 +574,7 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
   copy.prev_version = -1;
   copy.values = f.theta;
   copy.version = f.version;
+  dirty_copies_.insert({learner_id, fragment});
   out.codec = {diloco::Encoding::kFp32, options_.downlink.block_size};
   const auto* data = reinterpret_cast<const std::byte*>(copy.values.data());
   out.bytes.assign(data, data + copy.values.size() * sizeof(float));

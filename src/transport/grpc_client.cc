@@ -188,6 +188,7 @@ StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragmen
       out.is_delta = h.is_delta();
       out.base_version = h.base_version();
       out.not_modified = h.not_modified();
+      out.incarnation = h.incarnation();
       out.value_checksum = h.value_checksum();
       auto enc = diloco::ParseEncoding(h.encoding());
       if (!enc.ok()) {

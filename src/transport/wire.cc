@@ -91,6 +91,7 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
   h->set_payload_checksum(Checksum64(p.bytes));
   h->set_value_checksum(p.value_checksum);
   h->set_not_modified(p.not_modified);
+  h->set_incarnation(p.incarnation);
   if (!writer->Write(msg)) return 0;
   int64_t sent = 0;
   for (size_t off = 0; off < p.bytes.size(); off += kMaxChunkBytes) {

@@ -91,6 +91,8 @@ TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
     }
     if (l.value("kind", "") == "resumed") {
       resumed = true;
+      // The learners' copies were persisted: they resume with deltas, not a full fetch each.
+      EXPECT_GT(l.value("copies_restored", 0), 0) << l.dump();
       for (int p = 0; p < 8; ++p) {
         const int64_t v = l["versions"][p].get<int64_t>();
         const auto it = last_commit.find(p);

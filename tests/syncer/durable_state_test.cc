@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -132,6 +133,72 @@ TEST(DurableState, RefusesTheStateOfAnotherRun) {
   Status st = durable.Restore(other, TimePoint{});
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("belongs to another run_id"), std::string::npos) << st;
+}
+
+TEST(DurableState, RestoredCopiesLetALearnerResumeWithDeltasAndDamagedOnesAreSkipped) {
+  Env env;
+  env.options.downlink = {diloco::Encoding::kInt4, 64};  // copies differ from Θ by the quantisation error
+  SyncerCore core = env.Fresh();
+  DurableState durable(env.dir);
+  ASSERT_TRUE(durable.SaveAll(core).ok());
+  env.Train(core, 3, &durable);
+  {  // one more round with uneven values, so that the int4 delta below is not exact
+    std::vector<float> local(static_cast<size_t>(env.plan.fragments[0].numel));
+    for (size_t i = 0; i < local.size(); ++i) local[i] = 0.3f * std::sin(0.7f * static_cast<float>(i));
+    std::vector<std::byte> payload(local.size() * 4);
+    std::memcpy(payload.data(), local.data(), payload.size());
+    PushHeaderData h{0, 0, 2, 100, 2, diloco::Encoding::kFp32, 64, static_cast<int64_t>(local.size()), 0};
+    ASSERT_TRUE(core.Push(h, payload, TimePoint{}).ok());
+    ManualClock clock;
+    for (const auto& rep : core.Poll(TimePoint{}, clock)) ASSERT_TRUE(durable.SaveFragment(core, rep.fragment).ok());
+  }
+  ASSERT_EQ(core.version(0), 4);
+  auto pulled = core.Pull(0, 0, 2);  // the learner takes version 4 as a delta
+  ASSERT_TRUE(pulled.ok());
+  ASSERT_TRUE(pulled->is_delta);
+  const std::span<const float> phi = core.learner_copy(0, 0);  // bit-identical to the learner's
+  const std::vector<float> learner_phi(phi.begin(), phi.end());
+  ASSERT_NE(exchange::ValuesChecksum(learner_phi), exchange::ValuesChecksum(core.theta(0)));
+  ASSERT_TRUE(durable.SaveCopies(core).ok());
+  EXPECT_TRUE(core.TakeDirtyCopies().empty());  // written: nothing left to write
+
+  auto rejoin = [&](SyncerCore& c) {
+    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(env.plan.tensors), 0, "t", true, {}};
+    r.fragment_checksums = {exchange::ValuesChecksum(learner_phi), 0, 0};
+    ASSERT_TRUE(c.Join(r, TimePoint{}).ok());
+  };
+  {
+    SyncerCore restarted = env.Fresh();
+    ASSERT_TRUE(durable.Restore(restarted, TimePoint{}).ok());
+    EXPECT_EQ(durable.RestoreCopies(restarted), 1);
+    rejoin(restarted);
+    // The syncer holds the learner's copy at version 4: nothing to fetch, and a push against it
+    // is accepted (no ABORTED, no full fetch).
+    auto again = restarted.Pull(0, 0, 4);
+    ASSERT_TRUE(again.ok());
+    EXPECT_TRUE(again->not_modified);
+    std::vector<float> delta(learner_phi.size(), 0.01f);
+    std::vector<std::byte> payload(delta.size() * 4);
+    std::memcpy(payload.data(), delta.data(), payload.size());
+    PushHeaderData h{0, 0, 4, 100, 2, diloco::Encoding::kFp32, 64, static_cast<int64_t>(delta.size()), 0};
+    EXPECT_TRUE(restarted.Push(h, payload, TimePoint{}).ok());
+  }
+  // A damaged copy file is skipped: that learner fetches the fragment in full once.
+  const std::string file = env.dir + "/copies/learner-0-fragment-000.bin";
+  ASSERT_TRUE(std::filesystem::exists(file));
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(60);
+    f.put('\x7f');
+  }
+  SyncerCore restarted = env.Fresh();
+  ASSERT_TRUE(durable.Restore(restarted, TimePoint{}).ok());
+  EXPECT_EQ(durable.RestoreCopies(restarted), 0);
+  rejoin(restarted);
+  auto full = restarted.Pull(0, 0, 4);
+  ASSERT_TRUE(full.ok());
+  EXPECT_FALSE(full->not_modified);
+  EXPECT_FALSE(full->is_delta);
 }
 
 }  // namespace

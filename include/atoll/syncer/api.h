@@ -87,6 +87,7 @@ struct PullPayload {
   diloco::CodecOptions codec;
   std::vector<std::byte> bytes;     // encoded delta, or fp32 values of Φ
   uint64_t value_checksum = 0;      // of Φ at `version`
+  uint64_t incarnation = 0;         // of the syncer that answered
 };
 
 // Learner side of a pull: brings `copy` (Φ, held at `have_version`) to the payload's version —

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <span>
 #include <string>
@@ -229,6 +230,13 @@ class SyncerCore {
   void RestoreLearners(const std::map<int, LearnerRecord>& learners, TimePoint now);
   // Rounds closed in total, restored with the fragments.
   void set_rounds_closed(int64_t n) { rounds_closed_ = n; }
+  // Per-learner copies, for DurableState: the (learner, fragment) copies that changed since the
+  // last call (persistence bookkeeping, not state: hence const), a copy's version (-1: none), and
+  // restoring one after a restart (after RestoreFragment; InvalidArgument for a bad fragment, a
+  // wrong size, non-finite values or a version the fragment never had).
+  std::vector<std::pair<int, int>> TakeDirtyCopies() const;
+  int64_t learner_copy_version(int learner_id, int fragment) const;
+  Status RestoreCopy(int learner_id, int fragment, int64_t version, std::vector<float> values);
 
  private:
   struct Contribution {
@@ -292,6 +300,7 @@ class SyncerCore {
   std::vector<FragmentState> fragments_;
   std::map<int, LearnerRecord> learners_;
   std::map<std::pair<int, int>, LearnerCopy> copies_;  // (learner, fragment) → copy
+  mutable std::set<std::pair<int, int>> dirty_copies_;  // changed since TakeDirtyCopies
   RoundEstimates estimates_;
   int64_t rounds_closed_ = 0;
   int64_t rounds_refused_ = 0;
