@@ -28,6 +28,15 @@ syncer::SyncerOptions Options(int H) {
   return o;
 }
 
+// A syncer core for the toy plan with every value of Θ⁰ = `init`.
+syncer::SyncerCore ToyCore(const diloco::FragmentPlan& plan, int H, float init) {
+  std::vector<std::vector<float>> values;
+  for (const auto& f : plan.fragments) values.emplace_back(static_cast<size_t>(f.numel), init);
+  auto core = syncer::SyncerCore::Create(Options(H), plan, values);
+  ATOLL_CHECK(core.ok());
+  return std::move(*core);
+}
+
 learner::AgentOptions AgentOpts(int id, int H, int P) {
   learner::AgentOptions a;
   a.run_id = "toy";
@@ -114,13 +123,9 @@ TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
 TEST(LearnerAgent, KeepsTrainingWhileTheSyncerIsUnreachableThenJoins) {
   const int H = 2, P = 2;
   auto plan = testing::ToyPlan(P);
-  std::vector<std::vector<float>> init;
-  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
-  auto core = syncer::SyncerCore::Create(Options(H), plan, init);
-  ASSERT_TRUE(core.ok());
   SimClock clock;
   ClockThread participant(clock);  // this thread trains: time moves only while it waits too
-  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  syncer::SyncerLoop loop(ToyCore(plan, H, 0.5f), clock, nullptr);
   learner::ShapedSyncerApi link(loop, {}, clock);
   link.SetPartitioned(true);
   ToyLearner toy(7);
@@ -147,13 +152,9 @@ TEST(LearnerAgent, KeepsTrainingWhileTheSyncerIsUnreachableThenJoins) {
 TEST(LearnerAgent, APartitionShorterThanTheLearnerTimeoutCostsNoTokens) {
   const int H = 4, P = 4, kTokens = 100;
   auto plan = testing::ToyPlan(P);
-  std::vector<std::vector<float>> init;
-  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
-  auto core = syncer::SyncerCore::Create(Options(H), plan, init);
-  ASSERT_TRUE(core.ok());
   SimClock clock;
   ClockThread participant(clock);
-  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  syncer::SyncerLoop loop(ToyCore(plan, H, 0.5f), clock, nullptr);
   learner::ShapedSyncerApi link(loop, {}, clock);
   ToyLearner toy(3);
   learner::LearnerAgent agent(AgentOpts(0, H, P), plan, toy.Views(), link, clock);

@@ -270,18 +270,23 @@ std::string MakeCertificates() {
   return dir;
 }
 
-TEST(GrpcTransport, TlsChannelWithTokenOnEveryCall) {
-  const std::string certs = MakeCertificates();
-  auto plan = testing::ToyPlan(2);
+// The syncer core behind the TLS tests: the toy plan at zero.
+syncer::SyncerCore TlsTestCore(const diloco::FragmentPlan& plan) {
   std::vector<std::vector<float>> init;
   for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
   syncer::SyncerOptions o;
   o.run_id = "grpc";
   o.H = 2;
   auto core = syncer::SyncerCore::Create(o, plan, init);
-  ASSERT_TRUE(core.ok());
+  ATOLL_CHECK(core.ok());
+  return std::move(*core);
+}
+
+TEST(GrpcTransport, TlsChannelWithTokenOnEveryCall) {
+  const std::string certs = MakeCertificates();
+  auto plan = testing::ToyPlan(2);
   RealClock clock;
-  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  syncer::SyncerLoop loop(TlsTestCore(plan), clock, nullptr);
   transport::ServerOptions so;
   so.token = "tls-secret";
   so.tls = {true, certs + "/server.pem", certs + "/server.key", "", "", ""};
@@ -324,15 +329,8 @@ TEST(GrpcTransport, TlsChannelWithTokenOnEveryCall) {
 TEST(GrpcTransport, MutualTlsRefusesLearnersWithoutACertificateFromTheClientCa) {
   const std::string certs = MakeCertificates();
   auto plan = testing::ToyPlan(2);
-  std::vector<std::vector<float>> init;
-  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
-  syncer::SyncerOptions o;
-  o.run_id = "grpc";
-  o.H = 2;
-  auto core = syncer::SyncerCore::Create(o, plan, init);
-  ASSERT_TRUE(core.ok());
   RealClock clock;
-  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  syncer::SyncerLoop loop(TlsTestCore(plan), clock, nullptr);
   transport::ServerOptions so;
   so.token = "tls-secret";
   so.tls.enabled = true;
