@@ -251,19 +251,7 @@ Status LearnerAgent::JoinAndCatchUp() {
     }
   }
   ATOLL_ASSIGN_OR_RETURN(auto reply, api_.Join(req));
-  if (static_cast<int>(reply.versions.size()) != plan_.num_fragments() ||
-      reply.fragment_numel.size() != reply.versions.size()) {
-    return FailedPreconditionError("plan mismatch: syncer has " + std::to_string(reply.versions.size()) +
-                                   " fragments, this learner " + std::to_string(plan_.num_fragments()));
-  }
-  for (int p = 0; p < plan_.num_fragments(); ++p) {
-    if (reply.fragment_numel[static_cast<size_t>(p)] != plan_.fragments[static_cast<size_t>(p)].numel) {
-      return FailedPreconditionError("plan mismatch at fragment " + std::to_string(p) +
-                                     ": syncer " + std::to_string(reply.fragment_numel[static_cast<size_t>(p)]) +
-                                     " values, learner " + std::to_string(plan_.fragments[static_cast<size_t>(p)].numel) +
-                                     " (same --fragments and --plan on both?)");
-    }
-  }
+  ATOLL_RETURN_IF_ERROR(CheckPlan(reply));
   if (reply.uplink.encoding != options_.uplink.encoding || reply.uplink.block_size != options_.uplink.block_size) {
     options_.uplink = reply.uplink;  // the syncer's run settings win
   }
@@ -283,9 +271,35 @@ Status LearnerAgent::JoinAndCatchUp() {
     have_[p] = reply.versions[p];
   }
   initial_.clear();
+  ATOLL_RETURN_IF_ERROR(CatchUp(reply.versions, rejoin_in_process));
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.joined = true;
+  need_rejoin_ = false;
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status LearnerAgent::CheckPlan(const syncer::JoinReplyData& reply) const {
+  if (static_cast<int>(reply.versions.size()) != plan_.num_fragments() ||
+      reply.fragment_numel.size() != reply.versions.size()) {
+    return FailedPreconditionError("plan mismatch: syncer has " + std::to_string(reply.versions.size()) +
+                                   " fragments, this learner " + std::to_string(plan_.num_fragments()));
+  }
+  for (int p = 0; p < plan_.num_fragments(); ++p) {
+    if (reply.fragment_numel[static_cast<size_t>(p)] != plan_.fragments[static_cast<size_t>(p)].numel) {
+      return FailedPreconditionError("plan mismatch at fragment " + std::to_string(p) +
+                                     ": syncer " + std::to_string(reply.fragment_numel[static_cast<size_t>(p)]) +
+                                     " values, learner " + std::to_string(plan_.fragments[static_cast<size_t>(p)].numel) +
+                                     " (same --fragments and --plan on both?)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status LearnerAgent::CatchUp(const std::vector<int64_t>& versions, bool rejoin_in_process) {
   // Fragment-level catch-up: only fragments whose version differs from what we hold.
   for (int p = 0; options_.exchange_fragments && p < plan_.num_fragments(); ++p) {
-    if (have_[static_cast<size_t>(p)] == reply.versions[static_cast<size_t>(p)]) continue;
+    if (have_[static_cast<size_t>(p)] == versions[static_cast<size_t>(p)]) continue;
     // A rejoin within this process (after a partition or a syncer restart) keeps the local
     // progress: only Φ_p is refreshed, and the next push of p carries that progress — unless the
     // version holds a push we await, which is then applied as its merge (its steps are not sent
@@ -296,7 +310,7 @@ Status LearnerAgent::JoinAndCatchUp() {
       purpose = PullPurpose::kRefresh;
       std::lock_guard<std::mutex> lock(mu_);
       auto it = awaiting_.find(p);
-      if (it != awaiting_.end() && it->second.merged_version <= reply.versions[static_cast<size_t>(p)]) {
+      if (it != awaiting_.end() && it->second.merged_version <= versions[static_cast<size_t>(p)]) {
         purpose = PullPurpose::kAwaited;
         awaited = it->second;
       }
@@ -306,10 +320,6 @@ Status LearnerAgent::JoinAndCatchUp() {
     std::lock_guard<std::mutex> lock(mu_);
     counters_.catchup_fragments += 1;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  counters_.joined = true;
-  need_rejoin_ = false;
-  cv_.notify_all();
   return Status::Ok();
 }
 

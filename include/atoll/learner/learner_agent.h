@@ -145,6 +145,10 @@ class LearnerAgent {
   void ExchangeLoop();
   void HeartbeatLoop();
   Status JoinAndCatchUp();
+  // The syncer's fragment plan is this learner's (FailedPrecondition naming the difference).
+  Status CheckPlan(const syncer::JoinReplyData& reply) const;
+  // Pulls every fragment whose version differs from `versions` (a rejoin keeps local progress).
+  Status CatchUp(const std::vector<int64_t>& versions, bool rejoin_in_process);
   Status PushOne(PushJob& job);
   // Pulls fragment p; on a newer version updates Φ_p. kCatchUp queues it for the training thread
   // at once; kAwaited queues it once it holds the learner's push (`awaited`); kRefresh only
