@@ -251,15 +251,16 @@ class SyncerProcess {
                       {"rounds_refused", sc.rounds_refused()}});
       return;
     }
+    // The accounting counters this round moved (tokens merged, rounds joined per learner) are part
+    // of the committed state: a restart must not forget merged work. Written just before Θ_p: a
+    // crash in between counts a round that is then not in Θ_p, whose learners send that work again
+    // (at least once, never lost).
+    if (Status st = durable_->SaveLearners(sc); !st.ok()) {
+      std::fprintf(stderr, "syncer: warning: cannot persist the learner table: %s\n", st.ToString().c_str());
+    }
     if (Status st = durable_->SaveFragment(sc, r.fragment); !st.ok()) {
       std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
       std::abort();  // never publish a version that is not durable
-    }
-    // The accounting counters this round moved (tokens merged, rounds joined per learner) are part
-    // of the committed state: a restart must not forget merged work. Written after Θ_p, so a
-    // crash in between can only under-count one round, never claim a merge that did not happen.
-    if (Status st = durable_->SaveLearners(sc); !st.ok()) {
-      std::fprintf(stderr, "syncer: warning: cannot persist the learner table: %s\n", st.ToString().c_str());
     }
     // The learners' copies pulled since the last commit: a restart then resumes with deltas.
     if (Status st = durable_->SaveCopies(sc); !st.ok()) {
