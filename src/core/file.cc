@@ -30,7 +30,8 @@ Status WriteAll(int fd, const std::byte* data, size_t size, const std::string& p
 
 }  // namespace
 
-Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes) {
+Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes, Durability durability) {
+  const bool sync = durability == Durability::kSync;
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -47,7 +48,7 @@ Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes
     return transient ? UnavailableError(std::move(msg)) : InternalError(std::move(msg));
   }
   Status st = WriteAll(fd, bytes.data(), bytes.size(), tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = InternalError("fsync " + tmp + ": " + ErrnoText(errno));
+  if (st.ok() && sync && ::fsync(fd) != 0) st = InternalError("fsync " + tmp + ": " + ErrnoText(errno));
   if (::fchmod(fd, 0644) != 0 && st.ok()) st = InternalError("chmod " + tmp + ": " + ErrnoText(errno));
   if (::close(fd) != 0 && st.ok()) st = InternalError("close " + tmp + ": " + ErrnoText(errno));
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -57,7 +58,7 @@ Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes
     ::unlink(tmp.c_str());
     return st;
   }
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  int dfd = sync ? ::open(dir.c_str(), O_RDONLY | O_DIRECTORY) : -1;
   if (dfd >= 0) {
     ::fsync(dfd);  // best effort: some file systems refuse fsync on folders
     ::close(dfd);

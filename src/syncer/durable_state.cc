@@ -110,7 +110,9 @@ Status DurableState::SaveCopies(const SyncerCore& core) {
     std::vector<std::byte> buf(sizeof(h) + values.size() * sizeof(float));
     std::memcpy(buf.data(), &h, sizeof(h));
     std::memcpy(buf.data() + sizeof(h), values.data(), values.size() * sizeof(float));
-    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(CopyPath(learner, fragment), buf));
+    // No fsync: a copy is a cache verified by its checksum and the learner's at rejoin, and this
+    // runs on the syncer's loop thread at every commit.
+    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(CopyPath(learner, fragment), buf, Durability::kNoSync));
   }
   return Status::Ok();
 }

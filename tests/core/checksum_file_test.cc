@@ -45,6 +45,12 @@ TEST(File, AtomicWriteReplacesAndLeavesNoTemp) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   // Writing into a folder that does not exist fails cleanly.
   EXPECT_FALSE(WriteFileAtomic((dir / "no" / "such" / "f").string(), std::string_view("x")).ok());
+  // Without fsync (caches): the same replace-by-rename, nothing left behind.
+  const std::string cache = "cache bytes";
+  ASSERT_TRUE(WriteFileAtomic(path, std::as_bytes(std::span<const char>(cache.data(), cache.size())),
+                              Durability::kNoSync).ok());
+  EXPECT_EQ(*ReadFile(path), cache);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
   std::filesystem::remove_all(dir);
 }
 

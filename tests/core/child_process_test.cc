@@ -1,12 +1,12 @@
 // ChildProcess: exit codes, logs, bounded waits that escalate SIGTERM → SIGKILL, process groups.
 #include "atoll/core/child_process.h"
 
+#include "atoll/core/file.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace atl {
 namespace {
@@ -18,10 +18,8 @@ std::string TempLog(const std::string& name) {
 }
 
 std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto text = ReadFile(path);
+  return text.ok() ? *text : std::string();
 }
 
 TEST(ChildProcess, ReportsTheExitCodeAndAppendsOutputToTheLog) {

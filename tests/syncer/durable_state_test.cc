@@ -35,6 +35,13 @@ struct Env {
     ATOLL_CHECK(c.ok());
     return std::move(*c);
   }
+  // Learner 0 pushes `values` (fp32) for fragment 0 against `base`.
+  static Status Push(SyncerCore& core, int64_t base, const std::vector<float>& values) {
+    std::vector<std::byte> payload(values.size() * 4);
+    std::memcpy(payload.data(), values.data(), payload.size());
+    PushHeaderData h{0, 0, base, 100, 2, diloco::Encoding::kFp32, 64, static_cast<int64_t>(values.size()), 0};
+    return core.Push(h, payload, TimePoint{}).status();
+  }
   // Joins learner 0 and runs `rounds` rounds of fragment 0.
   void Train(SyncerCore& core, int rounds, DurableState* durable) {
     ManualClock clock;
@@ -45,11 +52,7 @@ struct Env {
       auto pulled = core.Pull(0, 0, have);
       ATOLL_CHECK(pulled.ok());
       have = pulled->version;
-      std::vector<float> delta(static_cast<size_t>(plan.fragments[0].numel), 0.01f * (i + 1));
-      std::vector<std::byte> payload(delta.size() * 4);
-      std::memcpy(payload.data(), delta.data(), payload.size());
-      PushHeaderData h{0, 0, have, 100, 2, diloco::Encoding::kFp32, 64, static_cast<int64_t>(delta.size()), 0};
-      ATOLL_CHECK(core.Push(h, payload, clock.Now()).ok());
+      ATOLL_CHECK(Push(core, have, std::vector<float>(static_cast<size_t>(plan.fragments[0].numel), 0.01f * (i + 1))).ok());
       for (const auto& rep : core.Poll(clock.Now(), clock)) {
         if (durable) ATOLL_CHECK(durable->SaveFragment(core, rep.fragment).ok());
       }
@@ -145,10 +148,7 @@ TEST(DurableState, RestoredCopiesLetALearnerResumeWithDeltasAndDamagedOnesAreSki
   {  // one more round with uneven values, so that the int4 delta below is not exact
     std::vector<float> local(static_cast<size_t>(env.plan.fragments[0].numel));
     for (size_t i = 0; i < local.size(); ++i) local[i] = 0.3f * std::sin(0.7f * static_cast<float>(i));
-    std::vector<std::byte> payload(local.size() * 4);
-    std::memcpy(payload.data(), local.data(), payload.size());
-    PushHeaderData h{0, 0, 2, 100, 2, diloco::Encoding::kFp32, 64, static_cast<int64_t>(local.size()), 0};
-    ASSERT_TRUE(core.Push(h, payload, TimePoint{}).ok());
+    ASSERT_TRUE(Env::Push(core, 2, local).ok());
     ManualClock clock;
     for (const auto& rep : core.Poll(TimePoint{}, clock)) ASSERT_TRUE(durable.SaveFragment(core, rep.fragment).ok());
   }
@@ -177,11 +177,7 @@ TEST(DurableState, RestoredCopiesLetALearnerResumeWithDeltasAndDamagedOnesAreSki
     auto again = restarted.Pull(0, 0, 4);
     ASSERT_TRUE(again.ok());
     EXPECT_TRUE(again->not_modified);
-    std::vector<float> delta(learner_phi.size(), 0.01f);
-    std::vector<std::byte> payload(delta.size() * 4);
-    std::memcpy(payload.data(), delta.data(), payload.size());
-    PushHeaderData h{0, 0, 4, 100, 2, diloco::Encoding::kFp32, 64, static_cast<int64_t>(delta.size()), 0};
-    EXPECT_TRUE(restarted.Push(h, payload, TimePoint{}).ok());
+    EXPECT_TRUE(Env::Push(restarted, 4, std::vector<float>(learner_phi.size(), 0.01f)).ok());
   }
   // A damaged copy file is skipped: that learner fetches the fragment in full once.
   const std::string file = env.dir + "/copies/learner-0-fragment-000.bin";

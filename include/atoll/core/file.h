@@ -18,7 +18,11 @@ namespace atl {
 
 // Errors are Internal, except Unavailable when the temp file cannot be created for a transient
 // reason (EMFILE/ENFILE: out of file descriptors; EINTR, EAGAIN), which a caller may retry.
-Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes);
+// Durability::kNoSync skips both fsyncs: still never torn (the rename is atomic), but a power
+// loss may keep the old file — for caches whose readers verify what they read.
+enum class Durability { kSync, kNoSync };
+Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes,
+                       Durability durability = Durability::kSync);
 Status WriteFileAtomic(const std::string& path, std::string_view text);
 
 // Reads a whole file. NotFound when absent; DataLoss/Internal on read errors.
