@@ -261,7 +261,7 @@ Status LearnerAgent::JoinAndCatchUp() {
     rejoin_in_process = counters_.joins > 0;
     counters_.learner_id = reply.learner_id;
     counters_.joins += 1;
-    if (incarnation_ != 0 && reply.incarnation != incarnation_) ForgetUncommittedPushesLocked(reply.versions);
+    if (incarnation_ != 0 && reply.incarnation != incarnation_) ForgetUncommittedPushesLocked(reply);
     incarnation_ = reply.incarnation;
   }
   // Fragments the syncer matched bit for bit: held at the current version without a fetch.
@@ -305,7 +305,7 @@ Status LearnerAgent::CatchUp(const std::vector<int64_t>& versions, bool rejoin_i
     // version holds a push we await, which is then applied as its merge (its steps are not sent
     // twice). A fresh process has no progress to keep and takes Θ_p.
     PullPurpose purpose = PullPurpose::kCatchUp;
-    Awaited awaited{0, 0};
+    Awaited awaited{0, 0, 0};
     if (rejoin_in_process && options_.keep_progress) {
       purpose = PullPurpose::kRefresh;
       std::lock_guard<std::mutex> lock(mu_);
@@ -323,13 +323,25 @@ Status LearnerAgent::CatchUp(const std::vector<int64_t>& versions, bool rejoin_i
   return Status::Ok();
 }
 
-void LearnerAgent::ForgetUncommittedPushesLocked(const std::vector<int64_t>& versions) {
+void LearnerAgent::ForgetUncommittedPushesLocked(const syncer::JoinReplyData& reply) {
   // The syncer restarted from its last commit: a push whose round it had not committed is gone.
   // The learner still holds that work (its parameters and counters move on only when a merge of
   // its push is applied), so forgetting the wait makes the next push of the fragment carry it.
+  // Committed or not is what the syncer says it merged of this learner — not the fragment's
+  // version, which other learners' rounds may have moved past the promised one since the restart.
+  const bool said = reply.merged_versions.size() == reply.versions.size();
   for (auto it = awaiting_.begin(); it != awaiting_.end();) {
     const size_t p = static_cast<size_t>(it->first);
-    if (p < versions.size() && versions[p] < it->second.merged_version) {
+    const Awaited& a = it->second;
+    bool kept;
+    if (a.incarnation != 0 && a.incarnation == reply.incarnation) {
+      kept = true;  // accepted by the restarted syncer itself: in its open round
+    } else if (said) {
+      kept = reply.merged_versions[p] >= a.merged_version;
+    } else {
+      kept = p >= reply.versions.size() || reply.versions[p] >= a.merged_version;
+    }
+    if (!kept) {
       counters_.pushes_repeated += 1;
       it = awaiting_.erase(it);
     } else {
@@ -413,13 +425,14 @@ Status LearnerAgent::PushOne(PushJob& job) {
   }
   counters_.pushes += 1;
   counters_.payload_bytes_up += static_cast<int64_t>(payload.size());
+  if (r->incarnation != 0 && r->incarnation != incarnation_) need_rejoin_ = true;  // the syncer restarted
   if (counters_.first_contribution_s < 0) counters_.first_contribution_s = ToSeconds(clock_.Now() - started_);
   // diloco: applied at the barrier right after the send; decoupled: τ steps later.
   const int64_t due = options_.schedule.DueStep(job.step);
   // A push while an earlier one of the same fragment is still awaited keeps the earlier target:
   // if rounds take longer than H steps, each merge is still applied when it arrives (waiting for
   // the newest push's version every time would never apply anything).
-  auto [it, fresh] = awaiting_.try_emplace(job.fragment, Awaited{due, r->merged_version});
+  auto [it, fresh] = awaiting_.try_emplace(job.fragment, Awaited{due, r->merged_version, r->incarnation});
   if (!fresh) it->second.merged_version = std::min(it->second.merged_version, r->merged_version);
   return Status::Ok();
 }

@@ -173,7 +173,8 @@ Status DurableState::SaveLearners(const SyncerCore& core) {
                     {"step", l.step}, {"tokens", l.tokens}, {"bytes_up", l.bytes_up},
                     {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
                     {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
-                    {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged}});
+                    {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
+                    {"merged_versions", l.merged_versions}});
   }
   return WriteJsonWithChecksum(dir_ + "/learners.json",
                               {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
@@ -256,6 +257,7 @@ void DurableState::ReadLearnerRows(const nlohmann::json& lj, std::map<int, Learn
       l.rounds_joined = r.value("rounds_joined", int64_t{0});
       l.late_folded = r.value("late_folded", int64_t{0});
       l.tokens_merged = r.value("tokens_merged", 0.0);
+      l.merged_versions = r.value("merged_versions", std::vector<int64_t>{});
       if (l.id >= 0) table[l.id] = l;
     }
 }

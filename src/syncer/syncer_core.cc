@@ -134,6 +134,8 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   reply.downlink = options_.downlink;
   reply.incarnation = options_.incarnation;
   reply.fragment_matched = MatchCopies(id, r.fragment_checksums);
+  reply.merged_versions = l.merged_versions;
+  reply.merged_versions.resize(fragments_.size(), -1);
   return reply;
 }
 
@@ -357,6 +359,7 @@ PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeade
   PushResult result;
   result.round = f.round;
   result.merged_version = f.version + 1;
+  result.incarnation = options_.incarnation;
   if (h.base_version < f.version) {
     l.late_folded += 1;
     result.note = fmt::format("computed against version {}, folded into round {} (current version {})",
@@ -459,6 +462,8 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
     if (it == learners_.end()) continue;
     it->second.rounds_joined += 1;
     it->second.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
+    it->second.merged_versions.resize(fragments_.size(), -1);
+    it->second.merged_versions[static_cast<size_t>(p)] = f.version;
   }
   f.pending.clear();
   f.opened_at.reset();
@@ -618,6 +623,13 @@ void SyncerCore::RestoreLearners(const std::map<int, LearnerRecord>& learners, T
     LearnerRecord r = l;
     r.last_seen = now;
     if (r.state != LearnerState::kDone) r.state = LearnerState::kJoining;
+    // The table is written just before the fragments at a commit: a kill between the two leaves
+    // a merge recorded here for a version the restored fragment never reached. That push is not
+    // in Θ, so it must not count as merged for the learner's rejoin (it is pushed again).
+    r.merged_versions.resize(fragments_.size(), -1);
+    for (size_t p = 0; p < fragments_.size(); ++p) {
+      if (r.merged_versions[p] > fragments_[p].version) r.merged_versions[p] = -1;
+    }
     learners_[id] = r;
   }
 }

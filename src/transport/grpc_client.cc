@@ -154,7 +154,7 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
   bytes_sent_ += sent;
   if (!st.ok()) return FromGrpc(st, "push");
   bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
-  return syncer::PushResult{reply.round(), reply.merged_version(), reply.note()};
+  return syncer::PushResult{reply.round(), reply.merged_version(), reply.note(), reply.incarnation()};
 }
 
 StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragment,

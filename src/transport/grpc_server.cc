@@ -114,6 +114,7 @@ class Service final : public Syncer::Service {
     reply->set_round(out->round);
     reply->set_merged_version(out->merged_version);
     reply->set_note(out->note);
+    reply->set_incarnation(out->incarnation);
     return grpc::Status::OK;
   }
 

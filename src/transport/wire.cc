@@ -120,6 +120,7 @@ void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   out->set_mode(diloco::ModeName(r.mode));
   out->set_incarnation(r.incarnation);
   for (bool m : r.fragment_matched) out->add_fragment_matched(m);
+  for (int64_t v : r.merged_versions) out->add_merged_versions(v);
 }
 
 StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
@@ -134,6 +135,7 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   d.mode = *mode;
   d.incarnation = r.incarnation();
   d.fragment_matched.assign(r.fragment_matched().begin(), r.fragment_matched().end());
+  d.merged_versions.assign(r.merged_versions().begin(), r.merged_versions().end());
   auto up = diloco::ParseEncoding(r.uplink_encoding());
   auto down = diloco::ParseEncoding(r.downlink_encoding());
   if (!up.ok() || !down.ok()) return InvalidArgumentError("join reply: unknown encoding");

@@ -79,9 +79,29 @@ TEST(DurableState, RestoreGivesBackTheCommittedState) {
   EXPECT_EQ(restarted.rounds_closed(), 5);
   EXPECT_EQ(exchange::ValuesChecksum(restarted.theta(0)), theta_sum);
   EXPECT_EQ(restarted.learners().at(0).rounds_joined, 5);
+  // What each learner had merged, for its rejoin: fragment 0 at version 5, the others never.
+  EXPECT_EQ(restarted.learners().at(0).merged_versions, (std::vector<int64_t>{5, -1, -1}));
   // Versions continue from the last committed round.
   env.Train(restarted, 1, nullptr);
   EXPECT_EQ(restarted.version(0), 6);
+}
+
+TEST(DurableState, AMergeTheTableRecordsButTheFragmentFileMissesIsNotClaimedAtRestart) {
+  Env env;
+  SyncerCore core = env.Fresh();
+  DurableState durable(env.dir);
+  ASSERT_TRUE(durable.SaveAll(core).ok());
+  env.Train(core, 2, &durable);
+  // Killed between the two writes of a commit: the table (written first) holds round 3, the
+  // fragment file still round 2.
+  env.Train(core, 1, nullptr);
+  ASSERT_TRUE(durable.SaveLearners(core).ok());
+  ASSERT_EQ(core.learners().at(0).merged_versions[0], 3);
+  SyncerCore restarted = env.Fresh();
+  ASSERT_TRUE(durable.Restore(restarted, TimePoint{}).ok());
+  EXPECT_EQ(restarted.version(0), 2);
+  // Version 3 never existed for the restarted syncer: the learner must push that work again.
+  EXPECT_EQ(restarted.learners().at(0).merged_versions[0], -1);
 }
 
 TEST(DurableState, CorruptionIsDetectedWithAClearErrorAndNothingChanges) {

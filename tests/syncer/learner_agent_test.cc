@@ -7,9 +7,13 @@
 
 #include "atoll/core/sim_clock.h"
 
+#include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <unistd.h>
 
 #include "atoll/exchange/fragment_exchange.h"
+#include "atoll/syncer/durable_state.h"
 #include "atoll/learner/wan_shaper.h"
 #include "toy_cluster.h"
 
@@ -175,6 +179,88 @@ TEST(LearnerAgent, APartitionShorterThanTheLearnerTimeoutCostsNoTokens) {
   const double merged = loop.Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0).tokens_merged; });
   EXPECT_DOUBLE_EQ(merged, 60.0 * kTokens);  // every token trained is merged once
   agent.Stop();
+}
+
+// Forwards to whichever syncer is current: a syncer process replaced by a restarted one.
+class SwitchableApi : public syncer::SyncerApi {
+ public:
+  explicit SwitchableApi(syncer::SyncerApi* to) : to_(to) {}
+  void Switch(syncer::SyncerApi* to) { to_ = to; }
+  StatusOr<syncer::JoinReplyData> Join(const syncer::JoinRequestData& r) override { return to_.load()->Join(r); }
+  StatusOr<syncer::HeartbeatReplyData> Heartbeat(int id, const syncer::LearnerProgress& p) override {
+    return to_.load()->Heartbeat(id, p);
+  }
+  StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& h, std::span<const std::byte> b) override {
+    return to_.load()->Push(h, b);
+  }
+  StatusOr<syncer::PullPayload> Pull(int id, int p, int64_t have, double wait) override {
+    return to_.load()->Pull(id, p, have, wait);
+  }
+  Status Leave(int id) override { return to_.load()->Leave(id); }
+
+ private:
+  std::atomic<syncer::SyncerApi*> to_;
+};
+
+TEST(LearnerAgent, APushTheKilledSyncerNeverCommittedIsPushedAgainEvenIfOthersMovedTheVersionOn) {
+  const int H = 2, P = 2;
+  auto plan = testing::ToyPlan(P);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("atoll_agent_restart_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  syncer::DurableState durable(dir);
+  SimClock clock;
+  ClockThread participant(clock);
+  // Syncer A waits for two learners per round, and only learner 0 ever pushes to it: its rounds
+  // stay open, so A dies holding learner 0's pushes uncommitted (what a kill mid-round does).
+  auto options = Options(H);
+  options.round.quorum = 2;
+  options.incarnation = 1;
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
+  auto a_core = syncer::SyncerCore::Create(options, plan, init);
+  ASSERT_TRUE(a_core.ok());
+  ASSERT_TRUE(durable.SaveAll(*a_core).ok());
+  auto a = std::make_unique<syncer::SyncerLoop>(std::move(*a_core), clock, nullptr);
+  SwitchableApi current(a.get());
+  learner::ShapedSyncerApi link(current, {}, clock);
+  ToyLearner toy0(3);
+  learner::LearnerAgent agent0(AgentOpts(0, H, P), plan, toy0.Views(), link, clock);
+  ASSERT_TRUE(agent0.Start().ok());
+  testing::TrainToy(toy0, agent0, 6, 200, clock, 0);
+  ASSERT_GE(agent0.counters().pushes, P);  // every fragment pushed, none merged
+  // A is killed; B starts from A's committed state (version 0 everywhere). Before learner 0 is
+  // back, learner 1 moves every fragment to version 1 — the version A had promised learner 0.
+  link.SetPartitioned(true);
+  options.round.quorum = 1;
+  options.incarnation = 2;
+  auto b_core = syncer::SyncerCore::Create(options, plan, init);
+  ASSERT_TRUE(b_core.ok());
+  ASSERT_TRUE(durable.Restore(*b_core, clock.Now()).ok());
+  syncer::SyncerLoop b(std::move(*b_core), clock, nullptr);
+  current.Switch(&b);
+  a.reset();
+  {
+    ToyLearner toy1(4);
+    learner::LearnerAgent agent1(AgentOpts(1, H, P), plan, toy1.Views(), b, clock);
+    ASSERT_TRUE(agent1.Start().ok());
+    testing::TrainToy(toy1, agent1, 2, 200, clock, 0);
+    agent1.FlushAll(2, 10.0);
+    agent1.Stop();
+  }
+  const auto versions = b.Call([](syncer::SyncerCore& c, TimePoint) { return c.versions(); });
+  for (int64_t v : versions) ASSERT_GE(v, 1);
+  // Learner 0 reaches B: its pushes were never merged, whatever B's versions say.
+  link.SetPartitioned(false);
+  testing::TrainToy(toy0, agent0, 14, 200, clock, 6);
+  agent0.FlushAll(20, 10.0);
+  clock.SleepFor(FromSeconds(10));
+  const auto c = agent0.counters();
+  EXPECT_GE(c.pushes_repeated, 1);
+  const double merged = b.Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0).tokens_merged; });
+  EXPECT_DOUBLE_EQ(merged, 20.0 * 100);  // every token learner 0 trained is merged, once
+  agent0.Stop();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LearnerAgent, RefusedForAWrongModelSaysWhy) {

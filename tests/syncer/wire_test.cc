@@ -101,6 +101,7 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   r.downlink = {diloco::Encoding::kInt8, 256};
   r.incarnation = 77;
   r.fragment_matched = {true, false};
+  r.merged_versions = {3, -1};
   atl::v1::JoinReply msg;
   FillJoinReply(r, &msg);
   auto d = ParseJoinReply(msg);
@@ -116,6 +117,7 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   EXPECT_EQ(d->downlink.block_size, 256);
   EXPECT_EQ(d->incarnation, 77u);
   EXPECT_EQ(d->fragment_matched, r.fragment_matched);
+  EXPECT_EQ(d->merged_versions, r.merged_versions);
 
   auto bad = msg;
   bad.set_mode("federated");

@@ -126,6 +126,7 @@ class LearnerAgent {
   struct Awaited {
     int64_t due_step;
     int64_t merged_version;      // the version that includes the push
+    uint64_t incarnation;        // of the syncer process that accepted the push (0: not said)
   };
   // What a pulled version is for.
   enum class PullPurpose { kCatchUp, kAwaited, kRefresh };
@@ -153,11 +154,11 @@ class LearnerAgent {
   // Pulls fragment p; on a newer version updates Φ_p. kCatchUp queues it for the training thread
   // at once; kAwaited queues it once it holds the learner's push (`awaited`); kRefresh only
   // refreshes Φ_p (a re-push follows; local progress is kept).
-  Status PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited = {0, 0});
+  Status PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited = {0, 0, 0});
   void Backoff(double& delay_s);
   // After a syncer restart (new incarnation; `versions` are its committed versions): stops
   // waiting for merges of pushes it never committed, so their work goes out again (mu_ held).
-  void ForgetUncommittedPushesLocked(const std::vector<int64_t>& versions);
+  void ForgetUncommittedPushesLocked(const syncer::JoinReplyData& reply);
 
   AgentOptions options_;
   diloco::FragmentPlan plan_;

@@ -53,6 +53,9 @@ struct JoinReplyData {
   diloco::CodecOptions uplink, downlink;
   uint64_t incarnation = 0;
   std::vector<bool> fragment_matched;  // the learner already holds Θ_p at versions[p]
+  // Per fragment, the newest version that merged a push of this learner (-1: none); empty from a
+  // syncer that does not say.
+  std::vector<int64_t> merged_versions;
 };
 
 struct HeartbeatReplyData {
@@ -76,6 +79,7 @@ struct PushResult {
   int64_t round = 0;
   int64_t merged_version = 0;  // the version of the fragment that will include this push
   std::string note;
+  uint64_t incarnation = 0;    // of the syncer that accepted it (0: not said)
 };
 
 struct PullPayload {

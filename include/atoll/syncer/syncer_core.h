@@ -132,6 +132,10 @@ struct LearnerRecord {
   // updates all P fragments, and each fragment's contribution counts it once).
   double tokens_merged = 0;
   double tokens_per_step = 0;             // c_tokens / c_steps of its pushes (EMA): a full round's size
+  // Per fragment, the newest committed version that merged a push of this learner (-1: none yet).
+  // A learner that rejoins a restarted syncer compares it with the version it was promised, to
+  // tell a push the old process committed from one it lost.
+  std::vector<int64_t> merged_versions;
 };
 
 
@@ -227,6 +231,7 @@ class SyncerCore {
   // InvalidArgument when sizes differ from the plan or values are not finite.
   Status RestoreFragment(int fragment, FragmentSnapshot snapshot);
   // Restores accounting rows (last_seen is set to `now`, so restored learners get the timeout).
+  // Call after RestoreFragment: a merged version beyond its fragment's restored one is dropped.
   void RestoreLearners(const std::map<int, LearnerRecord>& learners, TimePoint now);
   // Rounds closed in total, restored with the fragments.
   void set_rounds_closed(int64_t n) { rounds_closed_ = n; }
