@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -50,6 +51,36 @@ void EnsureBlasEnvironmentOrReexec(int argc, char** argv) {
   // The environment must be set before the dynamic loader maps OpenBLAS: re-exec ourselves.
   ::execv("/proc/self/exe", argv);
   // execv failed (no /proc?): carry on; BLAS may run slower but results are correct.
+}
+
+std::optional<double> ProcessAgeFrom(std::string_view proc_stat, std::string_view proc_uptime, long ticks_per_second) {
+  // The command name (field 2) is in parentheses and may hold spaces or ')': fields resume after
+  // the last ')'. The start time is field 22, i.e. the 20th after it (field 3 is the first).
+  const size_t close = proc_stat.rfind(')');
+  if (close == std::string_view::npos || ticks_per_second <= 0) return std::nullopt;
+  std::istringstream fields{std::string(proc_stat.substr(close + 1))};
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {
+    if (!(fields >> field)) return std::nullopt;
+  }
+  char* end = nullptr;
+  const unsigned long long start_ticks = std::strtoull(field.c_str(), &end, 10);
+  if (end == field.c_str() || *end != '\0') return std::nullopt;
+  const std::string up_text(proc_uptime);
+  const double uptime = std::strtod(up_text.c_str(), &end);
+  if (end == up_text.c_str()) return std::nullopt;
+  const double age = uptime - static_cast<double>(start_ticks) / static_cast<double>(ticks_per_second);
+  return age >= -0.01 ? std::optional<double>(std::max(0.0, age)) : std::nullopt;
+}
+
+std::optional<double> ProcessAgeSeconds() {
+  auto slurp = [](const char* path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  return ProcessAgeFrom(slurp("/proc/self/stat"), slurp("/proc/uptime"), ::sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace atl

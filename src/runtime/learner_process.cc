@@ -9,6 +9,7 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
+#include "atoll/core/platform.h"
 #include "atoll/core/text.h"
 #include "atoll/learner/ddp_exchange.h"
 #include "atoll/learner/learner_agent.h"
@@ -67,12 +68,18 @@ class LearnerProcess {
  public:
   explicit LearnerProcess(const LearnerProcessOptions& opt)
       : opt_(opt), c_(Normalized(opt.config)), id_(opt.id), out_(opt.out_dir.empty() ? "." : opt.out_dir),
-        control_(opt.control_file), step_(opt.start_step) {}
+        control_(opt.control_file), step_(opt.start_step) {
+    // Restart → first contribution, in stages (issue 12): from the process's creation on.
+    const double now = UnixSeconds();
+    stage_mark_ = now - ProcessAgeSeconds().value_or(0.0);
+    Mark("load");  // exec, dynamic linking (libtorch), static initialisers, flags
+  }
 
   int Run() {
     if (int rc = Setup(); rc != 0) return rc;
     t_start_ = UnixSeconds();
     if (Status st = agent_->Start(); !st.ok()) return Fail(st, 2);
+    Mark("join");  // join and catch-up (bounded wait when the syncer is unreachable)
     std::printf("learner %d: %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id_,
                 diloco::ModeName(c_.mode), agent_->counters().joined ? "yes" : "not yet (training on; retrying)",
                 static_cast<long long>(opt_.start_step), static_cast<long long>(c_.steps),
@@ -107,18 +114,30 @@ class LearnerProcess {
     if (Status st = MakeDirs(out_); !st.ok()) return Fail(st, 1);
     auto manifest = model::EnsureDataPrepared(c_.data, nullptr);
     if (!manifest.ok()) return Fail(manifest.status(), 2);
+    Mark("data");
     auto topts = MakeTrainerOptions(c_, id_);
     if (!topts.ok()) return Fail(topts.status(), 2);
     topts->start_step = opt_.start_step;
     auto trainer = model::Trainer::Create(*topts);
     if (!trainer.ok()) return Fail(trainer.status(), 1);
     trainer_ = std::move(*trainer);
+    Mark("model");  // libtorch set-up, the model built and its data shard opened
     for (int i = 0; i < static_cast<int>(trainer_->tensors().size()); ++i) params_.push_back(trainer_->Parameter(i));
     auto plan = MakePlan(c_, trainer_->tensors());
     if (!plan.ok()) return Fail(plan.status(), 2);
     plan_ = std::move(*plan);
     if (int rc = Connect(); rc != 0) return rc;
-    return MakeAgent();
+    const int rc = MakeAgent();
+    Mark("connect");  // fragment plan, gRPC channel, agent
+    return rc;
+  }
+
+  // Records the seconds since the previous mark as stage `name`.
+  void Mark(const char* name) {
+    const double now = UnixSeconds();
+    startup_[name] = now - stage_mark_;
+    startup_["total"] = startup_.value("total", 0.0) + (now - stage_mark_);
+    stage_mark_ = now;
   }
 
   // gRPC client behind the WAN shaper: a no-op unless the run file or chaos sets bandwidth,
@@ -255,10 +274,13 @@ class LearnerProcess {
     metrics_.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id_}, {"step", step_},
                     {"tokens", tokens_total_}, {"step_tokens", s.tokens}, {"step_s", step_s}, {"loss", s.loss},
                     {"lr", s.lr}, {"tokens_per_s", ema_tps}, {"applied", applied}});
+    if (step_ == opt_.start_step + 1) Mark("first_step");
     if (!contributed_ && (agent_->counters().pushes > 0 || (ddp_ && applied > 0))) {
       contributed_ = true;  // for the rejoin latency: restart → first accepted contribution
+      Mark("first_push");  // until the syncer accepted a push (the step it is scheduled at)
       metrics_.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id_}, {"kind", "contributed"},
-                      {"step", step_}, {"after_start_s", agent_->counters().first_contribution_s}});
+                      {"step", step_}, {"after_start_s", agent_->counters().first_contribution_s},
+                      {"startup_s", startup_}});
     }
     if (step_ % 25 == 0 || step_ == c_.steps) {
       std::printf("learner %d: step %lld/%lld loss %.4f %.0f tok/s\n", id_, static_cast<long long>(step_),
@@ -297,7 +319,8 @@ class LearnerProcess {
         {"joins", k.joins}, {"catchup_fragments", k.catchup_fragments},
         {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
         {"pushes_repeated", k.pushes_repeated}, {"pushes_deferred", k.pushes_deferred},
-        {"first_contribution_s", k.first_contribution_s}, {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step}};
+        {"first_contribution_s", k.first_contribution_s}, {"startup_s", startup_},
+        {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step}};
     (void)WriteFileAtomic(out_ + "/learner-" + std::to_string(id_) + ".json", DumpJson(summary, 2));
     std::printf("learner %d: done, %lld steps, %.0f tok/s, %lld pushes\n", id_, static_cast<long long>(step_),
                 summary["tokens_per_second"].get<double>(), static_cast<long long>(k.pushes));
@@ -324,6 +347,8 @@ class LearnerProcess {
   double train_seconds_ = 0, wait_seconds_ = 0;
   int64_t step_ = 0, tokens_total_ = 0;
   bool contributed_ = false;
+  double stage_mark_ = 0;
+  nlohmann::json startup_ = nlohmann::json::object();  // stage → seconds, and "total"
 };
 
 }  // namespace

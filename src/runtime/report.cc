@@ -29,12 +29,28 @@ double Num(const nlohmann::json& j, const char* key, double fallback = 0) {
 }
 
 // [4.47105884552, null] → "4.5 s, none (no contribution after that restart)".
-std::string SecondsList(const nlohmann::json& list) {
+// "5.3 s (process load 4.2 s, then join 0.16 s, first step 0.39 s, first push 0.35 s)" per
+// restart; `stages` (same length, objects or null) may be empty.
+std::string SecondsList(const nlohmann::json& list, const nlohmann::json& stages) {
   std::string out;
-  for (const auto& v : list) {
+  for (size_t i = 0; i < list.size(); ++i) {
     if (!out.empty()) out += ", ";
-    out += v.is_number() ? fmt::format("{:.1f} s", v.get<double>())
-                         : std::string("none (no contribution after that restart)");
+    if (!list[i].is_number()) {
+      out += "none (no contribution after that restart)";
+      continue;
+    }
+    out += fmt::format("{:.1f} s", list[i].get<double>());
+    const nlohmann::json st = i < stages.size() ? stages[i] : nlohmann::json();
+    if (!st.is_object() || !st.contains("load")) continue;
+    out += fmt::format(" (process load {:.1f} s, then", Num(st, "load"));
+    const char* sep = " ";
+    for (const char* k : {"join", "first_step", "first_push"}) {
+      std::string label(k);
+      std::replace(label.begin(), label.end(), '_', ' ');
+      out += fmt::format("{}{} {:.2f} s", sep, label, Num(st, k));
+      sep = ", ";
+    }
+    out += ")";
   }
   return out;
 }
@@ -210,15 +226,21 @@ std::vector<nlohmann::json> ReadJsonl(const std::string& path) {
 namespace {
 
 // The event records of a run folder: every learner's steps and contributions, the syncer's rounds.
+// A learner process's first accepted contribution: when, and its start-up in stages.
+struct Contributed {
+  double t;
+  nlohmann::json startup_s;
+};
+
 std::vector<LearnerRecordOfRun> ReadLearnerRecords(const RunConfig& c, Cluster& cluster, const nlohmann::json& per,
-                                                   std::vector<std::vector<double>>& contributed_t) {
+                                                   std::vector<std::vector<Contributed>>& contributed) {
   std::vector<LearnerRecordOfRun> records(static_cast<size_t>(c.learners));
-  contributed_t.assign(static_cast<size_t>(c.learners), {});
+  contributed.assign(static_cast<size_t>(c.learners), {});
   for (int i = 0; i < c.learners; ++i) {
     auto& r = records[static_cast<size_t>(i)];
     for (const auto& l : ReadJsonl(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl")) {
       if (l.value("kind", "") == "contributed") {
-        contributed_t[static_cast<size_t>(i)].push_back(Num(l, "t"));
+        contributed[static_cast<size_t>(i)].push_back({Num(l, "t"), l.value("startup_s", nlohmann::json())});
       } else {
         r.steps.push_back({Num(l, "t"), Num(l, "step_s"), Num(l, "step_tokens")});
       }
@@ -237,23 +259,28 @@ std::map<int, std::vector<double>> ReadRoundCloses(const RunConfig& c) {
   return closes;
 }
 
-// Restart → first accepted contribution after it, per restart (null: none followed).
-nlohmann::json RejoinLatencies(const LearnerSlot& slot, const std::vector<double>& contributed_t, double t0) {
-  nlohmann::json rejoin = nlohmann::json::array();
+// Restart → first accepted contribution after it, per restart (null: none followed), into
+// row["restart_to_first_contribution_s"], and that process's start-up stages into
+// row["restart_startup_s"] (load, data, model, connect, join, first_step, first_push, total).
+void AddRejoinLatencies(const LearnerSlot& slot, const std::vector<Contributed>& contributed, double t0,
+                        nlohmann::json& row) {
+  nlohmann::json rejoin = nlohmann::json::array(), stages = nlohmann::json::array();
   for (double r : slot.restarted_at) {
     const double abs_r = t0 + r;
-    auto it = std::find_if(contributed_t.begin(), contributed_t.end(), [&](double t) { return t >= abs_r; });
-    rejoin.push_back(it == contributed_t.end() ? nlohmann::json(nullptr) : nlohmann::json(*it - abs_r));
+    auto it = std::find_if(contributed.begin(), contributed.end(), [&](const Contributed& x) { return x.t >= abs_r; });
+    rejoin.push_back(it == contributed.end() ? nlohmann::json(nullptr) : nlohmann::json(it->t - abs_r));
+    stages.push_back(it == contributed.end() ? nlohmann::json(nullptr) : it->startup_s);
   }
-  return rejoin;
+  row["restart_to_first_contribution_s"] = rejoin;
+  row["restart_startup_s"] = stages;
 }
 
 }  // namespace
 
 void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall, nlohmann::json& s) {
   nlohmann::json& per = s["per_learner"];
-  std::vector<std::vector<double>> contributed_t;
-  const RunAccounting run = AccountGoodput(ReadLearnerRecords(c, cluster, per, contributed_t));
+  std::vector<std::vector<Contributed>> contributed;
+  const RunAccounting run = AccountGoodput(ReadLearnerRecords(c, cluster, per, contributed));
   for (int i = 0; i < c.learners; ++i) {
     const LearnerAccounting& a = run.learners[static_cast<size_t>(i)];
     const LearnerSlot& slot = cluster.learners()[static_cast<size_t>(i)];
@@ -267,7 +294,7 @@ void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall,
     row["useful_seconds"] = a.useful_seconds;
     row["seconds_allocated"] = a.seconds_allocated;
     row["incarnations"] = slot.incarnations;
-    row["restart_to_first_contribution_s"] = RejoinLatencies(slot, contributed_t[static_cast<size_t>(i)], t0);
+    AddRejoinLatencies(slot, contributed[static_cast<size_t>(i)], t0, row);
   }
   s["training_window_seconds"] = std::max(1e-9, run.window_seconds());
   s["allocated_learner_seconds"] = run.allocated_seconds;
@@ -313,7 +340,9 @@ std::string FormatReport(const nlohmann::json& s) {
                      Num(l, "seconds_alive"), Num(l, "seconds_dead"), l.value("rounds_joined", 0),
                      Bytes(Num(l, "bytes_up")), Bytes(Num(l, "bytes_down")));
     const auto& rj = l.value("restart_to_first_contribution_s", nlohmann::json::array());
-    if (!rj.empty()) r += ", rejoin→contribution " + SecondsList(rj);
+    if (!rj.empty()) {
+      r += ", rejoin→contribution " + SecondsList(rj, l.value("restart_startup_s", nlohmann::json::array()));
+    }
     r += "\n";
   }
   return r;

@@ -43,6 +43,16 @@ TEST(Chaos, KilledLearnerRejoinsAndTheOthersNeverStall) {
   EXPECT_NEAR(l1["seconds_dead"].get<double>(), 3.0, 1.0);
   ASSERT_EQ(l1["restart_to_first_contribution_s"].size(), 1u);
   ASSERT_TRUE(l1["restart_to_first_contribution_s"][0].is_number()) << "the restarted learner never contributed again";
+  // Where the restart's time went, in stages that add up to the process's age at its first push.
+  const auto& stages = l1["restart_startup_s"][0];
+  double sum = 0;
+  for (const char* k : {"load", "data", "model", "connect", "join", "first_step", "first_push"}) {
+    ASSERT_TRUE(stages.contains(k)) << stages.dump();
+    EXPECT_GE(stages[k].get<double>(), 0.0) << k;
+    sum += stages[k].get<double>();
+  }
+  EXPECT_NEAR(sum, stages["total"].get<double>(), 1e-6);
+  EXPECT_GT(stages["load"].get<double>(), 0.0);
   EXPECT_GT(l1["tokens_lost"].get<double>(), 0);
   // The survivors kept stepping: no gap between two of their steps longer than the grace cap
   // (5 s) plus a generous allowance for process start-up noise on 2 cores.

@@ -96,5 +96,20 @@ TEST(Platform, OpenblasCoretypeFromFlags) {
   EXPECT_EQ(OpenblasCoretypeForFlags("avx2 fma avx512f"), "Haswell");
 }
 
+TEST(Platform, ProcessAgeFromProcFiles) {
+  // A command name with spaces and a ')' of its own; start time (field 22) 1000 ticks at 100/s.
+  const std::string stat = "4242 (atoll (x) y) S 1 4242 4242 0 -1 4194560 500 0 0 0 7 3 0 0 20 0 9 0 1000 123 456";
+  EXPECT_NEAR(*ProcessAgeFrom(stat, "12.50 30.00\n", 100), 2.5, 1e-9);
+  EXPECT_EQ(ProcessAgeFrom("garbage", "12.5 3", 100), std::nullopt);
+  EXPECT_EQ(ProcessAgeFrom("1 (a) S 1 2", "12.5 3", 100), std::nullopt);  // too few fields
+  EXPECT_EQ(ProcessAgeFrom(stat, "", 100), std::nullopt);
+  EXPECT_EQ(ProcessAgeFrom(stat, "5.0 1", 100), std::nullopt);  // started after "now"
+  EXPECT_EQ(ProcessAgeFrom(stat, "12.5 3", 0), std::nullopt);
+  // This process: alive, and younger than the machine.
+  auto age = ProcessAgeSeconds();
+  ASSERT_TRUE(age.has_value());
+  EXPECT_GE(*age, 0.0);
+}
+
 }  // namespace
 }  // namespace atl

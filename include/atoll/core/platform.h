@@ -6,6 +6,7 @@
 // that is already present is never overridden) and re-executes itself once with it set.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,5 +24,13 @@ std::string ReadCpuFlags();
 // unset (atoll sets torch's thread count explicitly). Returns normally when nothing needs doing
 // or re-exec is impossible. Marker variable ATOLL_LAUNCHED prevents loops.
 void EnsureBlasEnvironmentOrReexec(int argc, char** argv);
+
+// Seconds since this process was created (fork; exec does not reset it), from the process's
+// start time in /proc/self/stat and the system uptime in `proc_uptime` (/proc/uptime's text):
+// 10 ms resolution. Nullopt where /proc is missing or unreadable.
+std::optional<double> ProcessAgeSeconds();
+// The parsing behind it, for tests: the text of /proc/<pid>/stat and /proc/uptime, and the
+// clock ticks per second. Nullopt on malformed input.
+std::optional<double> ProcessAgeFrom(std::string_view proc_stat, std::string_view proc_uptime, long ticks_per_second);
 
 }  // namespace atl
