@@ -27,7 +27,7 @@ Status DdpExchange::Apply(const syncer::PullPayload& r, std::span<const std::spa
 }
 
 Status DdpExchange::Sync(int learner_id, std::span<const std::span<float>> params) {
-  ATOLL_ASSIGN_OR_RETURN(auto r, api_.Pull(learner_id, 0, -1, 0.0));
+  ATOLL_ASSIGN_OR_RETURN(auto r, api_.Pull(learner_id, 0, -1, 0.0, -1));
   return Apply(r, params);
 }
 
@@ -53,7 +53,7 @@ Status DdpExchange::Step(int learner_id, int64_t step_tokens, std::span<const st
   const TimePoint deadline = clock_.Now() + FromSeconds(timeout_s);
   while (clock_.Now() < deadline) {
     if (stop && stop()) return CancelledError("ddp: stopped while waiting for the all-reduce");
-    auto r = api_.Pull(learner_id, 0, version_, 1.0);  // long poll, 1 s at a time
+    auto r = api_.Pull(learner_id, 0, version_, 1.0, -1);  // long poll, 1 s at a time
     if (!r.ok()) {
       if (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kDeadlineExceeded) {
         return r.status();

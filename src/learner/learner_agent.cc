@@ -358,10 +358,12 @@ Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited 
     std::lock_guard<std::mutex> lock(mu_);
     learner_id = counters_.learner_id;
   }
-  auto r = api_.Pull(learner_id, p, have_[pi], wait_s);
+  // Waiting for the merge of its own push: versions before it are not worth a download.
+  const int64_t want = purpose == PullPurpose::kAwaited ? awaited.merged_version : -1;
+  auto r = api_.Pull(learner_id, p, have_[pi], wait_s, want);
   if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition) {
     have_[pi] = -1;  // we hold a version the syncer does not know: start over with a full copy
-    r = api_.Pull(learner_id, p, -1, 0.0);
+    r = api_.Pull(learner_id, p, -1, 0.0, -1);
   }
   if (!r.ok()) return r.status();
   {
@@ -374,6 +376,7 @@ Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited 
     }
     counters_.pulls += 1;
     counters_.payload_bytes_down += static_cast<int64_t>(r->bytes.size());
+    if (!r->not_modified) (r->is_delta ? counters_.pulls_delta : counters_.pulls_full) += 1;
   }
   if (r->not_modified) return Status::Ok();
   std::vector<float>& phi = public_[pi];

@@ -63,9 +63,10 @@ StatusOr<syncer::PushResult> ShapedSyncerApi::Push(const syncer::PushHeaderData&
   return inner_.Push(h, payload);
 }
 
-StatusOr<syncer::PullPayload> ShapedSyncerApi::Pull(int id, int fragment, int64_t have, double wait_s) {
+StatusOr<syncer::PullPayload> ShapedSyncerApi::Pull(int id, int fragment, int64_t have, double wait_s,
+                                                   int64_t want) {
   ATOLL_RETURN_IF_ERROR(Transit(64, true));
-  auto out = inner_.Pull(id, fragment, have, wait_s);
+  auto out = inner_.Pull(id, fragment, have, wait_s, want);
   if (!out.ok()) return out;
   ATOLL_RETURN_IF_ERROR(Transit(static_cast<int64_t>(out->bytes.size()) + 96, false));
   return out;

@@ -312,6 +312,7 @@ class LearnerProcess {
         {"wall_seconds", wall}, {"train_seconds", train_seconds_}, {"barrier_wait_seconds", wait_seconds_},
         {"tokens_per_second", wall > 0 ? tokens_total_ / wall : 0.0},
         {"pushes", k.pushes}, {"pushes_failed", k.pushes_failed}, {"pulls", k.pulls},
+        {"pulls_delta", k.pulls_delta}, {"pulls_full", k.pulls_full},
         {"fragments_applied", k.fragments_applied},
         {"payload_bytes_up", ddp_ ? ddp_->payload_bytes_up() : k.payload_bytes_up},
         {"payload_bytes_down", ddp_ ? ddp_->payload_bytes_down() : k.payload_bytes_down},

@@ -526,7 +526,7 @@ Status SyncerCore::CheckNotBanned(const LearnerRecord& l, TimePoint now) const {
   return Status::Ok();
 }
 
-StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t have_version) {
+StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version) {
   if (fragment < 0 || fragment >= plan_.num_fragments()) {
     return InvalidArgumentError("pull: fragment " + std::to_string(fragment) + " out of range [0, " +
                                 std::to_string(plan_.num_fragments()) + ")");
@@ -555,7 +555,7 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
     dirty_copies_.insert({learner_id, fragment});
   }
   if (have_version >= 0 && have_version == copy.version) {
-    if (copy.version == f.version) {
+    if (copy.version == f.version || want_version > f.version) {
       out.not_modified = true;
       out.value_checksum = exchange::ValuesChecksum(copy.values);
       return out;

@@ -105,11 +105,12 @@ void SyncerLoop::ServeWaiters(TimePoint now, bool expire_all) {
       it = waiters_.erase(it);
       continue;
     }
-    const bool newer = core_.version(it->fragment) > it->have_version;  // Pull below sends it
+    const int64_t v = core_.version(it->fragment);
+    const bool newer = v > it->have_version && v >= it->want_version;  // Pull below sends it
     if (newer || now >= it->deadline) {
       const Waiter w = *it;
       it = waiters_.erase(it);
-      Fulfil(*w.reply, [&] { return core_.Pull(w.learner_id, w.fragment, w.have_version); });
+      Fulfil(*w.reply, [&] { return core_.Pull(w.learner_id, w.fragment, w.have_version, w.want_version); });
     } else {
       ++it;
     }
@@ -174,19 +175,19 @@ StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<co
 }
 
 StatusOr<PullPayload> SyncerLoop::Pull(int learner_id, int fragment, int64_t have_version,
-                                       double wait_seconds) {
+                                       double wait_seconds, int64_t want_version) {
   auto reply = std::make_shared<PullReply>();
   wait_seconds = std::clamp(wait_seconds, 0.0, 60.0);
-  PostFor<StatusOr<PullPayload>>(reply, [this, reply, learner_id, fragment, have_version, wait_seconds](
-                                            SyncerCore& core, TimePoint now) {
+  PostFor<StatusOr<PullPayload>>(reply, [this, reply, learner_id, fragment, have_version, wait_seconds,
+                                          want_version](SyncerCore& core, TimePoint now) {
     try {
-      auto r = core.Pull(learner_id, fragment, have_version);
+      auto r = core.Pull(learner_id, fragment, have_version, want_version);
       if (!r.ok() || !r->not_modified || wait_seconds <= 0) {
         reply->Set(std::move(r));
         return;
       }
       // Parked: ServeWaiters answers when the fragment moves past `have` or the wait runs out.
-      waiters_.push_back({learner_id, fragment, have_version, now + FromSeconds(wait_seconds), reply});
+      waiters_.push_back({learner_id, fragment, have_version, want_version, now + FromSeconds(wait_seconds), reply});
     } catch (const std::exception& e) {
       reply->Set(InternalError(std::string("syncer: pull failed: ") + e.what()));
     } catch (...) {

@@ -157,8 +157,8 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
   return syncer::PushResult{reply.round(), reply.merged_version(), reply.note(), reply.incarnation()};
 }
 
-StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragment,
-                                                     int64_t have_version, double wait_seconds) {
+StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragment, int64_t have_version,
+                                                     double wait_seconds, int64_t want_version) {
   grpc::ClientContext ctx;
   impl_->Prepare(ctx, wait_seconds + impl_->options.push_timeout_s);
   atl::v1::PullRequest req;
@@ -166,6 +166,7 @@ StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragmen
   req.set_fragment(fragment);
   req.set_have_version(have_version);
   req.set_wait_seconds(wait_seconds);
+  req.set_want_version(want_version);
   auto reader = impl_->stub->Pull(&ctx, req);
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
   atl::v1::PullChunk msg;

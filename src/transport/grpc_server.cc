@@ -124,7 +124,8 @@ class Service final : public Syncer::Service {
     if (!std::isfinite(req->wait_seconds()) || req->wait_seconds() < 0) {
       return ToGrpc(InvalidArgumentError("pull: wait_seconds must be a finite value ≥ 0"));
     }
-    auto out = loop_.Pull(req->learner_id(), req->fragment(), req->have_version(), req->wait_seconds());
+    auto out = loop_.Pull(req->learner_id(), req->fragment(), req->have_version(), req->wait_seconds(),
+                          req->want_version());
     if (!out.ok()) return ToGrpc(out.status());
     const int64_t sent = WritePull(*out, writer);
     const int id = req->learner_id();

@@ -223,7 +223,7 @@ TEST(Hostile, ATaskThatThrowsIsAnErrorForItsCallerAndTheLoopRunsOn) {
                std::runtime_error);
   auto join = loop.Join(Req(MakeCore(Options()), 0));
   EXPECT_TRUE(join.ok()) << join.status();
-  EXPECT_TRUE(loop.Pull(0, 0, -1, 0).ok());
+  EXPECT_TRUE(loop.Pull(0, 0, -1, 0, -1).ok());
   loop.Stop();
 }
 

@@ -95,7 +95,7 @@ struct Server {
   void ExpectServesAnHonestLearner(int id) {
     auto c = Client();
     ASSERT_TRUE(c->Join(Join(id)).ok());
-    ASSERT_TRUE(c->Pull(id, 0, -1, 0).ok());
+    ASSERT_TRUE(c->Pull(id, 0, -1, 0, -1).ok());
     std::vector<float> delta(static_cast<size_t>(plan.fragments[0].numel), 0.01f);
     std::vector<std::byte> payload;
     ASSERT_TRUE(diloco::Encode({Encoding::kInt4, 64}, delta, payload).ok());
@@ -164,7 +164,7 @@ TEST(HostileGrpc, PushesBeyondTheInFlightBudgetAreResourceExhausted) {
   Server s(limits);
   auto c = s.Client();
   ASSERT_TRUE(c->Join(s.Join(0)).ok());
-  ASSERT_TRUE(c->Pull(0, 0, -1, 0).ok());
+  ASSERT_TRUE(c->Pull(0, 0, -1, 0, -1).ok());
   std::vector<float> delta(256, 0.01f);
   std::vector<std::byte> payload;
   ASSERT_TRUE(diloco::Encode({Encoding::kInt4, 64}, delta, payload).ok());
@@ -179,7 +179,7 @@ TEST(HostileGrpc, PoisonedInt4PushIsRefusedAndNothingIsCommitted) {
   const uint64_t before = s.Committed();
   auto c = s.Client();
   ASSERT_TRUE(c->Join(s.Join(0)).ok());
-  ASSERT_TRUE(c->Pull(0, 0, -1, 0).ok());
+  ASSERT_TRUE(c->Pull(0, 0, -1, 0, -1).ok());
   // Four blocks of 64 values, scale 1e37, every code +7: finite, absurd.
   std::vector<std::byte> payload(diloco::EncodedSize({Encoding::kInt4, 64}, 256));
   for (size_t off = 0; off < payload.size(); off += 36) {
@@ -191,7 +191,7 @@ TEST(HostileGrpc, PoisonedInt4PushIsRefusedAndNothingIsCommitted) {
   ASSERT_FALSE(pushed.ok());
   EXPECT_EQ(pushed.status().code(), StatusCode::kInvalidArgument) << pushed.status();
   EXPECT_EQ(s.Committed(), before);
-  EXPECT_TRUE(c->Pull(0, 0, 0, 0).ok());  // the pull path still works
+  EXPECT_TRUE(c->Pull(0, 0, 0, 0, -1).ok());  // the pull path still works
   s.ExpectServesAnHonestLearner(1);
 }
 
@@ -233,14 +233,14 @@ TEST(HostileGrpc, PerLearnerCredentialsLetALearnerActOnlyAsItself) {
   auto shared = s.Client("secret");  // the shared token means nothing once a secret is set
   auto op = s.Client(transport::OperatorToken(secret, "grpc"));
   ASSERT_TRUE(zero->Join(s.Join(0)).ok());
-  ASSERT_TRUE(zero->Pull(0, 0, -1, 0).ok());
+  ASSERT_TRUE(zero->Pull(0, 0, -1, 0, -1).ok());
   // Learner 1's token cannot take over learner 0: not by rejoin, heartbeat, push, pull or leave.
   auto rejoin = s.Join(0);
   rejoin.rejoin = true;
   EXPECT_EQ(one->Join(rejoin).status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(one->Heartbeat(0, syncer::LearnerProgress{}).status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(one->Leave(0).code(), StatusCode::kUnauthenticated);
-  EXPECT_EQ(one->Pull(0, 0, -1, 0).status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(one->Pull(0, 0, -1, 0, -1).status().code(), StatusCode::kUnauthenticated);
   std::vector<std::byte> payload(diloco::EncodedSize({Encoding::kInt4, 64}, 256));
   EXPECT_EQ(one->Push(s.Header(0), payload).status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(one->Join(s.Join(-1)).status().code(), StatusCode::kUnauthenticated);  // no id: no token

@@ -193,8 +193,8 @@ class SwitchableApi : public syncer::SyncerApi {
   StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& h, std::span<const std::byte> b) override {
     return to_.load()->Push(h, b);
   }
-  StatusOr<syncer::PullPayload> Pull(int id, int p, int64_t have, double wait) override {
-    return to_.load()->Pull(id, p, have, wait);
+  StatusOr<syncer::PullPayload> Pull(int id, int p, int64_t have, double wait, int64_t want) override {
+    return to_.load()->Pull(id, p, have, wait, want);
   }
   Status Leave(int id) override { return to_.load()->Leave(id); }
 

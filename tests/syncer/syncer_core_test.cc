@@ -392,6 +392,42 @@ TEST(SyncerCore, LostPullReplyRollsBackAndManyMissedVersionsCostOneDelta) {
   EXPECT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(d), clock.Now()).ok());
 }
 
+TEST(SyncerCore, APullWantingALaterVersionDownloadsNothingUntilItExists) {
+  auto f = Small();
+  auto o = Fp32Options();
+  o.downlink = {Encoding::kInt8, 8};
+  auto core = SyncerCore::Create(o, f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  JoinAndPull(*core, f.plan, 0, clock.Now());
+  JoinAndPull(*core, f.plan, 1, clock.Now());
+  // Learner 0's push was promised version 2; learner 1's round makes version 1 first.
+  auto round = [&](int id, int64_t base) {
+    ASSERT_TRUE(core->Push(Header(id, 0, base, 10, 1), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
+    ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
+  };
+  round(1, 0);
+  ASSERT_EQ(core->version(0), 1);
+  auto early = core->Pull(0, 0, 0, /*want_version=*/2);
+  ASSERT_TRUE(early.ok());
+  EXPECT_TRUE(early->not_modified);  // version 1 is not worth a download
+  EXPECT_TRUE(early->bytes.empty());
+  EXPECT_EQ(early->version, 1);
+  round(0, 0);
+  // Now one delta from the copy still at version 0 brings learner 0 to version 2.
+  auto merged = core->Pull(0, 0, 0, 2);
+  ASSERT_TRUE(merged.ok());
+  EXPECT_TRUE(merged->is_delta);
+  EXPECT_EQ(merged->base_version, 0);
+  EXPECT_EQ(merged->version, 2);
+  // Wanting nothing in particular (-1) or the next version gets whatever is newer, as before.
+  round(1, 0);
+  auto any = core->Pull(1, 0, 0, -1);
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(any->version, 3);
+  EXPECT_TRUE(any->is_delta);
+}
+
 }  // namespace
 }  // namespace atl::syncer
 

@@ -129,7 +129,7 @@ class Rejections : public ::testing::Test {
   void SetUp() override {
     auto c = Client(s.target);
     ASSERT_TRUE(c->Join(Join(s.plan, 0)).ok());
-    for (int p = 0; p < s.plan.num_fragments(); ++p) ASSERT_TRUE(c->Pull(0, p, -1, 0).ok());
+    for (int p = 0; p < s.plan.num_fragments(); ++p) ASSERT_TRUE(c->Pull(0, p, -1, 0, -1).ok());
   }
   syncer::PushHeaderData Header(int fragment = 0) {
     syncer::PushHeaderData h;
@@ -237,7 +237,7 @@ TEST_F(Rejections, BadFragmentAndUnknownLearner) {
   auto u = Header();
   u.learner_id = 42;
   EXPECT_EQ(Client(s.target)->Push(u, Payload(0, 0.1f)).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(Client(s.target)->Pull(0, 7, 0, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Client(s.target)->Pull(0, 7, 0, 0, -1).status().code(), StatusCode::kInvalidArgument);
   ExpectUnchanged();
   // And a good push after all that is accepted and merged.
   auto ok = Client(s.target)->Push(Header(), Payload(0, 0.1f));

@@ -30,7 +30,7 @@ class CountingApi final : public syncer::SyncerApi {
     ++calls;
     return syncer::PushResult{};
   }
-  StatusOr<syncer::PullPayload> Pull(int, int, int64_t, double) override {
+  StatusOr<syncer::PullPayload> Pull(int, int, int64_t, double, int64_t) override {
     ++calls;
     syncer::PullPayload p;
     p.bytes.resize(pull_bytes);
@@ -83,7 +83,7 @@ TEST(WanShaper, APullPaysForTheBytesThatComeBack) {
   learner::ShaperOptions o;
   o.bandwidth_bps = 8e6;
   learner::ShapedSyncerApi link(inner, o, clock);
-  ASSERT_TRUE(link.Pull(0, 0, 0, 0).ok());
+  ASSERT_TRUE(link.Pull(0, 0, 0, 0, -1).ok());
   // 64 bytes up (request), 250 kB down.
   EXPECT_EQ(clock.Now(), FromSeconds(64 * 8 / 8e6) + FromSeconds(0.25));
 }

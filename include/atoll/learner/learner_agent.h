@@ -61,6 +61,7 @@ struct AgentOptions {
 
 struct AgentCounters {
   int64_t pushes = 0, pushes_failed = 0, pulls = 0, fragments_applied = 0;
+  int64_t pulls_delta = 0, pulls_full = 0;  // pulls that carried a compressed delta / full fp32 values
   int64_t payload_bytes_up = 0, payload_bytes_down = 0;
   int64_t joins = 0, catchup_fragments = 0, rejected = 0;
   int64_t checksum_mismatches = 0;   // pulled copies that disagreed with the syncer's bits

@@ -110,8 +110,12 @@ class SyncerApi {
   virtual StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerProgress& progress) = 0;
   virtual StatusOr<PushResult> Push(const PushHeaderData& header,
                                     std::span<const std::byte> payload) = 0;
+  // Fragment `fragment` for a learner holding it at `have_version` (-1: none). `want_version`:
+  // the oldest version worth sending (a learner waiting for the merge of its own push names that
+  // version, so rounds in between cost no download); ≤ have_version + 1 means any newer one.
+  // A bounded long poll of up to `wait_seconds`; not_modified when nothing wanted arrived.
   virtual StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
-                                     double wait_seconds) = 0;
+                                     double wait_seconds, int64_t want_version) = 0;
   // The learner is done (or shutting down) and leaves the run: it stops counting as live at once,
   // instead of after the learner timeout. NotFound for a learner that never joined.
   virtual Status Leave(int learner_id) = 0;

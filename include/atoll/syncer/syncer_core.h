@@ -191,8 +191,10 @@ class SyncerCore {
   std::optional<TimePoint> NextWake(TimePoint now) const;
   // What learner `learner_id`, holding its copy of `fragment` at `have_version` (-1: none),
   // should receive now; advances the syncer's record of that learner's copy accordingly.
-  // NotFound for a learner that has not joined; InvalidArgument for a bad fragment.
-  StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version);
+  // NotFound for a learner that has not joined; InvalidArgument for a bad fragment. A learner that
+  // holds its copy and wants a version the fragment has not reached yet (`want_version`) gets
+  // not_modified: intermediate versions are not worth a download.
+  StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
 
   // The exact payload size a push with this header must carry, checked before the transport
   // reserves any memory for it: NotFound for a learner that has not joined, PermissionDenied

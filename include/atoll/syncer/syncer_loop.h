@@ -4,7 +4,8 @@
 // round policy (a learner that stops heartbeating stops counting as live).
 //
 // Pull is a bounded long poll: the caller waits until the fragment has a version newer than the
-// one it holds, or until `wait` runs out (then it gets not_modified) — never longer.
+// one it holds and at least the one it wants, or until `wait` runs out (then it gets
+// not_modified) — never longer.
 #pragma once
 
 #include <condition_variable>
@@ -39,7 +40,7 @@ class SyncerLoop final : public SyncerApi {
   StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerProgress& progress) override;
   StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload) override;
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
-                             double wait_seconds) override;
+                             double wait_seconds, int64_t want_version) override;
   Status Leave(int learner_id) override;
 
   // Runs f(core, now) on the loop thread and returns its result (for status, snapshots, bytes).
@@ -90,6 +91,7 @@ class SyncerLoop final : public SyncerApi {
     int learner_id;
     int fragment;
     int64_t have_version;
+    int64_t want_version;
     TimePoint deadline;
     std::shared_ptr<PullReply> reply;
   };

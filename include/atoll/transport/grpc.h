@@ -89,7 +89,7 @@ class GrpcSyncerClient final : public syncer::SyncerApi {
   StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& header,
                                     std::span<const std::byte> payload) override;
   StatusOr<syncer::PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
-                                     double wait_seconds) override;
+                                     double wait_seconds, int64_t want_version) override;
   StatusOr<std::string> StatusJson();
   StatusOr<std::string> Finish(bool evaluate);
 
