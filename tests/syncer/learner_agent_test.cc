@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <unistd.h>
 
@@ -261,6 +262,48 @@ TEST(LearnerAgent, APushTheKilledSyncerNeverCommittedIsPushedAgainEvenIfOthersMo
   EXPECT_DOUBLE_EQ(merged, 20.0 * 100);  // every token learner 0 trained is merged, once
   agent0.Stop();
   std::filesystem::remove_all(dir);
+}
+
+TEST(SyncerLoop, ALongPollThatWantsALaterVersionSleepsThroughTheRoundsInBetween) {
+  auto plan = testing::ToyPlan(2);
+  auto options = Options(2);
+  options.round.grace = false;
+  options.uplink = options.downlink = {diloco::Encoding::kFp32, 64};
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
+  auto core = syncer::SyncerCore::Create(options, plan, init);
+  ASSERT_TRUE(core.ok());
+  SimClock clock;
+  ClockThread participant(clock);
+  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  for (int id = 0; id < 2; ++id) {
+    syncer::JoinRequestData r{syncer::kProtocolVersion, "toy", diloco::ModelSignature(plan.tensors), id, "t", false, {}};
+    ASSERT_TRUE(loop.Join(r).ok());
+    ASSERT_TRUE(loop.Pull(id, 0, -1, 0.0, -1).ok());
+  }
+  const int64_t n = plan.fragments[0].numel;
+  auto push = [&](int id) {
+    std::vector<float> delta(static_cast<size_t>(n), 0.1f);
+    std::vector<std::byte> payload(delta.size() * sizeof(float));
+    std::memcpy(payload.data(), delta.data(), payload.size());
+    syncer::PushHeaderData h{id, 0, 0, 10, 1, diloco::Encoding::kFp32, 64, n, 0};
+    ASSERT_TRUE(loop.Push(h, payload).ok());
+  };
+  // Learner 0 waits (up to 5 s) for version 2, the merge its push was promised.
+  std::atomic<int64_t> got{-1};
+  std::thread waiter = StartThread(clock, [&] {
+    auto r = loop.Pull(0, 0, 0, 5.0, 2);
+    got = r.ok() && !r->not_modified ? r->version : -2;
+  });
+  push(1);  // version 1: someone else's round
+  clock.SleepFor(FromSeconds(1));
+  ASSERT_EQ(loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.version(0); }), 1);
+  EXPECT_EQ(got.load(), -1);  // still parked: version 1 is not worth a download
+  push(0);  // version 2
+  clock.SleepFor(FromSeconds(1));
+  EXPECT_EQ(got.load(), 2);
+  clock.SleepFor(FromSeconds(5));  // the waiter is done by now, whatever happened
+  waiter.join();
 }
 
 TEST(LearnerAgent, RefusedForAWrongModelSaysWhy) {
