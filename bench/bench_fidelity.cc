@@ -25,7 +25,7 @@ namespace {
 const char* kUsage =
     "usage: bench_fidelity [--quick] [--only PART] [--out DIR] [--data DIR] [--bytes-data DIR] [--seeds N]\n"
     "                      [--steps N] [--corpora project,bytes]\n"
-    "  PART: parity | rda | codecs | alpha | mixed | scavenging (default: all)\n"
+    "  PART: parity | rda | codecs | alpha | weights | mixed | scavenging (default: all)\n"
     "  --quick       small runs (seq 128, batch 8, 48 steps, 1 seed unless --seeds): a smoke check\n"
     "  --data        prepared project corpus (default data; prepared by atoll when missing)\n"
     "  --bytes-data  byte-level corpus folder (default data-mhcc; made from Debian's\n"
@@ -68,7 +68,7 @@ Args ParseArgs(int argc, char** argv) {
     }
   }
   a.common = ParseCommon(static_cast<int>(rest.size()), rest.data(), "fidelity",
-                         {"parity", "rda", "codecs", "alpha", "mixed", "scavenging"}, kUsage);
+                         {"parity", "rda", "codecs", "alpha", "weights", "mixed", "scavenging"}, kUsage);
   if (a.common.quick && !seeds_set) a.seeds = 1;
   if (a.steps <= 0) a.steps = a.common.quick ? 48 : 150;
   for (const auto& c : a.corpora) {
@@ -120,6 +120,7 @@ class Driver {
   void Rda();
   void Codecs();
   void Alpha();
+  void Weights();
   void Mixed();
   void Scavenging();
 
@@ -332,6 +333,22 @@ void Driver::Alpha() {
         "Both keep the steps trained since the send (keep_progress). The paper: overwrite (0) is better as M grows.");
 }
 
+void Driver::Weights() {
+  if (!EnsureBytesCorpus()) return;
+  // Learners of different batch sizes (the same 64 sequences a step in all as the other parts'
+  // 4 × 16): each round's contributions weighted by tokens (c_tokens²/c_steps) or equally.
+  const std::string b = " -M 4 --batches 24 24 8 8";
+  auto runs = Sweep("weights", a_.bytes_data, {{"tokens", b + " --weights tokens"}, {"uniform", b + " --weights uniform"}});
+  Write("weights", "Token weights vs uniform, learners with batches 24, 24, 8, 8 (byte-level corpus)",
+        {{"merge weights", "eval loss", "÷ tokens"},
+         {"tokens (c_tokens²/c_steps)", Cell(runs["tokens"]), "1.000"},
+         {"uniform", Cell(runs["uniform"]),
+          Fmt(Ratio(MeanSpread(runs["uniform"]).first, MeanSpread(runs["tokens"]).first), "%.3f")}},
+        {PanelOf("weights (seed 0)", {{"tokens", &runs["tokens"][0]}, {"uniform", &runs["uniform"][0]}})},
+        "The paper weights each learner's outer gradient by c_tokens²/c_steps (quantity × quality): a "
+        "learner that processed more tokens since it last received the fragment counts more.");
+}
+
 void Driver::Mixed() {
   if (!EnsureBytesCorpus()) return;
   const std::string sp = " -M 4 --speeds 1 1 0.5 0.5";
@@ -383,6 +400,7 @@ int main(int argc, char** argv) {
   if (d.Want("rda")) d.Rda();
   if (d.Want("codecs")) d.Codecs();
   if (d.Want("alpha")) d.Alpha();
+  if (d.Want("weights")) d.Weights();
   if (d.Want("mixed")) d.Mixed();
   if (d.Want("scavenging")) d.Scavenging();
   return Finish("fidelity", common, t0, d.failures(), d.out());

@@ -59,11 +59,14 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
                     "current (default: v = global now - local) | base (v = the learner's copy - local)");
   Flag<double>(c, o, "--alpha", "alpha", "Mixing on receipt: theta = alpha*local + (1-alpha)*global (default 0)");
   Flag<bool>(c, o, "--keep-progress", "keep_progress", "Keep the steps trained since a fragment was sent when its merge arrives (default true)");
+  Flag<std::string>(c, o, "--weights", "weights",
+                    "Merge weights: tokens (default: c_tokens^2/c_steps, the paper's) | uniform (ablation)");
   Flag<std::string>(c, o, "--plan", "plan", "Fragment plan: balanced (default) | strided");
   Flag<std::string>(c, o, "--uplink", "uplink", "Outer-gradient encoding: int4 (default) | int8 | bf16 | fp32");
   Flag<std::string>(c, o, "--downlink", "downlink", "Global-fragment encoding: int4 (default) | int8 | bf16 | fp32");
   Flag<int>(c, o, "--block", "block", "int4/int8 block size (default 256)");
   Flag<std::vector<double>>(c, o, "--speeds", "speeds", "Per-learner speed factors in (0,1], e.g. 1 1 0.5 0.5");
+  Flag<std::vector<int>>(c, o, "--batches", "batches", "Per-learner batch sizes (default: all --batch), e.g. 24 24 8 8");
   Flag<double>(c, o, "--bandwidth-mbps", "bandwidth_mbps", "Emulated WAN bandwidth per learner link, Mbit/s (0 = unlimited)");
   Flag<double>(c, o, "--latency-ms", "latency_ms", "Emulated added latency per call, ms (default 0)");
   Flag<double>(c, o, "--loss", "loss", "Emulated probability that a call is dropped (default 0)");

@@ -119,6 +119,11 @@ double TokenWeight(int64_t c_tokens, int64_t c_steps) {
   return t * t / static_cast<double>(c_steps);
 }
 
+double ContributionWeight(WeightRule rule, int64_t c_tokens, int64_t c_steps) {
+  if (rule == WeightRule::kTokens) return TokenWeight(c_tokens, c_steps);
+  return c_steps > 0 && c_tokens > 0 ? 1.0 : 0.0;
+}
+
 double L2Norm(std::span<const float> x) { return std::sqrt(SumSquares(x.data(), x.size())); }
 
 Status WeightedMean(std::span<const std::span<const float>> inputs,

@@ -42,12 +42,14 @@ void VisitFields(Config& c, F&& f) {
   f("diloco", "outer_gradient", c.outer_gradient);
   f("diloco", "alpha", c.alpha);
   f("diloco", "keep_progress", c.keep_progress);
+  f("diloco", "weights", c.weights);
   f("diloco", "plan", c.plan);
   f("diloco", "uplink", c.uplink);
   f("diloco", "downlink", c.downlink);
   f("diloco", "block", c.block);
   f("diloco", "learner_timeout", c.learner_timeout);
   f("learners", "speeds", c.speeds);
+  f("learners", "batches", c.batches);
   f("learners", "bandwidth_mbps", c.bandwidth_mbps);
   f("learners", "latency_ms", c.latency_ms);
   f("learners", "loss", c.loss);
@@ -151,6 +153,7 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!(c.gamma >= 0 && c.gamma <= 1)) return bad("gamma must be in [0, 1]");
   if (!(c.grace_cap >= 0)) return bad("grace_cap must be ≥ 0");
   if (c.merge != "rda" && c.merge != "mean") return bad("merge must be rda or mean");
+  if (c.weights != "tokens" && c.weights != "uniform") return bad("weights must be tokens or uniform");
   if (c.outer_step != "sweep" && c.outer_step != "round" && c.outer_step != "running")
     return bad("outer_step must be sweep, running or round");
   if (c.outer_gradient != "current" && c.outer_gradient != "base")
@@ -168,6 +171,10 @@ Status ValidateRunConfig(const RunConfig& c) {
     return bad("speeds has " + std::to_string(c.speeds.size()) + " entries for " + std::to_string(c.learners) + " learners");
   for (double s : c.speeds)
     if (!(s > 0 && s <= 1)) return bad("every speed must be in (0, 1]");
+  if (!c.batches.empty() && static_cast<int>(c.batches.size()) != c.learners)
+    return bad("batches has " + std::to_string(c.batches.size()) + " entries for " + std::to_string(c.learners) + " learners");
+  for (int b : c.batches)
+    if (b < 1 || b > 65536) return bad("every batch size must be in [1, 65536]");
   if (!(c.bandwidth_mbps >= 0) || !(c.latency_ms >= 0) || !(c.loss >= 0 && c.loss < 1))
     return bad("bandwidth_mbps and latency_ms must be ≥ 0 and loss in [0, 1)");
   if (c.eval_batches < 1) return bad("eval_batches must be ≥ 1");

@@ -13,7 +13,7 @@ StatusOr<model::TrainerOptions> MakeTrainerOptions(const RunConfig& c, int learn
   o.optim.warmup_steps = c.warmup;
   o.optim.total_steps = c.steps;
   o.data_dir = c.data;
-  o.batch_size = c.batch;
+  o.batch_size = c.BatchOf(learner_id);
   o.learner_id = learner_id;
   o.num_learners = c.learners;
   o.seed = c.seed;  // the same seed everywhere: identical initial weights on every process

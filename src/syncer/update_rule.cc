@@ -29,6 +29,7 @@ class OuterRule final : public UpdateRule {
       : uplink_(o.uplink),
         outer_(o.outer),
         merge_(o.merge_rule),
+        weights_(o.weight_rule),
         step_(o.outer_step),
         against_current_(o.outer_gradient == OuterGradientRule::kCurrent),
         max_gradient_ratio_(o.max_gradient_ratio) {}
@@ -68,7 +69,7 @@ class OuterRule final : public UpdateRule {
         grads[m].assign(in.values.begin(), in.values.end());  // Δ̂_m (kBase)
       }
       views.emplace_back(grads[m]);
-      math.weights.push_back(diloco::TokenWeight(in.c_tokens, in.c_steps));
+      math.weights.push_back(diloco::ContributionWeight(weights_, in.c_tokens, in.c_steps));
     }
     std::vector<float> merged(n, 0.0f);
     if (Status st = diloco::MergeFragment(fragment, merge_, views, math.weights, merged); !st.ok()) {
@@ -89,6 +90,7 @@ class OuterRule final : public UpdateRule {
   diloco::CodecOptions uplink_;
   diloco::OuterOptimizerOptions outer_;
   diloco::MergeRule merge_;
+  diloco::WeightRule weights_;
   OuterStepRule step_;
   bool against_current_;
   double max_gradient_ratio_;

@@ -41,6 +41,14 @@ TEST(TokenWeightTest, TokensSquaredOverSteps) {
   EXPECT_DOUBLE_EQ(TokenWeight(500, 10) / TokenWeight(1000, 10), 0.25);
 }
 
+TEST(TokenWeightTest, UniformWeightsIgnoreSizeButNotEmptiness) {
+  EXPECT_DOUBLE_EQ(ContributionWeight(WeightRule::kTokens, 100, 4), TokenWeight(100, 4));
+  EXPECT_DOUBLE_EQ(ContributionWeight(WeightRule::kUniform, 100, 4), 1.0);
+  EXPECT_DOUBLE_EQ(ContributionWeight(WeightRule::kUniform, 7, 1), 1.0);
+  EXPECT_DOUBLE_EQ(ContributionWeight(WeightRule::kUniform, 0, 5), 0.0);
+  EXPECT_DOUBLE_EQ(ContributionWeight(WeightRule::kUniform, 5, 0), 0.0);
+}
+
 TEST(L2NormTest, HandValues) {
   EXPECT_DOUBLE_EQ(L2Norm(Vec{3, 4}), 5.0);
   EXPECT_DOUBLE_EQ(L2Norm(Vec(1001, 1.0f)), std::sqrt(1001.0));

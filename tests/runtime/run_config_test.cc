@@ -71,7 +71,28 @@ TEST(RunConfig, BadInputIsRefusedWithTheFieldNamed) {
   c = RunConfig{};
   c.H = 10;  // < P = 24
   EXPECT_NE(ValidateRunConfig(c).message().find("H (10) must be ≥ fragments P (24)"), std::string::npos);
+  c = RunConfig{};
+  c.weights = "equal";
+  EXPECT_NE(ValidateRunConfig(c).message().find("weights must be tokens or uniform"), std::string::npos);
+  c = RunConfig{};
+  c.batches = {16, 8};  // 4 learners
+  EXPECT_NE(ValidateRunConfig(c).message().find("batches has 2 entries for 4 learners"), std::string::npos);
+  c.batches = {16, 8, 0, 8};
+  EXPECT_NE(ValidateRunConfig(c).message().find("every batch size"), std::string::npos);
   EXPECT_TRUE(ValidateRunConfig(RunConfig{}).ok());
+}
+
+TEST(RunConfig, PerLearnerBatchesAndWeightsComeFromTheRunFile) {
+  auto c = LoadRunConfig(WriteTemp("atoll_rc_batches.toml",
+                                   "[run]\nlearners = 3\n[model]\nbatch = 16\n[diloco]\nweights = \"uniform\"\n"
+                                   "[learners]\nbatches = [24, 8, 8]\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->weights, "uniform");
+  EXPECT_EQ(c->BatchOf(0), 24);
+  EXPECT_EQ(c->BatchOf(2), 8);
+  EXPECT_EQ(MakeTrainerOptions(*c, 1)->batch_size, 8);
+  RunConfig plain;
+  EXPECT_EQ(plain.BatchOf(3), plain.batch);  // no list: every learner has --batch
 }
 
 TEST(RunConfig, TomlSectionsAndKeysAreChecked) {

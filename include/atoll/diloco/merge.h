@@ -27,6 +27,11 @@ enum class MergeRule { kMean, kRda };
 // c_tokens² / c_steps in double (no int64 overflow); 0 when c_steps ≤ 0 or c_tokens ≤ 0.
 double TokenWeight(int64_t c_tokens, int64_t c_steps);
 
+// How a round weights its contributions: the paper's token weights ("quantity × quality",
+// TokenWeight), or uniform (1 each; 0 for a contribution without steps) for ablation.
+enum class WeightRule { kTokens, kUniform };
+double ContributionWeight(WeightRule rule, int64_t c_tokens, int64_t c_steps);
+
 // Weighted mean of inputs[m] into out. All inputs and out have the same length; weights ≥ 0.
 // InvalidArgument on length mismatch, negative or non-finite weights, or no inputs.
 Status WeightedMean(std::span<const std::span<const float>> inputs,

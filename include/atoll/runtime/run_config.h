@@ -53,6 +53,7 @@ struct RunConfig {
   std::string outer_gradient = "current"; // current | base
   double alpha = 0.0;
   bool keep_progress = true;       // keep the steps trained since a fragment's send on receipt
+  std::string weights = "tokens";  // merge weights: tokens (c_tokens²/c_steps, the paper's) | uniform
   std::string plan = "balanced";   // balanced | strided
   std::string uplink = "int4";
   std::string downlink = "int4";
@@ -60,6 +61,7 @@ struct RunConfig {
   double learner_timeout = 10.0;   // seconds without a heartbeat → not live
   // [learners]
   std::vector<double> speeds;      // per learner, (0, 1]; empty = all 1.0
+  std::vector<int> batches;        // per learner batch size; empty = all `batch`
   double bandwidth_mbps = 0;       // per learner link, each way; 0 = unlimited
   double latency_ms = 0;
   double loss = 0;
@@ -82,6 +84,9 @@ struct RunConfig {
 
   double SpeedOf(int learner) const {
     return learner < static_cast<int>(speeds.size()) ? speeds[static_cast<size_t>(learner)] : 1.0;
+  }
+  int BatchOf(int learner) const {
+    return learner >= 0 && learner < static_cast<int>(batches.size()) ? batches[static_cast<size_t>(learner)] : batch;
   }
 };
 

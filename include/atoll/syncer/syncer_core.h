@@ -78,6 +78,7 @@ struct SyncerOptions {
   int H = 24;
   RoundOptions round;
   diloco::MergeRule merge_rule = diloco::MergeRule::kRda;
+  diloco::WeightRule weight_rule = diloco::WeightRule::kTokens;  // how contributions are weighted
   diloco::OuterOptimizerOptions outer;
   OuterStepRule outer_step = OuterStepRule::kSweep;
   OuterGradientRule outer_gradient = OuterGradientRule::kCurrent;
