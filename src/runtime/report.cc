@@ -8,20 +8,13 @@
 #include "atoll/core/file.h"
 #include "atoll/runtime/accounting.h"
 #include "atoll/core/format.h"
+#include "atoll/observe/run_report.h"
 #include "cluster.h"
 
 namespace atl::runtime {
 namespace {
 
-std::string Bytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (b >= 1000 && u < 4) {
-    b /= 1000;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", b, units[u]);
-}
+std::string Bytes(double b) { return HumanBytes(b); }
 
 double Num(const nlohmann::json& j, const char* key, double fallback = 0) {
   auto it = j.find(key);
@@ -194,21 +187,6 @@ void MergeMetrics(const RunConfig& c) {
 
 namespace {
 
-std::vector<nlohmann::json> ReadJsonl(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded()) out.push_back(std::move(j));
-  }
-  return out;
-}
-
-
-}  // namespace
-
-namespace {
-
 // The event records of a run folder: every learner's steps and contributions, the syncer's rounds.
 std::vector<LearnerRecordOfRun> ReadLearnerRecords(const RunConfig& c, Cluster& cluster, const nlohmann::json& per,
                                                    std::vector<std::vector<double>>& contributed_t) {
@@ -216,7 +194,7 @@ std::vector<LearnerRecordOfRun> ReadLearnerRecords(const RunConfig& c, Cluster& 
   contributed_t.assign(static_cast<size_t>(c.learners), {});
   for (int i = 0; i < c.learners; ++i) {
     auto& r = records[static_cast<size_t>(i)];
-    for (const auto& l : ReadJsonl(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl")) {
+    for (const auto& l : observe::ReadJsonLines(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl")) {
       if (l.value("kind", "") == "contributed") {
         contributed_t[static_cast<size_t>(i)].push_back(Num(l, "t"));
       } else {
@@ -231,7 +209,7 @@ std::vector<LearnerRecordOfRun> ReadLearnerRecords(const RunConfig& c, Cluster& 
 
 std::map<int, std::vector<double>> ReadRoundCloses(const RunConfig& c) {
   std::map<int, std::vector<double>> closes;
-  for (const auto& l : ReadJsonl(c.out + "/metrics-syncer.jsonl")) {
+  for (const auto& l : observe::ReadJsonLines(c.out + "/metrics-syncer.jsonl")) {
     if (l.value("kind", "") == "round") closes[l.value("fragment", -1)].push_back(Num(l, "t"));
   }
   return closes;
