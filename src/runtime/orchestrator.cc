@@ -234,6 +234,13 @@ class LocalCluster {
       }
     }
     cluster_->syncer().WaitOrKill(30);
+    // Ctrl-C reaches the syncer too: it finishes by itself (final merge, evaluation, model) and
+    // may be gone before our Finish call; its final summary is on disk.
+    if (summary.is_null()) {
+      auto text = ReadFile(c_.out + "/syncer-summary.json");
+      auto on_disk = text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
+      if (on_disk.is_object() && on_disk.value("final", false)) summary = on_disk;
+    }
     return summary;
   }
 
