@@ -92,6 +92,11 @@ void AddRoutes(httplib::Server& svr, const HttpHandlers& h) {
     if (!st.ok()) return Unavailable(res, st.status());
     res.set_content(DumpJson(*st), "application/json");
   });
+  svr.Get("/api/history", [h](const httplib::Request&, httplib::Response& res) {
+    auto st = h.history ? h.history() : StatusOr<nlohmann::json>(UnavailableError("no history"));
+    if (!st.ok()) return Unavailable(res, st.status());
+    res.set_content(DumpJson(*st), "application/json");
+  });
   svr.Get("/metrics", [h](const httplib::Request&, httplib::Response& res) {
     auto text = h.metrics ? h.metrics() : StatusOr<std::string>(UnavailableError("no metrics source"));
     if (!text.ok()) return Unavailable(res, text.status());

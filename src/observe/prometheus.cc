@@ -127,6 +127,33 @@ void AddDerived(json& status) {
   status["dp_equivalent_bytes"] = steps * Num(status, "params") * 4.0;
 }
 
+void StatusHistory::Add(const json& status) {
+  json learners = json::object();
+  for (const auto& l : status.value("learners", json::array())) {
+    learners[std::to_string(l.value("id", -1))] = {{"loss", Num(l, "loss")}, {"tokens", Num(l, "tokens")}};
+  }
+  json point = {{"t", Num(status, "uptime_s")}, {"rounds", Num(status, "rounds")},
+                {"wire_bytes", Num(status, "bytes_up") + Num(status, "bytes_down")},
+                {"dp_equivalent_bytes", Num(status, "dp_equivalent_bytes")}, {"learners", std::move(learners)}};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (points_.size() >= max_points_) {
+    std::vector<json> kept;
+    for (size_t i = 0; i < points_.size(); i += 2) kept.push_back(std::move(points_[i]));
+    points_ = std::move(kept);
+  }
+  points_.push_back(std::move(point));
+}
+
+json StatusHistory::ToJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {{"points", points_}};
+}
+
+size_t StatusHistory::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return points_.size();
+}
+
 std::string RenderPrometheus(const json& status, const RoundStats& rounds) {
   std::string out;
   Family(out, "atoll_info", "gauge", "The run this syncer serves (value always 1).")

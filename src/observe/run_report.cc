@@ -52,7 +52,7 @@ sim::Series Line(std::string name, const std::vector<double>& x, const std::vect
 
 // One learner's step records (all incarnations), times relative to the run's start.
 struct LearnerTrace {
-  std::vector<double> t, tokens, loss;
+  std::vector<double> t, loss;
 };
 
 // The cumulative totals across learners after each step record, in time order.
@@ -146,7 +146,6 @@ ClusterRun ReadCluster(const std::string& dir) {
     LearnerTrace& tr = r.learners[id];
     for (const auto& l : lines) {
       tr.t.push_back(Num(l, "t") - r.t0);
-      tr.tokens.push_back(Num(l, "tokens"));
       tr.loss.push_back(Num(l, "loss"));
     }
   }
@@ -181,11 +180,20 @@ sim::Series GlobalEval(const ClusterRun& r, bool by_tokens) {
   return s;
 }
 
+// Tokens trained by all learners together up to time t (relative to the run's start).
+double TrainedAt(const Totals& totals, double t) {
+  const auto it = std::upper_bound(totals.t.begin(), totals.t.end(), t);
+  return it == totals.t.begin() ? 0.0 : totals.trained[static_cast<size_t>(it - totals.t.begin()) - 1];
+}
+
 std::vector<sim::Panel> LossPanels(const ClusterRun& r) {
-  sim::Panel by_tokens = MakePanel("Loss vs tokens", "tokens (learner: its own; global: merged)", "loss (nats/token)");
+  sim::Panel by_tokens = MakePanel("Loss vs tokens", "tokens (learners: all trained so far; global: merged)",
+                                   "loss (nats/token)");
   sim::Panel by_time = MakePanel("Loss vs time (dashed: faults)", "seconds since the run started", "loss (nats/token)");
   for (const auto& [id, tr] : r.learners) {
-    by_tokens.series.push_back(Line("learner " + std::to_string(id) + " (train)", tr.tokens, tr.loss));
+    std::vector<double> run_tokens;
+    for (double t : tr.t) run_tokens.push_back(TrainedAt(r.totals, t));
+    by_tokens.series.push_back(Line("learner " + std::to_string(id) + " (train)", run_tokens, tr.loss));
     by_time.series.push_back(Line("learner " + std::to_string(id) + " (train)", tr.t, tr.loss));
   }
   by_tokens.series.push_back(GlobalEval(r, true));

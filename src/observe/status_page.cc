@@ -3,7 +3,8 @@
 namespace atl::observe {
 namespace {
 
-// The page. Element ids the tests look for: #run, #rounds, #learners (tbody rows learner-<id>),
+// The page. Its data comes from api/history once, then api/status every second. Element ids the
+// tests look for: #run, #rounds, #learners (tbody rows learner-<id>),
 // #events, #loss-chart, #bytes-chart, #error.
 constexpr char kPage[] = R"html(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>atoll syncer</title>
@@ -79,24 +80,27 @@ function svgEl(tag, attrs, text) {
   const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const k in attrs) e.setAttribute(k, attrs[k]); if (text !== undefined) e.textContent = text; return e;
 }
-function chart(svg, series, xlabel, ylabel, fmt) {
-  svg.textContent = ""; const W = 640, H = 300, L = 70, R = 150, T = 12, B = 40;
+function ticks(lo, hi, log) {
+  if (!log) return [0, 1, 2, 3, 4].map(i => lo + (hi - lo) * i / 4);
+  const out = []; for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) if (e >= lo && e <= hi) out.push(e); return out.length ? out : [lo, hi];
+}
+function chart(svg, series, xlabel, ylabel, fmt, log) {
+  svg.textContent = ""; const W = 640, H = 300, L = 70, R = 150, T = 24, B = 40;
+  const f = v => log ? Math.log10(Math.max(v, 1)) : v;
   const pts = series.flatMap(s => s.pts); if (!pts.length) { svg.appendChild(svgEl("text", {x: 20, y: 30}, "no data yet")); return; }
   let x0 = Math.min(...pts.map(p => p[0])), x1 = Math.max(...pts.map(p => p[0]));
-  let y0 = Math.min(...pts.map(p => p[1])), y1 = Math.max(...pts.map(p => p[1]));
+  let y0 = Math.min(...pts.map(p => f(p[1]))), y1 = Math.max(...pts.map(p => f(p[1])));
   if (x1 === x0) x1 = x0 + 1; if (y1 === y0) { y1 += 0.5; y0 -= 0.5; }
   const X = x => L + (x - x0) / (x1 - x0) * (W - L - R), Y = y => H - B - (y - y0) / (y1 - y0) * (H - T - B);
+  const xfmt = x1 - x0 < 20 ? (v => v.toFixed(1) + "s") : dur;
   svg.appendChild(svgEl("rect", {x: L, y: T, width: W - L - R, height: H - T - B, fill: "none", stroke: "#333"}));
-  for (let i = 0; i <= 4; i++) {
-    const yv = y0 + (y1 - y0) * i / 4, xv = x0 + (x1 - x0) * i / 4;
-    svg.appendChild(svgEl("text", {x: L - 4, y: Y(yv) + 4, "text-anchor": "end", "font-size": 11}, fmt(yv)));
-    svg.appendChild(svgEl("text", {x: X(xv), y: H - B + 14, "text-anchor": "middle", "font-size": 11}, dur(xv)));
-  }
+  for (const yv of ticks(y0, y1, log)) svg.appendChild(svgEl("text", {x: L - 4, y: Y(yv) + 4, "text-anchor": "end", "font-size": 11}, fmt(log ? Math.pow(10, yv) : yv)));
+  for (let i = 0; i <= 4; i++) { const xv = x0 + (x1 - x0) * i / 4; svg.appendChild(svgEl("text", {x: X(xv), y: H - B + 14, "text-anchor": "middle", "font-size": 11}, xfmt(xv))); }
   svg.appendChild(svgEl("text", {x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", "font-size": 12}, xlabel));
-  svg.appendChild(svgEl("text", {x: 12, y: T + 10, "font-size": 12}, ylabel));
+  svg.appendChild(svgEl("text", {x: 4, y: 14, "font-size": 12}, ylabel + (log ? " (log scale)" : "")));
   series.forEach((s, i) => {
     if (!s.pts.length) return;
-    const d = s.pts.map((p, j) => (j ? "L" : "M") + X(p[0]).toFixed(1) + " " + Y(p[1]).toFixed(1)).join(" ");
+    const d = s.pts.map((p, j) => (j ? "L" : "M") + X(p[0]).toFixed(1) + " " + Y(f(p[1])).toFixed(1)).join(" ");
     svg.appendChild(svgEl("path", {d: d, fill: "none", stroke: s.color, "stroke-width": 2, "stroke-dasharray": s.dash || ""}));
     svg.appendChild(svgEl("text", {x: W - R + 8, y: T + 14 + 16 * i, fill: s.color, "font-size": 12}, s.name));
   });
@@ -115,7 +119,18 @@ function render(s) {
   chart($("loss-chart"), loss, "time since the syncer started", "loss (nats/token)", v => v.toFixed(2));
   chart($("bytes-chart"), [{name: "atoll (up + down)", color: colors[0], pts: hist.bytes.map(b => [b[0], b[1]])},
                            {name: "data-parallel", color: colors[1], dash: "6 3", pts: hist.bytes.map(b => [b[0], b[2]])}],
-        "time since the syncer started", "bytes", bytes);
+        "time since the syncer started", "bytes", bytes, true);
+}
+// The run so far (sampled every 2 s by the syncer), so a page opened late shows it from the start.
+async function loadHistory() {
+  try {
+    const r = await fetch("api/history", {headers: headers, cache: "no-store"});
+    if (!r.ok) return;
+    for (const p of (await r.json()).points) {
+      for (const id in p.learners) if (p.learners[id].loss > 0) (hist.learners[id] = hist.learners[id] || []).push([p.t, p.learners[id].loss]);
+      hist.bytes.push([p.t, p.wire_bytes, p.dp_equivalent_bytes]);
+    }
+  } catch (e) { /* the live polls report errors */ }
 }
 async function poll() {
   try {
@@ -125,7 +140,7 @@ async function poll() {
   } catch (e) { $("error").textContent = "cannot read the syncer's status: " + e.message; }
   setTimeout(poll, 1000);
 }
-poll();
+loadHistory().then(poll);
 </script></body></html>
 )html";
 

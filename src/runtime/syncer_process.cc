@@ -455,6 +455,7 @@ class SyncerProcess {
     }
     observe::HttpHandlers h;
     h.status = [this] { return StatusDocument(); };
+    h.history = [this]() -> StatusOr<nlohmann::json> { return history_.ToJson(); };
     h.metrics = [this]() -> StatusOr<std::string> {
       ATOLL_ASSIGN_OR_RETURN(nlohmann::json s, StatusDocument());
       std::lock_guard<std::mutex> lock(stats_mu_);
@@ -478,16 +479,21 @@ class SyncerProcess {
 
   // Main thread: until Finish, a signal, or (finish_when_done) every learner done. Returns what
   // ended the run.
+  // With the HTTP endpoint, a status sample every 2 s for the page's curves.
   const char* WaitForEnd() {
     std::unique_lock<std::mutex> lock(finish_mu_);
+    double last_sample = 0;
     while (!finished_ && !g_stop) {
       finish_cv_.wait_for(lock, std::chrono::milliseconds(200));
-      if (opt_.finish_when_done && !finished_ && !g_stop) {
-        lock.unlock();
-        const bool done = AllLearnersDone();
-        lock.lock();
-        if (done) return "every learner done";
+      if (finished_ || g_stop) break;
+      lock.unlock();
+      const bool done = opt_.finish_when_done && AllLearnersDone();
+      if (http_ && UnixSeconds() - last_sample >= 2.0) {
+        last_sample = UnixSeconds();
+        if (auto s = StatusDocument(); s.ok()) history_.Add(*s);
       }
+      lock.lock();
+      if (done) return "every learner done";
     }
     return finished_ ? "run finished" : "signal";
   }
@@ -553,6 +559,7 @@ class SyncerProcess {
   std::mutex stats_mu_;
   observe::RoundStats round_stats_;             // guarded by stats_mu_
   const double started_ = UnixSeconds();
+  observe::StatusHistory history_;              // samples for the status page's curves
   std::unique_ptr<observe::HttpStatusServer> http_;
 };
 

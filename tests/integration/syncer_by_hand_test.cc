@@ -89,6 +89,10 @@ void CheckHttpWhileServing(const HandRun& r) {
   EXPECT_EQ(s["learners"].size(), 2u);
   EXPECT_GT(s["tokens_trained"].get<double>(), 0);
   EXPECT_GE(s["uptime_s"].get<double>(), 0);
+  auto history = cli.Get("/api/history?token=hand-token");
+  ASSERT_TRUE(history);
+  EXPECT_EQ(history->status, 200);
+  EXPECT_TRUE(nlohmann::json::parse(history->body)["points"].is_array());
   auto metrics = cli.Get("/metrics?token=hand-token");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("atoll_tokens_trained_total{learner=\"1\"}"), std::string::npos) << metrics->body;

@@ -19,6 +19,7 @@ HttpHandlers FakeHandlers(std::atomic<int>* calls) {
     return nlohmann::json{{"rounds", 42}, {"run_id", "r"}};
   };
   h.metrics = []() -> StatusOr<std::string> { return std::string("atoll_rounds_total{fragment=\"0\"} 42\n"); };
+  h.history = []() -> StatusOr<nlohmann::json> { return nlohmann::json{{"points", nlohmann::json::array({{{"t", 1}}})}}; };
   return h;
 }
 
@@ -38,6 +39,9 @@ TEST(ObserveHttp, ServesEveryRouteWithoutToken) {
   EXPECT_EQ(status->status, 200);
   EXPECT_EQ(status->get_header_value("Content-Type"), "application/json");
   EXPECT_EQ(nlohmann::json::parse(status->body)["rounds"], 42);
+  auto history = cli.Get("/api/history");
+  ASSERT_TRUE(history);
+  EXPECT_EQ(nlohmann::json::parse(history->body)["points"][0]["t"], 1);
   auto metrics = cli.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
@@ -65,7 +69,7 @@ TEST(ObserveHttp, TokenIsRequiredExceptForHealth) {
   ASSERT_TRUE(server.ok()) << server.status();
   httplib::Client cli("127.0.0.1", (*server)->port());
   EXPECT_EQ(cli.Get("/healthz")->status, 200);
-  for (const char* path : {"/", "/api/status", "/metrics", "/api/status?token=wrong", "/api/status?token=s3cre"}) {
+  for (const char* path : {"/", "/api/status", "/api/history", "/metrics", "/api/status?token=wrong", "/api/status?token=s3cre"}) {
     auto r = cli.Get(path);
     ASSERT_TRUE(r) << path;
     EXPECT_EQ(r->status, 401) << path;
@@ -91,6 +95,7 @@ TEST(ObserveHttp, HandlerErrorsAre503) {
   EXPECT_EQ(s->status, 503);
   EXPECT_NE(s->body.find("syncer stopping"), std::string::npos);
   EXPECT_EQ(cli.Get("/metrics")->status, 503);
+  EXPECT_EQ(cli.Get("/api/history")->status, 503);
 }
 
 TEST(ObserveHttp, BadAddressesAndLimitsAreRefused) {

@@ -122,6 +122,29 @@ TEST(ObservePrometheus, EvalLossAndOddValues) {
   EXPECT_TRUE(Has(lines, R"(atoll_round_contributors_bucket{le="+Inf"} 0)"));
 }
 
+TEST(ObserveHistory, KeepsTheWholeSpanAtHalvedResolution) {
+  StatusHistory h(4);
+  for (int i = 0; i < 9; ++i) {
+    json s = TwoLearners();
+    s["uptime_s"] = i;
+    s["rounds"] = 10 * i;
+    AddDerived(s);
+    h.Add(s);
+  }
+  // 0..3 fill it; adding 4, 6 and 8 finds it full and halves it first: 0,2 | 0,4 | 0,6 → 0, 6, 8.
+  const json points = h.ToJson()["points"];
+  std::vector<double> t;
+  for (const auto& p : points) t.push_back(p["t"].get<double>());
+  EXPECT_EQ(t, (std::vector<double>{0, 6, 8}));
+  EXPECT_LE(h.size(), 4u);
+  const json& last = points.back();
+  EXPECT_EQ(last["rounds"].get<double>(), 80);
+  EXPECT_EQ(last["wire_bytes"].get<double>(), 4000);
+  EXPECT_EQ(last["dp_equivalent_bytes"].get<double>(), 120000);
+  EXPECT_EQ(last["learners"]["1"]["loss"].get<double>(), 2.5);
+  EXPECT_EQ(last["learners"]["0"]["tokens"].get<double>(), 3000);
+}
+
 TEST(ObservePrometheus, HistogramBucketsAreUpperInclusive) {
   Histogram h({1, 2});
   for (double v : {0.5, 1.0, 1.5, 2.0, 9.0}) h.Observe(v);

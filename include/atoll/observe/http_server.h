@@ -1,6 +1,7 @@
 // The syncer's HTTP status endpoint (docs/observability.md), on cpp-httplib from Debian:
 //   GET /            the status page (self-contained HTML/JS/CSS; polls /api/status)
 //   GET /api/status  the status document as JSON
+//   GET /api/history the bounded history of status samples (StatusHistory) as JSON
 //   GET /metrics     Prometheus text exposition
 //   GET /healthz     "ok" (no credentials needed: it says nothing but that the process serves)
 // Credentials follow the gRPC port's rule: with a token every path but /healthz needs it, as
@@ -38,6 +39,8 @@ struct HttpOptions {
 struct HttpHandlers {
   // The status document (after AddDerived); an error answers 503 with its message.
   std::function<StatusOr<nlohmann::json>()> status;
+  // The history for the page's curves; an error answers 503.
+  std::function<StatusOr<nlohmann::json>()> history;
   // The Prometheus text; an error answers 503.
   std::function<StatusOr<std::string>()> metrics;
 };

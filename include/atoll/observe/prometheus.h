@@ -6,9 +6,12 @@
 // syncer process adds (uptime_s, eval_loss_start, global_eval_curve). Pure functions of their
 // arguments; torch-free and socket-free, so the sanitizer builds test them.
 // Thread-safety: Histogram and RoundStats are values; guard a shared one with a mutex.
+// StatusHistory locks itself.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,6 +47,26 @@ struct RoundStats {
 // data-parallel would have moved for the same learner steps: every step the whole gradient up
 // and the average down, bf16 both ways: Σ steps × params × 4).
 void AddDerived(nlohmann::json& status);
+
+// A bounded history of status documents for the page's curves (so a page opened late still shows
+// the run from its start): per sample the syncer's uptime, rounds, bytes on the wire, the
+// data-parallel equivalent and each learner's loss and tokens. At most `max_points`; when full,
+// every other sample is dropped (the resolution halves, the span stays). Thread-safe.
+class StatusHistory {
+ public:
+  explicit StatusHistory(size_t max_points = 1024) : max_points_(std::max<size_t>(2, max_points)) {}
+  // `status` after AddDerived, with uptime_s.
+  void Add(const nlohmann::json& status);
+  // {"points": [{"t", "rounds", "wire_bytes", "dp_equivalent_bytes", "learners": {"<id>": {"loss",
+  // "tokens"}}}, ...]} in time order.
+  nlohmann::json ToJson() const;
+  size_t size() const;
+
+ private:
+  const size_t max_points_;
+  mutable std::mutex mu_;
+  std::vector<nlohmann::json> points_;  // guarded by mu_
+};
 
 // The text exposition of `status` (after AddDerived) and the round histograms. Metric names,
 // types and units are listed in docs/observability.md. Label values are escaped; fields missing
