@@ -1,7 +1,8 @@
 // The syncer's HTTP endpoint seen by real clients during an `atoll run` of four learners on
 // loopback: a real Prometheus (Debian's `prometheus`, temp config and storage) scrapes /metrics
 // and its query API shows the atoll series moving; headless Chromium (Debian's `chromium`) loads
-// the status page, runs its JavaScript and the DOM holds every learner and a rising round count.
+// the status page, runs its JavaScript and the DOM holds every learner and a rising round count,
+// then renders the report.html the run wrote.
 // Each test skips, saying why, where its program is not installed (scripts/setup installs both).
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -89,10 +90,11 @@ struct LiveRun {
 
   std::string Log() const { return testing::TextOf(dir + "/run.log", ""); }
 
-  void Stop() {
-    ::kill(run.pid(), SIGINT);  // atoll run only: it stops its learners and syncer itself
+  // Ctrl-C: atoll run stops its learners and syncer itself, then writes its report.
+  void Stop(bool remove = true) {
+    ::kill(run.pid(), SIGINT);
     run.WaitOrKill(120);
-    fs::remove_all(dir);
+    if (remove) fs::remove_all(dir);
   }
 };
 
@@ -153,7 +155,8 @@ struct Dom {
   std::vector<int> learners;
 };
 
-Dom DumpDom(const std::string& dir, const std::string& url) {
+// The DOM headless Chromium holds after running the page's scripts.
+std::string DumpHtml(const std::string& dir, const std::string& url) {
   const std::string cmd = "timeout -k 5 60 /usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
                           "--user-data-dir=" + dir + "/chromium --virtual-time-budget=4000 --dump-dom '" + url +
                           "' 2>/dev/null";
@@ -163,6 +166,11 @@ Dom DumpDom(const std::string& dir, const std::string& url) {
     while (size_t n = std::fread(buf, 1, sizeof(buf), f)) html.append(buf, n);
     ::pclose(f);
   }
+  return html;
+}
+
+Dom DumpDom(const std::string& dir, const std::string& url) {
+  const std::string html = DumpHtml(dir, url);
   Dom d;
   std::smatch m;
   if (std::regex_search(html, m, std::regex("<b id=\"rounds\">([0-9,]+)</b>"))) {
@@ -193,7 +201,15 @@ TEST(ObserveLive, StatusPageRendersInHeadlessChromium) {
   const Dom refused = DumpDom(live.dir, "http://127.0.0.1:" + std::to_string(live.http_port) + "/");
   EXPECT_EQ(refused.rounds, -1);
   EXPECT_TRUE(refused.learners.empty());
-  live.Stop();
+  live.Stop(/*remove=*/false);
+  // The report atoll run wrote at its end renders its three figures.
+  const std::string report = DumpHtml(live.dir, "file://" + live.dir + "/run/report.html");
+  size_t svgs = 0;
+  for (size_t at = report.find("<svg"); at != std::string::npos; at = report.find("<svg", at + 1)) ++svgs;
+  EXPECT_EQ(svgs, 3u) << live.Log();
+  EXPECT_NE(report.find("Loss vs tokens"), std::string::npos);
+  EXPECT_NE(report.find("<polyline"), std::string::npos);
+  fs::remove_all(live.dir);
 }
 
 }  // namespace
