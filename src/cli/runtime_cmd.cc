@@ -105,7 +105,8 @@ void RegisterRun(CLI::App& app, CommandContext& ctx) {
   auto live = std::make_shared<bool>(true);
   auto* c = app.add_subcommand("run",
       "Start a local Decoupled DiLoCo cluster: one syncer and M learner processes on this machine,\n"
-      "live progress, then a report and a run folder (summary.json, metrics.jsonl, checkpoint).");
+      "live progress and a live status page (its URL is printed; /metrics for Prometheus), then a\n"
+      "report and a run folder (summary.json, report.html, metrics.jsonl, global.safetensors).");
   AddRunFlags(c, *o);
   c->add_flag("!--no-live", *live, "Print a progress line every 10 s instead of a live table");
   c->callback([&ctx, o, live] {
