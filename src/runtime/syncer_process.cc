@@ -302,7 +302,7 @@ class SyncerProcess {
       round_stats_.Observe(static_cast<int>(r.contributors.size()), r.grace_seconds);
     }
     // Counted here, not from rounds_closed(): one Poll may close several rounds before their commits.
-    if (opt_.checkpoint_every > 0 && ++commits_since_checkpoint_ >= opt_.checkpoint_every && !loop_->finish_requested()) {
+    if (opt_.checkpoint_every > 0 && ++commits_since_checkpoint_ >= opt_.checkpoint_every && !finishing_) {
       commits_since_checkpoint_ = 0;
       WriteCheckpoint(sc);
     }
@@ -311,10 +311,10 @@ class SyncerProcess {
   // Loop thread, every checkpoint_every rounds: the global model and a summary without evaluation,
   // so a syncer that dies leaves a usable model of at most that many rounds ago.
   void WriteCheckpoint(const syncer::SyncerCore& sc) {
-    const TimePoint now = clock_.Now();
-    nlohmann::json summary = SummaryOf(sc, now, ThetaOf(sc));
+    const auto theta = ThetaOf(sc);
+    nlohmann::json summary = SummaryOf(sc, clock_.Now(), theta);
     summary["final"] = false;
-    WriteModelAndSummary(ThetaOf(sc), summary);
+    WriteModelAndSummary(theta, summary);
   }
 
   static std::vector<std::vector<float>> ThetaOf(const syncer::SyncerCore& sc) {
@@ -368,6 +368,7 @@ class SyncerProcess {
     std::lock_guard<std::mutex> lock(finish_mu_);
     if (finished_) return summary_text_;
     if (live_eval_) live_eval_->Stop();
+    finishing_ = true;  // no periodic checkpoint from now on: this finish writes the model
     loop_->RequestFinish();
     // Snapshot Θ and the table and load Θ into the evaluator on the loop thread (in ddp mode the
     // loop thread also steps that trainer's optimizer, so nothing else may touch it), after merging
@@ -556,6 +557,7 @@ class SyncerProcess {
   std::string summary_text_;                    // guarded by finish_mu_
   std::mutex model_mu_;                         // serialises writes of global.safetensors
   int commits_since_checkpoint_ = 0;            // loop thread only
+  std::atomic<bool> finishing_{false};
   std::mutex stats_mu_;
   observe::RoundStats round_stats_;             // guarded by stats_mu_
   const double started_ = UnixSeconds();
