@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -118,6 +119,21 @@ struct HttpStatusServer::Impl {
   httplib::Server server;
   std::thread listener;
 };
+
+std::string QueryEscaped(const std::string& text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
 
 StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) {
   const auto colon = address.rfind(':');

@@ -16,6 +16,7 @@
 #include "atoll/core/rng.h"
 #include "atoll/core/text.h"
 #include "atoll/model/data.h"
+#include "atoll/observe/http_server.h"
 #include "atoll/observe/run_report.h"
 #include "atoll/runtime/processes.h"
 #include "atoll/transport/grpc.h"
@@ -135,7 +136,7 @@ class LocalCluster {
     client_ = std::move(*client);
     if (cluster_->http_port() > 0) {  // the token in the URL, as notebook servers print theirs
       std::printf("status page: http://127.0.0.1:%d/?token=%s  (Prometheus: /metrics with that token as bearer)\n",
-                  cluster_->http_port(), client_token_.c_str());
+                  cluster_->http_port(), observe::QueryEscaped(client_token_).c_str());
       std::fflush(stdout);
     }
     ::signal(SIGINT, OnInterrupt);

@@ -124,11 +124,15 @@ class SyncerProcess {
   Status WriteRunConfigOnce() {
     const std::string path = out_ + "/config.json";
     if (FileExists(path)) return Status::Ok();
-    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(path, ToJson(c_).dump(2)));
+    return WriteOwnerOnly(path, ToJson(c_).dump(2));
+  }
+
+  static Status WriteOwnerOnly(const std::string& path, const std::string& text) {
+    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(path, text));
     std::error_code ec;
     std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
                                  std::filesystem::perm_options::replace, ec);
-    return Status::Ok();
+    return ec ? InternalError("chmod 0600 " + path + ": " + ec.message()) : Status::Ok();
   }
 
   int Setup() {
@@ -464,6 +468,10 @@ class SyncerProcess {
     };
     ATOLL_ASSIGN_OR_RETURN(http_, observe::HttpStatusServer::Start(ho, std::move(h)));
     std::printf("syncer: status page at %s (metrics at %smetrics)\n", http_->url().c_str(), http_->url().c_str());
+    if (!ho.token.empty()) {  // the URL with its token, readable by the owner only (not in the log)
+      ATOLL_RETURN_IF_ERROR(WriteOwnerOnly(out_ + "/status-url", http_->url() + "?token=" + observe::QueryEscaped(ho.token) + "\n"));
+      std::printf("syncer: the status page needs the token: the URL with it is in %s/status-url\n", out_.c_str());
+    }
     std::fflush(stdout);
     if (!opt_.http_port_file.empty()) ATOLL_RETURN_IF_ERROR(WriteFileAtomic(opt_.http_port_file, std::to_string(http_->port())));
     return Status::Ok();

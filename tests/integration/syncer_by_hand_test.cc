@@ -138,6 +138,13 @@ TEST(SyncerByHand, SigtermLeavesAUsableModel) {
   EXPECT_GE(periodic["rounds"].get<int64_t>(), 4);
   EXPECT_TRUE(fs::exists(r.out + "/global.safetensors"));
   EXPECT_TRUE(fs::exists(r.out + "/config.json")) << "the folder is a model source";
+  // The status page's URL with its token, for the owner only (the log has it without).
+  const auto owner_rw = fs::perms::owner_read | fs::perms::owner_write;
+  EXPECT_EQ(testing::TextOf(r.out + "/status-url"),
+            "http://127.0.0.1:" + std::to_string(r.http_port) + "/?token=hand-token\n");
+  EXPECT_EQ(fs::status(r.out + "/status-url").permissions() & fs::perms::all, owner_rw);
+  EXPECT_EQ(fs::status(r.out + "/config.json").permissions() & fs::perms::all, owner_rw);
+  EXPECT_EQ(r.Log().find("hand-token"), std::string::npos) << "no token in the log";
 
   r.syncer.Signal(SIGTERM);
   EXPECT_EQ(r.syncer.WaitOrKill(120), 0) << r.Log();

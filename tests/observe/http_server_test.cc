@@ -114,6 +114,8 @@ TEST(ObserveHttp, BadAddressesAndLimitsAreRefused) {
   o = HttpOptions{};
   o.address = "127.0.0.1:" + std::to_string((*first)->port());
   EXPECT_EQ(HttpStatusServer::Start(o, {}).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(QueryEscaped("a-Z_0.~"), "a-Z_0.~");
+  EXPECT_EQ(QueryEscaped("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
   auto v6 = SplitHostPort("[::1]:8080");
   ASSERT_TRUE(v6.ok());
   EXPECT_EQ(v6->first, "::1");

@@ -67,6 +67,9 @@ class HttpStatusServer {
   std::string host_;
 };
 
+// `text` percent-encoded for a URL query value (everything but A-Z a-z 0-9 - _ . ~).
+std::string QueryEscaped(const std::string& text);
+
 // Splits "host:port" / "[v6]:port" (InvalidArgument otherwise; port in [0, 65535]).
 StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address);
 
