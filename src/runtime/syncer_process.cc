@@ -2,6 +2,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <fmt/format.h>
 
 #include "atoll/core/checksum.h"
@@ -313,12 +314,17 @@ class SyncerProcess {
   }
 
   // Loop thread, every checkpoint_every rounds: the global model and a summary without evaluation,
-  // so a syncer that dies leaves a usable model of at most that many rounds ago.
+  // so a syncer that dies leaves a usable model of at most that many rounds ago. Θ is copied here;
+  // the file is written on a thread of its own so the rounds never wait for the disk. While the
+  // previous one is still being written this one is skipped (the next comes N rounds later).
   void WriteCheckpoint(const syncer::SyncerCore& sc) {
-    const auto theta = ThetaOf(sc);
+    if (checkpoint_.valid() && checkpoint_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    auto theta = ThetaOf(sc);
     nlohmann::json summary = SummaryOf(sc, clock_.Now(), theta);
     summary["final"] = false;
-    WriteModelAndSummary(theta, summary);
+    checkpoint_ = std::async(std::launch::async, [this, theta = std::move(theta), summary = std::move(summary)]() mutable {
+      WriteModelAndSummary(theta, summary);
+    });
   }
 
   static std::vector<std::vector<float>> ThetaOf(const syncer::SyncerCore& sc) {
@@ -377,7 +383,9 @@ class SyncerProcess {
     // Snapshot Θ and the table and load Θ into the evaluator on the loop thread (in ddp mode the
     // loop thread also steps that trainer's optimizer, so nothing else may touch it), after merging
     // what the learners pushed last (their final sync).
+    std::future<void> pending;  // a periodic checkpoint still being written: it must not land last
     auto [theta, summary] = loop_->Call([&](syncer::SyncerCore& sc, TimePoint now) {
+      pending = std::move(checkpoint_);
       for (const auto& r : sc.CloseAllPending(now, clock_)) Commit(sc, r);
       auto t = ThetaOf(sc);
       for (int p = 0; p < sc.plan().num_fragments(); ++p) {
@@ -385,6 +393,7 @@ class SyncerProcess {
       }
       return std::make_pair(t, SummaryOf(sc, now, t));
     });
+    if (pending.valid()) pending.wait();
     summary["params"] = ev_->num_params();
     summary["final"] = true;
     if (evaluate) {
@@ -565,6 +574,7 @@ class SyncerProcess {
   std::string summary_text_;                    // guarded by finish_mu_
   std::mutex model_mu_;                         // serialises writes of global.safetensors
   int commits_since_checkpoint_ = 0;            // loop thread only
+  std::future<void> checkpoint_;                // the periodic write in progress; loop thread only
   std::atomic<bool> finishing_{false};
   std::mutex stats_mu_;
   observe::RoundStats round_stats_;             // guarded by stats_mu_
