@@ -11,6 +11,7 @@
 #include "atoll/model/model_source.h"
 #include "atoll/model/run.h"
 #include "atoll/model/trainer.h"
+#include "atoll/observe/run_report.h"
 #include "command.h"
 
 namespace atl::cli {
@@ -129,6 +130,11 @@ int RunTrain(const CLI::App& cmd, TrainFlags& f) {
   run.trainer.optim.warmup_steps = f.warmup >= 0 ? f.warmup : run.steps / 10;
   auto res = model::RunTraining(run);
   if (!res.ok()) return Fail("train", res.status());
+  if (auto report = observe::WriteRunReport(res->out_dir); report.ok()) {
+    std::printf("report: %s\n", report->path.c_str());
+  } else {
+    std::fprintf(stderr, "atoll train: warning: no report: %s\n", report.status().ToString().c_str());
+  }
   std::printf("run folder: %s\n", res->out_dir.c_str());
   return 0;
 }

@@ -108,7 +108,8 @@ void RegisterRun(CLI::App& app, CommandContext& ctx) {
   auto live = std::make_shared<bool>(true);
   auto* c = app.add_subcommand("run",
       "Start a local Decoupled DiLoCo cluster: one syncer and M learner processes on this machine,\n"
-      "live progress, then a report and a run folder (summary.json, metrics.jsonl, checkpoint).");
+      "live progress and a live status page (its URL is printed; /metrics for Prometheus), then a\n"
+      "report and a run folder (summary.json, report.html, metrics.jsonl, global.safetensors).");
   AddRunFlags(c, *o);
   c->add_flag("!--no-live", *live, "Print a progress line every 10 s instead of a live table");
   c->callback([&ctx, o, live] {
@@ -154,6 +155,17 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
   c->add_option("--tls-client-ca", p->tls.client_ca,
                 "Mutual TLS: refuse every connection without a client certificate signed by this CA (PEM); needs --tls-cert")
       ->check(CLI::ExistingFile);
+  c->add_option("--checkpoint-every", p->checkpoint_every,
+                "Write global.safetensors and syncer-summary.json every N committed rounds (0 = only at the end: "
+                "Finish, SIGTERM/SIGINT, or --finish-when-done)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  c->add_flag("--finish-when-done", p->finish_when_done,
+              "Finish by itself (final merge, evaluation, global.safetensors, summary) once all M learners have said they are done");
+  c->add_option("--http", p->http,
+                "Serve the status page, /api/status, /metrics (Prometheus) and /healthz on this address, e.g. 127.0.0.1:0 "
+                "(a free port; the URL is printed). Needs the same token as the gRPC port (Bearer header or ?token=)");
+  c->add_option("--http-port-file", p->http_port_file, "Write the bound HTTP port to this file once serving");
   OnRun(c, ctx, o, p, "syncer", runtime::RunSyncerProcess);
 }
 
@@ -189,13 +201,14 @@ void RegisterExport(CLI::App& app, CommandContext& ctx) {
   auto* c = app.add_subcommand(
       "export",
       "Write the global model of a run from the syncer's committed durable state (state/) to a\n"
-      "safetensors file: for a run that ended without global.safetensors, or one still running.");
-  c->add_option("--config", o->config, "The run folder, or its config.json")->required();
-  c->add_option("--state", o->state, "Durable state folder (default <run folder>/state)");
+      "safetensors file: for a run that ended without global.safetensors, or one still running.\n"
+      "`atoll export --state RUN/state` is enough: the run config is read beside it.");
+  c->add_option("--config", o->config,
+                "The run folder, or its config.json (default: the config.json beside --state)");
+  c->add_option("--state", o->state, "Durable state folder (default <run folder>/state); give this or --config");
   c->add_option("--out", o->out,
-                "Output .safetensors (written as <run folder>/global.safetensors, `atoll sample` "
-                "and `atoll eval` read it from the run folder)")
-      ->required();
+                "Output .safetensors (default <run folder>/global.safetensors, where `atoll sample` "
+                "and `atoll eval` read it from the run folder)");
   c->add_flag("--force", o->force, "Overwrite --out if it exists");
   c->callback([&ctx, o] {
     ctx.action = [o] {

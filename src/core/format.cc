@@ -29,4 +29,16 @@ std::string GroupedRound(double value) {
   return Grouped(static_cast<int64_t>(r));
 }
 
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) {
+    b /= 1000;
+    ++u;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", b, units[u]);
+  return buf;
+}
+
 }  // namespace atl

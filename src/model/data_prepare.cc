@@ -2,7 +2,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cmath>
 #include <filesystem>
 #include <thread>
@@ -110,18 +113,70 @@ void SplitValidation(const std::vector<uint16_t>& stream, double val_fraction,
   }
 }
 
-// Encodes the sources on up to two threads (this machine has two cores).
-std::vector<std::vector<int>> EncodeAll(const Tokenizer& tok,
-                                        const std::vector<CorpusText>& texts) {
-  std::vector<std::vector<int>> ids(texts.size());
+// A piece of one source, ending at a newline (or the source's end).
+struct EncodeChunk {
+  size_t text = 0;
+  std::string_view part;
+  std::vector<int> ids;
+};
+
+// Sources cut into ~1 MB chunks at newlines. Encode works line by line, so the chunks' ids
+// concatenated are exactly the source's.
+std::vector<EncodeChunk> SplitAtNewlines(const std::vector<CorpusText>& texts) {
+  constexpr size_t kChunk = 1 << 20;
+  std::vector<EncodeChunk> chunks;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string_view t = texts[i].text;
+    for (size_t pos = 0; pos < t.size();) {
+      size_t end = std::min(t.size(), pos + kChunk);
+      if (end < t.size()) {
+        const size_t nl = t.find('\n', end);
+        end = nl == std::string_view::npos ? t.size() : nl + 1;
+      }
+      chunks.push_back({i, t.substr(pos, end - pos), {}});
+      pos = end;
+    }
+  }
+  return chunks;
+}
+
+// Encodes the sources: two workers (this machine has two cores) take the chunks in order; this
+// thread reports progress with an ETA every 2 s.
+std::vector<std::vector<int>> EncodeAll(const Tokenizer& tok, const std::vector<CorpusText>& texts,
+                                        const std::function<void(const std::string&)>& log) {
+  std::vector<EncodeChunk> chunks = SplitAtNewlines(texts);
+  size_t total = 0;
+  for (const auto& c : chunks) total += c.part.size();
+  std::atomic<size_t> next{0}, encoded{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t workers_left = std::min<size_t>(2, chunks.size());
   std::vector<std::thread> pool;
-  const size_t workers = std::min<size_t>(2, texts.size());
-  for (size_t w = 0; w < workers; ++w) {
-    pool.emplace_back([&, w] {
-      for (size_t i = w; i < texts.size(); i += workers) ids[i] = tok.Encode(texts[i].text);
+  for (size_t w = 0, n = workers_left; w < n; ++w) {
+    pool.emplace_back([&] {
+      for (size_t k; (k = next++) < chunks.size();) {
+        chunks[k].ids = tok.Encode(chunks[k].part);
+        encoded += chunks[k].part.size();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      --workers_left;
+      cv.notify_all();
     });
   }
+  const double t0 = RealClock::Default().NowSeconds();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!cv.wait_for(lock, std::chrono::seconds(2), [&] { return workers_left == 0; })) {
+      const double done = static_cast<double>(encoded.load()), dt = RealClock::Default().NowSeconds() - t0;
+      if (done <= 0) continue;  // no rate yet
+      const double eta = dt * (static_cast<double>(total) - done) / done;
+      Log(log, fmt::format("data: encoding {:3.0f}% ({:.1f} of {:.1f} MB), ETA {:.0f} s", 100 * done / static_cast<double>(total),
+                           done / 1e6, static_cast<double>(total) / 1e6, eta));
+    }
+  }
   for (auto& t : pool) t.join();
+  std::vector<std::vector<int>> ids(texts.size());
+  for (auto& c : chunks) ids[c.text].insert(ids[c.text].end(), c.ids.begin(), c.ids.end());
   return ids;
 }
 
@@ -260,7 +315,7 @@ StatusOr<TokenStream> TokeniseTexts(const DataOptions& o) {
   TokenStream out;
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, MakeTokenizer(o, texts, out));
   out.vocab = tok->vocab_size();
-  auto ids = EncodeAll(*tok, texts);
+  auto ids = EncodeAll(*tok, texts, o.log);
   for (size_t i = 0; i < texts.size(); ++i) {
     for (int id : ids[i]) out.tokens.push_back(static_cast<uint16_t>(id));
     out.sources.push_back({{"name", texts[i].name},

@@ -112,8 +112,7 @@ StatusOr<ModelSource> FromClusterRun(const std::string& path, const std::string&
     if (FileExists((fs::path(folder) / "state" / "meta.json").string())) {
       return FailedPreconditionError(
           folder + " holds no global.safetensors (the run did not finish). Write one from the "
-          "syncer's committed state: atoll export --config " + folder + "/config.json --out " +
-          folder + "/global.safetensors");
+          "syncer's committed state: atoll export --state " + folder + "/state");
     }
     return NotFoundError("no global.safetensors in " + folder + " (" + kLayouts + ")");
   }

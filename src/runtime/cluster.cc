@@ -89,10 +89,15 @@ StatusOr<std::string> WriteRunCredentials(const RunConfig& c) {
 
 Status Cluster::StartSyncer() {
   const std::string port_file = c_.out + "/syncer.port";
+  const std::string http_port_file = c_.out + "/syncer.http-port";
   std::filesystem::remove(port_file);
+  std::filesystem::remove(http_port_file);
   const std::string listen = "127.0.0.1:" + std::to_string(port_);  // port 0 the first time
+  // The status page on loopback, on the same port after a restart so its URL stays valid.
+  const std::string http = "127.0.0.1:" + std::to_string(http_port_);
   std::vector<std::string> argv = {self_, "syncer", "--config", config_path_, "--listen", listen,
-                                   "--port-file", port_file, "--out", c_.out};
+                                   "--port-file", port_file, "--out", c_.out, "--http", http,
+                                   "--http-port-file", http_port_file};
   if (FileExists(SecretsDir(c_) + "/run.secret")) {
     argv.insert(argv.end(), {"--secret-file", SecretsDir(c_) + "/run.secret"});
   }
@@ -106,6 +111,8 @@ Status Cluster::StartSyncer() {
     auto text = ReadFile(port_file);
     if (text.ok() && !text->empty()) {
       port_ = std::stoi(*text);
+      auto http_text = ReadFile(http_port_file);  // written before the gRPC port file
+      if (http_text.ok() && !http_text->empty()) http_port_ = std::stoi(*http_text);
       address_ = "127.0.0.1:" + std::to_string(port_);
       syncer_down_ = false;
       return Status::Ok();

@@ -38,6 +38,7 @@ class Cluster {
   Status StartLearner(int id, bool rejoin, int64_t start_step);
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  int http_port() const { return http_port_; }  // the syncer's status page (0 until it started)
   ChildProcess& syncer() { return syncer_; }
   bool syncer_down() const { return syncer_down_; }
   std::vector<LearnerSlot>& learners() { return learners_; }
@@ -65,6 +66,7 @@ class Cluster {
   bool syncer_down_ = false;
   std::optional<double> syncer_restart_at_;
   int port_ = 0;
+  int http_port_ = 0;
   std::string address_;
   std::vector<LearnerSlot> learners_;
   std::vector<int64_t> versions_;

@@ -15,25 +15,33 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Fills in the config file (a run folder means its config.json) and the default state folder;
-// checks --out.
+// Fills in what was left out: the config (a run folder means its config.json; with only --state,
+// the config.json beside the state folder, which every syncer writes into its run folder), the
+// state folder (<run folder>/state) and --out (<run folder>/global.safetensors).
 Status ResolvePaths(ExportOptions& o) {
-  if (o.out.empty()) return InvalidArgumentError("--out FILE.safetensors is required");
-  if (o.config.empty()) {
-    return InvalidArgumentError("--config is required: the run folder or its config.json");
+  if (o.config.empty() && o.state.empty()) {
+    return InvalidArgumentError("give --state (the syncer's state folder) or --config (the run folder or its config.json)");
   }
   std::error_code ec;
+  if (o.config.empty()) {
+    const fs::path parent = fs::path(o.state).lexically_normal().parent_path();
+    o.config = ((parent.empty() ? fs::path(".") : parent) / "config.json").string();
+    if (!FileExists(o.config)) {
+      return NotFoundError("no run config beside the state folder (" + o.config +
+                           "); pass --config with the run's config.json or run file");
+    }
+  }
   if (fs::is_directory(o.config, ec)) o.config = (fs::path(o.config) / "config.json").string();
   if (!FileExists(o.config)) {
     return NotFoundError("no run config at " + o.config +
                          " (pass --config with the run folder or its config.json)");
   }
-  if (o.state.empty()) {
-    fs::path parent = fs::path(o.config).parent_path();
-    o.state = ((parent.empty() ? fs::path(".") : parent) / "state").string();
-  }
+  fs::path run_folder = fs::path(o.config).parent_path();
+  if (run_folder.empty()) run_folder = ".";
+  if (o.state.empty()) o.state = (run_folder / "state").string();
+  if (o.out.empty()) o.out = (run_folder / "global.safetensors").string();
   if (FileExists(o.out) && !o.force) {
-    return AlreadyExistsError(o.out + " exists; pass --force to overwrite it");
+    return AlreadyExistsError(o.out + " exists; pass --force to overwrite it (or --out elsewhere)");
   }
   return Status::Ok();
 }

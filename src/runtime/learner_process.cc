@@ -273,7 +273,8 @@ class LearnerProcess {
     agent_->SetProgress(p);
     metrics_.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id_}, {"step", step_},
                     {"tokens", tokens_total_}, {"step_tokens", s.tokens}, {"step_s", step_s}, {"loss", s.loss},
-                    {"lr", s.lr}, {"tokens_per_s", ema_tps}, {"applied", applied}});
+                    {"lr", s.lr}, {"tokens_per_s", ema_tps}, {"applied", applied},
+                    {"wire_bytes_up", client_->bytes_sent()}, {"wire_bytes_down", client_->bytes_received()}});
     if (step_ == opt_.start_step + 1) Mark("first_step");
     if (!contributed_ && (agent_->counters().pushes > 0 || (ddp_ && applied > 0))) {
       contributed_ = true;  // for the rejoin latency: restart → first accepted contribution

@@ -16,6 +16,8 @@
 #include "atoll/core/rng.h"
 #include "atoll/core/text.h"
 #include "atoll/model/data.h"
+#include "atoll/observe/http_server.h"
+#include "atoll/observe/run_report.h"
 #include "atoll/runtime/processes.h"
 #include "atoll/transport/grpc.h"
 #include "cluster.h"
@@ -62,7 +64,13 @@ class LocalCluster {
     AddAccounting(c_, *cluster_, t0_, wall, summary);
     if (Status st = WriteFileAtomic(c_.out + "/summary.json", DumpJson(summary, 2)); !st.ok()) return Fail(st, 1);
     std::printf("%s", FormatReport(summary).c_str());
-    std::printf("run folder: %s (summary.json, metrics.jsonl, faults.jsonl, global.safetensors, logs)\n", c_.out.c_str());
+    if (auto report = observe::WriteRunReport(c_.out); report.ok()) {
+      std::printf("report with plots: %s\n", report->path.c_str());
+    } else {
+      std::fprintf(stderr, "atoll run: warning: no report.html: %s\n", report.status().ToString().c_str());
+    }
+    std::printf("run folder: %s (summary.json, report.html, metrics.jsonl, faults.jsonl, global.safetensors, logs)\n",
+                c_.out.c_str());
     return failed_.empty() && !syncer_summary.is_null() ? 0 : 1;
   }
 
@@ -126,6 +134,11 @@ class LocalCluster {
     auto client = transport::GrpcSyncerClient::Connect(co);
     if (!client.ok()) return Fail(client.status(), 1);
     client_ = std::move(*client);
+    if (cluster_->http_port() > 0) {  // the token in the URL, as notebook servers print theirs
+      std::printf("status page: http://127.0.0.1:%d/?token=%s  (Prometheus: /metrics with that token as bearer)\n",
+                  cluster_->http_port(), observe::QueryEscaped(client_token_).c_str());
+      std::fflush(stdout);
+    }
     ::signal(SIGINT, OnInterrupt);
     ::signal(SIGTERM, OnInterrupt);
     return 0;
@@ -222,6 +235,13 @@ class LocalCluster {
       }
     }
     cluster_->syncer().WaitOrKill(30);
+    // Ctrl-C reaches the syncer too: it finishes by itself (final merge, evaluation, model) and
+    // may be gone before our Finish call; its final summary is on disk.
+    if (summary.is_null()) {
+      auto text = ReadFile(c_.out + "/syncer-summary.json");
+      auto on_disk = text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
+      if (on_disk.is_object() && on_disk.value("final", false)) summary = on_disk;
+    }
     return summary;
   }
 

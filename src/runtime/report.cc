@@ -8,20 +8,13 @@
 #include "atoll/core/file.h"
 #include "atoll/runtime/accounting.h"
 #include "atoll/core/format.h"
+#include "atoll/observe/run_report.h"
 #include "cluster.h"
 
 namespace atl::runtime {
 namespace {
 
-std::string Bytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (b >= 1000 && u < 4) {
-    b /= 1000;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", b, units[u]);
-}
+std::string Bytes(double b) { return HumanBytes(b); }
 
 double Num(const nlohmann::json& j, const char* key, double fallback = 0) {
   auto it = j.find(key);
@@ -210,21 +203,6 @@ void MergeMetrics(const RunConfig& c) {
 
 namespace {
 
-std::vector<nlohmann::json> ReadJsonl(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded()) out.push_back(std::move(j));
-  }
-  return out;
-}
-
-
-}  // namespace
-
-namespace {
-
 // The event records of a run folder: every learner's steps and contributions, the syncer's rounds.
 // A learner process's first accepted contribution: when, and its start-up in stages.
 struct Contributed {
@@ -238,7 +216,7 @@ std::vector<LearnerRecordOfRun> ReadLearnerRecords(const RunConfig& c, Cluster& 
   contributed.assign(static_cast<size_t>(c.learners), {});
   for (int i = 0; i < c.learners; ++i) {
     auto& r = records[static_cast<size_t>(i)];
-    for (const auto& l : ReadJsonl(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl")) {
+    for (const auto& l : observe::ReadJsonLines(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl")) {
       if (l.value("kind", "") == "contributed") {
         contributed[static_cast<size_t>(i)].push_back({Num(l, "t"), l.value("startup_s", nlohmann::json())});
       } else {
@@ -253,7 +231,7 @@ std::vector<LearnerRecordOfRun> ReadLearnerRecords(const RunConfig& c, Cluster& 
 
 std::map<int, std::vector<double>> ReadRoundCloses(const RunConfig& c) {
   std::map<int, std::vector<double>> closes;
-  for (const auto& l : ReadJsonl(c.out + "/metrics-syncer.jsonl")) {
+  for (const auto& l : observe::ReadJsonLines(c.out + "/metrics-syncer.jsonl")) {
     if (l.value("kind", "") == "round") closes[l.value("fragment", -1)].push_back(Num(l, "t"));
   }
   return closes;

@@ -2,6 +2,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <fmt/format.h>
 
 #include "atoll/core/checksum.h"
@@ -12,9 +13,12 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/model/data.h"
 #include "atoll/model/safetensors.h"
+#include "atoll/observe/http_server.h"
+#include "atoll/observe/prometheus.h"
 #include "atoll/runtime/processes.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_loop.h"
+#include "atoll/transport/credentials.h"
 #include "atoll/transport/grpc.h"
 #include "global_eval.h"
 #include "jsonl.h"
@@ -96,7 +100,11 @@ class SyncerProcess {
   // Exit code and message for each failure; 0 when the run finished or was stopped cleanly.
   int Run() {
     if (Status st = ValidateRunConfig(c_); !st.ok()) return Fail(st, 2);
+    if (!opt_.http.empty()) {
+      if (auto hp = observe::SplitHostPort(opt_.http); !hp.ok()) return Fail(hp.status().WithContext("--http"), 2);
+    }
     if (Status st = MakeDirs(out_); !st.ok()) return Fail(st, 1);
+    if (Status st = WriteRunConfigOnce(); !st.ok()) return Fail(st, 1);
     if (int rc = Setup(); rc != 0) return rc;
     loop_ = std::make_unique<syncer::SyncerLoop>(std::move(*core_), clock_,
         [this](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
@@ -110,6 +118,23 @@ class SyncerProcess {
   static int Fail(const Status& st, int code) {
     std::fprintf(stderr, "atoll syncer: error: %s\n", st.ToString().c_str());
     return code;
+  }
+
+  // The run folder of a syncer started by hand holds its run config too, so the folder is a
+  // model source (`atoll sample/eval --checkpoint`, `atoll export --state`) like an `atoll run`
+  // folder. Owner-only: it may hold a shared token. An existing one (atoll run's) is kept.
+  Status WriteRunConfigOnce() {
+    const std::string path = out_ + "/config.json";
+    if (FileExists(path)) return Status::Ok();
+    return WriteOwnerOnly(path, ToJson(c_).dump(2));
+  }
+
+  static Status WriteOwnerOnly(const std::string& path, const std::string& text) {
+    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(path, text));
+    std::error_code ec;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::replace, ec);
+    return ec ? InternalError("chmod 0600 " + path + ": " + ec.message()) : Status::Ok();
   }
 
   int Setup() {
@@ -278,37 +303,100 @@ class SyncerProcess {
                 static_cast<long long>(r.round), static_cast<long long>(r.version), Ids(r.contributors).c_str(),
                 Ids(r.late).c_str(), r.grace_seconds, r.token_share, r.reason.c_str());
     std::fflush(stdout);
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      round_stats_.Observe(static_cast<int>(r.contributors.size()), r.grace_seconds);
+    }
+    // Counted here, not from rounds_closed(): one Poll may close several rounds before their commits.
+    if (opt_.checkpoint_every > 0 && ++commits_since_checkpoint_ >= opt_.checkpoint_every && !finishing_) {
+      commits_since_checkpoint_ = 0;
+      WriteCheckpoint(sc);
+    }
   }
 
-  // gRPC thread (Finish): merge what is pending, evaluate, write the model and the summary.
-  std::string Finish(bool evaluate) {
-    std::lock_guard<std::mutex> lock(finish_mu_);
-    if (finished_) return summary_text_;
-    if (live_eval_) live_eval_->Stop();
-    loop_->RequestFinish();
-    // Snapshot Θ and the table and load Θ into the evaluator on the loop thread (in ddp mode the
-    // loop thread also steps that trainer's optimizer, so nothing else may touch it), after merging
-    // what the learners pushed last (their final sync).
-    auto [theta, summary] = loop_->Call([&](syncer::SyncerCore& sc, TimePoint now) {
-      for (const auto& r : sc.CloseAllPending(now, clock_)) Commit(sc, r);
-      std::vector<std::vector<float>> t;
-      for (int p = 0; p < sc.plan().num_fragments(); ++p) {
-        auto v = sc.theta(p);
-        t.emplace_back(v.begin(), v.end());
-        exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], t.back(), params_);
-      }
-      return std::make_pair(t, sc.StatusJson(now));
+  // Loop thread, every checkpoint_every rounds: the global model and a summary without evaluation,
+  // so a syncer that dies leaves a usable model of at most that many rounds ago. Θ is copied here;
+  // the file is written on a thread of its own so the rounds never wait for the disk. While the
+  // previous one is still being written this one is skipped (the next comes N rounds later).
+  void WriteCheckpoint(const syncer::SyncerCore& sc) {
+    if (checkpoint_.valid() && checkpoint_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    auto theta = ThetaOf(sc);
+    nlohmann::json summary = SummaryOf(sc, clock_.Now(), theta);
+    summary["final"] = false;
+    checkpoint_ = std::async(std::launch::async, [this, theta = std::move(theta), summary = std::move(summary)]() mutable {
+      WriteModelAndSummary(theta, summary);
     });
+  }
+
+  static std::vector<std::vector<float>> ThetaOf(const syncer::SyncerCore& sc) {
+    std::vector<std::vector<float>> t;
+    for (int p = 0; p < sc.plan().num_fragments(); ++p) {
+      auto v = sc.theta(p);
+      t.emplace_back(v.begin(), v.end());
+    }
+    return t;
+  }
+
+  // The summary of the run so far: the status document plus the start evaluation, the eval
+  // curve, the model size and Θ's checksum. Any thread that holds `sc` (the loop thread).
+  nlohmann::json SummaryOf(const syncer::SyncerCore& sc, TimePoint now, const std::vector<std::vector<float>>& theta) {
+    nlohmann::json summary = sc.StatusJson(now);
     summary["eval_loss_start"] = start_eval_loss_;
     {
       std::lock_guard<std::mutex> curve_lock(curve_mu_);
       summary["global_eval_curve"] = curve_;
     }
-    summary["params"] = ev_->num_params();
+    summary["params"] = plan_.total_numel;
     summary["plan_peak_to_ideal"] = plan_.peak_to_ideal;
     uint64_t theta_sum = 0;
     for (const auto& f : theta) theta_sum ^= exchange::ValuesChecksum(f);
     summary["theta_checksum"] = ChecksumHex(theta_sum);
+    return summary;
+  }
+
+  // global.safetensors (Θ scattered into the model's tensors) and syncer-summary.json, both
+  // atomic; serialised, since the loop thread (checkpoints) and Finish may both write.
+  void WriteModelAndSummary(const std::vector<std::vector<float>>& theta, nlohmann::json& summary) {
+    std::lock_guard<std::mutex> lock(model_mu_);
+    std::vector<std::vector<float>> values;
+    std::vector<std::span<float>> views;
+    for (const auto& t : ev_->tensors()) values.emplace_back(static_cast<size_t>(t.numel));
+    for (auto& v : values) views.emplace_back(v);
+    for (int p = 0; p < plan_.num_fragments(); ++p) {
+      exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], theta[static_cast<size_t>(p)], views);
+    }
+    const std::vector<std::span<const float>> cviews(views.begin(), views.end());
+    Status st = model::WriteSafetensors(out_ + "/global.safetensors", ev_->tensors(), cviews,
+                                        {{"run_id", c_.run_id}, {"rounds", std::to_string(summary.value("rounds", int64_t{0}))}});
+    summary["checkpoint"] = st.ok() ? out_ + "/global.safetensors" : "error: " + st.ToString();
+    if (!st.ok()) std::fprintf(stderr, "syncer: warning: cannot write the global model: %s\n", st.ToString().c_str());
+    (void)WriteFileAtomic(out_ + "/syncer-summary.json", DumpJson(summary, 2));
+  }
+
+  // gRPC thread (Finish) or the main thread (a signal, every learner done): merge what is
+  // pending, evaluate, write the model and the summary. Once; later calls return the summary.
+  std::string Finish(bool evaluate) {
+    std::lock_guard<std::mutex> lock(finish_mu_);
+    if (finished_) return summary_text_;
+    if (live_eval_) live_eval_->Stop();
+    finishing_ = true;  // no periodic checkpoint from now on: this finish writes the model
+    loop_->RequestFinish();
+    // Snapshot Θ and the table and load Θ into the evaluator on the loop thread (in ddp mode the
+    // loop thread also steps that trainer's optimizer, so nothing else may touch it), after merging
+    // what the learners pushed last (their final sync).
+    std::future<void> pending;  // a periodic checkpoint still being written: it must not land last
+    auto [theta, summary] = loop_->Call([&](syncer::SyncerCore& sc, TimePoint now) {
+      pending = std::move(checkpoint_);
+      for (const auto& r : sc.CloseAllPending(now, clock_)) Commit(sc, r);
+      auto t = ThetaOf(sc);
+      for (int p = 0; p < sc.plan().num_fragments(); ++p) {
+        exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], t[static_cast<size_t>(p)], params_);
+      }
+      return std::make_pair(t, SummaryOf(sc, now, t));
+    });
+    if (pending.valid()) pending.wait();
+    summary["params"] = ev_->num_params();
+    summary["final"] = true;
     if (evaluate) {
       auto e = ev_->Evaluate(c_.eval_batches);
       if (e.ok()) {
@@ -318,25 +406,21 @@ class SyncerProcess {
         summary["eval_error"] = e.status().ToString();
       }
     }
-    std::vector<std::span<const float>> views(params_.begin(), params_.end());
-    Status st = model::WriteSafetensors(out_ + "/global.safetensors", ev_->tensors(), views,
-                                        {{"run_id", c_.run_id}, {"rounds", std::to_string(summary["rounds"].get<int64_t>())}});
-    summary["checkpoint"] = st.ok() ? out_ + "/global.safetensors" : "error: " + st.ToString();
+    WriteModelAndSummary(theta, summary);
     summary_text_ = DumpJson(summary);
-    (void)WriteFileAtomic(out_ + "/syncer-summary.json", DumpJson(summary, 2));
     finished_ = true;
     finish_cv_.notify_all();
     return summary_text_;
   }
 
-  int Serve() {
+  // The gRPC server's options from the flags; FailedPrecondition/InvalidArgument for unsafe or
+  // inconsistent ones.
+  StatusOr<transport::ServerOptions> GrpcOptions() {
     transport::ServerOptions so;
     so.address = opt_.listen;
     so.token = c_.token;
     if (!opt_.secret_file.empty()) {
-      auto secret = ReadSecretFile(opt_.secret_file);
-      if (!secret.ok()) return Fail(secret.status(), 2);
-      so.secret = *secret;
+      ATOLL_ASSIGN_OR_RETURN(so.secret, ReadSecretFile(opt_.secret_file));
     }
     so.limits = MakeServerLimits(c_);
     so.tls.enabled = !opt_.tls.cert.empty();
@@ -344,19 +428,100 @@ class SyncerProcess {
     so.tls.key_file = opt_.tls.key;
     so.tls.client_ca_file = opt_.tls.client_ca;
     if (!so.tls.client_ca_file.empty() && !so.tls.enabled) {
-      return Fail(InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS runs over TLS"), 2);
+      return InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key: mutual TLS runs over TLS");
     }
     if (!IsLoopbackAddress(so.address)) {
       if (so.token.empty() && so.secret.empty()) {
-        return Fail(FailedPreconditionError("refusing to listen on " + so.address +
-                                            " without credentials: give --secret-file (per-learner) or --token"), 2);
+        return FailedPreconditionError("refusing to listen on " + so.address +
+                                       " without credentials: give --secret-file (per-learner) or --token");
       }
       if (!so.tls.enabled) {
         std::fprintf(stderr, "syncer: WARNING: listening on %s without TLS: tokens and model values travel in plaintext "
                              "(--tls-cert/--tls-key)\n", so.address.c_str());
       }
     }
-    auto server = transport::GrpcSyncerServer::Start(so, *loop_, [this](bool evaluate) { return Finish(evaluate); });
+    return so;
+  }
+
+  // The live status document (/api/status; /metrics renders it). HTTP threads.
+  StatusOr<nlohmann::json> StatusDocument() {
+    nlohmann::json s = loop_->Call([](syncer::SyncerCore& sc, TimePoint now) { return sc.StatusJson(now); });
+    s["now"] = UnixSeconds();
+    s["uptime_s"] = s["now"].get<double>() - started_;
+    s["eval_loss_start"] = start_eval_loss_;
+    {
+      std::lock_guard<std::mutex> lock(curve_mu_);
+      s["global_eval_curve"] = curve_;
+    }
+    observe::AddDerived(s);
+    return s;
+  }
+
+  // The HTTP status endpoint, when --http is given: the same credentials as the gRPC port (the
+  // shared token, else the operator token of per-learner credentials).
+  Status StartHttp(const transport::ServerOptions& so) {
+    if (opt_.http.empty()) return Status::Ok();
+    observe::HttpOptions ho;
+    ho.address = opt_.http;
+    ho.token = !so.token.empty() ? so.token : so.secret.empty() ? "" : transport::OperatorToken(so.secret, c_.run_id);
+    if (ho.token.empty() && !IsLoopbackAddress(ho.address)) {
+      std::fprintf(stderr, "syncer: WARNING: HTTP status endpoint on %s without credentials: anyone who reaches it "
+                           "sees the run's status (give --token or --secret-file)\n", ho.address.c_str());
+    }
+    observe::HttpHandlers h;
+    h.status = [this] { return StatusDocument(); };
+    h.history = [this]() -> StatusOr<nlohmann::json> { return history_.ToJson(); };
+    h.metrics = [this]() -> StatusOr<std::string> {
+      ATOLL_ASSIGN_OR_RETURN(nlohmann::json s, StatusDocument());
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      return observe::RenderPrometheus(s, round_stats_);
+    };
+    ATOLL_ASSIGN_OR_RETURN(http_, observe::HttpStatusServer::Start(ho, std::move(h)));
+    std::printf("syncer: status page at %s (metrics at %smetrics)\n", http_->url().c_str(), http_->url().c_str());
+    if (!ho.token.empty()) {  // the URL with its token, readable by the owner only (not in the log)
+      ATOLL_RETURN_IF_ERROR(WriteOwnerOnly(out_ + "/status-url", http_->url() + "?token=" + observe::QueryEscaped(ho.token) + "\n"));
+      std::printf("syncer: the status page needs the token: the URL with it is in %s/status-url\n", out_.c_str());
+    }
+    std::fflush(stdout);
+    if (!opt_.http_port_file.empty()) ATOLL_RETURN_IF_ERROR(WriteFileAtomic(opt_.http_port_file, std::to_string(http_->port())));
+    return Status::Ok();
+  }
+
+  // Every one of the run's learners has left (done). Main thread.
+  bool AllLearnersDone() {
+    return loop_->Call([this](syncer::SyncerCore& sc, TimePoint) {
+      int done = 0;
+      for (const auto& [id, l] : sc.learners()) done += l.state == syncer::LearnerState::kDone ? 1 : 0;
+      return done >= c_.learners && done == static_cast<int>(sc.learners().size());
+    });
+  }
+
+  // Main thread: until Finish, a signal, or (finish_when_done) every learner done. Returns what
+  // ended the run.
+  // With the HTTP endpoint, a status sample every 2 s for the page's curves.
+  const char* WaitForEnd() {
+    std::unique_lock<std::mutex> lock(finish_mu_);
+    double last_sample = 0;
+    while (!finished_ && !g_stop) {
+      finish_cv_.wait_for(lock, std::chrono::milliseconds(200));
+      if (finished_ || g_stop) break;
+      lock.unlock();
+      const bool done = opt_.finish_when_done && AllLearnersDone();
+      if (http_ && UnixSeconds() - last_sample >= 2.0) {
+        last_sample = UnixSeconds();
+        if (auto s = StatusDocument(); s.ok()) history_.Add(*s);
+      }
+      lock.lock();
+      if (done) return "every learner done";
+    }
+    return finished_ ? "run finished" : "signal";
+  }
+
+  int Serve() {
+    auto so = GrpcOptions();
+    if (!so.ok()) return Fail(so.status(), 2);
+    if (Status st = StartHttp(*so); !st.ok()) return Fail(st, st.code() == StatusCode::kInvalidArgument ? 2 : 1);
+    auto server = transport::GrpcSyncerServer::Start(*so, *loop_, [this](bool evaluate) { return Finish(evaluate); });
     if (!server.ok()) return Fail(server.status(), 1);
     std::printf("syncer: listening on port %d\n", (*server)->port());
     std::fflush(stdout);
@@ -365,22 +530,25 @@ class SyncerProcess {
     }
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
-    bool finished = false;
-    {
-      std::unique_lock<std::mutex> lock(finish_mu_);
-      while (!finished_ && !g_stop) finish_cv_.wait_for(lock, std::chrono::milliseconds(200));
-      finished = finished_;
+    const std::string why = WaitForEnd();
+    if (why != "run finished") {
+      // A signal or the last learner leaving: close the rounds in flight, evaluate, write the
+      // model and the summary, as Finish would.
+      std::printf("syncer: %s: closing the rounds in flight and writing the global model\n", why.c_str());
+      std::fflush(stdout);
+      Finish(/*evaluate=*/true);
     }
     if (live_eval_) live_eval_->Stop();
     // Learners still running learn of the finish from their next heartbeat reply and leave; wait
     // (bounded, 2 s) until none is live, then stop.
-    for (int i = 0; i < 40 && finished; ++i) {
+    for (int i = 0; i < 40; ++i) {
       if (loop_->Call([](syncer::SyncerCore& sc, TimePoint now) { return sc.LiveLearners(now).empty(); })) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    if (http_) http_->Stop();
     (*server)->Shutdown();
     loop_->Stop();
-    std::printf("syncer: stopped (%s)\n", finished ? "run finished" : "signal");
+    std::printf("syncer: stopped (%s); global model in %s/global.safetensors\n", why.c_str(), out_.c_str());
     return 0;
   }
 
@@ -405,6 +573,15 @@ class SyncerProcess {
   std::condition_variable finish_cv_;
   bool finished_ = false;                       // guarded by finish_mu_
   std::string summary_text_;                    // guarded by finish_mu_
+  std::mutex model_mu_;                         // serialises writes of global.safetensors
+  int commits_since_checkpoint_ = 0;            // loop thread only
+  std::future<void> checkpoint_;                // the periodic write in progress; loop thread only
+  std::atomic<bool> finishing_{false};
+  std::mutex stats_mu_;
+  observe::RoundStats round_stats_;             // guarded by stats_mu_
+  const double started_ = UnixSeconds();
+  observe::StatusHistory history_;              // samples for the status page's curves
+  std::unique_ptr<observe::HttpStatusServer> http_;
 };
 
 }  // namespace

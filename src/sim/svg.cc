@@ -25,20 +25,6 @@ constexpr char kStyle[] =
     ".title{font-size:13px;fill:#444}</style>\n"
     "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
 
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 struct Axis {
   bool log = false;
   double lo = 0, hi = 1;    // data range shown
@@ -117,7 +103,7 @@ std::string RenderGrid(const Panel& p, const Axis& ax, const Axis& ay) {
     o += SvgLine(x, ay.p0, x, ay.p0 + 5, "axis");
     o += fmt::format(
         "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", x,
-        ay.p0 + 18, Escape(TickLabel(v, false)));
+        ay.p0 + 18, EscapeXml(TickLabel(v, false)));
   }
   for (double v : yt) {
     const double y = ay.Map(v);
@@ -125,7 +111,7 @@ std::string RenderGrid(const Panel& p, const Axis& ax, const Axis& ay) {
     o += SvgLine(ax.p0 - 5, y, ax.p0, y, "axis");
     o += fmt::format(
         "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n", ax.p0 - 8,
-        y + 4, Escape(TickLabel(v, p.y_percent)));
+        y + 4, EscapeXml(TickLabel(v, p.y_percent)));
   }
   return o;
 }
@@ -137,11 +123,11 @@ std::string RenderFrame(const Panel& p, const Axis& ax, const Axis& ay, double o
       ax.p0, ay.p1, ax.p1 - ax.p0, ay.p0 - ay.p1);
   o += fmt::format(
       "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"middle\">{}</text>\n",
-      (ax.p0 + ax.p1) / 2, ay.p0 + 40, Escape(p.x_label));
+      (ax.p0 + ax.p1) / 2, ay.p0 + 40, EscapeXml(p.x_label));
   o += fmt::format(
       "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"middle\" "
       "transform=\"rotate(-90 {:.1f} {:.1f})\">{}</text>\n",
-      ox + 18, (ay.p0 + ay.p1) / 2, ox + 18, (ay.p0 + ay.p1) / 2, Escape(p.y_label));
+      ox + 18, (ay.p0 + ay.p1) / 2, ox + 18, (ay.p0 + ay.p1) / 2, EscapeXml(p.y_label));
   return o;
 }
 
@@ -171,22 +157,52 @@ std::string RenderSeries(const Series& s, size_t k, const Axis& ax, const Axis& 
       "stroke-width=\"2.5\"/>\n",
       ax.p0, ly - 4, ax.p0 + 24, ly - 4, color);
   o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">{}</text>\n", ax.p0 + 32, ly,
-                   Escape(s.name));
+                   EscapeXml(s.name));
+  return o;
+}
+
+// Markers: dashed vertical lines with their labels written upwards from the top of the plot.
+std::string RenderMarkers(const Panel& p, const Axis& ax, const Axis& ay) {
+  std::string o;
+  for (const Marker& m : p.markers) {
+    if (!(m.x >= ax.lo && m.x <= ax.hi)) continue;
+    const double x = ax.Map(m.x);
+    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#b00020\" "
+                     "stroke-dasharray=\"4 3\"/>\n", x, ay.p1, x, ay.p0);
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" fill=\"#b00020\" "
+                     "transform=\"rotate(-90 {:.1f} {:.1f})\" text-anchor=\"end\">{}</text>\n",
+                     x + 10, ay.p1 + 4, x + 10, ay.p1 + 4, EscapeXml(m.label));
+  }
   return o;
 }
 
 std::string RenderPanel(const Panel& p, double ox, double oy) {
   const auto [ax, ay] = PanelAxes(p, ox, oy);
   std::string o = fmt::format("<g>\n<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"ptitle\">{}</text>\n",
-                              ox + kLeft, oy + kTop - 14, Escape(p.title));
+                              ox + kLeft, oy + kTop - 14, EscapeXml(p.title));
   o += RenderGrid(p, ax, ay);
   o += RenderFrame(p, ax, ay, ox);
+  o += RenderMarkers(p, ax, ay);
   for (size_t k = 0; k < p.series.size(); ++k) o += RenderSeries(p.series[k], k, ax, ay);
   o += "</g>\n";
   return o;
 }
 
 }  // namespace
+
+std::string EscapeXml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
 
 std::vector<double> LinearTicks(double lo, double hi, int target_count) {
   std::vector<double> out;
@@ -234,14 +250,16 @@ std::string CompactNumber(double v) {
 
 std::string RenderSvg(const std::string& title, const std::vector<Panel>& panels) {
   const double w = kPanelW * static_cast<double>(std::max<size_t>(1, panels.size()));
-  const double h = kPanelH + kTitleH;
+  size_t rows = 3;  // legend rows kPanelH leaves room for
+  for (const Panel& p : panels) rows = std::max(rows, p.series.size());
+  const double h = kPanelH + kTitleH + 18.0 * static_cast<double>(rows - 3);
   std::string o = fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
       "viewBox=\"0 0 {:.0f} {:.0f}\" font-family=\"Helvetica, Arial, sans-serif\">\n",
       w, h, w, h);
   o += kStyle;
-  o += fmt::format("<text x=\"12\" y=\"22\" class=\"title\">{}</text>\n", Escape(title));
+  o += fmt::format("<text x=\"12\" y=\"22\" class=\"title\">{}</text>\n", EscapeXml(title));
   for (size_t i = 0; i < panels.size(); ++i) {
     o += RenderPanel(panels[i], kPanelW * static_cast<double>(i), kTitleH);
   }

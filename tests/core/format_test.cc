@@ -29,5 +29,13 @@ TEST(Format, RoundsCountsHeldAsDoubles) {
   EXPECT_EQ(GroupedRound(1e30), "1.000e+30");
 }
 
+TEST(Format, BytesInDecimalUnits) {
+  EXPECT_EQ(HumanBytes(0), "0.0 B");
+  EXPECT_EQ(HumanBytes(999), "999.0 B");
+  EXPECT_EQ(HumanBytes(1234567), "1.2 MB");
+  EXPECT_EQ(HumanBytes(2.5e12), "2.5 TB");
+  EXPECT_EQ(HumanBytes(7e15), "7000.0 TB");
+}
+
 }  // namespace
 }  // namespace atl

@@ -54,6 +54,13 @@ inline std::string PrepareSmallData(const std::string& dir) {
   return dir + "/data";
 }
 
+// A file's text, or `missing` when it cannot be read (for failure messages).
+inline std::string TextOf(const std::string& path, const std::string& missing = "") {
+  std::ifstream in(path);
+  if (!in) return missing;
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 inline nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in, nullptr, false);

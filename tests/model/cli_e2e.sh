@@ -1,6 +1,7 @@
 #!/bin/sh
 # End to end through the `atoll` binary on a tiny byte-level corpus: data prepare, train with
-# checkpoints, resume from a mid-run checkpoint (with and without the model flags), sample, eval.
+# checkpoints and report.html, resume from a mid-run checkpoint (with and without the model flags),
+# sample, eval.
 # Usage: cli_e2e.sh ATOLL SCRATCH_DIR
 set -eu
 A="$1"
@@ -20,6 +21,9 @@ TINY="--steps 6 --batch 4 --seq 32 --d-model 32 --layers 1 --heads 2 --d-ff 32 -
 test -s "$D/run/summary.json"
 test "$(grep -c '"kind":"train"' "$D/run/metrics.jsonl")" -eq 6
 test -s "$D/run/checkpoints/step_000003/checkpoint.json"
+# The report with its plot, written at the end of the run.
+test "$(grep -c '<svg' "$D/run/report.html")" -eq 1
+"$A" report "$D/run" | grep -q "report of the atoll train"
 # shellcheck disable=SC2086
 "$A" train --data "$D/data" --out "$D/run2" $TINY --resume "$D/run/checkpoints/step_000003"
 grep -q '"steps_this_run": 3' "$D/run2/summary.json"

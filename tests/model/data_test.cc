@@ -210,6 +210,31 @@ TEST(ModelPrepareData, UserTextByteTokenizerIsIdempotent) {
   EXPECT_EQ(ensured->tokenizer, "byte");
 }
 
+// A corpus of several 1 MB encoding chunks: the tokens are the text in order, split into train
+// and validation blocks exactly as SplitValidation does (every 33rd 4096-token block, the 17th
+// of each period, is validation).
+TEST(ModelPrepareData, ChunkedEncodingKeepsTheTextInOrder) {
+  auto dir = testing::ScratchDir("prep_chunks");
+  std::string text;
+  for (int i = 0; text.size() < 2'600'000; ++i) text += "line " + std::to_string(i) + ": " + testing::TinyCorpus(40 + i % 50) + "\n";
+  std::string in = testing::WriteText(dir, "in.txt", text);
+  DataOptions o;
+  o.out_dir = dir + "/data";
+  o.tokenizer = "byte";
+  o.inputs = {in};
+  auto m = PrepareData(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto train = LoadTrainTokens(*m);
+  ASSERT_TRUE(train.ok());
+  std::string expected;
+  for (size_t b = 0, start = 0; start < text.size(); ++b, start += 4096) {
+    if (b % 33 != 16) expected += text.substr(start, 4096);
+  }
+  ASSERT_EQ(train->size(), expected.size());
+  EXPECT_TRUE(std::equal(train->begin(), train->end(), expected.begin(),
+                         [](uint16_t id, char c) { return id == static_cast<unsigned char>(c); }));
+}
+
 TEST(ModelPrepareData, BpeFolderInputAndShardInput) {
   auto dir = testing::ScratchDir("prep_bpe");
   fs::create_directories(dir + "/in/sub");

@@ -41,6 +41,10 @@ struct RunFolder {
 
 void CheckReport(const RunFolder& f) {
   EXPECT_TRUE(fs::exists(f.Run() + "/global.safetensors"));
+  auto html = ReadFile(f.Run() + "/report.html");
+  ASSERT_TRUE(html.ok()) << f.run.output;
+  EXPECT_NE(html->find("Loss vs tokens"), std::string::npos);
+  EXPECT_NE(f.run.output.find("status page: http://127.0.0.1:"), std::string::npos) << f.run.output;
   EXPECT_TRUE(std::regex_search(f.run.output, std::regex("tokens trained [0-9]{1,3}(,[0-9]{3})*  merged")))
       << f.run.output;
   EXPECT_FALSE(std::regex_search(f.run.output, std::regex("computed [0-9]+\\.[0-9]"))) << f.run.output;

@@ -133,13 +133,36 @@ TEST(RuntimeExport, WritesTheCommittedGlobalModelAsSafetensors) {
   EXPECT_TRUE(ExportState(o).ok());
 }
 
+// `atoll export --state RUN/state`: the config beside the state, the model into the run folder.
+TEST(RuntimeExport, StateFolderAloneIsEnough) {
+  const std::string dir = model::testing::ScratchDir("export_state_only");
+  FakeRun run = WriteRunWithState(dir + "/run", SmallRun("run-s"));
+  ExportOptions o;
+  o.state = run.dir + "/state";
+  auto r = ExportState(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->out, run.dir + "/global.safetensors");
+  EXPECT_EQ(r->rounds, 3);
+  auto file = model::ReadSafetensors(r->out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  for (size_t i = 0; i < run.expected.size(); ++i) EXPECT_EQ(file->values[i], run.expected[i]);
+  // Again without --force: refused, the file unchanged.
+  EXPECT_EQ(ExportState(o).status().code(), StatusCode::kAlreadyExists);
+}
+
 TEST(RuntimeExport, BadInputGetsAClearError) {
   const std::string dir = model::testing::ScratchDir("export_bad");
   FakeRun run = WriteRunWithState(dir + "/run", SmallRun("run-a"));
   ExportOptions o;
-  o.config = run.dir;
   auto st = ExportState(o).status();
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "no --out";
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << "neither --state nor --config";
+  EXPECT_NE(st.message().find("--state"), std::string::npos) << st;
+
+  o.state = dir + "/elsewhere/state";  // no config.json beside it
+  st = ExportState(o).status();
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st;
+  EXPECT_NE(st.message().find("no run config beside the state folder"), std::string::npos) << st;
+  o.state.clear();
 
   o.out = dir + "/out.safetensors";
   o.config = dir + "/missing";

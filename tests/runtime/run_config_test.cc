@@ -90,7 +90,6 @@ TEST(RunConfig, PerLearnerBatchesAndWeightsComeFromTheRunFile) {
   EXPECT_EQ(c->weights, "uniform");
   EXPECT_EQ(c->BatchOf(0), 24);
   EXPECT_EQ(c->BatchOf(2), 8);
-  EXPECT_EQ(MakeTrainerOptions(*c, 1)->batch_size, 8);
   RunConfig plain;
   EXPECT_EQ(plain.BatchOf(3), plain.batch);  // no list: every learner has --batch
 }

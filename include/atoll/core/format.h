@@ -14,4 +14,7 @@ std::string Grouped(int64_t value);
 // rounded to the nearest integer, then grouped. Non-finite values give "n/a".
 std::string GroupedRound(double value);
 
+// Bytes in decimal units with one decimal: 999 → "999.0 B", 1234567 → "1.2 MB" (up to TB).
+std::string HumanBytes(double bytes);
+
 }  // namespace atl

@@ -21,9 +21,12 @@
 namespace atl::runtime {
 
 struct ExportOptions {
-  std::string config;  // the run's config.json (or TOML run file), or its run folder
-  std::string state;   // the state folder; "" = <folder of the config>/state
-  std::string out;     // the .safetensors file to write
+  // At least one of config and state. config: the run's config.json (or TOML run file), or its
+  // run folder; "" = the config.json beside the state folder (every syncer writes one into its
+  // run folder). state: the state folder; "" = <folder of the config>/state.
+  std::string config;
+  std::string state;
+  std::string out;     // the .safetensors file to write; "" = <folder of the config>/global.safetensors
   bool force = false;  // overwrite `out` when it exists
 };
 
@@ -36,7 +39,7 @@ struct ExportResult {
   int64_t params = 0;
 };
 
-// InvalidArgument for a bad --out or config; NotFound for a missing config, state or data
+// InvalidArgument when neither config nor state is given; NotFound for a missing config, state or data
 // folder; AlreadyExists for an existing --out without force; FailedPrecondition for the state of
 // another run, model or plan; DataLoss for a truncated or corrupted state file.
 StatusOr<ExportResult> ExportState(const ExportOptions& options);

@@ -31,6 +31,17 @@ struct SyncerProcessOptions {
   // token of the config, if any. A non-loopback listen address needs one or the other.
   std::string secret_file;
   TlsFiles tls;
+  // Rounds between two writes of global.safetensors and syncer-summary.json while the run goes
+  // on (0 = only at the end). The end is Finish, SIGTERM/SIGINT (after closing the rounds in
+  // flight) or, with finish_when_done, the last learner leaving.
+  int checkpoint_every = 100;
+  // Finish by itself (final merge, evaluation, model, summary) once the run's M learners have all
+  // said they are done (Leave), as `atoll run` would ask it to.
+  bool finish_when_done = false;
+  // HTTP status endpoint (docs/observability.md): "" = off; "127.0.0.1:0" = a free loopback port.
+  // Same credentials as the gRPC port (the shared token, or the operator token of --secret-file).
+  std::string http;
+  std::string http_port_file;  // written (atomically) with the bound HTTP port, before port_file
 };
 int RunSyncerProcess(const SyncerProcessOptions& options);
 

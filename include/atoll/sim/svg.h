@@ -14,6 +14,12 @@ struct Series {
   std::vector<double> y_err;  // empty, or one half-width per point (drawn as error bars)
 };
 
+// A vertical dashed line at x across the plot, labelled at its top (e.g. an injected fault).
+struct Marker {
+  double x = 0;
+  std::string label;
+};
+
 struct Panel {
   std::string title;
   std::string x_label, y_label;
@@ -23,14 +29,18 @@ struct Panel {
   double y_min = 0, y_max = 0;
   std::vector<double> x_ticks;  // explicit x ticks; empty: automatic
   std::vector<Series> series;
+  std::vector<Marker> markers;  // outside the x range of the data: not drawn
 };
 
-// Renders panels left to right in one SVG document (each panel 560×400 px).
+// Renders panels left to right in one SVG document (each panel 560×450 px, taller when a panel
+// has more than three series, so every legend row fits).
 std::string RenderSvg(const std::string& title, const std::vector<Panel>& panels);
 
 // Tick positions for [lo, hi]: "nice" 1/2/5×10^k steps (linear) or decades (log, lo > 0).
 std::vector<double> LinearTicks(double lo, double hi, int target_count);
 std::vector<double> LogTicks(double lo, double hi);
+// Text for XML and HTML: & < > " escaped.
+std::string EscapeXml(const std::string& s);
 // Compact number for tick labels: 1200000 → "1.2M", 0.84 → "0.84", 20000 → "20k".
 std::string CompactNumber(double v);
 

@@ -1,0 +1,185 @@
+// The multi-machine path on one machine: a syncer and two learners started by hand (separate
+// processes of the real binary on 127.0.0.1, port 0), as the README describes. The syncer writes
+// its model every few rounds, serves its HTTP status endpoint, and on SIGTERM (or by itself once
+// every learner is done) closes the rounds in flight and leaves a usable model: sampled from,
+// evaluated, and exported again from its state.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "atoll/core/child_process.h"
+#include "atoll/core/file.h"
+#include "atoll/model/safetensors.h"
+#include "cluster_fixture.h"
+
+namespace atl {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> RunFlags(const std::string& data, const std::string& out, int steps) {
+  return {"--data", data, "--out", out, "-M", "2", "--steps", std::to_string(steps), "--seq", "32", "--batch", "4",
+          "-P", "4", "-H", "4", "--tau", "1", "--eval-batches", "2", "--eval-every", "0", "--token", "hand-token"};
+}
+
+// The contents of `path` once the process wrote it (bounded; the process may not die first).
+std::string AwaitFile(const std::string& path, ChildProcess& process, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline && process.running()) {
+    auto text = ReadFile(path);
+    if (text.ok() && !text->empty()) return *text;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return "";
+}
+
+struct HandRun {
+  std::string dir, data, out;
+  ChildProcess syncer;
+  int port = 0, http_port = 0;
+
+  void StartSyncer(int steps, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {ATOLL_BIN, "syncer"};
+    for (const auto& f : RunFlags(data, out, steps)) argv.push_back(f);
+    for (const auto& f : {"--port-file", "PORT", "--http", "127.0.0.1:0", "--http-port-file", "HTTP"}) argv.push_back(f);
+    std::replace(argv.begin(), argv.end(), std::string("PORT"), dir + "/syncer.port");
+    std::replace(argv.begin(), argv.end(), std::string("HTTP"), dir + "/syncer.http-port");
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto s = ChildProcess::Start(argv, dir + "/syncer.log");
+    ASSERT_TRUE(s.ok()) << s.status();
+    syncer = std::move(*s);
+    const std::string port_text = AwaitFile(dir + "/syncer.port", syncer, 240);
+    ASSERT_FALSE(port_text.empty()) << Log();
+    port = std::stoi(port_text);
+    http_port = std::stoi(*ReadFile(dir + "/syncer.http-port"));  // written before the gRPC port
+  }
+
+  // Both learners to the end; their exit codes.
+  std::vector<int> RunLearners(int steps) {
+    std::vector<ChildProcess> learners;
+    for (int id = 0; id < 2; ++id) {
+      std::vector<std::string> argv = {ATOLL_BIN, "learner", "--id", std::to_string(id), "--syncer",
+                                       "127.0.0.1:" + std::to_string(port)};
+      for (const auto& f : RunFlags(data, out, steps)) argv.push_back(f);
+      auto l = ChildProcess::Start(argv, dir + "/learner-" + std::to_string(id) + ".log");
+      EXPECT_TRUE(l.ok()) << l.status();
+      if (l.ok()) learners.push_back(std::move(*l));
+    }
+    std::vector<int> codes;
+    for (auto& l : learners) codes.push_back(l.WaitOrKill(240));
+    return codes;
+  }
+
+  std::string Log() const { return testing::TextOf(dir + "/syncer.log", "(no syncer.log)"); }
+};
+
+void CheckHttpWhileServing(const HandRun& r) {
+  httplib::Client cli("127.0.0.1", r.http_port);
+  auto health = cli.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(cli.Get("/api/status")->status, 401) << "the syncer has a token: so does its HTTP endpoint";
+  auto status = cli.Get("/api/status", {{"Authorization", "Bearer hand-token"}});
+  ASSERT_TRUE(status);
+  ASSERT_EQ(status->status, 200);
+  auto s = nlohmann::json::parse(status->body);
+  EXPECT_EQ(s["learners"].size(), 2u);
+  EXPECT_GT(s["tokens_trained"].get<double>(), 0);
+  EXPECT_GE(s["uptime_s"].get<double>(), 0);
+  auto history = cli.Get("/api/history?token=hand-token");
+  ASSERT_TRUE(history);
+  EXPECT_EQ(history->status, 200);
+  EXPECT_TRUE(nlohmann::json::parse(history->body)["points"].is_array());
+  auto metrics = cli.Get("/metrics?token=hand-token");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("atoll_tokens_trained_total{learner=\"1\"}"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("atoll_round_contributors_count"), std::string::npos);
+}
+
+void CheckUsableModel(const HandRun& r) {
+  auto summary = testing::ReadJson(r.out + "/syncer-summary.json");
+  ASSERT_TRUE(summary.is_object()) << r.Log();
+  EXPECT_EQ(summary["final"], true);
+  ASSERT_TRUE(summary["eval_loss"].is_number()) << summary.dump(2);
+  EXPECT_LT(summary["eval_loss"].get<double>(), summary["eval_loss_start"].get<double>());
+  auto sample = testing::RunAtoll("sample --checkpoint " + r.out + " --prompt 'The ' --tokens 8", 120);
+  ASSERT_EQ(sample.exit_code, 0) << sample.output;
+  EXPECT_NE(sample.output.find("8 new tokens"), std::string::npos) << sample.output;
+  auto eval = testing::RunAtoll("eval --checkpoint " + r.out + " --json", 120);
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  // `atoll export --state` alone: the config beside the state, the same Θ as the final model.
+  auto exported = testing::RunAtoll("export --state " + r.out + "/state --out " + r.dir + "/exported.safetensors", 120);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto a = model::ReadSafetensors(r.dir + "/exported.safetensors");
+  auto b = model::ReadSafetensors(r.out + "/global.safetensors");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->values, b->values) << "every merged round was committed before the model was written";
+}
+
+TEST(SyncerByHand, SigtermLeavesAUsableModel) {
+  HandRun r;
+  r.dir = testing::TempDir("syncer_by_hand");
+  r.data = testing::PrepareSmallData(r.dir);
+  r.out = r.dir + "/run";
+  ASSERT_NO_FATAL_FAILURE(r.StartSyncer(16, {"--checkpoint-every", "4"}));
+  EXPECT_EQ(r.RunLearners(16), (std::vector<int>{0, 0}));
+  ASSERT_TRUE(r.syncer.running()) << "without --finish-when-done the syncer keeps serving\n" << r.Log();
+  {
+    SCOPED_TRACE("http");
+    CheckHttpWhileServing(r);
+  }
+  // The periodic checkpoint (every 4 rounds) is already there, before any finish.
+  auto periodic = testing::ReadJson(r.out + "/syncer-summary.json");
+  ASSERT_TRUE(periodic.is_object()) << r.Log();
+  EXPECT_EQ(periodic["final"], false);
+  EXPECT_GE(periodic["rounds"].get<int64_t>(), 4);
+  EXPECT_TRUE(fs::exists(r.out + "/global.safetensors"));
+  EXPECT_TRUE(fs::exists(r.out + "/config.json")) << "the folder is a model source";
+  // The status page's URL with its token, for the owner only (the log has it without).
+  const auto owner_rw = fs::perms::owner_read | fs::perms::owner_write;
+  EXPECT_EQ(testing::TextOf(r.out + "/status-url"),
+            "http://127.0.0.1:" + std::to_string(r.http_port) + "/?token=hand-token\n");
+  EXPECT_EQ(fs::status(r.out + "/status-url").permissions() & fs::perms::all, owner_rw);
+  EXPECT_EQ(fs::status(r.out + "/config.json").permissions() & fs::perms::all, owner_rw);
+  EXPECT_EQ(r.Log().find("hand-token"), std::string::npos) << "no token in the log";
+
+  r.syncer.Signal(SIGTERM);
+  EXPECT_EQ(r.syncer.WaitOrKill(120), 0) << r.Log();
+  EXPECT_NE(r.Log().find("syncer: stopped (signal)"), std::string::npos) << r.Log();
+  {
+    SCOPED_TRACE("usable model");
+    CheckUsableModel(r);
+  }
+  fs::remove_all(r.dir);
+}
+
+TEST(SyncerByHand, FinishWhenDoneEndsByItself) {
+  HandRun r;
+  r.dir = testing::TempDir("syncer_by_hand_done");
+  r.data = testing::PrepareSmallData(r.dir);
+  r.out = r.dir + "/run";
+  ASSERT_NO_FATAL_FAILURE(r.StartSyncer(8, {"--finish-when-done", "--checkpoint-every", "0"}));
+  EXPECT_EQ(r.RunLearners(8), (std::vector<int>{0, 0}));
+  EXPECT_EQ(r.syncer.WaitOrKill(120), 0) << r.Log();
+  EXPECT_NE(r.Log().find("syncer: stopped (every learner done)"), std::string::npos) << r.Log();
+  auto summary = testing::ReadJson(r.out + "/syncer-summary.json");
+  EXPECT_EQ(summary["final"], true) << r.Log();
+  EXPECT_TRUE(summary["eval_loss"].is_number());
+  auto sample = testing::RunAtoll("sample --checkpoint " + r.out + " --prompt 'A' --tokens 4", 120);
+  EXPECT_EQ(sample.exit_code, 0) << sample.output;
+  fs::remove_all(r.dir);
+}
+
+TEST(SyncerByHand, BadHttpAddressIsRefused) {
+  const std::string dir = testing::TempDir("syncer_bad_http");
+  auto r = testing::RunAtoll("syncer --http nonsense --out " + dir + "/run --data " + dir + "/none", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("not host:port"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace atl
