@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A syncer and 4 learners in 5 network namespaces (scripts/netbed), every learner link shaped by
+# the kernel: 20 Mbit/s, 0.1 % loss each way, and 25 ms each way (50 ms RTT) where the kernel has
+# netem. Started by hand as in docs/deployment.md (run file, per-learner tokens, TLS), over the
+# namespace addresses. The run completes and every learner contributes to merged rounds.
+# Usage: four_learners_test.sh ATOLL NETBED SCRATCH   (exit 77 = skipped: not root / no netbed)
+set -euo pipefail
+# shellcheck source=cluster_lib.sh
+source "$(dirname "$0")/cluster_lib.sh"
+nbc_init "$1" "$2" "$3" nb4
+shape=(--rate 20mbit --loss 0.1%)
+if "$NETBED" check | grep -q "netem): yes"; then
+  shape+=(--delay 25ms)
+else
+  echo "NOTE: this kernel has no netem: links shaped to 20 Mbit/s and 0.1 % loss, without added delay"
+fi
+nbc_bed 5 "${shape[@]}"
+nbc_data
+nbc_credentials 4
+nbc_run_file 4 "steps = 40"
+nbc_start_syncer
+for m in 0 1 2 3; do nbc_start_learner "$m"; done
+nbc_wait_learners
+nbc_stop_syncer
+"$NETBED" status "$NAME" >/dev/null 2>&1 || true
+for m in 0 1 2 3; do
+  steps=$(jq .steps "$DIR/learner-$m/learner-$m.json")
+  [[ $steps -eq 40 ]] || nbc_fail "learner $m ran $steps steps, not 40"
+  rounds=$(nbc_rounds_with "$m")
+  [[ $rounds -gt 0 ]] || nbc_fail "learner $m contributed to no round: $(tail -5 "$DIR/syncer.log")"
+  echo "learner $m: 40 steps, contributed to $rounds rounds, $(jq .wire_bytes_up "$DIR/learner-$m/learner-$m.json") bytes up"
+done
+total=$(jq -c 'select(.kind == "round")' "$DIR/syncer/metrics-syncer.jsonl" | wc -l)
+echo "PASS: $total rounds merged; every learner contributed over shaped links"
+[[ -n ${NETBED_KEEP:-} ]] || rm -rf "$DIR"
