@@ -6,7 +6,8 @@
 #   nbc_init ATOLL NETBED SCRATCH TAG   (exits 77 = skipped when this machine cannot run a bed)
 #   nbc_bed HOSTS SHAPE...              the bed; host 0 = syncer, host m+1 = learner m
 #   nbc_data; nbc_credentials M; nbc_run_file M KEY=VALUE...
-#   nbc_start_syncer; nbc_start_learner M [FLAGS...]; nbc_wait_learners; nbc_stop_syncer
+#   nbc_start_syncer [FLAGS...]; nbc_start_learner M [FLAGS...]; nbc_wait_learners; nbc_stop_syncer
+# Inputs (data, credentials, run file) live in $DIR, process outputs and logs in $OUT (= $DIR).
 # Every process runs under timeout(1), and the EXIT trap kills what is left and removes the bed,
 # so a test stops by itself and leaves nothing behind even when it fails.
 
@@ -32,6 +33,7 @@ nbc_init() {
   done
   NAME="$4$$"
   DIR="$3/netbed-$4-$$"
+  OUT=$DIR  # where processes write (syncer/, learner-<m>/, logs); a bench points it per run
   rm -rf "$DIR"
   mkdir -p "$DIR"
   trap nbc_cleanup EXIT
@@ -109,31 +111,31 @@ nbc_run_file() {
 }
 
 nbc_start_syncer() {
-  mkdir -p "$DIR/syncer"
+  mkdir -p "$OUT/syncer"
   "$NETBED" exec "$NAME" 0 -- timeout -k 5 "${NBC_SYNCER_TIMEOUT:-170}" \
-    "$ATOLL" syncer -c "$DIR/run.toml" --listen "$SYNCER_ADDR" --out "$DIR/syncer" \
+    "$ATOLL" syncer -c "$DIR/run.toml" --listen "$SYNCER_ADDR" --out "$OUT/syncer" \
     --secret-file "$DIR/creds/run.secret" --tls-cert "$DIR/creds/syncer.pem" --tls-key "$DIR/creds/syncer.key" \
-    --port-file "$DIR/syncer/port" "$@" >"$DIR/syncer.log" 2>&1 &
+    --port-file "$OUT/syncer/port" "$@" >"$OUT/syncer.log" 2>&1 &
   SYNCER_PID=$!
   NBC_PIDS+=("$SYNCER_PID")
   # Wait (bounded) until it listens: the evaluator is built and the port bound.
   local i
   for ((i = 0; i < 600; i++)); do
-    [[ -s $DIR/syncer/port ]] && return 0
-    kill -0 "$SYNCER_PID" 2>/dev/null || nbc_fail "syncer exited: $(tail -20 "$DIR/syncer.log")"
+    [[ -s $OUT/syncer/port ]] && return 0
+    kill -0 "$SYNCER_PID" 2>/dev/null || nbc_fail "syncer exited: $(tail -20 "$OUT/syncer.log")"
     sleep 0.1
   done
-  nbc_fail "syncer not listening after 60 s: $(tail -20 "$DIR/syncer.log")"
+  nbc_fail "syncer not listening after 60 s: $(tail -20 "$OUT/syncer.log")"
 }
 
 nbc_start_learner() {
   local m=$1
   shift
-  mkdir -p "$DIR/learner-$m"
+  mkdir -p "$OUT/learner-$m"
   "$NETBED" exec "$NAME" $((m + 1)) -- timeout -k 5 "${NBC_LEARNER_TIMEOUT:-150}" \
-    "$ATOLL" learner -c "$DIR/run.toml" --id "$m" --syncer "$SYNCER_ADDR" --out "$DIR/learner-$m" \
+    "$ATOLL" learner -c "$DIR/run.toml" --id "$m" --syncer "$SYNCER_ADDR" --out "$OUT/learner-$m" \
     --token-file "$DIR/creds/learner-$m.token" --tls-ca "$DIR/creds/ca.pem" "$@" \
-    >"$DIR/learner-$m.log" 2>&1 &
+    >"$OUT/learner-$m.log" 2>&1 &
   NBC_LEARNER_PID[$m]=$!
   NBC_PIDS+=("$!")
 }
@@ -144,8 +146,9 @@ nbc_wait_learners() {
   for m in "${!NBC_LEARNER_PID[@]}"; do
     rc=0
     wait "${NBC_LEARNER_PID[$m]}" || rc=$?
-    [[ $rc -eq 0 ]] || nbc_fail "learner $m exited $rc: $(tail -20 "$DIR/learner-$m.log")"
+    [[ $rc -eq 0 ]] || nbc_fail "learner $m exited $rc: $(tail -20 "$OUT/learner-$m.log")"
   done
+  NBC_LEARNER_PID=()
 }
 
 nbc_stop_syncer() {
@@ -155,11 +158,16 @@ nbc_stop_syncer() {
 
 # Rounds of the syncer in which learner m contributed.
 nbc_rounds_with() {
-  jq -c "select(.kind == \"round\" and (.contributors | index($1)))" "$DIR/syncer/metrics-syncer.jsonl" | wc -l
+  jq -c "select(.kind == \"round\" and (.contributors | index($1)))" "$OUT/syncer/metrics-syncer.jsonl" | wc -l
 }
 
 # Largest gap, in seconds, between two consecutive steps of learner m.
 nbc_max_step_gap() {
   jq -s '[.[] | select(.kind == null) | .t] | [range(1; length) as $i | .[$i] - .[$i - 1]] | max // 0' \
-    "$DIR/learner-$1/metrics-learner-$1.jsonl"
+    "$OUT/learner-$1/metrics-learner-$1.jsonl"
+}
+
+# Bytes the kernel sent out of host h's interface (its upload queue), from tc's statistics.
+nbc_link_sent_bytes() {
+  ip netns exec "nb-$NAME-$1" tc -s qdisc show dev eth0 | grep -m1 -o 'Sent [0-9]* bytes' | cut -d' ' -f2
 }
