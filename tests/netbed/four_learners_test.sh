@@ -28,7 +28,11 @@ for m in 0 1 2 3; do
   [[ $steps -eq 40 ]] || nbc_fail "learner $m ran $steps steps, not 40"
   rounds=$(nbc_rounds_with "$m")
   [[ $rounds -gt 0 ]] || nbc_fail "learner $m contributed to no round: $(tail -5 "$DIR/syncer.log")"
-  echo "learner $m: 40 steps, contributed to $rounds rounds, $(jq .wire_bytes_up "$DIR/learner-$m/learner-$m.json") bytes up"
+  up=$(jq .wire_bytes_up "$DIR/learner-$m/learner-$m.json")
+  sent=$(nbc_link_sent_bytes $((m + 1)))
+  # The learner's traffic went through its shaped link (headers make the link count larger).
+  [[ $sent -ge $up ]] || nbc_fail "learner $m sent $up bytes but its shaped link carried only $sent"
+  echo "learner $m: 40 steps, contributed to $rounds rounds, $up bytes up, $sent bytes through its shaped link"
 done
 total=$(jq -c 'select(.kind == "round")' "$DIR/syncer/metrics-syncer.jsonl" | wc -l)
 echo "PASS: $total rounds merged; every learner contributed over shaped links"
