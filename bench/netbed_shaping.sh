@@ -14,7 +14,7 @@
 #   MODE decoupled: fragments travel in the background, the step time should not move.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../tests/netbed/cluster_lib.sh
+# shellcheck source-path=SCRIPTDIR source=../tests/netbed/cluster_lib.sh
 source "$here/../tests/netbed/cluster_lib.sh"
 atoll=$(realpath "$1")
 rate=${2:-20} delay=${3:-0} mode=${4:-ddp} steps=${5:-12}

@@ -110,6 +110,7 @@ nbc_run_file() {
   } >"$DIR/run.toml"
 }
 
+# shellcheck disable=SC2120  # extra syncer flags are optional
 nbc_start_syncer() {
   mkdir -p "$OUT/syncer"
   "$NETBED" exec "$NAME" 0 -- timeout -k 5 "${NBC_SYNCER_TIMEOUT:-170}" \
@@ -151,9 +152,11 @@ nbc_wait_learners() {
   NBC_LEARNER_PID=()
 }
 
+# SIGTERM: the syncer stops cleanly (timeout(1) passes the signal on, and kills it 5 s later if
+# it has not stopped).
 nbc_stop_syncer() {
   kill -TERM "$SYNCER_PID" 2>/dev/null || true
-  wait "$SYNCER_PID" || true
+  { wait "$SYNCER_PID" || true; } 2>/dev/null
 }
 
 # Rounds of the syncer in which learner m contributed.

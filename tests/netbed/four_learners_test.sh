@@ -5,7 +5,7 @@
 # namespace addresses. The run completes and every learner contributes to merged rounds.
 # Usage: four_learners_test.sh ATOLL NETBED SCRATCH   (exit 77 = skipped: not root / no netbed)
 set -euo pipefail
-# shellcheck source=cluster_lib.sh
+# shellcheck source-path=SCRIPTDIR source=cluster_lib.sh
 source "$(dirname "$0")/cluster_lib.sh"
 nbc_init "$1" "$2" "$3" nb4
 shape=(--rate 20mbit --loss 0.1%)
@@ -26,6 +26,8 @@ nbc_stop_syncer
 for m in 0 1 2 3; do
   steps=$(jq .steps "$DIR/learner-$m/learner-$m.json")
   [[ $steps -eq 40 ]] || nbc_fail "learner $m ran $steps steps, not 40"
+  joins=$(jq .joins "$DIR/learner-$m/learner-$m.json")
+  [[ $joins -ge 1 ]] || nbc_fail "learner $m never joined the syncer: $(jq -c . "$DIR/learner-$m/learner-$m.json")"
   rounds=$(nbc_rounds_with "$m")
   [[ $rounds -gt 0 ]] || nbc_fail "learner $m contributed to no round: $(tail -5 "$DIR/syncer.log")"
   up=$(jq .wire_bytes_up "$DIR/learner-$m/learner-$m.json")

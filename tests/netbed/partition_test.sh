@@ -6,7 +6,7 @@
 # noise), and after the link is back learner 1 contributes to merged rounds again.
 # Usage: partition_test.sh ATOLL NETBED SCRATCH   (exit 77 = skipped: not root / no netbed)
 set -euo pipefail
-# shellcheck source=cluster_lib.sh
+# shellcheck source-path=SCRIPTDIR source=cluster_lib.sh
 source "$(dirname "$0")/cluster_lib.sh"
 nbc_init "$1" "$2" "$3" nbp
 readonly PARTITIONED=1 AT_STEP=20 DOWN_S=12 STEPS=160
