@@ -247,7 +247,7 @@ TEST(SimGoodput, SparesRunningDryStallsTheNonElasticJob) {
   GoodputParams p = Mid();
   p.days = 10;
   auto dflt = RunGoodput(p, {Mode::kDataParallel});
-  p.spare_slices = 0;  // every failure waits for a repair (2.5 h)
+  p.spare_slices = 0;  // every failure waits for a repair (2 h)
   auto none = RunGoodput(p, {Mode::kDataParallel});
   ASSERT_TRUE(dflt.ok() && none.ok());
   EXPECT_LT(none->front().goodput, 0.05);
