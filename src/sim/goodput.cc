@@ -232,12 +232,12 @@ std::string FormatGoodputTable(const GoodputParams& p, const std::vector<ModeSum
   std::string out = fmt::format(
       "fleet: {} chips in {} slices of {}, MTBI {:g} chip-years (a failure every {:.1f} s), "
       "repair {:g} h ({})\n"
-      "       restart {:g} s ({} spare slices), shrink {:g} s, grow {:g} s, step {:g} s, "
-      "H {}, M {}, K {}; {:g} days x {} seeds\n\n",
+      "       restart {:g} s ({} spare slices), shrink {:g} s, grow {:g} s, detect {:g} s, "
+      "step {:g} s, H {}, M {}, K {}; {:g} days x {} seeds\n\n",
       Grouped(p.chips), Grouped(static_cast<int64_t>(slices)), p.slice_chips, p.mtbi_years,
       1.0 / StationarySliceFailureRate(f), p.repair_hours, RepairDistName(p.repair_dist),
-      p.restart_s, SpareSlices(p), p.shrink_s, p.grow_s, p.step_s, p.inner_steps, p.learners,
-      p.quorum, p.days, p.seeds);
+      p.restart_s, SpareSlices(p), p.shrink_s, p.grow_s, p.detect_s, p.step_s, p.inner_steps,
+      p.learners, p.quorum, p.days, p.seeds);
   out += fmt::format("{:<23} {:>8}  {:<17} {:<17} {:>10}  {}\n", "mode", "learners",
                      "goodput (95% CI)", "uptime (95% CI)", "failures",
                      "closed form goodput / uptime");
