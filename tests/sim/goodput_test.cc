@@ -16,6 +16,14 @@ GoodputParams Mid() {
   return p;
 }
 
+// Four slices of 256 chips: small enough to reason about by hand.
+GoodputParams FourSlices() {
+  GoodputParams p;
+  p.chips = 1024;
+  p.slice_chips = 256;
+  return p;
+}
+
 const ModeSummary& Find(const std::vector<ModeSummary>& s, Mode m) {
   for (const auto& x : s) {
     if (x.mode == m) return x;
@@ -85,9 +93,7 @@ TEST(SimGoodput, ElasticAgreesWithClosedFormOverALongRun) {
 
 TEST(SimGoodput, ClosedFormsByHand) {
   // No repair time: nothing is ever down and no spares are needed.
-  GoodputParams p;
-  p.chips = 1024;
-  p.slice_chips = 256;
+  GoodputParams p = FourSlices();
   p.repair_hours = 0;
   p.mtbi_years = 1;
   p.restart_s = 100;
@@ -131,9 +137,7 @@ FailureTrace HandTrace(int slices, std::vector<std::pair<double, int>> failures)
 }
 
 TEST(SimGoodput, AFailureDuringARestartCostsItsDetectionNotANewRestart) {
-  GoodputParams p;
-  p.chips = 1024;
-  p.slice_chips = 256;
+  GoodputParams p = FourSlices();
   p.spare_slices = 2;  // the job holds slices 0 and 1; 2 and 3 are spares
   p.restart_s = 70;
   p.detect_s = 5;
@@ -149,9 +153,7 @@ TEST(SimGoodput, AFailureDuringARestartCostsItsDetectionNotANewRestart) {
 }
 
 TEST(SimGoodput, AFailureDuringAnElasticPauseCostsItsDetection) {
-  GoodputParams p;
-  p.chips = 1024;
-  p.slice_chips = 256;
+  GoodputParams p = FourSlices();
   p.learners = 1;
   p.shrink_s = 12;
   p.detect_s = 5;
