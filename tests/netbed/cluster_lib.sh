@@ -39,10 +39,12 @@ nbc_init() {
   trap nbc_cleanup EXIT
 }
 
+# Each pid is a timeout(1) wrapping an atoll process: SIGTERM reaches atoll through it, and
+# timeout kills atoll 5 s later if it is still running (a SIGKILL to timeout would orphan it).
 nbc_cleanup() {
   local pid
-  for pid in "${NBC_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${NBC_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for pid in "${NBC_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${NBC_PIDS[@]}"; do { wait "$pid" || true; } 2>/dev/null; done
   "$NETBED" down "$NAME" >/dev/null 2>&1 || true
 }
 
