@@ -129,6 +129,11 @@ void AddModeFlags(CLI::App* c, sim::GoodputParams& p) {
   c->add_option("--restart-s", p.restart_s,
                 "data-parallel without elasticity: stall per failure, seconds")
       ->capture_default_str()->check(kNonNegative);
+  c->add_option("--detect-s", p.detect_s,
+                "failure detection, seconds: a failure or return during a restart or pause "
+                "extends it to at least this long after the event (the restart under way takes "
+                "the slice in) instead of starting it again; >= the pauses: every event restarts")
+      ->capture_default_str()->check(kNonNegative);
   c->add_option("--spare-slices", p.spare_slices,
                 "data-parallel without elasticity: spare slices held for restarts (-1: auto, the "
                 "mean number of slices in repair + 3 standard deviations)")

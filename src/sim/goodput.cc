@@ -74,8 +74,9 @@ Status ValidateGoodput(const GoodputParams& p) {
     return InvalidArgumentError(
         fmt::format("--quorum (K) must be in [1, M={}], got {}", p.learners, p.quorum));
   if (!(p.restart_s >= 0) || !(p.shrink_s >= 0) || !(p.grow_s >= 0) || !(p.barrier_s >= 0) ||
-      !(p.checkpoint_s >= 0))
-    return InvalidArgumentError("pause, restart, barrier and checkpoint times must be >= 0");
+      !(p.checkpoint_s >= 0) || !(p.detect_s >= 0))
+    return InvalidArgumentError(
+        "pause, restart, detection, barrier and checkpoint times must be >= 0");
   if (!(p.step_s > 0)) return InvalidArgumentError("--step-s must be > 0");
   if (p.inner_steps < 1) return InvalidArgumentError("--inner-steps (H) must be >= 1");
   if (p.seeds < 1) return InvalidArgumentError("--seeds must be >= 1");
@@ -119,6 +120,23 @@ MeanCi MeanCi95(const std::vector<double>& xs) {
   return r;
 }
 
+double MeanPauseEpisode(double pause_s, double detect_s, double rate) {
+  const double d = std::min(detect_s, pause_s);
+  if (!(rate > 0) || d <= 0) return pause_s;
+  return pause_s - d + std::expm1(rate * d) / rate;
+}
+
+namespace {
+// Share of time an elastic island with slice failures and returns each at rate λ is not paused:
+// events at 2λ, a pause of (Ps + Pg)/2 on average, detection averaged over the two kinds
+// (exact when detect_s >= both pauses: e^{−λ(Ps+Pg)}; otherwise within a fraction of a point).
+double ElasticUptime(const GoodputParams& p, double lambda) {
+  const double pause = (p.shrink_s + p.grow_s) / 2;
+  const double detect = (std::min(p.detect_s, p.shrink_s) + std::min(p.detect_s, p.grow_s)) / 2;
+  return 1.0 / (1.0 + 2 * lambda * MeanPauseEpisode(pause, detect, 2 * lambda));
+}
+}  // namespace
+
 Oracle ClosedForm(Mode mode, const GoodputParams& p) {
   const FleetSpec f = ToFleetSpec(p);
   const double lambda = StationarySliceFailureRate(f);
@@ -127,8 +145,9 @@ Oracle ClosedForm(Mode mode, const GoodputParams& p) {
   switch (mode) {
     case Mode::kDataParallel: {
       // The job's J slices (all but the spares) are always healthy, so job failures arrive at
-      // λj = J·S/MTBI. Stalls are the union of [failure, failure + R]: uncovered share
-      // e^{−λj·R}. A run segment L ~ Exp(λj) loses L mod C, whose mean gives the factor
+      // λj = J·S/MTBI. A failure while running starts a restart whose mean length E follows
+      // from MeanPauseEpisode; running and restarting alternate, so the job runs a share
+      // 1/(1 + λj·E). A run segment L ~ Exp(λj) loses L mod C, whose mean gives the factor
       // λj·C/(e^{λj·C} − 1). The job uses J·S of the N allocated chips. Exact while the spare
       // pool never runs dry (the default pool is sized for that); with a pool smaller than the
       // mean + 2σ of slices in repair the job waits for repairs and no closed form is given.
@@ -139,16 +158,17 @@ Oracle ClosedForm(Mode mode, const GoodputParams& p) {
           static_cast<double>(p.chips) -
           static_cast<double>(SpareSlices(p)) * static_cast<double>(p.slice_chips);
       const double lj = job_chips / f.mtbi_s;
-      o.uptime = std::exp(-lj * p.restart_s);
+      o.uptime = 1.0 / (1.0 + lj * MeanPauseEpisode(p.restart_s, p.detect_s, lj));
       const double lc = lj * p.checkpoint_s;
       o.goodput = o.uptime * (lc > 0 ? lc / std::expm1(lc) : 1.0) * job_chips /
                   static_cast<double>(p.chips);
       break;
     }
     case Mode::kElasticDataParallel: {
-      // Failures and returns each arrive at rate λ; pauses cover a share 1 − e^{−λ(Ps+Pg)}.
+      // Failures and returns each arrive at rate λ (half the events each): pauses and
+      // training alternate.
       o.available = true;
-      o.uptime = std::exp(-lambda * (p.shrink_s + p.grow_s));
+      o.uptime = ElasticUptime(p, lambda);
       o.goodput = o.uptime * (1.0 - down);
       break;
     }
@@ -156,7 +176,7 @@ Oracle ClosedForm(Mode mode, const GoodputParams& p) {
       // Each learner sees λ/M; learners are independent, so the number training is binomial.
       o.available = true;
       const int m = p.learners;
-      const double q = std::exp(-lambda / m * (p.shrink_s + p.grow_s));
+      const double q = ElasticUptime(p, lambda / m);
       o.goodput = q * (1.0 - down);
       double tail = 0;  // P(at least K of M training)
       for (int k = p.quorum; k <= m; ++k) {
@@ -212,12 +232,12 @@ std::string FormatGoodputTable(const GoodputParams& p, const std::vector<ModeSum
   std::string out = fmt::format(
       "fleet: {} chips in {} slices of {}, MTBI {:g} chip-years (a failure every {:.1f} s), "
       "repair {:g} h ({})\n"
-      "       restart {:g} s ({} spare slices), shrink {:g} s, grow {:g} s, step {:g} s, "
-      "H {}, M {}, K {}; {:g} days x {} seeds\n\n",
+      "       restart {:g} s ({} spare slices), shrink {:g} s, grow {:g} s, detect {:g} s, "
+      "step {:g} s, H {}, M {}, K {}; {:g} days x {} seeds\n\n",
       Grouped(p.chips), Grouped(static_cast<int64_t>(slices)), p.slice_chips, p.mtbi_years,
       1.0 / StationarySliceFailureRate(f), p.repair_hours, RepairDistName(p.repair_dist),
-      p.restart_s, SpareSlices(p), p.shrink_s, p.grow_s, p.step_s, p.inner_steps, p.learners,
-      p.quorum, p.days, p.seeds);
+      p.restart_s, SpareSlices(p), p.shrink_s, p.grow_s, p.detect_s, p.step_s, p.inner_steps,
+      p.learners, p.quorum, p.days, p.seeds);
   out += fmt::format("{:<23} {:>8}  {:<17} {:<17} {:>10}  {}\n", "mode", "learners",
                      "goodput (95% CI)", "uptime (95% CI)", "failures",
                      "closed form goodput / uptime");

@@ -17,6 +17,13 @@ namespace {
 
 enum TimerKind : int { kPauseEnd = 1, kRoundDone = 2, kBarrierEnd = 3 };
 
+// End of a pause of `pause` triggered at t when the current one ends at `end`: a pause under way
+// (end > t) is extended to at least t + min(detect, pause), a new one lasts `pause`.
+double ExtendPause(double end, double t, double pause, double detect) {
+  if (end <= t) return t + pause;
+  return std::max(end, t + std::min(detect, pause));
+}
+
 class ModeModel {
  public:
   virtual ~ModeModel() = default;
@@ -40,7 +47,8 @@ class ModeModel {
 class DataParallel final : public ModeModel {
  public:
   DataParallel(const GoodputParams& p, const FailureTrace& tr)
-      : slice_chips_(tr.slice_chips), restart_s_(p.restart_s), checkpoint_s_(p.checkpoint_s),
+      : slice_chips_(tr.slice_chips), restart_s_(p.restart_s), detect_s_(p.detect_s),
+        checkpoint_s_(p.checkpoint_s),
         in_job_(tr.slice_chips.size(), 0), pool_pos_(tr.slice_chips.size(), kNone) {
     const int64_t job_slices =
         static_cast<int64_t>(tr.slice_chips.size()) - SpareSlices(p);
@@ -107,8 +115,9 @@ class DataParallel final : public ModeModel {
  private:
   static constexpr size_t kNone = static_cast<size_t>(-1);
 
+  // A restart already under way takes the new slice in once its failure is detected.
   void Restart(double t, EventQueue& q) {
-    stalled_until_ = std::max(stalled_until_, t + restart_s_);
+    stalled_until_ = ExtendPause(stalled_until_, t, restart_s_, detect_s_);
     q.Push(stalled_until_, kPauseEnd, 0, ++gen_);
   }
   void Join(size_t s) {
@@ -128,7 +137,7 @@ class DataParallel final : public ModeModel {
   }
 
   const std::vector<int64_t>& slice_chips_;
-  double restart_s_, checkpoint_s_;
+  double restart_s_, detect_s_, checkpoint_s_;
   std::vector<uint8_t> in_job_;
   std::vector<int32_t> pool_;     // healthy spares
   std::vector<size_t> pool_pos_;  // index of a slice in pool_, or kNone
@@ -148,7 +157,8 @@ class Islands final : public ModeModel {
   enum class Rule { kAny, kQuorum, kAll };
 
   Islands(const GoodputParams& p, const FailureTrace& tr, int m, Rule rule, bool rounds)
-      : slice_chips_(tr.slice_chips), shrink_s_(p.shrink_s), grow_s_(p.grow_s), barrier_s_(p.barrier_s),
+      : slice_chips_(tr.slice_chips), shrink_s_(p.shrink_s), grow_s_(p.grow_s),
+        detect_s_(p.detect_s), barrier_s_(p.barrier_s),
         round_work_s_(static_cast<double>(p.inner_steps) * p.step_s), rounds_(rounds),
         need_(rule == Rule::kAll ? m : rule == Rule::kQuorum ? p.quorum : 1),
         isl_(static_cast<size_t>(m)) {
@@ -170,7 +180,7 @@ class Islands final : public ModeModel {
     const int64_t c = slice_chips_[static_cast<size_t>(e.slice)];
     is.healthy += e.up ? c : -c;
     is.paused = true;
-    is.pause_end = std::max(is.pause_end, t + (e.up ? grow_s_ : shrink_s_));
+    is.pause_end = ExtendPause(is.pause_end, t, e.up ? grow_s_ : shrink_s_, detect_s_);
     q.Push(is.pause_end, kPauseEnd, static_cast<int64_t>(i), ++is.pause_gen);
     Refresh(t, i, q);
   }
@@ -273,7 +283,7 @@ class Islands final : public ModeModel {
   }
 
   const std::vector<int64_t>& slice_chips_;
-  double shrink_s_, grow_s_, barrier_s_, round_work_s_;
+  double shrink_s_, grow_s_, detect_s_, barrier_s_, round_work_s_;
   bool rounds_;
   int need_;
   std::vector<Island> isl_;

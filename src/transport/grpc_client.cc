@@ -30,9 +30,16 @@ StatusOr<std::unique_ptr<GrpcSyncerClient>> GrpcSyncerClient::Connect(const Clie
   std::shared_ptr<grpc::ChannelCredentials> creds;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(4 << 20);
-  // Reconnect quickly after a syncer restart (the default backoff grows to 120 s).
+  // Reconnect quickly after a syncer restart (the default backoff grows to 120 s): attempts
+  // start 200 ms apart, growing to 2 s. GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is not a backoff: gRPC
+  // uses it as the minimum time one attempt (TCP connect + TLS handshake) may take. At 200 ms a
+  // single lost SYN or handshake packet (retransmitted after 1 s) aborts the attempt, and on a
+  // lossy WAN link a learner could fail every attempt for tens of seconds (found with
+  // scripts/netbed at 3 % loss). 5 s lets TCP retransmit a lost SYN twice (1 s, 3 s) within one
+  // attempt, and is short enough that a learner whose link comes back after a partition is
+  // connected again within a few seconds. A refused connection still fails at once.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   if (options.tls.enabled) {
     grpc::SslCredentialsOptions ssl;

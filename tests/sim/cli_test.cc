@@ -51,7 +51,7 @@ TEST(SimCli, BadFlagsFailClearly) {
 TEST(SimCli, HelpExplainsFlagsWithDefaults) {
   const CliRun r = Atoll("sim goodput --help");
   EXPECT_EQ(r.code, 0);
-  for (const char* s : {"--chips", "1200000", "--mtbi-years", "--repair-hours", "2.5", "--restart-s",
+  for (const char* s : {"--chips", "1200000", "--mtbi-years", "--repair-hours", "--restart-s", "70", "--detect-s",
                         "--shrink-s", "--grow-s", "--learners", "--quorum", "--days", "--seeds"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
 }

@@ -16,6 +16,14 @@ GoodputParams Mid() {
   return p;
 }
 
+// Four slices of 256 chips: small enough to reason about by hand.
+GoodputParams FourSlices() {
+  GoodputParams p;
+  p.chips = 1024;
+  p.slice_chips = 256;
+  return p;
+}
+
 const ModeSummary& Find(const std::vector<ModeSummary>& s, Mode m) {
   for (const auto& x : s) {
     if (x.mode == m) return x;
@@ -85,21 +93,79 @@ TEST(SimGoodput, ElasticAgreesWithClosedFormOverALongRun) {
 
 TEST(SimGoodput, ClosedFormsByHand) {
   // No repair time: nothing is ever down and no spares are needed.
-  GoodputParams p;
-  p.chips = 1024;
-  p.slice_chips = 256;
+  GoodputParams p = FourSlices();
   p.repair_hours = 0;
   p.mtbi_years = 1;
   p.restart_s = 100;
+  p.shrink_s = 10;
+  p.grow_s = 3;
   const double lambda = 1024 / kSecondsPerYear;  // fleet failures per second
   EXPECT_EQ(SpareSlices(p), 0);
+  // Detection longer than every pause: each failure starts its pause again (union of intervals).
+  p.detect_s = 1e9;
   EXPECT_NEAR(ClosedForm(Mode::kDataParallel, p).goodput, std::exp(-lambda * 100), 1e-12);
   EXPECT_NEAR(ClosedForm(Mode::kElasticDataParallel, p).goodput, std::exp(-lambda * 13), 1e-12);
+  // No detection cost: a failure during a pause is free, running and pausing alternate.
+  p.detect_s = 0;
+  EXPECT_NEAR(ClosedForm(Mode::kDataParallel, p).goodput, 1 / (1 + lambda * 100), 1e-12);
+  EXPECT_NEAR(ClosedForm(Mode::kElasticDataParallel, p).goodput, 1 / (1 + lambda * 13), 1e-12);
   p.learners = 2;
   p.quorum = 2;
-  const double q = std::exp(-lambda / 2 * 13);
+  const double q = 1 / (1 + lambda / 2 * 13);
   EXPECT_NEAR(ClosedForm(Mode::kDecoupledDiloco, p).uptime, q * q, 1e-12);
   EXPECT_FALSE(ClosedForm(Mode::kSyncDiloco, p).available);
+}
+
+TEST(SimGoodput, MeanPauseEpisodeByHand) {
+  // δ = min(detect, pause); mean = pause − δ + (e^{rδ} − 1)/r.
+  EXPECT_DOUBLE_EQ(MeanPauseEpisode(70, 0, 0.1), 70);
+  EXPECT_DOUBLE_EQ(MeanPauseEpisode(70, 5, 0), 70);
+  EXPECT_NEAR(MeanPauseEpisode(70, 5, 0.1), 65 + (std::exp(0.5) - 1) / 0.1, 1e-12);
+  EXPECT_NEAR(MeanPauseEpisode(70, 1e9, 0.01), (std::exp(0.7) - 1) / 0.01, 1e-9);
+  EXPECT_GT(MeanPauseEpisode(70, 5, 0.1), 70);  // failures in the last δ extend the pause
+}
+
+// A hand-made trace of equal slices that fail at the given times and never return.
+FailureTrace HandTrace(int slices, std::vector<std::pair<double, int>> failures) {
+  FailureTrace tr;
+  tr.slice_chips.assign(static_cast<size_t>(slices), 256);
+  tr.down_at_start.assign(static_cast<size_t>(slices), 0);
+  tr.duration_s = 1000;
+  for (auto [t, s] : failures) tr.events.push_back({t, s, false});
+  tr.failures = static_cast<int64_t>(failures.size());
+  return tr;
+}
+
+TEST(SimGoodput, AFailureDuringARestartCostsItsDetectionNotANewRestart) {
+  GoodputParams p = FourSlices();
+  p.spare_slices = 2;  // the job holds slices 0 and 1; 2 and 3 are spares
+  p.restart_s = 70;
+  p.detect_s = 5;
+  // Slice 0 fails at 100: restart until 170. Slice 1 fails at 168 (during it): the restart
+  // takes its spare in and ends at 173, not at 238.
+  const FailureTrace tr = HandTrace(4, {{100, 0}, {168, 1}});
+  RunResult r = SimulateMode(Mode::kDataParallel, p, tr);
+  EXPECT_NEAR(r.uptime, (100 + (1000 - 173)) / 1000.0, 1e-12);
+  EXPECT_NEAR(r.goodput, r.uptime * 512 / 1024, 1e-12);
+  p.detect_s = 1e9;  // the older model: the second failure starts the restart again
+  r = SimulateMode(Mode::kDataParallel, p, tr);
+  EXPECT_NEAR(r.uptime, (100 + (1000 - 238)) / 1000.0, 1e-12);
+}
+
+TEST(SimGoodput, AFailureDuringAnElasticPauseCostsItsDetection) {
+  GoodputParams p = FourSlices();
+  p.learners = 1;
+  p.shrink_s = 12;
+  p.detect_s = 5;
+  // Slice 0 fails at 100 (pause until 112), slice 1 at 110: the pause ends at 115, then the job
+  // trains on the two slices left.
+  const FailureTrace tr = HandTrace(4, {{100, 0}, {110, 1}});
+  RunResult r = SimulateMode(Mode::kElasticDataParallel, p, tr);
+  EXPECT_NEAR(r.uptime, (1000 - 15) / 1000.0, 1e-12);
+  EXPECT_NEAR(r.goodput, (100 * 1024 + (1000 - 115) * 512) / (1024 * 1000.0), 1e-12);
+  p.detect_s = 1e9;  // the older model: the pause starts again at 110 and ends at 122
+  r = SimulateMode(Mode::kElasticDataParallel, p, tr);
+  EXPECT_NEAR(r.uptime, (1000 - 22) / 1000.0, 1e-12);
 }
 
 TEST(SimGoodput, MoreChipsLowerGoodput) {
@@ -183,7 +249,7 @@ TEST(SimGoodput, SparesRunningDryStallsTheNonElasticJob) {
   GoodputParams p = Mid();
   p.days = 10;
   auto dflt = RunGoodput(p, {Mode::kDataParallel});
-  p.spare_slices = 0;  // every failure waits for a repair (2.5 h)
+  p.spare_slices = 0;  // every failure waits for a repair (2 h)
   auto none = RunGoodput(p, {Mode::kDataParallel});
   ASSERT_TRUE(dflt.ok() && none.ok());
   EXPECT_LT(none->front().goodput, 0.05);

@@ -5,9 +5,8 @@
 //                          the fleet is its pool of spares (sized to cover the slices in repair,
 //                          see SpareSlices). A failure of a job slice stalls the whole job for
 //                          restart_s while a healthy spare takes its place (if none is healthy,
-//                          the job waits for a repair first); a failure during a restart starts
-//                          the restart again. Optionally the work since the last checkpoint
-//                          (every checkpoint_s of progress) is lost.
+//                          the job waits for a repair first). Optionally the work since the last
+//                          checkpoint (every checkpoint_s of progress) is lost.
 //   elastic-data-parallel  a failure costs a global pause of shrink_s, the job runs on the
 //                          healthy slices, and a slice's return costs a global pause of grow_s.
 //   sync-diloco            M learners, each an elastic island of N/M chips (slices dealt
@@ -15,7 +14,10 @@
 //                          (plus barrier_s), and the barrier waits for the slowest learner.
 //   decoupled-diloco       M elastic learners that never wait; the global model advances while
 //                          at least K learners are training.
-// Pauses that overlap merge (a pause ends max(current end, t + pause)).
+// A failure (or return) while a restart or pause is already under way does not start it again:
+// the one in progress takes the slice in once the failure is detected, so the pause ends at
+// max(current end, t + min(detect_s, pause)). detect_s >= every pause is the older model in which
+// each failure starts its restart again (pause ends max(current end, t + pause)).
 // goodput = useful chip-seconds / (chips × duration); uptime = share of time the global model
 // advances (DP: running; elastic: not paused; sync DiLoCo: all M learners training; Decoupled:
 // ≥ K learners training). See docs/sim.md for the model and the reasoning behind each default.
@@ -35,19 +37,21 @@ namespace atl::sim {
 inline constexpr double kSecondsPerYear = 365.25 * 86400.0;
 
 // Defaults are documented, with their sources, in docs/sim.md. restart_s, shrink_s + grow_s and
-// slice_chips × repair_hours are the three values calibrated to the paper's 27/58/88 %.
+// slice_chips × repair_hours are the three values calibrated to the paper's 1.2 M-chip row
+// (27/58/88 %); its 300 k and 2.4 M rows are predictions.
 struct GoodputParams {
   int64_t chips = 1'200'000;
   int64_t slice_chips = 256;  // one model replica: the failure and repair unit
   double mtbi_years = 1.0;    // per chip
-  double repair_hours = 2.5;  // mean time a failed slice is out
+  double repair_hours = 2.0;  // mean time a failed slice is out
   RepairDist repair_dist = RepairDist::kFixed;
   double repair_sigma = 1.0;
-  double restart_s = 35.0;    // non-elastic restart
+  double restart_s = 70.0;    // non-elastic restart
+  double detect_s = 5.0;      // failure detection: what a failure during a restart/pause adds
   int64_t spare_slices = -1;  // non-elastic spare pool; -1: auto (see SpareSlices)
   double checkpoint_s = 0.0;  // 0: state survives every step (no work lost beyond the restart)
-  double shrink_s = 10.0;     // elastic pause on a failure
-  double grow_s = 3.0;        // elastic pause when a slice returns
+  double shrink_s = 12.0;     // elastic pause on a failure
+  double grow_s = 4.0;        // elastic pause when a slice returns
   double step_s = 1.0;
   int64_t inner_steps = 24;  // H
   double barrier_s = 0.0;    // sync DiLoCo outer all-reduce time per barrier
@@ -81,7 +85,8 @@ struct RunResult {
 RunResult SimulateMode(Mode mode, const GoodputParams& p, const FailureTrace& trace);
 
 // Closed-form long-run values. Data-parallel: exact for the model given the stationary failure
-// rate. Elastic and Decoupled: assume a learner's pause state and its down slices are
+// rate (a pause of length P with events at rate r and detection δ = min(detect_s, P) lasts
+// P − δ + (e^{rδ} − 1)/r on average; uptime 1/(1 + r·that)). Elastic and Decoupled: assume a learner's pause state and its down slices are
 // independent (good when a learner has many slices). Sync DiLoCo: none (available = false).
 struct Oracle {
   bool available = false;
@@ -89,6 +94,10 @@ struct Oracle {
   double uptime = 0;
 };
 Oracle ClosedForm(Mode mode, const GoodputParams& p);
+
+// Mean length of a pause (restart) of `pause_s` that events arriving at `rate` per second extend
+// to at least min(detect_s, pause_s) after each of them: pause − δ + (e^{rate·δ} − 1)/rate.
+double MeanPauseEpisode(double pause_s, double detect_s, double rate);
 
 struct ModeSummary {
   Mode mode = Mode::kDataParallel;

@@ -1,0 +1,178 @@
+# shellcheck shell=bash
+# A syncer and learners, each in its own namespace of a scripts/netbed bed, started by hand the
+# way docs/deployment.md says: one run file, per-learner tokens from a run secret, TLS with a
+# certificate for the syncer's address. Sourced by the netbed tests and bench/netbed_shaping.sh.
+#
+#   nbc_init ATOLL NETBED SCRATCH TAG   (exits 77 = skipped when this machine cannot run a bed)
+#   nbc_bed HOSTS SHAPE...              the bed; host 0 = syncer, host m+1 = learner m
+#   nbc_data; nbc_credentials M; nbc_run_file M KEY=VALUE...
+#   nbc_start_syncer [FLAGS...]; nbc_start_learner M [FLAGS...]; nbc_wait_learners; nbc_stop_syncer
+# Inputs (data, credentials, run file) live in $DIR, process outputs and logs in $OUT (= $DIR).
+# Every process runs under timeout(1), and the EXIT trap kills what is left and removes the bed,
+# so a test stops by itself and leaves nothing behind even when it fails.
+
+readonly NBC_PORT=7070
+NBC_PIDS=()
+declare -A NBC_LEARNER_PID=()
+
+nbc_fail() { echo "FAIL: $*" >&2; exit 1; }
+
+nbc_init() {
+  ATOLL=$1 NETBED=$2
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "SKIP: needs root (CAP_NET_ADMIN) to create network namespaces"
+    exit 77
+  fi
+  local why
+  if ! why=$("$NETBED" check 2>&1); then
+    echo "SKIP: scripts/netbed cannot run here: $why"
+    exit 77
+  fi
+  for tool in jq openssl; do
+    command -v "$tool" >/dev/null || nbc_fail "'$tool' not found: run scripts/setup"
+  done
+  NAME="$4$$"
+  DIR="$3/netbed-$4-$$"
+  OUT=$DIR  # where processes write (syncer/, learner-<m>/, logs); a bench points it per run
+  rm -rf "$DIR"
+  mkdir -p "$DIR"
+  trap nbc_cleanup EXIT
+}
+
+# Each pid is a timeout(1) wrapping an atoll process: SIGTERM reaches atoll through it, and
+# timeout kills atoll 5 s later if it is still running (a SIGKILL to timeout would orphan it).
+nbc_cleanup() {
+  local pid
+  for pid in "${NBC_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${NBC_PIDS[@]}"; do { wait "$pid" || true; } 2>/dev/null; done
+  "$NETBED" down "$NAME" >/dev/null 2>&1 || true
+}
+
+nbc_bed() {
+  local hosts=$1
+  shift
+  "$NETBED" up "$NAME" --hosts "$hosts" "$@"
+  SYNCER_ADDR="$("$NETBED" addr "$NAME" 0):$NBC_PORT"
+}
+
+# A small byte-level corpus (the fortunes package, twice) prepared once per test.
+nbc_data() {
+  local f=/usr/share/games/fortunes/fortunes
+  [[ -s $f ]] || nbc_fail "$f missing: run scripts/setup"
+  cat "$f" "$f" >"$DIR/corpus.txt"
+  "$ATOLL" data prepare --input "$DIR/corpus.txt" --tokenizer byte --out "$DIR/data" >"$DIR/data.log" 2>&1 ||
+    nbc_fail "data prepare: $(tail -5 "$DIR/data.log")"
+}
+
+# The run secret, learner m's token HMAC-SHA256(secret, "atoll-learner\n<run id>\n<m>") for
+# m < M, and a CA with a server certificate for the syncer's address.
+nbc_credentials() {
+  local m learners=$1 run_id=netbed c="$DIR/creds"
+  mkdir -p "$c"
+  chmod 700 "$c"
+  openssl rand -hex 32 | tr -d '\n' >"$c/run.secret"
+  for ((m = 0; m < learners; m++)); do
+    printf 'atoll-learner\n%s\n%d' "$run_id" "$m" |
+      openssl dgst -sha256 -hmac "$(cat "$c/run.secret")" -r | cut -d' ' -f1 | tr -d '\n' >"$c/learner-$m.token"
+  done
+  (
+    cd "$c"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=atoll-ca
+    openssl req -newkey rsa:2048 -nodes -keyout syncer.key -out syncer.csr -subj /CN=syncer
+    printf 'subjectAltName=DNS:syncer,IP:%s\n' "${SYNCER_ADDR%:*}" >san.ext
+    openssl x509 -req -in syncer.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out syncer.pem -days 2 \
+      -extfile san.ext
+  ) >"$DIR/openssl.log" 2>&1 || nbc_fail "openssl: $(tail -5 "$DIR/openssl.log")"
+  chmod 600 "$c"/*
+}
+
+# The run file every process is started from: a tiny model, few steps, M learners; extra lines
+# (KEY = VALUE, [run] section) from the arguments.
+nbc_run_file() {
+  local learners=$1
+  shift
+  {
+    echo "[run]"
+    echo "learners = $learners"
+    echo "run_id = \"netbed\""
+    echo "data = \"$DIR/data\""
+    local kv
+    for kv in "$@"; do echo "$kv"; done
+    echo "[model]"
+    echo "preset = \"tiny\""
+    echo "batch = 8"
+    echo "seq = 64"
+    echo "[diloco]"
+    echo "fragments = 8"
+    echo "H = 8"
+    echo "tau = 1"
+    echo "[eval]"
+    echo "eval_batches = 4"
+    echo "eval_every = 0"
+  } >"$DIR/run.toml"
+}
+
+# shellcheck disable=SC2120  # extra syncer flags are optional
+nbc_start_syncer() {
+  mkdir -p "$OUT/syncer"
+  "$NETBED" exec "$NAME" 0 -- timeout -k 5 "${NBC_SYNCER_TIMEOUT:-170}" \
+    "$ATOLL" syncer -c "$DIR/run.toml" --listen "$SYNCER_ADDR" --out "$OUT/syncer" \
+    --secret-file "$DIR/creds/run.secret" --tls-cert "$DIR/creds/syncer.pem" --tls-key "$DIR/creds/syncer.key" \
+    --port-file "$OUT/syncer/port" "$@" >"$OUT/syncer.log" 2>&1 &
+  SYNCER_PID=$!
+  NBC_PIDS+=("$SYNCER_PID")
+  # Wait (bounded) until it listens: the evaluator is built and the port bound.
+  local i
+  for ((i = 0; i < 600; i++)); do
+    [[ -s $OUT/syncer/port ]] && return 0
+    kill -0 "$SYNCER_PID" 2>/dev/null || nbc_fail "syncer exited: $(tail -20 "$OUT/syncer.log")"
+    sleep 0.1
+  done
+  nbc_fail "syncer not listening after 60 s: $(tail -20 "$OUT/syncer.log")"
+}
+
+nbc_start_learner() {
+  local m=$1
+  shift
+  mkdir -p "$OUT/learner-$m"
+  "$NETBED" exec "$NAME" $((m + 1)) -- timeout -k 5 "${NBC_LEARNER_TIMEOUT:-150}" \
+    "$ATOLL" learner -c "$DIR/run.toml" --id "$m" --syncer "$SYNCER_ADDR" --out "$OUT/learner-$m" \
+    --token-file "$DIR/creds/learner-$m.token" --tls-ca "$DIR/creds/ca.pem" "$@" \
+    >"$OUT/learner-$m.log" 2>&1 &
+  NBC_LEARNER_PID[$m]=$!
+  NBC_PIDS+=("$!")
+}
+
+# Waits for every learner started (each is bounded by its timeout) and checks it exited 0.
+nbc_wait_learners() {
+  local m rc
+  for m in "${!NBC_LEARNER_PID[@]}"; do
+    rc=0
+    wait "${NBC_LEARNER_PID[$m]}" || rc=$?
+    [[ $rc -eq 0 ]] || nbc_fail "learner $m exited $rc: $(tail -20 "$OUT/learner-$m.log")"
+  done
+  NBC_LEARNER_PID=()
+}
+
+# SIGTERM: the syncer stops cleanly (timeout(1) passes the signal on, and kills it 5 s later if
+# it has not stopped).
+nbc_stop_syncer() {
+  kill -TERM "$SYNCER_PID" 2>/dev/null || true
+  { wait "$SYNCER_PID" || true; } 2>/dev/null
+}
+
+# Rounds of the syncer in which learner m contributed.
+nbc_rounds_with() {
+  jq -c "select(.kind == \"round\" and (.contributors | index($1)))" "$OUT/syncer/metrics-syncer.jsonl" | wc -l
+}
+
+# Largest gap, in seconds, between two consecutive steps of learner m.
+nbc_max_step_gap() {
+  jq -s '[.[] | select(.kind == null) | .t] | [range(1; length) as $i | .[$i] - .[$i - 1]] | max // 0' \
+    "$OUT/learner-$1/metrics-learner-$1.jsonl"
+}
+
+# Bytes the kernel sent out of host h's interface (its upload queue), from tc's statistics.
+nbc_link_sent_bytes() {
+  ip netns exec "nb-$NAME-$1" tc -s qdisc show dev eth0 | grep -m1 -o 'Sent [0-9]* bytes' | cut -d' ' -f2
+}
