@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "atoll/core/rng.h"
 #include "atoll/exchange/fragment_exchange.h"
@@ -355,15 +356,21 @@ TEST(SyncerCore, PublicCopiesStayBitIdenticalOverManyInt4Rounds) {
   EXPECT_EQ(full->bytes.size(), 2048u * 4);
 }
 
-TEST(SyncerCore, LostPullReplyRollsBackAndManyMissedVersionsCostOneDelta) {
-  auto f = Small();
+// The small plan with an int8 downlink; learners 0 and 1 joined and holding version 0.
+std::optional<SyncerCore> Int8DownlinkWithTwoLearners(const Fixture& f) {
   auto o = Fp32Options();
   o.downlink = {Encoding::kInt8, 8};
   auto core = SyncerCore::Create(o, f.plan, f.initial);
-  ASSERT_TRUE(core.ok());
+  ATOLL_CHECK(core.ok());
+  JoinAndPull(*core, f.plan, 0, TimePoint{});
+  JoinAndPull(*core, f.plan, 1, TimePoint{});
+  return std::move(*core);
+}
+
+TEST(SyncerCore, LostPullReplyRollsBackAndManyMissedVersionsCostOneDelta) {
+  auto f = Small();
+  auto core = Int8DownlinkWithTwoLearners(f);
   ManualClock clock;
-  JoinAndPull(*core, f.plan, 0, clock.Now());
-  JoinAndPull(*core, f.plan, 1, clock.Now());
   // Learner 1 drives five rounds of fragment 0 while learner 0 holds version 0.
   int64_t have1 = 0;
   for (int r = 0; r < 5; ++r) {
@@ -379,7 +386,7 @@ TEST(SyncerCore, LostPullReplyRollsBackAndManyMissedVersionsCostOneDelta) {
   ASSERT_TRUE(d0.ok());
   EXPECT_TRUE(d0->is_delta);
   EXPECT_EQ(d0->version, 5);
-  EXPECT_EQ(d0->bytes.size(), diloco::EncodedSize(o.downlink, 4));
+  EXPECT_EQ(d0->bytes.size(), diloco::EncodedSize({Encoding::kInt8, 8}, 4));
   // That reply is "lost": learner 0 asks again from version 0 and gets the same bytes.
   auto again = core->Pull(0, 0, 0);
   ASSERT_TRUE(again.ok());
@@ -394,13 +401,8 @@ TEST(SyncerCore, LostPullReplyRollsBackAndManyMissedVersionsCostOneDelta) {
 
 TEST(SyncerCore, APullWantingALaterVersionDownloadsNothingUntilItExists) {
   auto f = Small();
-  auto o = Fp32Options();
-  o.downlink = {Encoding::kInt8, 8};
-  auto core = SyncerCore::Create(o, f.plan, f.initial);
-  ASSERT_TRUE(core.ok());
+  auto core = Int8DownlinkWithTwoLearners(f);
   ManualClock clock;
-  JoinAndPull(*core, f.plan, 0, clock.Now());
-  JoinAndPull(*core, f.plan, 1, clock.Now());
   // Learner 0's push was promised version 2; learner 1's round makes version 1 first.
   auto round = [&](int id, int64_t base) {
     ASSERT_TRUE(core->Push(Header(id, 0, base, 10, 1), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
