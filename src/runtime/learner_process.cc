@@ -132,12 +132,12 @@ class LearnerProcess {
     return rc;
   }
 
-  // Records the seconds since the previous mark as stage `name`.
-  void Mark(const char* name) {
-    const double now = UnixSeconds();
-    startup_[name] = now - stage_mark_;
-    startup_["total"] = startup_.value("total", 0.0) + (now - stage_mark_);
-    stage_mark_ = now;
+  // Records the seconds from the previous mark to `at` (default: now) as stage `name`.
+  void Mark(const char* name, double at = UnixSeconds()) {
+    const double seconds = std::max(0.0, at - stage_mark_);
+    startup_[name] = seconds;
+    startup_["total"] = startup_.value("total", 0.0) + seconds;
+    stage_mark_ += seconds;
   }
 
   // gRPC client behind the WAN shaper: a no-op unless the run file or chaos sets bandwidth,
@@ -278,8 +278,11 @@ class LearnerProcess {
     if (step_ == opt_.start_step + 1) Mark("first_step");
     if (!contributed_ && (agent_->counters().pushes > 0 || (ddp_ && applied > 0))) {
       contributed_ = true;  // for the rejoin latency: restart → first accepted contribution
-      Mark("first_push");  // until the syncer accepted a push (the step it is scheduled at)
-      metrics_.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id_}, {"kind", "contributed"},
+      // When the syncer accepted it (the agent's record), not this report up to a step later.
+      const double first_s = agent_->counters().first_contribution_s;
+      const double at = !ddp_ && first_s >= 0 ? std::min(UnixSeconds(), t_start_ + first_s) : UnixSeconds();
+      Mark("first_push", at);  // until the syncer accepted a push (the step it is scheduled at)
+      metrics_.Write({{"t", at}, {"source", "learner"}, {"learner", id_}, {"kind", "contributed"},
                       {"step", step_}, {"after_start_s", agent_->counters().first_contribution_s},
                       {"startup_s", startup_}});
     }
