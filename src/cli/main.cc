@@ -17,6 +17,7 @@ std::vector<CommandEntry>& CommandRegistry() {
 int main(int argc, char** argv) {
   // Before anything can load OpenBLAS: choose its core type from the CPU flags (never override).
   atl::EnsureBlasEnvironmentOrReexec(argc, argv);
+  atl::KeepFreedMemory();  // training steps reuse their pages instead of faulting in new ones
 
   CLI::App app{
       "atoll — Decoupled DiLoCo: train language models across islands of compute.\n"

@@ -1,5 +1,6 @@
 #include "atoll/core/platform.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +52,14 @@ void EnsureBlasEnvironmentOrReexec(int argc, char** argv) {
   // The environment must be set before the dynamic loader maps OpenBLAS: re-exec ourselves.
   ::execv("/proc/self/exe", argv);
   // execv failed (no /proc?): carry on; BLAS may run slower but results are correct.
+}
+
+bool KeepFreedMemory() {
+  constexpr int kOneGiB = 1 << 30;
+  bool changed = false;
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) changed |= ::mallopt(M_MMAP_THRESHOLD, kOneGiB) == 1;
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) changed |= ::mallopt(M_TRIM_THRESHOLD, kOneGiB) == 1;
+  return changed;
 }
 
 std::optional<double> ProcessAgeFrom(std::string_view proc_stat, std::string_view proc_uptime, long ticks_per_second) {

@@ -25,6 +25,14 @@ std::string ReadCpuFlags();
 // or re-exec is impossible. Marker variable ATOLL_LAUNCHED prevents loops.
 void EnsureBlasEnvironmentOrReexec(int argc, char** argv);
 
+// Keeps freed memory in the process instead of returning it to the kernel: glibc serves blocks
+// above its mmap threshold (at most 32 MiB, usually far less) with fresh mmaps and trims the heap
+// on free, so every training step's activations and gradients were new pages the kernel had to
+// fault in and zero (≈ 20 % of a learner's CPU in perf). Sets M_MMAP_THRESHOLD and
+// M_TRIM_THRESHOLD to 1 GiB unless MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ are in the
+// environment (glibc reads those itself; a value there wins). Returns whether it changed anything.
+bool KeepFreedMemory();
+
 // Seconds since this process was created (fork; exec does not reset it), from the process's
 // start time in /proc/self/stat and the system uptime in `proc_uptime` (/proc/uptime's text):
 // 10 ms resolution. Nullopt where /proc is missing or unreadable.
