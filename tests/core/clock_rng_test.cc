@@ -1,11 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <cstring>
-
-#include <cstdlib>
-
-#include <malloc.h>
-
 #include <cmath>
 #include <set>
 
@@ -100,26 +94,6 @@ TEST(Platform, OpenblasCoretypeFromFlags) {
   EXPECT_EQ(OpenblasCoretypeForFlags(" fpu sse avx"), "");
   // avx512f without avx512bw is not enough for SkylakeX kernels.
   EXPECT_EQ(OpenblasCoretypeForFlags("avx2 fma avx512f"), "Haswell");
-}
-
-TEST(Platform, FreedMemoryStaysInTheProcess) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "the sanitizer's allocator replaces glibc's malloc (mallopt and mallinfo2 do not apply)";
-#else
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) {
-    GTEST_SKIP() << "MALLOC_*_THRESHOLD_ is set in the environment: glibc's settings win";
-  }
-  ASSERT_TRUE(KeepFreedMemory());
-  // A 64 MiB block (above glibc's default mmap threshold) freed: it stays in the heap as free
-  // space for the next step instead of going back to the kernel.
-  const size_t big = size_t{64} << 20;
-  const size_t free_before = ::mallinfo2().fordblks;
-  void* p = std::malloc(big);
-  ASSERT_NE(p, nullptr);
-  std::memset(p, 1, big);
-  std::free(p);
-  EXPECT_GE(::mallinfo2().fordblks, free_before + big - (size_t{1} << 20));
-#endif
 }
 
 TEST(Platform, ProcessAgeFromProcFiles) {
