@@ -293,6 +293,15 @@ Status LearnerAgent::CheckPlan(const syncer::JoinReplyData& reply) const {
                                      " (same --fragments and --plan on both?)");
     }
   }
+  if (!options_.check_schedule) return Status::Ok();
+  const diloco::Schedule& s = options_.schedule;
+  const bool synchronous = reply.mode == diloco::Mode::kDiloco;
+  if (reply.H != s.H || synchronous != s.synchronous || (!synchronous && reply.tau != s.tau)) {
+    return FailedPreconditionError("schedule mismatch: the syncer runs " + std::string(diloco::ModeName(reply.mode)) +
+                                   " with H=" + std::to_string(reply.H) + " tau=" + std::to_string(reply.tau) +
+                                   ", this learner " + (s.synchronous ? "diloco" : "decoupled") + " with H=" +
+                                   std::to_string(s.H) + " tau=" + std::to_string(s.tau));
+  }
   return Status::Ok();
 }
 

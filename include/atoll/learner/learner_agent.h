@@ -57,6 +57,9 @@ struct AgentOptions {
   double initial_join_timeout_s = 20.0;  // how long Start() waits for the first join + catch-up
   // false (ddp mode): join and heartbeat only; the training loop exchanges (DdpExchange).
   bool exchange_fragments = true;
+  // true: the join is refused (FailedPrecondition) unless the syncer's H, τ and mode are this
+  // schedule's. `atoll learner` reads both from the same run file; the C API's caller may not.
+  bool check_schedule = false;
 };
 
 struct AgentCounters {

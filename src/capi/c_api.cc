@@ -1,0 +1,281 @@
+// The C API (include/atoll/c_api.h) over LearnerAgent and the gRPC client. Every entry point
+// validates its arguments before touching state and turns a Status into a code + thread-local
+// message; no C++ exception crosses the boundary.
+#include "atoll/c_api.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "atoll/core/clock.h"
+#include "atoll/core/file.h"
+#include "atoll/diloco/fragment_plan.h"
+#include "atoll/diloco/mode.h"
+#include "atoll/learner/learner_agent.h"
+#include "atoll/transport/grpc.h"
+
+struct atoll_learner {
+  atl::diloco::FragmentPlan plan;
+  std::unique_ptr<atl::transport::GrpcSyncerClient> client;
+  std::unique_ptr<atl::learner::LearnerAgent> agent;
+  atl::diloco::Mode mode = atl::diloco::Mode::kDecoupled;
+  int H = 1;
+  int64_t step = 0, tokens = 0;
+  double loss = 0;
+};
+
+namespace {
+
+using atl::Status;
+using atl::StatusCode;
+using atl::StatusOr;
+
+thread_local std::string last_error;
+
+atoll_status Report(const Status& st) {
+  if (st.ok()) {
+    last_error.clear();
+    return ATOLL_OK;
+  }
+  last_error = st.message();
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument: return ATOLL_INVALID_ARGUMENT;
+    case StatusCode::kDeadlineExceeded: return ATOLL_DEADLINE_EXCEEDED;
+    case StatusCode::kNotFound: return ATOLL_NOT_FOUND;
+    case StatusCode::kPermissionDenied: return ATOLL_PERMISSION_DENIED;
+    case StatusCode::kFailedPrecondition: return ATOLL_FAILED_PRECONDITION;
+    case StatusCode::kInternal: return ATOLL_INTERNAL;
+    case StatusCode::kUnavailable: return ATOLL_UNAVAILABLE;
+    case StatusCode::kUnauthenticated: return ATOLL_UNAUTHENTICATED;
+    default: last_error = st.ToString(); return ATOLL_OTHER;
+  }
+}
+
+std::string Str(const char* s) { return s == nullptr ? std::string() : std::string(s); }
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// This learner's tensor list, for a refused join (the syncer only knows a hash of it).
+std::string DescribeTensors(const std::vector<atl::diloco::TensorSpec>& tensors) {
+  std::string s;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (i == 12) return s + ", ... (" + std::to_string(tensors.size()) + " tensors)";
+    s += (i ? ", " : "") + tensors[i].name + " " + ShapeText(tensors[i].shape) + (tensors[i].is_embedding ? " emb" : "");
+  }
+  return s;
+}
+
+StatusOr<atl::diloco::TensorSpec> SpecOf(const atoll_param& p, size_t index, std::set<std::string>& names) {
+  const std::string where = "parameter " + std::to_string(index);
+  if (p.name == nullptr || p.name[0] == '\0') return atl::InvalidArgumentError(where + " has no name");
+  atl::diloco::TensorSpec t;
+  t.name = p.name;
+  if (!names.insert(t.name).second) return atl::InvalidArgumentError("parameter name '" + t.name + "' repeats");
+  if (p.data == nullptr) return atl::InvalidArgumentError("parameter '" + t.name + "' has no data (NULL)");
+  if (p.ndim < 0 || p.ndim > 8) {
+    return atl::InvalidArgumentError("parameter '" + t.name + "' has ndim " + std::to_string(p.ndim) + " (0..8)");
+  }
+  if (p.ndim > 0 && p.shape == nullptr) return atl::InvalidArgumentError("parameter '" + t.name + "' has no shape (NULL)");
+  t.numel = 1;
+  for (int d = 0; d < p.ndim; ++d) {
+    if (p.shape[d] < 1 || p.shape[d] > (int64_t{1} << 40) / t.numel) {
+      return atl::InvalidArgumentError("parameter '" + t.name + "' has dimension " + std::to_string(d) + " = " +
+                                       std::to_string(p.shape[d]) + " (each must be ≥ 1, the tensor < 2^40 values)");
+    }
+    t.shape.push_back(p.shape[d]);
+    t.numel *= p.shape[d];
+  }
+  t.is_embedding = p.is_embedding != 0;
+  return t;
+}
+
+Status CheckOptions(const atoll_learner_options& o) {
+  if (Str(o.syncer).empty()) return atl::InvalidArgumentError("options.syncer (host:port) is required");
+  if (o.run_id == nullptr) return atl::InvalidArgumentError("options.run_id is NULL (the syncer's run id; may be \"\")");
+  if (o.learner_id < -1) return atl::InvalidArgumentError("options.learner_id " + std::to_string(o.learner_id) + " (≥ 0, or -1)");
+  auto mode = atl::diloco::ParseMode(Str(o.mode));
+  if (!mode) return atl::InvalidArgumentError("options.mode '" + Str(o.mode) + "' is not decoupled or diloco");
+  if (*mode == atl::diloco::Mode::kDdp) {
+    return atl::InvalidArgumentError("options.mode 'ddp' is not supported by the C API (it exchanges gradients)");
+  }
+  bool ok = true;
+  atl::diloco::ParsePlanStrategy(Str(o.plan), &ok);
+  if (!ok) return atl::InvalidArgumentError("options.plan '" + Str(o.plan) + "' is not balanced or strided");
+  ATOLL_RETURN_IF_ERROR(atl::diloco::Schedule::Of(*mode, o.H, o.fragments, o.tau).Validate());
+  if (!(o.alpha >= 0 && o.alpha <= 1)) return atl::InvalidArgumentError("options.alpha must be in [0, 1]");
+  if (!(o.join_timeout_s >= 0 && o.join_timeout_s <= 3600)) {
+    return atl::InvalidArgumentError("options.join_timeout_s must be in [0, 3600]");
+  }
+  if ((o.tls_cert_file == nullptr) != (o.tls_key_file == nullptr)) {
+    return atl::InvalidArgumentError("options.tls_cert_file and tls_key_file go together");
+  }
+  return Status::Ok();
+}
+
+StatusOr<atl::transport::ClientOptions> ClientOptionsOf(const atoll_learner_options& o) {
+  atl::transport::ClientOptions co;
+  co.target = o.syncer;
+  co.token = Str(o.token);
+  if (o.token_file != nullptr) {
+    ATOLL_ASSIGN_OR_RETURN(std::string text, atl::ReadFile(o.token_file));
+    const auto first = text.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return atl::InvalidArgumentError(Str(o.token_file) + " is empty (expected a token)");
+    co.token = text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
+  }
+  co.tls.enabled = o.tls_ca_file != nullptr || o.tls_cert_file != nullptr;
+  co.tls.ca_file = Str(o.tls_ca_file);
+  co.tls.server_name = Str(o.tls_server_name);
+  co.tls.cert_file = Str(o.tls_cert_file);
+  co.tls.key_file = Str(o.tls_key_file);
+  return co;
+}
+
+atl::learner::AgentOptions AgentOptionsOf(const atoll_learner_options& o, atl::diloco::Mode mode) {
+  atl::learner::AgentOptions ao;
+  ao.run_id = o.run_id;
+  ao.learner_id = o.learner_id;
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof(host) - 1);
+  ao.host = std::string(host) + ":" + std::to_string(::getpid());
+  ao.rejoin = o.rejoin != 0;
+  ao.schedule = atl::diloco::Schedule::Of(mode, o.H, o.fragments, o.tau);
+  ao.alpha = o.alpha;
+  ao.keep_progress = o.keep_progress != 0;
+  ao.initial_join_timeout_s = o.join_timeout_s;
+  ao.check_schedule = true;
+  return ao;
+}
+
+StatusOr<std::unique_ptr<atoll_learner>> Open(const atoll_learner_options& o, const atoll_param* params, size_t n) {
+  ATOLL_RETURN_IF_ERROR(CheckOptions(o));
+  if (params == nullptr || n == 0) return atl::InvalidArgumentError("no parameters (params is NULL or num_params is 0)");
+  std::vector<atl::diloco::TensorSpec> specs;
+  std::vector<std::span<float>> views;
+  std::set<std::string> names;
+  for (size_t i = 0; i < n; ++i) {
+    ATOLL_ASSIGN_OR_RETURN(auto spec, SpecOf(params[i], i, names));
+    views.emplace_back(params[i].data, static_cast<size_t>(spec.numel));
+    specs.push_back(std::move(spec));
+  }
+  bool ok = true;
+  atl::diloco::PlanOptions po;
+  po.num_fragments = o.fragments;
+  po.strategy = atl::diloco::ParsePlanStrategy(o.plan, &ok);
+  auto l = std::make_unique<atoll_learner>();
+  ATOLL_ASSIGN_OR_RETURN(l->plan, atl::diloco::MakeFragmentPlan(specs, po));
+  ATOLL_ASSIGN_OR_RETURN(auto co, ClientOptionsOf(o));
+  ATOLL_ASSIGN_OR_RETURN(l->client, atl::transport::GrpcSyncerClient::Connect(co));
+  l->mode = *atl::diloco::ParseMode(o.mode);
+  l->H = o.H;
+  l->agent = std::make_unique<atl::learner::LearnerAgent>(AgentOptionsOf(o, l->mode), l->plan, std::move(views),
+                                                          *l->client, atl::RealClock::Default());
+  if (Status st = l->agent->Start(); !st.ok()) {
+    if (st.message().find("model signature") == std::string::npos) return st;
+    return Status(st.code(), st.message() + "; this learner's tensors: " + DescribeTensors(specs) +
+                                 " — the syncer must be started with a model of these names, shapes and order");
+  }
+  return l;
+}
+
+}  // namespace
+
+extern "C" {
+
+void atoll_learner_options_init(atoll_learner_options* o) {
+  if (o == nullptr) return;
+  *o = atoll_learner_options{};
+  o->run_id = "atoll";
+  o->learner_id = -1;
+  o->mode = "decoupled";
+  o->plan = "balanced";
+  o->fragments = 24;
+  o->H = 24;
+  o->tau = 2;
+  o->alpha = 0.0;
+  o->keep_progress = 1;
+  o->join_timeout_s = 20.0;
+}
+
+atoll_status atoll_learner_open(const atoll_learner_options* options, const atoll_param* params, size_t num_params,
+                                atoll_learner** out) {
+  if (options == nullptr || out == nullptr) return Report(atl::InvalidArgumentError("options and out must not be NULL"));
+  try {
+    auto l = Open(*options, params, num_params);
+    if (!l.ok()) return Report(l.status());
+    *out = l->release();
+    return Report(Status::Ok());
+  } catch (const std::exception& e) {
+    return Report(atl::InternalError(std::string("atoll_learner_open: ") + e.what()));
+  }
+}
+
+atoll_status atoll_learner_step(atoll_learner* l, int64_t tokens, double loss, int* applied) {
+  if (l == nullptr) return Report(atl::InvalidArgumentError("learner is NULL"));
+  if (tokens < 1) return Report(atl::InvalidArgumentError("tokens " + std::to_string(tokens) + " (must be ≥ 1)"));
+  if (!std::isfinite(loss)) return Report(atl::InvalidArgumentError("loss is not finite"));
+  if (Status fatal = l->agent->fatal_error(); !fatal.ok()) return Report(fatal);
+  l->agent->OnStep(l->step, tokens);
+  ++l->step;
+  l->tokens += tokens;
+  l->loss = loss;
+  int n = 0;
+  if (l->mode == atl::diloco::Mode::kDiloco && l->step % l->H == 0) {
+    n = l->agent->WaitForAllFragments(l->step, 600.0);  // the synchronous barrier
+  } else {
+    n = l->agent->ApplyReady(l->step);
+  }
+  atl::learner::Progress p;
+  p.step = l->step;
+  p.tokens = l->tokens;
+  p.loss = loss;
+  l->agent->SetProgress(p);
+  if (applied != nullptr) *applied = n;
+  return Report(Status::Ok());
+}
+
+int atoll_learner_finish_requested(const atoll_learner* l) { return l != nullptr && l->agent->finish_requested() ? 1 : 0; }
+
+atoll_status atoll_learner_counters_get(const atoll_learner* l, atoll_learner_counters* out) {
+  if (l == nullptr || out == nullptr) return Report(atl::InvalidArgumentError("learner and out must not be NULL"));
+  const auto k = l->agent->counters();
+  *out = atoll_learner_counters{};
+  out->steps = l->step;
+  out->pushes = k.pushes;
+  out->pushes_failed = k.pushes_failed;
+  out->pulls = k.pulls;
+  out->fragments_applied = k.fragments_applied;
+  out->joins = k.joins;
+  out->catchup_fragments = k.catchup_fragments;
+  out->payload_bytes_up = k.payload_bytes_up;
+  out->payload_bytes_down = k.payload_bytes_down;
+  out->version_held = k.version_held;
+  out->learner_id = k.learner_id;
+  out->joined = k.joined ? 1 : 0;
+  return Report(Status::Ok());
+}
+
+atoll_status atoll_learner_close(atoll_learner* l, double flush_timeout_s) {
+  if (l == nullptr) return Report(Status::Ok());
+  std::unique_ptr<atoll_learner> owned(l);
+  if (!(flush_timeout_s >= 0)) flush_timeout_s = 0;
+  if (flush_timeout_s > 0 && !l->agent->finish_requested()) l->agent->FlushAll(l->step, flush_timeout_s);
+  atl::learner::Progress done;
+  done.step = l->step;
+  done.tokens = l->tokens;
+  done.loss = l->loss;
+  done.state = atl::syncer::LearnerState::kDone;
+  l->agent->SetProgress(done);
+  return Report(l->agent->Leave());
+}
+
+const char* atoll_last_error(void) { return last_error.c_str(); }
+
+}  // extern "C"

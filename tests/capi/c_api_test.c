@@ -1,0 +1,184 @@
+/* The C API from plain C (C11): a learner trains a toy model (each value pulled towards 1.0, the
+ * gradient of ½‖w − 1‖²) against a real syncer over gRPC on 127.0.0.1; every bad argument returns
+ * an error code and a message, and a model that differs from the syncer's is refused at join.
+ * Exit code 0 on success; the first failed check prints file:line and fails the test. */
+#define _POSIX_C_SOURCE 199309L /* nanosleep */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "atoll/c_api.h"
+#include "toy_syncer.h"
+
+#define CHECK(cond)                                                                   \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: '%s')\n", __FILE__, __LINE__, \
+              #cond, atoll_last_error());                                             \
+      exit(1);                                                                        \
+    }                                                                                 \
+  } while (0)
+
+enum { kTensors = 4 };
+static const char* const kNames[kTensors] = {"emb.weight", "layers.0.w", "layers.1.w", "norm"};
+static const int64_t kShapes[kTensors][2] = {{16, 4}, {8, 8}, {8, 8}, {8, 0}};
+static const int kNdim[kTensors] = {2, 2, 2, 1};
+
+typedef struct {
+  float emb[64], w0[64], w1[64], norm[8];
+  atoll_param params[kTensors];
+} toy_model;
+
+static void toy_init(toy_model* m, float value) {
+  float* data[kTensors] = {m->emb, m->w0, m->w1, m->norm};
+  const int sizes[kTensors] = {64, 64, 64, 8};
+  for (int t = 0; t < kTensors; ++t) {
+    for (int i = 0; i < sizes[t]; ++i) data[t][i] = value;
+    m->params[t].name = kNames[t];
+    m->params[t].data = data[t];
+    m->params[t].shape = kShapes[t];
+    m->params[t].ndim = kNdim[t];
+    m->params[t].is_embedding = t == 0;
+  }
+}
+
+/* One inner step of gradient descent on ½‖w − 1‖²; returns the loss before it. */
+static double toy_step(toy_model* m) {
+  double loss = 0;
+  for (int t = 0; t < kTensors; ++t) {
+    const int64_t n = kShapes[t][0] * (kNdim[t] == 2 ? kShapes[t][1] : 1);
+    for (int64_t i = 0; i < n; ++i) {
+      const float d = m->params[t].data[i] - 1.0f;
+      loss += 0.5 * d * d;
+      m->params[t].data[i] -= 0.1f * d;
+    }
+  }
+  return loss;
+}
+
+static atoll_learner_options toy_options(const char* target) {
+  atoll_learner_options o;
+  atoll_learner_options_init(&o);
+  o.syncer = target;
+  o.run_id = "toy";
+  o.token = "toy-token";
+  o.fragments = 4;
+  o.H = 4;
+  o.tau = 1;
+  o.join_timeout_s = 20;
+  return o;
+}
+
+/* Every bad argument: an error code, a message naming the problem, no handle. */
+static void check_bad_arguments(const char* target) {
+  toy_model m;
+  toy_init(&m, 0.0f);
+  atoll_learner* l = NULL;
+  atoll_learner_options o = toy_options(target);
+  CHECK(atoll_learner_open(NULL, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT && l == NULL);
+  CHECK(atoll_learner_open(&o, NULL, 0, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "no parameters") != NULL);
+  o.syncer = "";
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "syncer") != NULL);
+  o = toy_options(target);
+  o.mode = "ddp";
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "ddp") != NULL);
+  o = toy_options(target);
+  o.H = 2; /* P = 4 > H */
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  o = toy_options(target);
+  o.plan = "zigzag";
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "zigzag") != NULL);
+  o = toy_options(target);
+  m.params[2].name = "layers.0.w";
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "repeats") != NULL);
+  toy_init(&m, 0.0f);
+  m.params[1].data = NULL;
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "layers.0.w") != NULL);
+  toy_init(&m, 0.0f);
+  const int64_t bad_shape[2] = {8, -1};
+  m.params[1].shape = bad_shape;
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "dimension 1") != NULL);
+  CHECK(l == NULL);
+  CHECK(atoll_learner_step(NULL, 10, 1.0, NULL) == ATOLL_INVALID_ARGUMENT);
+  CHECK(atoll_learner_counters_get(NULL, NULL) == ATOLL_INVALID_ARGUMENT);
+  CHECK(atoll_learner_close(NULL, 0) == ATOLL_OK);
+}
+
+/* A different model (one shape changed), a wrong token, a wrong schedule: refused at join. */
+static void check_refused(const char* target) {
+  toy_model m;
+  toy_init(&m, 0.0f);
+  atoll_learner* l = NULL;
+  atoll_learner_options o = toy_options(target);
+  const int64_t other_shape[2] = {4, 16};
+  m.params[1].shape = other_shape;
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_FAILED_PRECONDITION && l == NULL);
+  CHECK(strstr(atoll_last_error(), "model signature") != NULL);
+  CHECK(strstr(atoll_last_error(), "layers.0.w [4,16]") != NULL);
+  toy_init(&m, 0.0f);
+  o.token = "wrong-token";
+  const atoll_status st = atoll_learner_open(&o, m.params, kTensors, &l);
+  CHECK((st == ATOLL_UNAUTHENTICATED || st == ATOLL_PERMISSION_DENIED) && l == NULL);
+  o = toy_options(target);
+  o.tau = 2;
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_FAILED_PRECONDITION && l == NULL);
+  CHECK(strstr(atoll_last_error(), "schedule mismatch") != NULL);
+}
+
+/* At least 40 inner steps of 10 ms, until the learner has pushed and applied merged fragments
+ * (bounded: 2000 steps); the global model moves towards the learner's optimum. */
+static void check_training(toy_syncer* s, const char* target) {
+  toy_model m;
+  toy_init(&m, -3.0f); /* the join overwrites this with the syncer's Θ (0.25) */
+  atoll_learner* l = NULL;
+  atoll_learner_options o = toy_options(target);
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_OK && l != NULL);
+  CHECK(m.w0[0] == 0.25f && m.norm[7] == 0.25f);
+  const double mean0 = toy_syncer_mean(s);
+  int applied_total = 0, step = 0;
+  atoll_learner_counters k;
+  for (; step < 2000; ++step) {
+    CHECK(atoll_learner_counters_get(l, &k) == ATOLL_OK);
+    if (step >= 40 && k.pushes > 0 && applied_total > 0) break;
+    int applied = 0;
+    const double loss = toy_step(&m);
+    const struct timespec compute = {0, 10 * 1000 * 1000};
+    nanosleep(&compute, NULL);
+    CHECK(atoll_learner_step(l, 128, loss, &applied) == ATOLL_OK);
+    applied_total += applied;
+  }
+  CHECK(atoll_learner_step(l, 0, 1.0, NULL) == ATOLL_INVALID_ARGUMENT);
+  CHECK(atoll_learner_step(l, 10, NAN, NULL) == ATOLL_INVALID_ARGUMENT);
+  CHECK(atoll_learner_counters_get(l, &k) == ATOLL_OK);
+  CHECK(k.steps == step && k.joined == 1 && k.learner_id >= 0);
+  CHECK(k.pushes > 0);
+  CHECK(k.fragments_applied > 0 && applied_total > 0);
+  CHECK(atoll_learner_close(l, 10.0) == ATOLL_OK);
+  CHECK(toy_syncer_rounds(s) > 0);
+  const double mean1 = toy_syncer_mean(s);
+  printf("c_api_test: %d fragments applied, %lld pushes, %lld rounds, global mean %.3f -> %.3f\n", applied_total,
+         (long long)k.pushes, (long long)toy_syncer_rounds(s), mean0, mean1);
+  CHECK(fabs(mean1 - 1.0) < fabs(mean0 - 1.0));
+}
+
+int main(void) {
+  toy_syncer* s = toy_syncer_start(4, 4, 1, 0.25f, "toy-token");
+  CHECK(s != NULL);
+  char target[64];
+  snprintf(target, sizeof(target), "127.0.0.1:%d", toy_syncer_port(s));
+  check_bad_arguments(target);
+  check_refused(target);
+  check_training(s, target);
+  toy_syncer_stop(s);
+  printf("c_api_test: ok\n");
+  return 0;
+}
