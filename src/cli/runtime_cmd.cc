@@ -187,6 +187,11 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
   c->add_option("--tls-cert", p->tls.cert, "Mutual TLS: this learner's client certificate (PEM), with --tls-key")
       ->check(CLI::ExistingFile);
   c->add_option("--tls-key", p->tls.key, "Mutual TLS: this learner's client key (PEM)")->check(CLI::ExistingFile);
+  c->add_option("--ranks", p->ranks,
+                "Processes that form this learner (default 1): synchronous data-parallel inside (gloo), each with "
+                "the run's batch; rank 0 talks to the syncer; a dead rank restarts the whole unit");
+  c->add_option("--rank", p->rank, "(set by the unit's supervisor) this process's rank")->group("");
+  c->add_option("--unit-store", p->unit_store, "(set by the unit's supervisor) the ranks' rendezvous file")->group("");
   OnRun(c, ctx, o, p, "learner", runtime::RunLearnerProcess);
 }
 

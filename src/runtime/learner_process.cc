@@ -1,9 +1,11 @@
 // `atoll learner`: one island. Trains on its own clock; the LearnerAgent exchanges fragments in
 // the background. In `diloco` mode it blocks at every H-step barrier by design (the baseline).
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <thread>
 
@@ -18,6 +20,7 @@
 #include "atoll/runtime/processes.h"
 #include "atoll/transport/grpc.h"
 #include "jsonl.h"
+#include "learner_unit.h"
 
 namespace atl::runtime {
 namespace {
@@ -83,7 +86,7 @@ class LearnerProcess {
     std::printf("learner %d: %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id_,
                 diloco::ModeName(c_.mode), agent_->counters().joined ? "yes" : "not yet (training on; retrying)",
                 static_cast<long long>(opt_.start_step), static_cast<long long>(c_.steps),
-                static_cast<long long>(trainer_->tokens_per_step()), c_.SpeedOf(id_),
+                static_cast<long long>(trainer_->tokens_per_step() * opt_.ranks), c_.SpeedOf(id_),
                 opt_.rejoin ? " (rejoined after a failure: global parameters, fresh AdamW moments, data and LR schedule continue at the start step)" : "");
     std::fflush(stdout);
     metrics_.Open(out_ + "/metrics-learner-" + std::to_string(id_) + ".jsonl");
@@ -91,10 +94,18 @@ class LearnerProcess {
     if (ddp_) {
       if (Status st = DdpCatchUp(); !st.ok()) return Fail(st, 1);
     }
+    if (group_) {  // the other ranks start from the global model this rank joined with
+      if (Status st = group_->Broadcast(params_); !st.ok()) return Fail(st, 1);
+    }
     while (step_ < c_.steps && !agent_->finish_requested()) {
       if (Status fatal = agent_->fatal_error(); !fatal.ok()) return Fail(fatal, 1);
       PollChaos();
+      if (Status st = TellRanks(1); !st.ok()) return Fail(st, 1);
       if (Status st = TrainOneStep(); !st.ok()) return Fail(st, 1);
+    }
+    if (Status st = TellRanks(0); !st.ok()) return Fail(st, 1);
+    if (group_) {
+      if (Status st = WriteRankChecksum(opt_.out_dir, id_, 0, params_); !st.ok()) return Fail(st, 1);
     }
     return Finish();
   }
@@ -115,7 +126,10 @@ class LearnerProcess {
     auto manifest = model::EnsureDataPrepared(c_.data, nullptr);
     if (!manifest.ok()) return Fail(manifest.status(), 2);
     Mark("data");
-    auto topts = MakeTrainerOptions(c_, id_);
+    if (opt_.ranks > 1 && c_.mode == diloco::Mode::kDdp) {
+      return Fail(InvalidArgumentError("--ranks needs decoupled or diloco mode (ddp exchanges gradients every step)"), 2);
+    }
+    auto topts = opt_.ranks > 1 ? RankTrainerOptions(c_, id_, 0, opt_.ranks) : MakeTrainerOptions(c_, id_);
     if (!topts.ok()) return Fail(topts.status(), 2);
     topts->start_step = opt_.start_step;
     auto trainer = model::Trainer::Create(*topts);
@@ -129,6 +143,11 @@ class LearnerProcess {
     if (int rc = Connect(); rc != 0) return rc;
     const int rc = MakeAgent();
     Mark("connect");  // fragment plan, gRPC channel, agent
+    if (rc == 0 && opt_.ranks > 1) {
+      auto group = RankGroup::Create(opt_.unit_store, 0, opt_.ranks, kRankTimeoutSeconds);
+      if (!group.ok()) return Fail(group.status(), 1);
+      group_ = std::move(*group);
+    }
     return rc;
   }
 
@@ -214,9 +233,29 @@ class LearnerProcess {
     std::fflush(stdout);
   }
 
+  // Multi-rank unit: whether the ranks train another step (1) or stop (0).
+  Status TellRanks(int64_t go) {
+    if (!group_) return Status::Ok();
+    return group_->BroadcastInts({&go, 1});
+  }
+
+  // One inner step of this learner: of this process, or of the unit's ranks together.
+  StatusOr<model::StepStats> InnerStep() {
+    if (!group_) return ddp_ ? trainer_->ComputeGradients() : trainer_->Step();
+    ATOLL_ASSIGN_OR_RETURN(auto computed, trainer_->ComputeGradients());
+    return AverageAndApply(*group_, *trainer_, computed);
+  }
+
+  // Multi-rank unit: the other ranks take the parameters when merged fragments were applied.
+  Status ShareApplied(int64_t applied) {
+    if (!group_) return Status::Ok();
+    ATOLL_RETURN_IF_ERROR(group_->BroadcastInts({&applied, 1}));
+    return applied > 0 ? group_->Broadcast(params_) : Status::Ok();
+  }
+
   Status TrainOneStep() {
     const TimePoint t0 = clock_.Now();
-    auto s = ddp_ ? trainer_->ComputeGradients() : trainer_->Step();
+    auto s = InnerStep();
     if (!s.ok()) return s.status();
     const double compute_s = ToSeconds(clock_.Now() - t0);
     if (speed_ < 1.0) clock_.SleepFor(FromSeconds(compute_s * (1.0 / speed_ - 1.0)));  // slower hardware
@@ -224,6 +263,7 @@ class LearnerProcess {
     train_seconds_ += step_s;
     tokens_total_ += s->tokens;
     ATOLL_ASSIGN_OR_RETURN(int applied, ddp_ ? DdpStep(s->tokens) : Exchange(s->tokens));
+    ATOLL_RETURN_IF_ERROR(ShareApplied(applied));
     Report(*s, step_s, applied);
     return Status::Ok();
   }
@@ -345,6 +385,7 @@ class LearnerProcess {
   std::unique_ptr<learner::ShapedSyncerApi> shaped_;
   std::unique_ptr<learner::LearnerAgent> agent_;
   std::unique_ptr<learner::DdpExchange> ddp_;
+  std::unique_ptr<RankGroup> group_;  // --ranks R ≥ 2: this is rank 0 of the unit
   ControlFile control_;
   ControlState chaos_state_;
   JsonlWriter metrics_;
@@ -358,6 +399,20 @@ class LearnerProcess {
 
 }  // namespace
 
-int RunLearnerProcess(const LearnerProcessOptions& opt) { return LearnerProcess(opt).Run(); }
+int RunLearnerProcess(const LearnerProcessOptions& opt) {
+  if (opt.ranks < 1 || opt.ranks > 64 || opt.rank >= opt.ranks || (opt.rank >= 0 && opt.unit_store.empty())) {
+    std::fprintf(stderr, "atoll learner: error: --ranks %d --rank %d (ranks in [1, 64]; --rank and --unit-store are set by the unit's supervisor)\n",
+                 opt.ranks, opt.rank);
+    return 2;
+  }
+  if (opt.rank >= 0) {
+    // A rank of a unit dies with its supervisor (it would otherwise train on alone, unsupervised).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) return 1;
+  }
+  if (opt.ranks > 1 && opt.rank < 0) return RunLearnerUnit(opt);
+  if (opt.ranks > 1 && opt.rank > 0) return RunFollowerRank(opt);
+  return LearnerProcess(opt).Run();
+}
 
 }  // namespace atl::runtime

@@ -61,7 +61,14 @@ struct LearnerProcessOptions {
   std::string control_file;
   std::string token_file;  // this learner's token (per-learner credentials); "" = the config's token
   TlsFiles tls;
+  // A multi-rank learner unit (`--ranks R`, R ≥ 2): R processes train one learner synchronously
+  // data-parallel; rank 0 talks to the syncer. rank -1: the unit's supervisor (it starts the
+  // ranks); unit_store: the ranks' rendezvous file (set by the supervisor).
+  int ranks = 1;
+  int rank = -1;
+  std::string unit_store;
 };
+// One learner; with ranks ≥ 2 the unit's supervisor or one of its ranks (learner_unit.cc).
 int RunLearnerProcess(const LearnerProcessOptions& options);
 
 struct RunOptions {
