@@ -39,7 +39,7 @@ typedef enum atoll_status {
   ATOLL_OK = 0,
   ATOLL_INVALID_ARGUMENT = 3,     /* a bad argument: nothing was done */
   ATOLL_DEADLINE_EXCEEDED = 4,
-  ATOLL_NOT_FOUND = 5,            /* e.g. a token or certificate file that does not exist */
+  ATOLL_NOT_FOUND = 5,            /* e.g. a token file that does not exist */
   ATOLL_PERMISSION_DENIED = 7,    /* the syncer refused the token */
   ATOLL_FAILED_PRECONDITION = 9,  /* the syncer refused this learner for good: run, model, plan */
   ATOLL_INTERNAL = 13,

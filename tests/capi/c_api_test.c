@@ -170,6 +170,21 @@ static void check_training(toy_syncer* s, const char* target) {
   CHECK(fabs(mean1 - 1.0) < fabs(mean0 - 1.0));
 }
 
+/* The syncer goes away under a joined learner: steps go on (the agent retries in the background);
+ * the goodbye fails with a status, and the handle is freed all the same. */
+static void check_syncer_gone(toy_syncer* s, const char* target) {
+  toy_model m;
+  toy_init(&m, 0.0f);
+  atoll_learner* l = NULL;
+  atoll_learner_options o = toy_options(target);
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_OK);
+  toy_syncer_stop(s);
+  for (int step = 0; step < 4; ++step) CHECK(atoll_learner_step(l, 128, toy_step(&m), NULL) == ATOLL_OK);
+  const atoll_status st = atoll_learner_close(l, 0.0);
+  CHECK(st == ATOLL_UNAVAILABLE || st == ATOLL_DEADLINE_EXCEEDED);
+  CHECK(strlen(atoll_last_error()) > 0);
+}
+
 int main(void) {
   toy_syncer* s = toy_syncer_start(4, 4, 1, 0.25f, "toy-token");
   CHECK(s != NULL);
@@ -178,7 +193,7 @@ int main(void) {
   check_bad_arguments(target);
   check_refused(target);
   check_training(s, target);
-  toy_syncer_stop(s);
+  check_syncer_gone(s, target);
   printf("c_api_test: ok\n");
   return 0;
 }

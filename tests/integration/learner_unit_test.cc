@@ -1,8 +1,9 @@
 // Multi-rank learner units (`atoll learner --ranks R`, src/runtime/learner_unit.cc): real
 // processes of the atoll binary on 127.0.0.1 (gRPC port 0; the ranks' gloo connections on
 // loopback ports the kernel picks), bounded in time.
-//   - Two ranks of batch b train like one rank of batch 2b: the same global eval loss within the
-//     noise of changing the seed, and the ranks hold bit-identical parameters at the end.
+//   - Two ranks of batch b train like one rank of batch 2b (synchronous DiLoCo, so timing plays
+//     no part): the same global eval loss within the noise of changing the seed, and the ranks
+//     hold bit-identical parameters at the end.
 //   - SIGKILL of one rank restarts only its unit: it rejoins, the other learner never does, every
 //     process ends cleanly and the global model improves.
 #include <gtest/gtest.h>
@@ -53,20 +54,24 @@ struct UnitRun {
   }
 };
 
-std::vector<std::string> Flags(const UnitRun& r, int learners, int steps, int batch, int seed) {
+std::vector<std::string> Flags(const UnitRun& r, int learners, int steps, int batch, int seed,
+                               const std::string& mode = "decoupled") {
   return {"--data", r.data, "--out", r.out, "-M", std::to_string(learners), "--steps", std::to_string(steps),
           "--seq", "32", "--batch", std::to_string(batch), "--seed", std::to_string(seed), "-P", "4", "-H", "4",
-          "--tau", "1", "--eval-batches", "2", "--eval-every", "0", "--token", "unit-token"};
+          "--tau", "1", "--eval-batches", "2", "--eval-every", "0", "--token", "unit-token", "--mode", mode};
 }
 
 // One syncer and one learner (`ranks` processes of `batch` each); the final global eval loss.
+// Synchronous DiLoCo (a barrier every H steps), so that the result does not depend on how fast
+// the machine runs the steps relative to the exchange (decoupled mode's merges land when they
+// arrive): what differs between the runs is then the data each step sees and the arithmetic.
 double EvalLossOfOneLearner(const std::string& dir, const std::string& data, int ranks, int batch, int seed) {
   UnitRun r;
   r.dir = dir;
   r.data = data;
   r.out = dir + "/run";
   fs::create_directories(dir);
-  const auto flags = Flags(r, 1, 20, batch, seed);
+  const auto flags = Flags(r, 1, 20, batch, seed, "diloco");
   r.StartSyncer(flags);
   if (r.target.empty()) return NAN;
   auto lflags = flags;

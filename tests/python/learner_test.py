@@ -158,6 +158,17 @@ class LearnerTest(unittest.TestCase):
             atoll.Learner(t, wrong, **OPTS)
         self.assertIn("layers.0.w [4,16]", str(e.exception))
 
+    def test_syncer_gone_raises_connection_error(self):
+        own = ToySyncer()
+        params = numpy_params(0)
+        learner = atoll.Learner(own.target, params, **OPTS)
+        own.stop()
+        for _ in range(4):  # training goes on; the agent retries in the background
+            learner.step(tokens=8, loss=1.0)
+        with self.assertRaises(ConnectionError):
+            learner.close(0)
+        self.assertTrue(learner.closed, "closed even though the goodbye failed")
+
     def test_bad_step_and_use_after_close(self):
         params = numpy_params(0)
         learner = atoll.Learner(self.syncer.target, params, **OPTS)
