@@ -57,6 +57,11 @@ struct AgentOptions {
   double initial_join_timeout_s = 20.0;  // how long Start() waits for the first join + catch-up
   // false (ddp mode): join and heartbeat only; the training loop exchanges (DdpExchange).
   bool exchange_fragments = true;
+  // A sharded syncer (docs/decisions/009): this agent talks to shard `shard.index` of
+  // `shard.count` and exchanges only the fragments that shard owns (p mod count = index); a
+  // learner runs one agent per shard. The join is refused (FailedPrecondition, fatal) when the
+  // syncer is another shard or has another shard count. {0, 1}: one syncer, every fragment.
+  syncer::ShardSpec shard;
 };
 
 struct AgentCounters {
@@ -160,6 +165,8 @@ class LearnerAgent {
   // After a syncer restart (new incarnation; `versions` are its committed versions): stops
   // waiting for merges of pushes it never committed, so their work goes out again (mu_ held).
   void ForgetUncommittedPushesLocked(const syncer::JoinReplyData& reply);
+  // Whether this agent exchanges fragment p (its shard owns it).
+  bool Mine(int p) const { return options_.shard.owns(p); }
 
   AgentOptions options_;
   diloco::FragmentPlan plan_;
