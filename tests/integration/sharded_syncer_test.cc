@@ -114,7 +114,7 @@ TEST(ShardedSyncer, KilledShardStallsOnlyItsFragmentsAndResumesFromItsCommits) {
   r.StartShard(1, "127.0.0.1:0");
   ASSERT_GT(r.port[0], 0);
   ASSERT_GT(r.port[1], 0);
-  r.SetSpeed(0.02);  // slow steps while the shard is killed and restarted; full speed after
+  r.SetSpeed(0.2);  // slower steps while the shard is killed; full speed once it is back
   std::vector<ChildProcess> learners;
   for (int id = 0; id < 2; ++id) {
     auto l = r.StartLearner(id, r.Address(0) + "," + r.Address(1));

@@ -10,7 +10,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=cluster_lib.sh
 source "$(dirname "$0")/cluster_lib.sh"
 nbc_init "$1" "$2" "$3" nbs
-export NBC_LEARNER_TIMEOUT=300 NBC_SYNCER_TIMEOUT=320
+export NBC_LEARNER_TIMEOUT=420 NBC_SYNCER_TIMEOUT=450
 shape=(--rate 20mbit)
 grep -q "nftables bridge): yes" <<<"$("$NETBED" check)" && shape+=(--loss 0.1%)
 nbc_bed 4 "${shape[@]}"
@@ -23,7 +23,7 @@ nbc_start_shard 1 2 --finish-when-done
 rounds() { jq -c 'select(.kind == "round")' "$OUT/shard-$1/metrics-syncer.jsonl" 2>/dev/null | wc -l; }
 # Both learners slowed down (a chaos control file) while the shard is killed and restarted.
 for m in 0 1; do
-  echo '{"speed": 0.02}' >"$DIR/control-$m.json"
+  echo '{"speed": 0.25}' >"$DIR/control-$m.json"
   nbc_start_learner "$m" --control-file "$DIR/control-$m.json"
 done
 await() {  # await SECONDS CONDITION...: bounded wait for a condition
