@@ -36,7 +36,8 @@ nlohmann::json FaultEvent::ToJson() const {
   } else {
     j["at_s"] = at_s;
   }
-  if (kind != FaultKind::kKillSyncer) j["learner"] = target;
+  // kill_syncer: the syncer shard to kill, said only when not shard 0 (a sharded syncer).
+  if (kind != FaultKind::kKillSyncer || target > 0) j["learner"] = target;
   if (kind == FaultKind::kSlow || kind == FaultKind::kBandwidth) j["value"] = value;
   return j;
 }

@@ -31,6 +31,9 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
       ->check(CLI::ExistingFile);
   Flag<std::string>(c, o, "--mode", "mode", "decoupled (default) | diloco (synchronous DiLoCo) | ddp");
   Flag<int>(c, o, "-M,--learners", "learners", "Number of learners M (default 4)");
+  Flag<int>(c, o, "--syncer-shards", "syncer_shards",
+            "atoll run: start the syncer as S shard processes, shard i owning the fragments p with p mod S = i "
+            "(default 1; 1 <= S <= P; `atoll syncer` takes --shard i/S instead)");
   Flag<int64_t>(c, o, "--steps", "steps", "Inner steps per learner (default 120)");
   Flag<uint64_t>(c, o, "--seed", "seed", "Seed of weights and data order (default 0)");
   Flag<std::string>(c, o, "--out", "out", "Run folder (default runs/<timestamp>-<mode>)");
@@ -166,6 +169,11 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
                 "Serve the status page, /api/status, /metrics (Prometheus) and /healthz on this address, e.g. 127.0.0.1:0 "
                 "(a free port; the URL is printed). Needs the same token as the gRPC port (Bearer header or ?token=)");
   c->add_option("--http-port-file", p->http_port_file, "Write the bound HTTP port to this file once serving");
+  c->add_option("--shard", p->shard,
+                "i/S: run shard i of a syncer sharded S ways (0 <= i < S <= P). It owns the fragments p with "
+                "p mod S = i, has its own port and --state folder (default <out>/state: give each shard its own "
+                "--out), evaluates nothing and writes no global.safetensors; `atoll export --state "
+                "s0/state,s1/state,...` combines the shards' states (docs/deployment.md)");
   OnRun(c, ctx, o, p, "syncer", runtime::RunSyncerProcess);
 }
 
@@ -176,7 +184,11 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
   auto* c = app.add_subcommand("learner", "Run one learner: trains on its own clock, syncs fragments in the background");
   AddRunFlags(c, *o);
   c->add_option("--id", p->id, "Learner id in [0, M)")->required();
-  c->add_option("--syncer", p->syncer, "Syncer address host:port")->required();
+  c->add_option("--syncer", p->syncer,
+                "Syncer address host:port; a sharded syncer: every shard's address, comma-separated in shard "
+                "order (shard 0 first; the learner joins every shard with its --id and sends each fragment to "
+                "its owner, p mod S)")
+      ->required();
   c->add_option("--token-file", p->token_file, "This learner's token (per-learner credentials; overrides --token)")
       ->check(CLI::ExistingFile);
   c->add_flag("--rejoin", p->rejoin, "This learner restarts after a failure");
@@ -210,7 +222,10 @@ void RegisterExport(CLI::App& app, CommandContext& ctx) {
       "`atoll export --state RUN/state` is enough: the run config is read beside it.");
   c->add_option("--config", o->config,
                 "The run folder, or its config.json (default: the config.json beside --state)");
-  c->add_option("--state", o->state, "Durable state folder (default <run folder>/state); give this or --config");
+  c->add_option("--state", o->state,
+                "Durable state folder (default <run folder>/state); give this or --config. A sharded "
+                "syncer: every shard's state folder, comma-separated in shard order (each fragment is "
+                "taken from the shard that owns it)");
   c->add_option("--out", o->out,
                 "Output .safetensors (default <run folder>/global.safetensors, where `atoll sample` "
                 "and `atoll eval` read it from the run folder)");

@@ -116,7 +116,7 @@ int LearnerAgent::FlushAll(int64_t step, double timeout_s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!counters_.joined) return 0;
     for (int p = 0; p < plan_.num_fragments(); ++p) {
-      if (c_steps_[static_cast<size_t>(p)] == 0) continue;
+      if (c_steps_[static_cast<size_t>(p)] == 0 || !Mine(p)) continue;
       QueuePushLocked(p, step);
       ++queued;
     }
@@ -138,6 +138,7 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!counters_.joined) return;  // nothing to compute an outer gradient against yet
   for (int p : send) {
+    if (!Mine(p)) continue;  // another shard's agent sends it
     if (PushOutstandingLocked(p)) {
       // The last push of p is not applied yet (a slow round, a partition): its progress and
       // counters are still here and go out with p's next push, once the merge is in. Sending now
@@ -241,6 +242,7 @@ Status LearnerAgent::JoinAndCatchUp() {
     req.rejoin = options_.rejoin || counters_.joins > 0;
   }
   req.host = options_.host;
+  req.shard = options_.shard;
   // What it holds: at the first join the values it starts from; later its copies Φ_p (so that a
   // syncer that still has, or restored, the same copies resumes with deltas).
   if (!initial_.empty()) {
@@ -252,6 +254,11 @@ Status LearnerAgent::JoinAndCatchUp() {
   }
   ATOLL_ASSIGN_OR_RETURN(auto reply, api_.Join(req));
   ATOLL_RETURN_IF_ERROR(CheckPlan(reply));
+  if (reply.shard.count != options_.shard.count || reply.shard.index != options_.shard.index) {
+    return FailedPreconditionError("syncer shard mismatch: the syncer at this address is shard " + reply.shard.ToString() +
+                                   ", this learner took it for shard " + options_.shard.ToString() +
+                                   " (give --syncer every shard's address, in shard order)");
+  }
   if (reply.uplink.encoding != options_.uplink.encoding || reply.uplink.block_size != options_.uplink.block_size) {
     options_.uplink = reply.uplink;  // the syncer's run settings win
   }
@@ -266,7 +273,7 @@ Status LearnerAgent::JoinAndCatchUp() {
   }
   // Fragments the syncer matched bit for bit: held at the current version without a fetch.
   for (size_t p = 0; p < initial_.size() && p < reply.fragment_matched.size(); ++p) {
-    if (!reply.fragment_matched[p]) continue;
+    if (!reply.fragment_matched[p] || !Mine(static_cast<int>(p))) continue;
     public_[p] = std::move(initial_[p]);
     have_[p] = reply.versions[p];
   }
@@ -308,7 +315,7 @@ Status LearnerAgent::CheckPlan(const syncer::JoinReplyData& reply) const {
 Status LearnerAgent::CatchUp(const std::vector<int64_t>& versions, bool rejoin_in_process) {
   // Fragment-level catch-up: only fragments whose version differs from what we hold.
   for (int p = 0; options_.exchange_fragments && p < plan_.num_fragments(); ++p) {
-    if (have_[static_cast<size_t>(p)] == versions[static_cast<size_t>(p)]) continue;
+    if (!Mine(p) || have_[static_cast<size_t>(p)] == versions[static_cast<size_t>(p)]) continue;
     // A rejoin within this process (after a partition or a syncer restart) keeps the local
     // progress: only Φ_p is refreshed, and the next push of p carries that progress — unless the
     // version holds a push we await, which is then applied as its merge (its steps are not sent

@@ -40,6 +40,7 @@ Cluster::Cluster(RunConfig config, std::string config_path)
     : c_(std::move(config)), config_path_(std::move(config_path)), self_(SelfExecutable()),
       faults_(c_.out + "/faults.jsonl") {
   learners_.resize(static_cast<size_t>(c_.learners));
+  shards_.resize(static_cast<size_t>(std::max(1, c_.syncer_shards)));
   std::filesystem::create_directories(c_.out + "/control");
 }
 
@@ -87,44 +88,76 @@ StatusOr<std::string> WriteRunCredentials(const RunConfig& c) {
   return transport::OperatorToken(secret, c.run_id);
 }
 
+std::string Cluster::ShardOut(int k) const {
+  return shards_.size() == 1 ? c_.out : c_.out + "/syncer-" + std::to_string(k);
+}
+
+std::string Cluster::ShardLog(int k) const {
+  return shards_.size() == 1 ? c_.out + "/syncer.log" : c_.out + "/syncer-" + std::to_string(k) + ".log";
+}
+
+std::string Cluster::LearnerSyncers() const {
+  std::string list;
+  for (const auto& s : shards_) list += (list.empty() ? "" : ",") + s.address;
+  return list;
+}
+
+bool Cluster::syncer_down() const {
+  return std::any_of(shards_.begin(), shards_.end(), [](const SyncerSlot& s) { return s.down; });
+}
+
 Status Cluster::StartSyncer() {
-  const std::string port_file = c_.out + "/syncer.port";
-  const std::string http_port_file = c_.out + "/syncer.http-port";
+  for (int k = 0; k < static_cast<int>(shards_.size()); ++k) {
+    SyncerSlot& s = shards_[static_cast<size_t>(k)];
+    if (s.started && !s.down) continue;
+    ATOLL_RETURN_IF_ERROR(StartShard(k));
+  }
+  return Status::Ok();
+}
+
+Status Cluster::StartShard(int k) {
+  SyncerSlot& slot = shards_[static_cast<size_t>(k)];
+  const std::string out = ShardOut(k);
+  const std::string port_file = out + "/syncer.port";
+  const std::string http_port_file = out + "/syncer.http-port";
+  std::filesystem::create_directories(out);
   std::filesystem::remove(port_file);
   std::filesystem::remove(http_port_file);
-  const std::string listen = "127.0.0.1:" + std::to_string(port_);  // port 0 the first time
-  // The status page on loopback, on the same port after a restart so its URL stays valid.
-  const std::string http = "127.0.0.1:" + std::to_string(http_port_);
+  const std::string listen = "127.0.0.1:" + std::to_string(slot.port);  // port 0 the first time
   std::vector<std::string> argv = {self_, "syncer", "--config", config_path_, "--listen", listen,
-                                   "--port-file", port_file, "--out", c_.out, "--http", http,
-                                   "--http-port-file", http_port_file};
+                                   "--port-file", port_file, "--out", out};
+  if (k == 0) {  // the status page on loopback, on the same port after a restart so its URL stays valid
+    argv.insert(argv.end(), {"--http", "127.0.0.1:" + std::to_string(slot.http_port), "--http-port-file", http_port_file});
+  }
+  if (shards_.size() > 1) argv.insert(argv.end(), {"--shard", std::to_string(k) + "/" + std::to_string(shards_.size())});
   if (FileExists(SecretsDir(c_) + "/run.secret")) {
     argv.insert(argv.end(), {"--secret-file", SecretsDir(c_) + "/run.secret"});
   }
-  ATOLL_ASSIGN_OR_RETURN(syncer_, ChildProcess::Start(argv, c_.out + "/syncer.log"));
+  const std::string what = shards_.size() == 1 ? "the syncer" : "syncer shard " + std::to_string(k);
+  ATOLL_ASSIGN_OR_RETURN(slot.process, ChildProcess::Start(argv, ShardLog(k)));
+  slot.started = true;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!syncer_.running()) {
-      return UnavailableError("the syncer exited before listening; syncer.log ends with:\n" +
-                              TailOf(c_.out + "/syncer.log", 15));
+    if (!slot.process.running()) {
+      return UnavailableError(what + " exited before listening; " + ShardLog(k) + " ends with:\n" + TailOf(ShardLog(k), 15));
     }
     auto text = ReadFile(port_file);
     if (text.ok() && !text->empty()) {
-      port_ = std::stoi(*text);
+      slot.port = std::stoi(*text);
       auto http_text = ReadFile(http_port_file);  // written before the gRPC port file
-      if (http_text.ok() && !http_text->empty()) http_port_ = std::stoi(*http_text);
-      address_ = "127.0.0.1:" + std::to_string(port_);
-      syncer_down_ = false;
+      if (http_text.ok() && !http_text->empty()) slot.http_port = std::stoi(*http_text);
+      slot.address = "127.0.0.1:" + std::to_string(slot.port);
+      slot.down = false;
       return Status::Ok();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return DeadlineExceededError("the syncer did not start listening within 300 s");
+  return DeadlineExceededError(what + " did not start listening within 300 s");
 }
 
 Status Cluster::StartLearner(int id, bool rejoin, int64_t start_step) {
   std::vector<std::string> argv = {self_, "learner", "--config", config_path_, "--id", std::to_string(id),
-                                   "--syncer", address_, "--out", c_.out, "--start-step",
+                                   "--syncer", LearnerSyncers(), "--out", c_.out, "--start-step",
                                    std::to_string(start_step), "--control-file",
                                    c_.out + "/control/learner-" + std::to_string(id) + ".json"};
   if (rejoin) argv.push_back("--rejoin");
@@ -194,27 +227,34 @@ void Cluster::Inject(const chaos::FaultEvent& e, double now) {
                               " for " + std::to_string(e.duration_s) + " s");
       break;
     }
-    case chaos::FaultKind::kKillSyncer:
-      if (syncer_down_) return skip("syncer already down");
-      syncer_.Signal(SIGKILL);
-      syncer_.WaitOrKill(5);
-      syncer_down_ = true;
-      syncer_restart_at_ = now + e.duration_s;
-      Note(now, "kill_syncer", -1, "SIGKILL, restart in " + std::to_string(e.duration_s) + " s from its durable state");
+    case chaos::FaultKind::kKillSyncer: {
+      // A sharded syncer: the shard the event names (its learner field), else shard 0.
+      const int k = id >= 0 && id < static_cast<int>(shards_.size()) ? id : 0;
+      SyncerSlot& shard = shards_[static_cast<size_t>(k)];
+      if (shard.down) return skip("syncer already down");
+      shard.process.Signal(SIGKILL);
+      shard.process.WaitOrKill(5);
+      shard.down = true;
+      shard.restart_at = now + e.duration_s;
+      Note(now, "kill_syncer", -1, std::string(shards_.size() > 1 ? "shard " + std::to_string(k) + ": " : "") +
+                                       "SIGKILL, restart in " + std::to_string(e.duration_s) + " s from its durable state");
       break;
+    }
   }
 }
 
 void Cluster::Tick(double now) {
-  if (syncer_down_ && syncer_restart_at_ && now >= *syncer_restart_at_) {
-    syncer_restart_at_.reset();
-    Status st = StartSyncer();
+  for (int k = 0; k < static_cast<int>(shards_.size()); ++k) {
+    SyncerSlot& shard = shards_[static_cast<size_t>(k)];
+    if (!shard.down || !shard.restart_at || now < *shard.restart_at) continue;
+    shard.restart_at.reset();
+    Status st = StartShard(k);
     Note(now, st.ok() ? "restart_syncer" : "restart_syncer_failed", -1,
-         st.ok() ? "listening again on " + address_ : st.ToString());
+         st.ok() ? "listening again on " + shard.address : st.ToString());
   }
   for (int id = 0; id < static_cast<int>(learners_.size()); ++id) {
     LearnerSlot& s = learners_[static_cast<size_t>(id)];
-    if (s.state == LearnerState::kDown && s.restart_at && now >= *s.restart_at && !syncer_down_) {
+    if (s.state == LearnerState::kDown && s.restart_at && now >= *s.restart_at && !syncer_down()) {
       s.restart_at.reset();
       s.dead_seconds += now - s.down_since;
       // Synchronous modes: rejoin at the barrier the others are waiting at (completed barriers ×

@@ -1,5 +1,5 @@
-// Cluster: the processes of a local run (one syncer, M learners) and the faults chaos applies to
-// them. Owned and driven by `atoll run`'s monitor loop (one thread).
+// Cluster: the processes of a local run (one syncer, or S syncer shards; M learners) and the
+// faults chaos applies to them. Owned and driven by `atoll run`'s monitor loop (one thread).
 #pragma once
 
 #include <optional>
@@ -30,17 +30,37 @@ struct LearnerSlot {
   nlohmann::json control = nlohmann::json::object();
 };
 
+// One syncer process: the one syncer, or a shard of a sharded one (docs/decisions/011).
+struct SyncerSlot {
+  ChildProcess process;
+  bool started = false;
+  bool down = false;              // killed by chaos, not yet restarted
+  std::optional<double> restart_at;
+  int port = 0, http_port = 0;    // 0 until it first listened; kept for restarts
+  std::string address;
+};
+
 class Cluster {
  public:
   Cluster(RunConfig config, std::string config_path);
 
-  Status StartSyncer();                  // first start (port 0) or restart on the same port
+  // Starts every syncer shard not running: the first time on port 0, a restart on its port.
+  Status StartSyncer();
   Status StartLearner(int id, bool rejoin, int64_t start_step);
-  const std::string& address() const { return address_; }
-  int port() const { return port_; }
-  int http_port() const { return http_port_; }  // the syncer's status page (0 until it started)
-  ChildProcess& syncer() { return syncer_; }
-  bool syncer_down() const { return syncer_down_; }
+  // Shard 0 (the one syncer when unsharded): the operator's status calls and the status page.
+  const std::string& address() const { return shards_.front().address; }
+  int port() const { return shards_.front().port; }
+  int http_port() const { return shards_.front().http_port; }  // its status page (0 until it started)
+  ChildProcess& syncer() { return shards_.front().process; }
+  // Every shard, in shard order (one when unsharded).
+  std::vector<SyncerSlot>& shards() { return shards_; }
+  // The learners' --syncer: every shard's address, comma-separated in shard order.
+  std::string LearnerSyncers() const;
+  // Where shard k writes (its --out: the run folder when unsharded, else <run>/syncer-k) and logs.
+  std::string ShardOut(int k) const;
+  std::string ShardLog(int k) const;
+  // Some shard is down (killed, not yet restarted).
+  bool syncer_down() const;
   std::vector<LearnerSlot>& learners() { return learners_; }
 
   // Applies one fault now (`now` = seconds since the learners started) and logs it.
@@ -58,16 +78,12 @@ class Cluster {
 
  private:
   Status WriteControl(int id);
+  Status StartShard(int k);
   std::string LearnerLog(int id) const;
 
   RunConfig c_;
   std::string config_path_, self_;
-  ChildProcess syncer_;
-  bool syncer_down_ = false;
-  std::optional<double> syncer_restart_at_;
-  int port_ = 0;
-  int http_port_ = 0;
-  std::string address_;
+  std::vector<SyncerSlot> shards_;
   std::vector<LearnerSlot> learners_;
   std::vector<int64_t> versions_;
   JsonlWriter faults_;

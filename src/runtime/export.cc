@@ -46,15 +46,63 @@ Status ResolvePaths(ExportOptions& o) {
   return Status::Ok();
 }
 
+// Splits --state: one folder, or the state folders of a sharded syncer's shards in shard order
+// (comma-separated).
+StatusOr<std::vector<std::string>> StateFolders(const std::string& state) {
+  std::vector<std::string> folders;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = state.find(',', start);
+    folders.push_back(state.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (folders.back().empty()) return InvalidArgumentError("--state '" + state + "' has an empty folder in its list");
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (static_cast<int>(folders.size()) > syncer::kMaxShards) return InvalidArgumentError("--state lists too many shards");
+  return folders;
+}
+
+// Restores shard k's state (of `folders.size()` shards) into a core; FailedPrecondition when the
+// state belongs to another run or another shard.
+StatusOr<syncer::SyncerCore> RestoreShard(const RunConfig& c, const std::string& config_path,
+                                          const diloco::FragmentPlan& plan, const std::string& folder,
+                                          syncer::ShardSpec shard) {
+  if (!syncer::DurableState(folder).Exists()) {
+    return NotFoundError("no committed syncer state in " + folder +
+                         " (no meta.json); pass --state with the folder the syncer wrote "
+                         "(default <run folder>/state; a sharded run: every shard's, in shard order)");
+  }
+  ATOLL_ASSIGN_OR_RETURN(syncer::SyncerOptions sopts, MakeSyncerOptions(c));
+  sopts.shard = shard;
+  std::vector<std::vector<float>> initial;
+  for (const auto& f : plan.fragments) initial.emplace_back(static_cast<size_t>(f.numel), 0.0f);
+  ATOLL_ASSIGN_OR_RETURN(syncer::SyncerCore core, syncer::SyncerCore::Create(sopts, plan, std::move(initial)));
+  Status restored = syncer::DurableState(folder).Restore(core, RealClock::Default().Now());
+  if (restored.code() == StatusCode::kFailedPrecondition) {
+    return FailedPreconditionError("the state in " + folder + " is not the run of " + config_path +
+                                   (shard.count > 1 ? " as shard " + shard.ToString() : std::string()) + " (" +
+                                   restored.message() + "): pass the config.json of the run folder the state "
+                                   "came from" + (shard.count > 1 ? ", and the shards' states in shard order" : ""));
+  }
+  ATOLL_RETURN_IF_ERROR(restored.WithContext("reading the state in " + folder));
+  return core;
+}
+
 }  // namespace
 
 StatusOr<ExportResult> ExportState(const ExportOptions& options) {
   ExportOptions o = options;
+  std::vector<std::string> folders;
+  if (!o.state.empty()) {
+    ATOLL_ASSIGN_OR_RETURN(folders, StateFolders(o.state));
+    o.state = folders.front();  // a sharded run: the config is beside the first shard's state
+  }
   ATOLL_RETURN_IF_ERROR(ResolvePaths(o));
+  if (folders.empty()) folders.push_back(o.state);
   ATOLL_ASSIGN_OR_RETURN(RunConfig loaded, LoadRunConfig(o.config));
   const RunConfig c = Normalized(loaded);
   ATOLL_RETURN_IF_ERROR(ValidateRunConfig(c).WithContext(o.config));
-  if (!syncer::DurableState(o.state).Exists()) {
+  if (folders.size() == 1 && !syncer::DurableState(o.state).Exists()) {
     return NotFoundError("no committed syncer state in " + o.state +
                          " (no meta.json); pass --state with the folder the syncer wrote "
                          "(default <run folder>/state)");
@@ -64,42 +112,47 @@ StatusOr<ExportResult> ExportState(const ExportOptions& options) {
   if (!topts.ok()) return topts.status().WithContext("the data folder of the run (" + c.data + ")");
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<model::Trainer> model, model::Trainer::Create(*topts));
   ATOLL_ASSIGN_OR_RETURN(diloco::FragmentPlan plan, MakePlan(c, model->tensors()));
-  ATOLL_ASSIGN_OR_RETURN(syncer::SyncerOptions sopts, MakeSyncerOptions(c));
-  std::vector<std::vector<float>> initial;
-  for (const auto& f : plan.fragments) initial.emplace_back(static_cast<size_t>(f.numel), 0.0f);
-  ATOLL_ASSIGN_OR_RETURN(syncer::SyncerCore core,
-                         syncer::SyncerCore::Create(sopts, plan, std::move(initial)));
-  Status restored = syncer::DurableState(o.state).Restore(core, RealClock::Default().Now());
-  if (restored.code() == StatusCode::kFailedPrecondition) {
-    return FailedPreconditionError("the state in " + o.state + " is not the run of " + o.config +
-                                   " (" + restored.message() + "): pass the config.json of the "
-                                   "run folder the state came from");
+  const int S = static_cast<int>(folders.size());
+  if (S > plan.num_fragments()) {
+    return InvalidArgumentError("--state lists " + std::to_string(S) + " shards, the run has only " +
+                                std::to_string(plan.num_fragments()) + " fragments");
   }
-  ATOLL_RETURN_IF_ERROR(restored.WithContext("reading the state in " + o.state));
-
+  // Every fragment from the shard that owns it (shard k of S owns p ≡ k mod S).
+  std::vector<syncer::SyncerCore> cores;
+  for (int k = 0; k < S; ++k) {
+    ATOLL_ASSIGN_OR_RETURN(auto core, RestoreShard(c, o.config, plan, folders[static_cast<size_t>(k)], {k, S}));
+    cores.push_back(std::move(core));
+  }
+  const auto owner = [&](int p) -> const syncer::SyncerCore& { return cores[static_cast<size_t>(syncer::OwnerShard(p, S))]; };
   std::vector<std::span<float>> params;
   for (int i = 0; i < static_cast<int>(model->tensors().size()); ++i) {
     params.push_back(model->Parameter(i));
   }
   for (int p = 0; p < plan.num_fragments(); ++p) {
-    exchange::ScatterFragment(plan.fragments[static_cast<size_t>(p)], core.theta(p), params);
+    exchange::ScatterFragment(plan.fragments[static_cast<size_t>(p)], owner(p).theta(p), params);
   }
   ExportResult r;
   r.out = o.out;
-  r.state = o.state;
+  r.state = options.state.empty() ? o.state : options.state;
   r.run_id = c.run_id;
-  r.versions = core.versions();
+  for (int p = 0; p < plan.num_fragments(); ++p) r.versions.push_back(owner(p).version(p));
   // Each committed round advanced one fragment by one version (learners.json's count is only
   // rewritten every few seconds, so it may lag).
   for (int64_t v : r.versions) r.rounds += v;
   r.params = model->num_params();
+  for (int p = 0; p < plan.num_fragments(); ++p) r.theta_checksum ^= exchange::ValuesChecksum(owner(p).theta(p));
+  if (o.evaluate) {
+    ATOLL_ASSIGN_OR_RETURN(auto e, model->Evaluate(c.eval_batches));
+    r.eval_loss = e.loss;
+    r.eval_perplexity = e.perplexity;
+  }
   const std::vector<std::span<const float>> views(params.begin(), params.end());
   ATOLL_RETURN_IF_ERROR(model::WriteSafetensors(
       o.out, model->tensors(), views,
       {{"run_id", c.run_id},
        {"rounds", std::to_string(r.rounds)},
        {"versions", nlohmann::json(r.versions).dump()},
-       {"exported_from", fs::absolute(o.state).string()}}));
+       {"exported_from", S == 1 ? fs::absolute(o.state).string() : r.state}}));
   return r;
 }
 

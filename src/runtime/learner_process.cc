@@ -14,7 +14,7 @@
 #include "atoll/core/platform.h"
 #include "atoll/core/text.h"
 #include "atoll/learner/ddp_exchange.h"
-#include "atoll/learner/learner_agent.h"
+#include "atoll/learner/agent_group.h"
 #include "atoll/learner/wan_shaper.h"
 #include "atoll/model/data.h"
 #include "atoll/runtime/processes.h"
@@ -58,6 +58,28 @@ class ControlFile {
   std::string path_;
   int64_t last_mtime_ = -1;
 };
+
+// --syncer: one host:port, or a sharded syncer's shards' addresses, comma-separated in shard order
+// (shard i of S owns the fragments p ≡ i mod S). InvalidArgument for an empty entry, or more
+// shards than the run has fragments (every shard owns one).
+StatusOr<std::vector<std::string>> SyncerAddresses(const std::string& text, int fragments) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (out.back().empty()) {
+      return InvalidArgumentError("--syncer '" + text + "': an empty address in the list (host:port[,host:port...])");
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (out.size() > 1 && static_cast<int>(out.size()) > fragments) {
+    return InvalidArgumentError("--syncer lists " + std::to_string(out.size()) + " syncer shards, the run has only " +
+                                std::to_string(fragments) + " fragments (at most one shard per fragment)");
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -122,6 +144,16 @@ class LearnerProcess {
       return Fail(InvalidArgumentError("--id " + std::to_string(id_) + " out of range [0, " + std::to_string(c_.learners) + ")"), 2);
     }
     if (opt_.syncer.empty()) return Fail(InvalidArgumentError("--syncer host:port is required"), 2);
+    auto addresses = SyncerAddresses(opt_.syncer, c_.fragments);
+    if (!addresses.ok()) return Fail(addresses.status(), 2);
+    addresses_ = std::move(*addresses);
+    if (c_.syncer_shards > 1 && static_cast<int>(addresses_.size()) != c_.syncer_shards) {
+      return Fail(InvalidArgumentError("the run file has syncer_shards = " + std::to_string(c_.syncer_shards) + " but --syncer lists " +
+                                       std::to_string(addresses_.size()) + " address(es): give every shard's, in shard order"), 2);
+    }
+    if (addresses_.size() > 1 && c_.mode == diloco::Mode::kDdp) {
+      return Fail(InvalidArgumentError("ddp mode runs one syncer (one fragment): give --syncer a single address"), 2);
+    }
     if (Status st = MakeDirs(out_); !st.ok()) return Fail(st, 1);
     auto manifest = model::EnsureDataPrepared(c_.data, nullptr);
     if (!manifest.ok()) return Fail(manifest.status(), 2);
@@ -159,11 +191,19 @@ class LearnerProcess {
     stage_mark_ += seconds;
   }
 
-  // gRPC client behind the WAN shaper: a no-op unless the run file or chaos sets bandwidth,
-  // latency, loss or a partition.
+  // One gRPC client per syncer shard, each behind a WAN shaper: a no-op unless the run file or
+  // chaos sets bandwidth, latency, loss or a partition. (Sharded, each shard's connection is
+  // shaped on its own.)
   int Connect() {
+    for (size_t i = 0; i < addresses_.size(); ++i) {
+      if (int rc = ConnectShard(addresses_[i], i); rc != 0) return rc;
+    }
+    return 0;
+  }
+
+  int ConnectShard(const std::string& address, size_t shard) {
     transport::ClientOptions co;
-    co.target = opt_.syncer;
+    co.target = address;
     co.token = c_.token;
     if (!opt_.token_file.empty()) {
       auto token = ReadSecretFile(opt_.token_file);
@@ -177,12 +217,14 @@ class LearnerProcess {
     co.tls.key_file = opt_.tls.key;
     auto client = transport::GrpcSyncerClient::Connect(co);
     if (!client.ok()) return Fail(client.status(), 2);
-    client_ = std::move(*client);
+    clients_.push_back(std::move(*client));
     shaper_options_.bandwidth_bps = c_.bandwidth_mbps * 1e6;
     shaper_options_.latency_s = c_.latency_ms / 1000.0;
     shaper_options_.loss = c_.loss;
     shaper_options_.seed = c_.seed * 1000 + static_cast<uint64_t>(id_) + 1;
-    shaped_ = std::make_unique<learner::ShapedSyncerApi>(*client_, shaper_options_, clock_);
+    learner::ShaperOptions so = shaper_options_;
+    so.seed += 7919 * shard;  // shard 0: the unsharded learner's seed
+    shaped_.push_back(std::make_unique<learner::ShapedSyncerApi>(*clients_.back(), so, clock_));
     return 0;
   }
 
@@ -201,9 +243,11 @@ class LearnerProcess {
     ao.alpha = c_.alpha;
     ao.keep_progress = c_.keep_progress;
     ao.exchange_fragments = c_.mode != diloco::Mode::kDdp;
-    agent_ = std::make_unique<learner::LearnerAgent>(ao, plan_, params_, *shaped_, clock_);
+    std::vector<syncer::SyncerApi*> apis;
+    for (auto& s : shaped_) apis.push_back(s.get());
+    agent_ = std::make_unique<learner::AgentGroup>(ao, plan_, params_, apis, clock_);
     if (c_.mode == diloco::Mode::kDdp) {
-      ddp_ = std::make_unique<learner::DdpExchange>(plan_, *shaped_, diloco::CodecOptions{diloco::Encoding::kBf16, c_.block}, clock_);
+      ddp_ = std::make_unique<learner::DdpExchange>(plan_, *shaped_.front(), diloco::CodecOptions{diloco::Encoding::kBf16, c_.block}, clock_);
     }
     return 0;
   }
@@ -223,10 +267,14 @@ class LearnerProcess {
   void PollChaos() {
     if (!control_.Poll(chaos_state_)) return;
     speed_ = c_.SpeedOf(id_) * std::clamp(chaos_state_.speed, 0.01, 1.0);
-    shaped_->SetPartitioned(chaos_state_.partition);
     learner::ShaperOptions so = shaper_options_;
     if (chaos_state_.bandwidth_mbps > 0) so.bandwidth_bps = chaos_state_.bandwidth_mbps * 1e6;
-    shaped_->SetOptions(so);
+    for (auto& s : shaped_) {
+      s->SetPartitioned(chaos_state_.partition);
+      learner::ShaperOptions shard_so = s->options();
+      shard_so.bandwidth_bps = so.bandwidth_bps;
+      s->SetOptions(shard_so);
+    }
     std::printf("learner %d: chaos control: speed %.2f, partition %s, bandwidth %s\n", id_, speed_,
                 chaos_state_.partition ? "on" : "off",
                 so.bandwidth_bps > 0 ? (std::to_string(so.bandwidth_bps / 1e6) + " Mbit/s").c_str() : "unlimited");
@@ -314,7 +362,7 @@ class LearnerProcess {
     metrics_.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id_}, {"step", step_},
                     {"tokens", tokens_total_}, {"step_tokens", s.tokens}, {"step_s", step_s}, {"loss", s.loss},
                     {"lr", s.lr}, {"tokens_per_s", ema_tps}, {"applied", applied},
-                    {"wire_bytes_up", client_->bytes_sent()}, {"wire_bytes_down", client_->bytes_received()}});
+                    {"wire_bytes_up", WireBytes(true)}, {"wire_bytes_down", WireBytes(false)}});
     if (step_ == opt_.start_step + 1) Mark("first_step");
     if (!contributed_ && (agent_->counters().pushes > 0 || (ddp_ && applied > 0))) {
       contributed_ = true;  // for the rejoin latency: restart → first accepted contribution
@@ -360,7 +408,7 @@ class LearnerProcess {
         {"fragments_applied", k.fragments_applied},
         {"payload_bytes_up", ddp_ ? ddp_->payload_bytes_up() : k.payload_bytes_up},
         {"payload_bytes_down", ddp_ ? ddp_->payload_bytes_down() : k.payload_bytes_down},
-        {"wire_bytes_up", client_->bytes_sent()}, {"wire_bytes_down", client_->bytes_received()},
+        {"wire_bytes_up", WireBytes(true)}, {"wire_bytes_down", WireBytes(false)},
         {"joins", k.joins}, {"catchup_fragments", k.catchup_fragments},
         {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
         {"pushes_repeated", k.pushes_repeated}, {"pushes_deferred", k.pushes_deferred},
@@ -372,6 +420,13 @@ class LearnerProcess {
     return 0;
   }
 
+  // Bytes on the wire to (up) or from the syncer, over every shard's connection.
+  int64_t WireBytes(bool up) const {
+    int64_t n = 0;
+    for (const auto& c : clients_) n += up ? c->bytes_sent() : c->bytes_received();
+    return n;
+  }
+
   const LearnerProcessOptions& opt_;
   const RunConfig c_;
   const int id_;
@@ -380,10 +435,11 @@ class LearnerProcess {
   std::unique_ptr<model::Trainer> trainer_;
   std::vector<std::span<float>> params_;  // views of trainer_'s parameters
   diloco::FragmentPlan plan_;
-  std::unique_ptr<transport::GrpcSyncerClient> client_;
+  std::vector<std::string> addresses_;     // the syncer shards' addresses, in shard order
+  std::vector<std::unique_ptr<transport::GrpcSyncerClient>> clients_;  // one per shard
   learner::ShaperOptions shaper_options_;
-  std::unique_ptr<learner::ShapedSyncerApi> shaped_;
-  std::unique_ptr<learner::LearnerAgent> agent_;
+  std::vector<std::unique_ptr<learner::ShapedSyncerApi>> shaped_;      // one per shard
+  std::unique_ptr<learner::AgentGroup> agent_;
   std::unique_ptr<learner::DdpExchange> ddp_;
   std::unique_ptr<RankGroup> group_;  // --ranks R ≥ 2: this is rank 0 of the unit
   ControlFile control_;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "atoll/core/checksum.h"
@@ -18,6 +19,7 @@
 #include "atoll/model/data.h"
 #include "atoll/observe/http_server.h"
 #include "atoll/observe/run_report.h"
+#include "atoll/runtime/export.h"
 #include "atoll/runtime/processes.h"
 #include "atoll/transport/grpc.h"
 #include "cluster.h"
@@ -81,7 +83,7 @@ class LocalCluster {
     if (Status st = MakeDirs(c_.out); !st.ok()) return Fail(st, 1);
     c_.out = std::filesystem::absolute(c_.out).lexically_normal().string();
     c_.data = std::filesystem::absolute(c_.data).lexically_normal().string();
-    if (FileExists(c_.out + "/state/meta.json")) {
+    if (FileExists(c_.out + "/state/meta.json") || FileExists(c_.out + "/syncer-0/state/meta.json")) {
       return Fail(FailedPreconditionError("run folder " + c_.out + " already holds a run (state/); choose a new --out"), 2);
     }
     if (c_.run_id.empty()) c_.run_id = std::filesystem::path(c_.out).filename().string();
@@ -127,13 +129,15 @@ class LocalCluster {
     for (int i = 0; i < c_.learners; ++i) {
       if (Status st = cluster_->StartLearner(i, false, 0); !st.ok()) return Fail(st, 1);
     }
-    transport::ClientOptions co;
-    co.target = cluster_->address();
-    co.token = client_token_;
-    co.call_timeout_s = 3;
-    auto client = transport::GrpcSyncerClient::Connect(co);
-    if (!client.ok()) return Fail(client.status(), 1);
-    client_ = std::move(*client);
+    for (const auto& shard : cluster_->shards()) {  // shard 0 first: the status calls go there
+      transport::ClientOptions co;
+      co.target = shard.address;
+      co.token = client_token_;
+      co.call_timeout_s = 3;
+      auto client = transport::GrpcSyncerClient::Connect(co);
+      if (!client.ok()) return Fail(client.status(), 1);
+      clients_.push_back(std::move(*client));
+    }
     if (cluster_->http_port() > 0) {  // the token in the URL, as notebook servers print theirs
       std::printf("status page: http://127.0.0.1:%d/?token=%s  (Prometheus: /metrics with that token as bearer)\n",
                   cluster_->http_port(), observe::QueryEscaped(client_token_).c_str());
@@ -152,9 +156,11 @@ class LocalCluster {
       InjectTimedFaults(now);
       cluster_->Tick(now);
       for (int id : cluster_->ReapLearners(now)) failed_.push_back(id);
-      if (!cluster_->syncer().running() && !cluster_->syncer_down()) {
-        std::fprintf(stderr, "atoll run: the syncer exited unexpectedly; syncer.log ends with:\n%s",
-                     TailOf(c_.out + "/syncer.log", 15).c_str());
+      for (int k = 0; k < static_cast<int>(cluster_->shards().size()); ++k) {
+        SyncerSlot& shard = cluster_->shards()[static_cast<size_t>(k)];
+        if (shard.process.running() || shard.down) continue;
+        std::fprintf(stderr, "atoll run: the syncer exited unexpectedly; %s ends with:\n%s", cluster_->ShardLog(k).c_str(),
+                     TailOf(cluster_->ShardLog(k), 15).c_str());
         return;
       }
       if (now - last_poll >= 1.0) {
@@ -176,14 +182,23 @@ class LocalCluster {
 
   // The syncer's status: learners' steps (for step-triggered faults and restarts), the live view.
   void PollStatus(ProgressView& view, double now) {
-    auto st = cluster_->syncer_down() ? StatusOr<std::string>(UnavailableError("syncer down")) : client_->StatusJson();
+    auto st = cluster_->shards().front().down ? StatusOr<std::string>(UnavailableError("syncer down"))
+                                              : clients_.front()->StatusJson();
     if (!st.ok()) {
       view.DrawLine(now, "syncer unreachable (" + st.status().message() + "); learners train on");
       return;
     }
     auto status = nlohmann::json::parse(*st, nullptr, false);
     if (status.is_discarded()) return;
-    if (status.contains("versions")) cluster_->set_versions(status["versions"].get<std::vector<int64_t>>());
+    if (status.contains("versions")) {
+      auto versions = status["versions"].get<std::vector<int64_t>>();
+      if (status.contains("owned_fragments")) {  // a shard: only its own fragments move
+        std::vector<int64_t> owned;
+        for (int p : status["owned_fragments"].get<std::vector<int>>()) owned.push_back(versions.at(static_cast<size_t>(p)));
+        versions = std::move(owned);
+      }
+      cluster_->set_versions(std::move(versions));
+    }
     for (const auto& l : status.value("learners", nlohmann::json::array())) {
       const int id = l.value("id", -1);
       if (id >= 0 && id < c_.learners) {
@@ -217,16 +232,31 @@ class LocalCluster {
     if (cluster_->syncer_down()) (void)cluster_->StartSyncer();
     std::printf("\nall learners finished; evaluating the global model ...\n");
     std::fflush(stdout);
+    if (cluster_->shards().size() == 1) return FinishShard(0, /*evaluate=*/true);
+    // Sharded: every shard's final merge, then the global model from their committed states.
+    std::vector<nlohmann::json> shards;
+    for (int k = 0; k < static_cast<int>(cluster_->shards().size()); ++k) {
+      shards.push_back(FinishShard(k, /*evaluate=*/false));
+      if (shards.back().is_null()) return nullptr;
+    }
+    return CombineShards(shards);
+  }
+
+  // Shard k's Finish (final merge; with `evaluate` the evaluation and global.safetensors) and
+  // its summary; null when it did not finish.
+  nlohmann::json FinishShard(int k, bool evaluate) {
+    SyncerSlot& shard = cluster_->shards()[static_cast<size_t>(k)];
+    transport::GrpcSyncerClient& client = *clients_[static_cast<size_t>(k)];
     nlohmann::json summary;
-    if (cluster_->syncer().running()) {
+    if (shard.process.running()) {
       // Retried: on a loaded machine (or right after a syncer restart) the first call may time out.
-      auto fin = client_->Finish(/*evaluate=*/true);
-      for (int attempt = 1; attempt < 20 && !fin.ok() && cluster_->syncer().running() &&
+      auto fin = client.Finish(evaluate);
+      for (int attempt = 1; attempt < 20 && !fin.ok() && shard.process.running() &&
                             (fin.status().code() == StatusCode::kUnavailable ||
                              fin.status().code() == StatusCode::kDeadlineExceeded);
            ++attempt) {
         std::this_thread::sleep_for(std::chrono::seconds(1));
-        fin = client_->Finish(/*evaluate=*/true);
+        fin = client.Finish(evaluate);
       }
       if (fin.ok()) {
         summary = nlohmann::json::parse(*fin);
@@ -234,15 +264,62 @@ class LocalCluster {
         std::fprintf(stderr, "atoll run: the syncer did not finish cleanly: %s\n", fin.status().ToString().c_str());
       }
     }
-    cluster_->syncer().WaitOrKill(30);
+    shard.process.WaitOrKill(30);
     // Ctrl-C reaches the syncer too: it finishes by itself (final merge, evaluation, model) and
     // may be gone before our Finish call; its final summary is on disk.
     if (summary.is_null()) {
-      auto text = ReadFile(c_.out + "/syncer-summary.json");
+      auto text = ReadFile(cluster_->ShardOut(k) + "/syncer-summary.json");
       auto on_disk = text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
       if (on_disk.is_object() && on_disk.value("final", false)) summary = on_disk;
     }
     return summary;
+  }
+
+  // A sharded run's summary: global.safetensors exported from the shards' committed states and
+  // evaluated; rounds, versions and each learner's merged tokens, rounds and bytes added up over
+  // the shards (each counts only its own fragments).
+  nlohmann::json CombineShards(const std::vector<nlohmann::json>& shards) {
+    std::string states;
+    for (int k = 0; k < static_cast<int>(shards.size()); ++k) states += (k ? "," : "") + cluster_->ShardOut(k) + "/state";
+    ExportOptions eo{c_.out + "/config.json", states, c_.out + "/global.safetensors", /*force=*/true, /*evaluate=*/true};
+    auto global = ExportState(eo);
+    if (!global.ok()) {
+      std::fprintf(stderr, "atoll run: cannot combine the shards' states: %s\n", global.status().ToString().c_str());
+      return nullptr;
+    }
+    nlohmann::json s = shards.front();
+    s.erase("shard");
+    s.erase("owned_fragments");
+    double up = 0, down = 0;
+    for (const auto& shard : shards) {
+      up += shard.value("bytes_up", 0.0);
+      down += shard.value("bytes_down", 0.0);
+    }
+    s["bytes_up"] = up;
+    s["bytes_down"] = down;
+    s["rounds"] = global->rounds;
+    s["versions"] = global->versions;
+    s["shards"] = static_cast<int>(shards.size());
+    s["theta_checksum"] = ChecksumHex(global->theta_checksum);
+    s["eval_loss"] = global->eval_loss;
+    s["eval_perplexity"] = global->eval_perplexity;
+    s["checkpoint"] = global->out;
+    std::map<int, nlohmann::json> rows;
+    for (const auto& shard : shards) {
+      for (const auto& l : shard.value("learners", nlohmann::json::array())) {
+        nlohmann::json& row = rows[l.value("id", -1)];
+        if (row.is_null()) {
+          row = l;
+          continue;
+        }
+        for (const char* key : {"tokens_merged", "rounds_joined", "late_folded", "bytes_up", "bytes_down", "pushes"}) {
+          row[key] = row.value(key, 0.0) + l.value(key, 0.0);
+        }
+      }
+    }
+    s["learners"] = nlohmann::json::array();
+    for (auto& [id, row] : rows) s["learners"].push_back(row);
+    return s;
   }
 
   const RunOptions& options_;
@@ -252,7 +329,7 @@ class LocalCluster {
   std::vector<bool> fault_done_;
   size_t next_fault_ = 0;
   std::unique_ptr<Cluster> cluster_;
-  std::unique_ptr<transport::GrpcSyncerClient> client_;
+  std::vector<std::unique_ptr<transport::GrpcSyncerClient>> clients_;  // one per syncer shard
   double t0_ = 0;
   std::vector<int> failed_;
 };

@@ -126,6 +126,10 @@ nlohmann::json BuildRunSummary(const RunConfig& c, const nlohmann::json& syncer,
   s["eval_loss_start"] = syncer.contains("eval_loss_start") ? syncer["eval_loss_start"] : nlohmann::json(nullptr);
   s["global_eval_curve"] = syncer.value("global_eval_curve", nlohmann::json::array());
   s["theta_checksum"] = syncer.value("theta_checksum", "");
+  if (syncer.contains("shards")) {  // a sharded syncer: the versions its shards' states combine to
+    s["syncer_shards"] = syncer["shards"];
+    s["versions"] = syncer.value("versions", nlohmann::json::array());
+  }
   int64_t tokens = 0, steps = 0;
   double merged = 0;
   double up = 0, down = 0, payload_up = 0, payload_down = 0;
@@ -194,6 +198,9 @@ void MergeMetrics(const RunConfig& c) {
     }
   };
   slurp(c.out + "/metrics-syncer.jsonl");
+  for (int k = 0; c.syncer_shards > 1 && k < c.syncer_shards; ++k) {  // a sharded syncer: each shard's folder
+    slurp(c.out + "/syncer-" + std::to_string(k) + "/metrics-syncer.jsonl");
+  }
   for (int i = 0; i < c.learners; ++i) slurp(c.out + "/metrics-learner-" + std::to_string(i) + ".jsonl");
   std::stable_sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::string text;

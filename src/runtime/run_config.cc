@@ -22,6 +22,7 @@ void VisitFields(Config& c, F&& f) {
   f("run", "data", c.data);
   f("run", "token", c.token);
   f("run", "run_id", c.run_id);
+  f("run", "syncer_shards", c.syncer_shards);
   f("model", "preset", c.preset);
   f("model", "batch", c.batch);
   f("model", "seq", c.seq);
@@ -146,6 +147,10 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (c.warmup < 0) return bad("warmup must be ≥ 0");
   if (c.threads < 1) return bad("threads must be ≥ 1");
   if (c.fragments < 1) return bad("fragments (P) must be ≥ 1");
+  if (c.syncer_shards > 1 && c.mode == diloco::Mode::kDdp) return bad("ddp mode runs one syncer (syncer_shards = 1)");
+  if (c.syncer_shards < 1 || c.syncer_shards > c.fragments)
+    return bad("syncer_shards (S) must be in [1, fragments P] (S=" + std::to_string(c.syncer_shards) + ", P=" +
+               std::to_string(c.fragments) + "): every shard owns at least one fragment");
   if (c.H < c.fragments) return bad("H (" + std::to_string(c.H) + ") must be ≥ fragments P (" + std::to_string(c.fragments) + ")");
   if (c.tau < 0 || c.tau >= c.H) return bad("tau must be in [0, H)");
   if (c.quorum < 1 || c.quorum > c.learners)
@@ -191,6 +196,11 @@ Status ValidateRunConfig(const RunConfig& c) {
     return bad("quarantine_factor must be 0 (off) or in [2, 1e6]");
   if (c.max_consecutive_rejects < 1 || !(c.ban_seconds >= 0 && c.ban_seconds <= 86'400))
     return bad("max_consecutive_rejects must be ≥ 1 and ban_seconds in [0, 86400]");
+  for (const auto& e : c.chaos.events) {
+    if (e.kind == chaos::FaultKind::kKillSyncer && e.target >= c.syncer_shards)
+      return bad("a kill_syncer event names syncer shard " + std::to_string(e.target) + " (its learner field), but there " +
+                 (c.syncer_shards == 1 ? std::string("is one syncer") : "are " + std::to_string(c.syncer_shards) + " shards"));
+  }
   return chaos::ValidateChaos(c.chaos, c.learners);
 }
 

@@ -100,6 +100,16 @@ class SyncerProcess {
   // Exit code and message for each failure; 0 when the run finished or was stopped cleanly.
   int Run() {
     if (Status st = ValidateRunConfig(c_); !st.ok()) return Fail(st, 2);
+    if (!opt_.shard.empty()) {
+      auto shard = syncer::ParseShardSpec(opt_.shard);
+      if (!shard.ok()) return Fail(shard.status(), 2);
+      shard_ = *shard;
+    }
+    if (c_.syncer_shards > 1 && shard_.count != c_.syncer_shards) {  // the run file's S, when it says one
+      return Fail(InvalidArgumentError("the run file has syncer_shards = " + std::to_string(c_.syncer_shards) +
+                                       ": start each shard with --shard i/" + std::to_string(c_.syncer_shards) +
+                                       (opt_.shard.empty() ? "" : " (not --shard " + opt_.shard + ")")), 2);
+    }
     if (!opt_.http.empty()) {
       if (auto hp = observe::SplitHostPort(opt_.http); !hp.ok()) return Fail(hp.status().WithContext("--http"), 2);
     }
@@ -150,6 +160,10 @@ class SyncerProcess {
     plan_ = std::move(*plan);
     for (int i = 0; i < static_cast<int>(ev_->tensors().size()); ++i) params_.push_back(ev_->Parameter(i));
     if (int rc = CreateCore(); rc != 0) return rc;
+    if (shard_.count > 1) {
+      std::printf("syncer: shard %s: owns the fragments p with p mod %d = %d\n", shard_.ToString().c_str(), shard_.count,
+                  shard_.index);
+    }
     std::printf("syncer: run %s, mode %s, %lld params in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, outer step %s (lr %g, momentum %g), up %s down %s\n",
                 c_.run_id.c_str(), diloco::ModeName(c_.mode), static_cast<long long>(ev_->num_params()),
                 plan_.num_fragments(), plan_.peak_to_ideal, c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off",
@@ -193,6 +207,7 @@ class SyncerProcess {
     if (!sopts.ok()) return Fail(sopts.status(), 2);
     sopts->incarnation = static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid());
     if (c_.mode == diloco::Mode::kDdp) sopts->ddp_step = MakeDdpStep();
+    sopts->shard = shard_;
     auto core = syncer::SyncerCore::Create(*sopts, plan_, std::move(initial));
     if (!core.ok()) return Fail(core.status(), 2);
     core_ = std::move(*core);
@@ -232,7 +247,7 @@ class SyncerProcess {
 
   // The global model's eval loss during the run, off the loop thread (its own Trainer).
   int StartLiveEval(const model::TrainerOptions& topts) {
-    if (c_.eval_every <= 0) return 0;
+    if (c_.eval_every <= 0 || shard_.count > 1) return 0;  // a shard holds only its fragments of Θ
     auto trainer = model::Trainer::Create(topts);
     if (!trainer.ok()) return Fail(trainer.status(), 1);
     live_eval_ = std::make_unique<GlobalEvaluator>(std::move(*trainer), plan_, std::max(1, c_.eval_batches / 4),
@@ -358,6 +373,11 @@ class SyncerProcess {
   // atomic; serialised, since the loop thread (checkpoints) and Finish may both write.
   void WriteModelAndSummary(const std::vector<std::vector<float>>& theta, nlohmann::json& summary) {
     std::lock_guard<std::mutex> lock(model_mu_);
+    if (shard_.count > 1) {  // its fragments of Θ only: `atoll export --state` combines the shards'
+      summary["checkpoint"] = nullptr;
+      (void)WriteFileAtomic(out_ + "/syncer-summary.json", DumpJson(summary, 2));
+      return;
+    }
     std::vector<std::vector<float>> values;
     std::vector<std::span<float>> views;
     for (const auto& t : ev_->tensors()) values.emplace_back(static_cast<size_t>(t.numel));
@@ -397,7 +417,7 @@ class SyncerProcess {
     if (pending.valid()) pending.wait();
     summary["params"] = ev_->num_params();
     summary["final"] = true;
-    if (evaluate) {
+    if (evaluate && shard_.count == 1) {  // a shard's Θ is not the global model
       auto e = ev_->Evaluate(c_.eval_batches);
       if (e.ok()) {
         summary["eval_loss"] = e->loss;
@@ -548,12 +568,18 @@ class SyncerProcess {
     if (http_) http_->Stop();
     (*server)->Shutdown();
     loop_->Stop();
-    std::printf("syncer: stopped (%s); global model in %s/global.safetensors\n", why.c_str(), out_.c_str());
+    if (shard_.count > 1) {
+      std::printf("syncer: shard %s stopped (%s); its committed fragments are in %s\n", shard_.ToString().c_str(),
+                  why.c_str(), durable_->dir().c_str());
+    } else {
+      std::printf("syncer: stopped (%s); global model in %s/global.safetensors\n", why.c_str(), out_.c_str());
+    }
     return 0;
   }
 
   const SyncerProcessOptions& opt_;
   const RunConfig c_;
+  syncer::ShardSpec shard_;                     // {0, 1}: the one syncer
   const std::string out_;
   RealClock& clock_ = RealClock::Default();
   std::unique_ptr<model::Trainer> ev_;

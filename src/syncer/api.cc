@@ -22,6 +22,30 @@ std::optional<LearnerState> ParseLearnerState(std::string_view s) {
   return std::nullopt;
 }
 
+StatusOr<ShardSpec> ParseShardSpec(std::string_view text) {
+  const auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("--shard '" + std::string(text.substr(0, 32)) + "': " + why +
+                                " (expected i/S: shard i of S, 0 <= i < S, e.g. 0/2)");
+  };
+  const size_t slash = text.find('/');
+  if (slash == std::string_view::npos) return bad("no '/'");
+  const auto parse = [](std::string_view s, int& out) {
+    if (s.empty() || s.size() > 6) return false;
+    out = 0;
+    for (char ch : s) {
+      if (ch < '0' || ch > '9') return false;
+      out = out * 10 + (ch - '0');
+    }
+    return true;
+  };
+  ShardSpec spec;
+  if (!parse(text.substr(0, slash), spec.index)) return bad("the shard index is not a number");
+  if (!parse(text.substr(slash + 1), spec.count)) return bad("the shard count is not a number");
+  if (spec.count < 1 || spec.count > kMaxShards) return bad("the shard count must be 1.." + std::to_string(kMaxShards));
+  if (spec.index >= spec.count) return bad("the shard index must be below the shard count");
+  return spec;
+}
+
 Status ApplyPulled(const PullPayload& r, int64_t have_version, size_t numel, std::vector<float>& copy) {
   std::vector<float> next;
   if (r.is_delta) {

@@ -58,11 +58,15 @@ std::optional<CopyFile> ReadCopyFile(const std::string& path) {
 }
 
 nlohmann::json Meta(const SyncerCore& core) {
-  return {{"format", "atoll-syncer-state/1"},
-          {"run_id", core.options().run_id},
-          {"model_signature", ChecksumHex(diloco::ModelSignature(core.plan().tensors))},
-          {"plan", ChecksumHex(PlanFingerprint(core.plan()))},
-          {"fragments", core.plan().num_fragments()}};
+  nlohmann::json meta = {{"format", "atoll-syncer-state/1"},
+                         {"run_id", core.options().run_id},
+                         {"model_signature", ChecksumHex(diloco::ModelSignature(core.plan().tensors))},
+                         {"plan", ChecksumHex(PlanFingerprint(core.plan()))},
+                         {"fragments", core.plan().num_fragments()}};
+  // A shard's state holds the committed values of its own fragments only (the others stay at
+  // Θ⁰ there): it must never be resumed as another shard or as an unsharded syncer.
+  if (core.options().shard.count > 1) meta["shard"] = core.options().shard.ToString();
+  return meta;
 }
 
 }  // namespace
@@ -183,11 +187,12 @@ Status DurableState::SaveLearners(const SyncerCore& core) {
 Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
   ATOLL_ASSIGN_OR_RETURN(auto meta, ReadJsonWithChecksum(dir_ + "/meta.json"));
   const auto want = Meta(core);
-  for (const char* key : {"run_id", "model_signature", "plan", "fragments"}) {
-    if (meta.value(key, nlohmann::json()) != want[key]) {
+  for (const char* key : {"run_id", "model_signature", "plan", "fragments", "shard"}) {
+    const nlohmann::json wanted = want.value(key, nlohmann::json());
+    if (meta.value(key, nlohmann::json()) != wanted) {
       return FailedPreconditionError("saved state in " + dir_ + " belongs to another " +
                                      std::string(key) + " (" + DumpJson(meta.value(key, nlohmann::json())) +
-                                     " vs this syncer's " + DumpJson(want[key]) + ")");
+                                     " vs this syncer's " + DumpJson(wanted) + ")");
     }
   }
   // Read and verify everything before changing anything.

@@ -16,6 +16,10 @@ namespace {
 constexpr double kEmaAlpha = 0.2;
 
 double Ema(double old_value, double sample) {
+  // An unchanged sample leaves the value as it is, bit for bit (0.8·x + 0.2·x may round off x).
+  // A learner's tokens per step is constant, and a syncer shard sees only its fragments' pushes:
+  // so every shard holds the same value as one syncer would (docs/decisions/011).
+  if (old_value == sample) return sample;
   return old_value <= 0 ? sample : (1 - kEmaAlpha) * old_value + kEmaAlpha * sample;
 }
 
@@ -36,6 +40,18 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
   if (options.mode == diloco::Mode::kDdp && (!options.ddp_step || P != 1)) {
     return InvalidArgumentError("syncer: ddp mode needs one fragment (plan has " + std::to_string(P) +
                                 ") and an optimizer hook" + (options.ddp_step ? "" : " (missing)"));
+  }
+  const ShardSpec& shard = options.shard;
+  if (shard.count < 1 || shard.count > kMaxShards || shard.index < 0 || shard.index >= shard.count) {
+    return InvalidArgumentError(fmt::format("syncer: bad shard {}/{} (0 <= index < count <= {})", shard.index,
+                                            shard.count, kMaxShards));
+  }
+  if (shard.count > P) {
+    return InvalidArgumentError(fmt::format("syncer: {} shards for {} fragments: every shard must own a fragment "
+                                            "(at most P shards)", shard.count, P));
+  }
+  if (shard.count > 1 && options.mode == diloco::Mode::kDdp) {
+    return InvalidArgumentError("syncer: ddp mode has one fragment and runs one syncer (no shards)");
   }
   if (static_cast<int>(initial.size()) != P) {
     return InvalidArgumentError("syncer: initial values for " + std::to_string(initial.size()) +
@@ -93,6 +109,7 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
     return FailedPreconditionError(std::string(buf) +
                                    " (different tensor names, shapes or dtypes)");
   }
+  ATOLL_RETURN_IF_ERROR(CheckJoinShard(r.shard));
   int id = r.learner_id;
   if (id < -1 || id > options_.max_learner_id) {
     return InvalidArgumentError(fmt::format("learner id {} out of range (-1 to assign one, else 0..{})", id,
@@ -136,13 +153,35 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   reply.fragment_matched = MatchCopies(id, r.fragment_checksums);
   reply.merged_versions = l.merged_versions;
   reply.merged_versions.resize(fragments_.size(), -1);
+  reply.shard = options_.shard;
   return reply;
+}
+
+Status SyncerCore::CheckJoinShard(const ShardSpec& theirs) const {
+  const ShardSpec& mine = options_.shard;
+  if (theirs.count == mine.count && theirs.index == mine.index) return Status::Ok();
+  if (theirs.count != mine.count) {
+    return FailedPreconditionError(fmt::format(
+        "shard count mismatch: this syncer is shard {} of {} syncer shard(s), the learner was given {} syncer "
+        "address(es) (give --syncer every shard's address, in shard order)", mine.ToString(), mine.count, theirs.count));
+  }
+  return FailedPreconditionError(fmt::format(
+      "shard order mismatch: the learner took this syncer for shard {}, it is shard {} (list --syncer in shard "
+      "order: shard 0 first)", theirs.ToString(), mine.ToString()));
+}
+
+Status SyncerCore::CheckOwned(int fragment, const char* what) const {
+  if (owns(fragment)) return Status::Ok();
+  return FailedPreconditionError(fmt::format("{}: fragment {} belongs to syncer shard {} of {}; this is shard {}",
+                                             what, fragment, OwnerShard(fragment, options_.shard.count),
+                                             options_.shard.count, options_.shard.ToString()));
 }
 
 std::vector<bool> SyncerCore::MatchCopies(int learner_id, const std::vector<uint64_t>& checksums) {
   std::vector<bool> matched(fragments_.size(), false);
   if (checksums.size() != fragments_.size() || !rule_->SkipsMatchingJoinFetch()) return matched;
   for (size_t p = 0; p < fragments_.size(); ++p) {
+    if (!owns(static_cast<int>(p))) continue;  // another shard's: it records that copy
     const std::pair<int, int> key{learner_id, static_cast<int>(p)};
     // The learner still holds the copy the syncer has for it (a rejoin, or a syncer restarted
     // with its copies restored): deltas resume from it, nothing to do.
@@ -277,6 +316,7 @@ StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoin
   if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
     return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
   }
+  ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
   const size_t n = fragments_[static_cast<size_t>(h.fragment)].theta.size();
   if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size ||
       h.num_values != static_cast<int64_t>(n)) {
@@ -332,6 +372,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   }
   LearnerRecord& l = lit->second;
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
+  if (h.fragment >= 0 && h.fragment < plan_.num_fragments()) ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
   if (Status st = CheckPushHeader(h, payload.size()); !st.ok()) return Reject(l, h, st, now);
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   auto c = DecodeContribution(h, payload, now);
@@ -534,6 +575,7 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
   if (!learners_.count(learner_id)) {
     return NotFoundError("pull from learner " + std::to_string(learner_id) + " which has not joined (join first)");
   }
+  ATOLL_RETURN_IF_ERROR(CheckOwned(fragment, "pull"));
   // (Pulls of a disconnected learner are refused by Heartbeat/Push/Join; a pull changes no
   // global state, so it is served.)
   const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
@@ -660,6 +702,14 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   j["run_id"] = options_.run_id;
   j["mode"] = diloco::ModeName(options_.mode);
   j["fragments"] = plan_.num_fragments();
+  if (options_.shard.count > 1) {  // unsharded: the document is as before shards existed
+    j["shard"] = options_.shard.ToString();
+    std::vector<int> owned;
+    for (int p = 0; p < plan_.num_fragments(); ++p) {
+      if (owns(p)) owned.push_back(p);
+    }
+    j["owned_fragments"] = owned;
+  }
   j["params"] = plan_.total_numel;
   j["rounds"] = rounds_closed_;
   j["rounds_refused"] = rounds_refused_;

@@ -79,6 +79,10 @@ StatusOr<syncer::JoinReplyData> GrpcSyncerClient::Join(const syncer::JoinRequest
   req.set_host(r.host);
   req.set_rejoin(r.rejoin);
   for (uint64_t c : r.fragment_checksums) req.add_fragment_checksums(c);
+  if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
+    req.set_shard_index(r.shard.index);
+    req.set_shard_count(r.shard.count);
+  }
   atl::v1::JoinReply reply;
   grpc::Status st = impl_->stub->Join(&ctx, req, &reply);
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());

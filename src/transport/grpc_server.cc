@@ -42,6 +42,8 @@ class Service final : public Syncer::Service {
     r.host = TruncateUtf8(req->host(), 256);  // never cut inside a UTF-8 character
     r.rejoin = req->rejoin();
     r.fragment_checksums.assign(req->fragment_checksums().begin(), req->fragment_checksums().end());
+    // 0: a learner that does not say (unsharded); any other value is checked by the core.
+    if (req->shard_count() != 0) r.shard = {req->shard_index(), req->shard_count()};
     auto out = loop_.Join(r);
     if (!out.ok()) return ToGrpc(out.status());
     FillJoinReply(*out, reply);

@@ -121,6 +121,10 @@ void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   out->set_incarnation(r.incarnation);
   for (bool m : r.fragment_matched) out->add_fragment_matched(m);
   for (int64_t v : r.merged_versions) out->add_merged_versions(v);
+  if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
+    out->set_shard_index(r.shard.index);
+    out->set_shard_count(r.shard.count);
+  }
 }
 
 StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
@@ -136,6 +140,8 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   d.incarnation = r.incarnation();
   d.fragment_matched.assign(r.fragment_matched().begin(), r.fragment_matched().end());
   d.merged_versions.assign(r.merged_versions().begin(), r.merged_versions().end());
+  // 0: an older syncer that does not say: unsharded.
+  d.shard = r.shard_count() == 0 ? syncer::ShardSpec{} : syncer::ShardSpec{r.shard_index(), r.shard_count()};
   auto up = diloco::ParseEncoding(r.uplink_encoding());
   auto down = diloco::ParseEncoding(r.downlink_encoding());
   if (!up.ok() || !down.ok()) return InvalidArgumentError("join reply: unknown encoding");

@@ -121,6 +121,60 @@ TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
   std::filesystem::remove_all(dir);
 }
 
+// `atoll run --syncer-shards 2` with shard 1 SIGKILLed mid-run (the kill_syncer event's learner
+// field names the shard): it resumes from its own committed state, no learner exits or loses a
+// token, and the run's model combines both shards' fragments.
+TEST(Chaos, KilledSyncerShardResumesFromItsLastCommittedRound) {
+  const std::string dir = testing::TempDir("chaos_shard");
+  const std::string data = testing::PrepareSmallData(dir);
+  const std::string cfg = WriteRunFile(dir,
+      "[chaos]\nmode = \"events\"\n"
+      "events = [ { kind = \"kill_syncer\", learner = 1, at_step = 20, duration_s = 2.0 } ]\n");
+  auto r = testing::RunAtoll("run -c " + cfg + " --data " + data + " --out " + dir + "/run --syncer-shards 2 " + kSmallRun, 400);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir + "/run/summary.json");
+  for (const auto& l : s["per_learner"]) {
+    EXPECT_EQ(l["incarnations"].get<int>(), 1);
+    EXPECT_EQ(l["steps"].get<int>(), 60);
+    EXPECT_EQ(l["tokens_lost"].get<double>(), 0.0) << l.dump();
+    EXPECT_GE(l["tokens_merged"].get<double>(), l["tokens_computed"].get<double>()) << l.dump();
+  }
+  // Shard 1 (the odd fragments) resumed at every version it had committed, Θ_p bit for bit.
+  std::map<int, std::pair<int64_t, std::string>> last_commit;
+  bool resumed = false;
+  for (const auto& l : Jsonl(dir + "/run/syncer-1/metrics-syncer.jsonl")) {
+    if (l.value("kind", "") == "round" && !resumed) {
+      EXPECT_EQ(l["fragment"].get<int>() % 2, 1);
+      last_commit[l["fragment"].get<int>()] = {l["version"].get<int64_t>(), l["theta_checksum"].get<std::string>()};
+    }
+    if (l.value("kind", "") == "resumed") {
+      resumed = true;
+      for (const auto& [p, commit] : last_commit) {
+        EXPECT_EQ(l["versions"][p].get<int64_t>(), commit.first) << "fragment " << p;
+        EXPECT_EQ(l["theta_checksums"][p].get<std::string>(), commit.second) << "fragment " << p;
+      }
+    }
+  }
+  ASSERT_TRUE(resumed) << "shard 1 never resumed";
+  for (const auto& l : Jsonl(dir + "/run/syncer-0/metrics-syncer.jsonl")) {
+    EXPECT_NE(l.value("kind", ""), "resumed") << "shard 0 was never restarted";
+    if (l.value("kind", "") == "round") {
+      EXPECT_EQ(l["fragment"].get<int>() % 2, 0);
+    }
+  }
+  // The run's summary and model: every fragment from its owner, evaluated.
+  EXPECT_EQ(s["syncer_shards"].get<int>(), 2);
+  ASSERT_EQ(s["versions"].size(), 8u) << s.dump(2);
+  int64_t rounds = 0;
+  for (const auto& v : s["versions"]) rounds += v.get<int64_t>();
+  EXPECT_EQ(s["rounds"].get<int64_t>(), rounds);
+  for (const auto& v : s["versions"]) EXPECT_GT(v.get<int64_t>(), 0);
+  EXPECT_LT(s["eval_loss"].get<double>(), s["eval_loss_start"].get<double>());
+  auto eval = testing::RunAtoll("eval --checkpoint " + dir + "/run --json", 120);
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Chaos, CorruptedSyncerStateIsRefusedOnStart) {
   const std::string dir = testing::TempDir("chaos_corrupt");
   const std::string data = testing::PrepareSmallData(dir);

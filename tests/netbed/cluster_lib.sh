@@ -14,6 +14,7 @@
 readonly NBC_PORT=7070
 NBC_PIDS=()
 declare -A NBC_LEARNER_PID=()
+declare -A NBC_SHARD_PID=()
 
 nbc_fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -131,12 +132,55 @@ nbc_start_syncer() {
   nbc_fail "syncer not listening after 60 s: $(tail -20 "$OUT/syncer.log")"
 }
 
+# A sharded syncer (docs/deployment.md): shard i of S on host i, port NBC_PORT, its own --out
+# ($OUT/shard-i) and certificate. nbc_shard_certs S after nbc_credentials (the CA); then learners
+# start on hosts S.. with every shard's address (NBC_SYNCERS, NBC_LEARNER_HOST0).
+nbc_shard_certs() {
+  local i shards=$1 c="$DIR/creds"
+  NBC_SYNCERS=""
+  for ((i = 0; i < shards; i++)); do
+    local addr
+    addr=$("$NETBED" addr "$NAME" "$i")
+    NBC_SYNCERS+="${NBC_SYNCERS:+,}$addr:$NBC_PORT"
+    (
+      cd "$c"
+      openssl req -newkey rsa:2048 -nodes -keyout "shard-$i.key" -out "shard-$i.csr" -subj "/CN=shard-$i"
+      printf 'subjectAltName=IP:%s\n' "$addr" >"shard-$i.ext"
+      openssl x509 -req -in "shard-$i.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -out "shard-$i.pem" -days 2 \
+        -extfile "shard-$i.ext"
+    ) >>"$DIR/openssl.log" 2>&1 || nbc_fail "openssl (shard $i): $(tail -5 "$DIR/openssl.log")"
+    chmod 600 "$c/shard-$i".*
+  done
+  NBC_LEARNER_HOST0=$shards
+}
+
+# nbc_start_shard I S [FLAGS...]: shard I of S, listening on host I; waits until it listens.
+nbc_start_shard() {
+  local i=$1 shards=$2
+  shift 2
+  mkdir -p "$OUT/shard-$i"
+  rm -f "$OUT/shard-$i/port"
+  "$NETBED" exec "$NAME" "$i" -- timeout -k 5 "${NBC_SYNCER_TIMEOUT:-170}" \
+    "$ATOLL" syncer -c "$DIR/run.toml" --shard "$i/$shards" --listen "$("$NETBED" addr "$NAME" "$i"):$NBC_PORT" \
+    --out "$OUT/shard-$i" --secret-file "$DIR/creds/run.secret" --tls-cert "$DIR/creds/shard-$i.pem" \
+    --tls-key "$DIR/creds/shard-$i.key" --port-file "$OUT/shard-$i/port" "$@" >>"$OUT/shard-$i.log" 2>&1 &
+  NBC_SHARD_PID[$i]=$!
+  NBC_PIDS+=("$!")
+  local n
+  for ((n = 0; n < 600; n++)); do
+    [[ -s $OUT/shard-$i/port ]] && return 0
+    kill -0 "${NBC_SHARD_PID[$i]}" 2>/dev/null || nbc_fail "shard $i exited: $(tail -20 "$OUT/shard-$i.log")"
+    sleep 0.1
+  done
+  nbc_fail "shard $i not listening after 60 s: $(tail -20 "$OUT/shard-$i.log")"
+}
+
 nbc_start_learner() {
   local m=$1
   shift
   mkdir -p "$OUT/learner-$m"
-  "$NETBED" exec "$NAME" $((m + 1)) -- timeout -k 5 "${NBC_LEARNER_TIMEOUT:-150}" \
-    "$ATOLL" learner -c "$DIR/run.toml" --id "$m" --syncer "$SYNCER_ADDR" --out "$OUT/learner-$m" \
+  "$NETBED" exec "$NAME" $((m + ${NBC_LEARNER_HOST0:-1})) -- timeout -k 5 "${NBC_LEARNER_TIMEOUT:-150}" \
+    "$ATOLL" learner -c "$DIR/run.toml" --id "$m" --syncer "${NBC_SYNCERS:-$SYNCER_ADDR}" --out "$OUT/learner-$m" \
     --token-file "$DIR/creds/learner-$m.token" --tls-ca "$DIR/creds/ca.pem" "$@" \
     >"$OUT/learner-$m.log" 2>&1 &
   NBC_LEARNER_PID[$m]=$!

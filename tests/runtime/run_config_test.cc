@@ -82,6 +82,34 @@ TEST(RunConfig, BadInputIsRefusedWithTheFieldNamed) {
   EXPECT_TRUE(ValidateRunConfig(RunConfig{}).ok());
 }
 
+TEST(RunConfig, SyncerShardsMustEachOwnAFragmentAndMatchKillSyncerEvents) {
+  RunConfig c;
+  c.syncer_shards = 24;  // = P
+  EXPECT_TRUE(ValidateRunConfig(c).ok());
+  c.syncer_shards = 25;
+  EXPECT_NE(ValidateRunConfig(c).message().find("syncer_shards (S) must be in [1, fragments P] (S=25, P=24)"),
+            std::string::npos) << ValidateRunConfig(c);
+  c.syncer_shards = 0;
+  EXPECT_EQ(ValidateRunConfig(c).code(), StatusCode::kInvalidArgument);
+  c.syncer_shards = 2;
+  c.mode = diloco::Mode::kDdp;
+  EXPECT_NE(ValidateRunConfig(Normalized(c)).message().find("ddp mode runs one syncer"), std::string::npos);
+  c = RunConfig{};
+  c.syncer_shards = 2;
+  chaos::FaultEvent kill;
+  kill.kind = chaos::FaultKind::kKillSyncer;
+  kill.target = 2;  // shards 0 and 1 only
+  c.chaos.mode = "events";
+  c.chaos.events = {kill};
+  EXPECT_NE(ValidateRunConfig(c).message().find("a kill_syncer event names syncer shard 2"), std::string::npos)
+      << ValidateRunConfig(c);
+  c.chaos.events[0].target = 1;
+  EXPECT_TRUE(ValidateRunConfig(c).ok()) << ValidateRunConfig(c);
+  auto back = FromJson(ToJson(c));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->syncer_shards, 2);
+}
+
 TEST(RunConfig, PerLearnerBatchesAndWeightsComeFromTheRunFile) {
   auto c = LoadRunConfig(WriteTemp("atoll_rc_batches.toml",
                                    "[run]\nlearners = 3\n[model]\nbatch = 16\n[diloco]\nweights = \"uniform\"\n"

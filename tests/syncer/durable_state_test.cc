@@ -45,7 +45,7 @@ struct Env {
   // Joins learner 0 and runs `rounds` rounds of fragment 0.
   void Train(SyncerCore& core, int rounds, DurableState* durable) {
     ManualClock clock;
-    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(plan.tensors), 0, "t", true, {}};
+    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(plan.tensors), 0, "t", true, {}, {}};
     ATOLL_CHECK(core.Join(r, clock.Now()).ok());
     int64_t have = -1;
     for (int i = 0; i < rounds; ++i) {
@@ -183,7 +183,7 @@ TEST(DurableState, RestoredCopiesLetALearnerResumeWithDeltasAndDamagedOnesAreSki
   EXPECT_TRUE(core.TakeDirtyCopies().empty());  // written: nothing left to write
 
   auto rejoin = [&](SyncerCore& c) {
-    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(env.plan.tensors), 0, "t", true, {}};
+    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(env.plan.tensors), 0, "t", true, {}, {}};
     r.fragment_checksums = {exchange::ValuesChecksum(learner_phi), 0, 0};
     ASSERT_TRUE(c.Join(r, TimePoint{}).ok());
   };

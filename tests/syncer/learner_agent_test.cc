@@ -2,6 +2,7 @@
 // (no sockets), with toy models, on simulated time (SimClock): every heartbeat, backoff, grace
 // window and step duration is simulated, so no outcome depends on how busy the machine is.
 #include "atoll/learner/learner_agent.h"
+#include "atoll/learner/agent_group.h"
 
 #include <gtest/gtest.h>
 
@@ -123,6 +124,120 @@ TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
     });
     EXPECT_LT(DistanceToMeanTarget(theta, raw, plan, p), 0.5 * start_dist[p]) << "fragment " << p;
   }
+}
+
+// A syncer sharded two ways (docs/decisions/011): two SyncerLoops, shard 0/2 and 1/2, and two
+// learners, each an AgentGroup with one agent per shard. Every fragment advances at its owner
+// only, every learner contributes to both shards, and the global model learns.
+TEST(AgentGroup, TwoShardsEachMergeOnlyTheirFragmentsAndTheModelLearns) {
+  const int H = 4, P = 4;
+  auto plan = testing::ToyPlan(P);
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
+  SimClock clock;
+  std::vector<std::unique_ptr<syncer::SyncerLoop>> shards;
+  for (int k = 0; k < 2; ++k) {
+    syncer::SyncerOptions o = Options(H);
+    o.shard = {k, 2};
+    auto core = syncer::SyncerCore::Create(o, plan, init);
+    ASSERT_TRUE(core.ok()) << core.status();
+    shards.push_back(std::make_unique<syncer::SyncerLoop>(std::move(*core), clock,
+                                                          [](const syncer::SyncerCore&, const syncer::RoundReport&) {}));
+  }
+  std::vector<std::unique_ptr<ToyLearner>> toys;
+  std::vector<ToyLearner*> raw;
+  for (int i = 0; i < 2; ++i) {
+    toys.push_back(std::make_unique<ToyLearner>(200 + i));
+    raw.push_back(toys.back().get());
+  }
+  std::vector<learner::AgentCounters> counters(2);
+  std::vector<std::thread> threads;
+  {
+    ClockThread setup(clock);
+    for (int i = 0; i < 2; ++i) {
+      threads.push_back(StartThread(clock, [&, i] {
+        learner::AgentGroup group(AgentOpts(i, H, P), plan, toys[i]->Views(), {shards[0].get(), shards[1].get()}, clock);
+        ASSERT_EQ(group.shards(), 2);
+        ASSERT_TRUE(group.Start().ok());
+        for (int s = 0; s < 120; ++s) {
+          toys[i]->Step(0.05f);
+          clock.SleepFor(std::chrono::milliseconds(3));
+          learner::Progress pr;
+          pr.step = s + 1;
+          pr.step_seconds = 0.003;
+          group.SetProgress(pr);
+          group.OnStep(s, 100);
+          group.ApplyReady(s + 1);
+        }
+        group.WaitForAllFragments(120, 2.0);
+        counters[i] = group.counters();
+        for (int k = 0; k < 2; ++k) EXPECT_GT(group.agent(k).counters().pushes, 5) << "learner " << i << " shard " << k;
+        EXPECT_TRUE(group.Leave().ok());
+      }));
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (int k = 0; k < 2; ++k) {
+    auto versions = shards[static_cast<size_t>(k)]->Call([](syncer::SyncerCore& c, TimePoint) { return c.versions(); });
+    for (int p = 0; p < P; ++p) {
+      if (p % 2 == k) {
+        EXPECT_GT(versions[static_cast<size_t>(p)], 3) << "shard " << k << " fragment " << p;
+      } else {
+        EXPECT_EQ(versions[static_cast<size_t>(p)], 0) << "shard " << k << " moved fragment " << p << " it does not own";
+      }
+    }
+    auto table = shards[static_cast<size_t>(k)]->Call([](syncer::SyncerCore& c, TimePoint) { return c.learners(); });
+    ASSERT_EQ(table.size(), 2u);
+    for (const auto& [id, l] : table) {
+      EXPECT_GT(l.rounds_joined, 0) << "learner " << id << " at shard " << k;
+      EXPECT_EQ(l.state, syncer::LearnerState::kDone) << "learner " << id << " left shard " << k;
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(counters[i].joined);
+    EXPECT_EQ(counters[i].rejected, 0);
+    EXPECT_EQ(counters[i].learner_id, i);
+  }
+  for (int p = 0; p < P; ++p) {
+    auto theta = shards[static_cast<size_t>(p % 2)]->Call([p](syncer::SyncerCore& c, TimePoint) {
+      auto v = c.theta(p);
+      return std::vector<float>(v.begin(), v.end());
+    });
+    EXPECT_LT(DistanceToMeanTarget(theta, raw, plan, p), 0.5 * DistanceToMeanTarget(init[p], raw, plan, p)) << p;
+  }
+}
+
+TEST(AgentGroup, AShardedLearnerNeedsItsOwnIdAndTheShardsInOrder) {
+  const int H = 4, P = 4;
+  auto plan = testing::ToyPlan(P);
+  SimClock clock;
+  std::vector<std::unique_ptr<syncer::SyncerLoop>> shards;
+  for (int k = 0; k < 2; ++k) {
+    syncer::SyncerOptions o = Options(H);
+    o.shard = {k, 2};
+    std::vector<std::vector<float>> init;
+    for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
+    auto core = syncer::SyncerCore::Create(o, plan, init);
+    ASSERT_TRUE(core.ok());
+    shards.push_back(std::make_unique<syncer::SyncerLoop>(std::move(*core), clock,
+                                                          [](const syncer::SyncerCore&, const syncer::RoundReport&) {}));
+  }
+  ToyLearner toy(7);
+  learner::AgentGroup no_id(AgentOpts(-1, H, P), plan, toy.Views(), {shards[0].get(), shards[1].get()}, clock);
+  Status st = no_id.Start();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("needs its own id"), std::string::npos) << st;
+  learner::AgentGroup swapped(AgentOpts(0, H, P), plan, toy.Views(), {shards[1].get(), shards[0].get()}, clock);
+  st = swapped.Start();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("shard order mismatch"), std::string::npos) << st;
+  swapped.agent(0).Stop();
+  swapped.agent(1).Stop();
+  learner::AgentGroup one(AgentOpts(0, H, P), plan, toy.Views(), {shards[0].get()}, clock);
+  st = one.Start();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("shard count mismatch"), std::string::npos) << st;
+  one.agent(0).Stop();
 }
 
 TEST(LearnerAgent, KeepsTrainingWhileTheSyncerIsUnreachableThenJoins) {
@@ -277,7 +392,7 @@ TEST(SyncerLoop, ALongPollThatWantsALaterVersionSleepsThroughTheRoundsInBetween)
   ClockThread participant(clock);
   syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
   for (int id = 0; id < 2; ++id) {
-    syncer::JoinRequestData r{syncer::kProtocolVersion, "toy", diloco::ModelSignature(plan.tensors), id, "t", false, {}};
+    syncer::JoinRequestData r{syncer::kProtocolVersion, "toy", diloco::ModelSignature(plan.tensors), id, "t", false, {}, {}};
     ASSERT_TRUE(loop.Join(r).ok());
     ASSERT_TRUE(loop.Pull(id, 0, -1, 0.0, -1).ok());
   }

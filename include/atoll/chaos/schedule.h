@@ -29,7 +29,7 @@ struct FaultEvent {
   double at_s = 0;          // seconds after the learners started (ignored when at_step ≥ 0)
   int at_step = -1;         // or: when the target learner reaches this inner step
   FaultKind kind = FaultKind::kKill;
-  int target = 0;           // learner id (ignored for kill_syncer)
+  int target = 0;           // learner id; kill_syncer: the syncer shard (< 0: shard 0)
   double duration_s = 0;    // repair time / pause / episode length; 0 = permanent (kill: never back)
   double value = 0;         // slow: speed factor in (0,1]; bandwidth: Mbit/s
 

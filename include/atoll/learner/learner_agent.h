@@ -60,6 +60,11 @@ struct AgentOptions {
   // true: the join is refused (FailedPrecondition) unless the syncer's H, τ and mode are this
   // schedule's. `atoll learner` reads both from the same run file; the C API's caller may not.
   bool check_schedule = false;
+  // A sharded syncer (docs/decisions/011): this agent talks to shard `shard.index` of
+  // `shard.count` and exchanges only the fragments that shard owns (p mod count = index); a
+  // learner runs one agent per shard. The join is refused (FailedPrecondition, fatal) when the
+  // syncer is another shard or has another shard count. {0, 1}: one syncer, every fragment.
+  syncer::ShardSpec shard;
 };
 
 struct AgentCounters {
@@ -163,6 +168,8 @@ class LearnerAgent {
   // After a syncer restart (new incarnation; `versions` are its committed versions): stops
   // waiting for merges of pushes it never committed, so their work goes out again (mu_ held).
   void ForgetUncommittedPushesLocked(const syncer::JoinReplyData& reply);
+  // Whether this agent exchanges fragment p (its shard owns it).
+  bool Mine(int p) const { return options_.shard.owns(p); }
 
   AgentOptions options_;
   diloco::FragmentPlan plan_;

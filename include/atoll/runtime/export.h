@@ -28,6 +28,7 @@ struct ExportOptions {
   std::string state;
   std::string out;     // the .safetensors file to write; "" = <folder of the config>/global.safetensors
   bool force = false;  // overwrite `out` when it exists
+  bool evaluate = false;  // also measure the exported model's eval loss (the run's eval_batches)
 };
 
 struct ExportResult {
@@ -37,8 +38,13 @@ struct ExportResult {
   int64_t rounds = 0;              // committed rounds: the sum of the fragment versions
   std::vector<int64_t> versions;   // per fragment
   int64_t params = 0;
+  uint64_t theta_checksum = 0;     // XOR of the fragments' value checksums (as the syncer's summary)
+  double eval_loss = -1, eval_perplexity = -1;  // with evaluate; -1 otherwise
 };
 
+// A sharded syncer's run (docs/decisions/011): `state` lists every shard's state folder,
+// comma-separated in shard order; each fragment is taken from the shard that owns it, and a
+// state resumed as another shard is refused (FailedPrecondition).
 // InvalidArgument when neither config nor state is given; NotFound for a missing config, state or data
 // folder; AlreadyExists for an existing --out without force; FailedPrecondition for the state of
 // another run, model or plan; DataLoss for a truncated or corrupted state file.

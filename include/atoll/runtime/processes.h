@@ -42,6 +42,10 @@ struct SyncerProcessOptions {
   // Same credentials as the gRPC port (the shared token, or the operator token of --secret-file).
   std::string http;
   std::string http_port_file;  // written (atomically) with the bound HTTP port, before port_file
+  // "i/S": shard i of a syncer sharded S ways (docs/decisions/011); "" = the one syncer. A shard
+  // owns the fragments p ≡ i (mod S); it evaluates nothing and writes no global.safetensors
+  // (it holds only its fragments of Θ): `atoll export --state s0,...` combines the shards'.
+  std::string shard;
 };
 int RunSyncerProcess(const SyncerProcessOptions& options);
 
@@ -53,7 +57,7 @@ bool IsLoopbackAddress(const std::string& address);
 struct LearnerProcessOptions {
   RunConfig config;
   int id = 0;
-  std::string syncer;      // host:port
+  std::string syncer;      // host:port, or every syncer shard's, comma-separated in shard order
   std::string out_dir;     // metrics-learner-<id>.jsonl, learner-<id>.json
   bool rejoin = false;
   int64_t start_step = 0;  // a restarted learner continues its step count from here

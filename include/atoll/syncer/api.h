@@ -21,6 +21,20 @@ namespace atl::syncer {
 
 inline constexpr uint32_t kProtocolVersion = 1;
 
+// A sharded syncer (docs/decisions/011): shard `index` of `count` owns the fragments p with
+// p mod count = index, and a learner joins every shard. count = 1 (index 0) is the one
+// unsharded syncer.
+struct ShardSpec {
+  int index = 0, count = 1;
+  bool owns(int fragment) const { return fragment % count == index; }
+  std::string ToString() const { return std::to_string(index) + "/" + std::to_string(count); }
+};
+// Parses "i/S" (0 ≤ i < S, 1 ≤ S ≤ kMaxShards); InvalidArgument saying what is wrong otherwise.
+inline constexpr int kMaxShards = 1024;
+StatusOr<ShardSpec> ParseShardSpec(std::string_view text);
+// The shard that owns `fragment` when there are `count` shards.
+inline int OwnerShard(int fragment, int count) { return fragment % count; }
+
 // Where a learner is in its life, as the syncer's table and the heartbeats say it.
 enum class LearnerState { kJoining, kTraining, kDone };
 const char* LearnerStateName(LearnerState s);
@@ -42,6 +56,9 @@ struct JoinRequestData {
   std::string host;
   bool rejoin = false;
   std::vector<uint64_t> fragment_checksums;  // of the values the learner holds; empty: unknown
+  // The shard this learner believes it is joining (index/count; {0, 1}: an unsharded syncer). A
+  // syncer refuses a learner whose count or index differs from its own (FailedPrecondition).
+  ShardSpec shard;
 };
 
 struct JoinReplyData {
@@ -56,6 +73,7 @@ struct JoinReplyData {
   // Per fragment, the newest version that merged a push of this learner (-1: none); empty from a
   // syncer that does not say.
   std::vector<int64_t> merged_versions;
+  ShardSpec shard;  // the syncer's shard (index/count); {0, 1} for an unsharded syncer
 };
 
 struct HeartbeatReplyData {

@@ -111,6 +111,12 @@ struct SyncerOptions {
   int max_learners = 4096;
   int max_learner_id = 1'000'000;
   size_t max_host_bytes = 256;      // Join's host, cut at a UTF-8 boundary
+  // A sharded syncer (docs/decisions/011): this core owns the fragments p with p mod count =
+  // index; it holds the whole plan (so fragment indices, the model signature and Θ⁰ are the
+  // same at every shard) but serves pushes and pulls of its own fragments only
+  // (FailedPrecondition for another shard's), and refuses a learner that names another shard.
+  // The default {0, 1} is the one unsharded syncer.
+  ShardSpec shard;
 };
 
 struct LearnerRecord {
@@ -212,6 +218,8 @@ class SyncerCore {
 
   const diloco::FragmentPlan& plan() const { return plan_; }
   const SyncerOptions& options() const { return options_; }
+  // Whether this core owns `fragment` (every fragment when unsharded).
+  bool owns(int fragment) const { return options_.shard.owns(fragment); }
   int64_t version(int fragment) const { return fragments_[fragment].version; }
   std::vector<int64_t> versions() const;
   int64_t rounds_closed() const { return rounds_closed_; }
@@ -280,6 +288,10 @@ class SyncerCore {
   // Join: for every fragment whose checksum equals Θ_p's, record the learner's copy at the current
   // version (no fetch needed). Wrong-length lists match nothing.
   std::vector<bool> MatchCopies(int learner_id, const std::vector<uint64_t>& checksums);
+  // FailedPrecondition for a fragment another shard owns (a learner routing to the wrong shard).
+  Status CheckOwned(int fragment, const char* what) const;
+  // FailedPrecondition when a joining learner names another shard or shard count.
+  Status CheckJoinShard(const ShardSpec& theirs) const;
   // PermissionDenied while the learner is disconnected for repeated bad input.
   Status CheckNotBanned(const LearnerRecord& l, TimePoint now) const;
 
