@@ -218,5 +218,5 @@ nbc_max_step_gap() {
 
 # Bytes the kernel sent out of host h's interface (its upload queue), from tc's statistics.
 nbc_link_sent_bytes() {
-  ip netns exec "nb-$NAME-$1" tc -s qdisc show dev eth0 | grep -m1 -o 'Sent [0-9]* bytes' | cut -d' ' -f2
+  ip netns exec "nb-$NAME-$1" tc -s qdisc show dev eth0 | grep -o 'Sent [0-9]* bytes' | sed -n '1s/Sent \([0-9]*\) bytes/\1/p'
 }

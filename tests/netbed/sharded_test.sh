@@ -57,7 +57,7 @@ for i in 0 1; do  # --finish-when-done: each shard stops by itself once both lea
   wait "${NBC_SHARD_PID[$i]}" || rc=$?
   [[ $rc -eq 0 ]] || nbc_fail "shard $i exited $rc: $(tail -5 "$OUT/shard-$i.log")"
 done
-resumed=$(jq -c 'select(.kind == "resumed") | .versions' "$OUT/shard-1/metrics-syncer.jsonl" | head -1)
+resumed=$(jq -c 'select(.kind == "resumed") | .versions' "$OUT/shard-1/metrics-syncer.jsonl" | sed -n 1p)
 [[ -n $resumed ]] || nbc_fail "shard 1 did not resume from its state: $(tail -5 "$OUT/shard-1.log")"
 for p in $(jq -r 'keys[]' <<<"$committed"); do
   want=$(jq ".\"$p\"" <<<"$committed")
