@@ -1,0 +1,247 @@
+#include "atoll/runtime/simulate.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "atoll/core/rng.h"
+#include "atoll/core/sim_clock.h"
+#include "atoll/exchange/fragment_exchange.h"
+#include "atoll/learner/learner_agent.h"
+#include "atoll/model/trainer.h"
+#include "atoll/runtime/processes.h"
+#include "atoll/syncer/syncer_loop.h"
+
+namespace atl::runtime {
+namespace {
+
+Status CheckSimulated(const RunConfig& c, const SimulateOptions& o) {
+  if (c.mode == diloco::Mode::kDdp) {
+    return InvalidArgumentError("simulate: ddp mode is not simulated (decoupled or diloco; `atoll train --replicas M` is data-parallel)");
+  }
+  if (c.chaos.mode != "none") return InvalidArgumentError("simulate: chaos is not simulated ([chaos] mode must be none)");
+  if (c.bandwidth_mbps != 0 || c.latency_ms != 0 || c.loss != 0) {
+    return InvalidArgumentError("simulate: the WAN emulation (bandwidth_mbps, latency_ms, loss) is not simulated");
+  }
+  if (c.syncer_shards != 1) return InvalidArgumentError("simulate: a sharded syncer is not simulated (syncer_shards must be 1)");
+  if (!(o.step_seconds > 0) || !std::isfinite(o.step_seconds)) {
+    return InvalidArgumentError(fmt::format("simulate: --step-time must be > 0 seconds, got {}", o.step_seconds));
+  }
+  if (!(o.spread >= 0 && o.spread < 1)) return InvalidArgumentError(fmt::format("simulate: --spread must be in [0, 1), got {}", o.spread));
+  if (!(o.jitter >= 0 && o.jitter < 1)) return InvalidArgumentError(fmt::format("simulate: --jitter must be in [0, 1), got {}", o.jitter));
+  return Status::Ok();
+}
+
+std::vector<std::span<float>> Views(model::Trainer& t) {
+  std::vector<std::span<float>> v;
+  for (int i = 0; i < static_cast<int>(t.tensors().size()); ++i) v.push_back(t.Parameter(i));
+  return v;
+}
+
+// The global model's evaluator: Θ scattered into its own Trainer (loop thread, then main thread).
+class Evaluator {
+ public:
+  Evaluator(std::unique_ptr<model::Trainer> t, const diloco::FragmentPlan& plan) : t_(std::move(t)), plan_(plan) {}
+  StatusOr<double> Of(const syncer::SyncerCore& core, int batches) {
+    auto views = Views(*t_);
+    for (int p = 0; p < plan_.num_fragments(); ++p) {
+      exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], core.theta(p), views);
+    }
+    ATOLL_ASSIGN_OR_RETURN(auto ev, t_->Evaluate(batches));
+    return ev.loss;
+  }
+  model::Trainer& trainer() { return *t_; }
+
+ private:
+  std::unique_ptr<model::Trainer> t_;
+  const diloco::FragmentPlan& plan_;
+};
+
+// One learner's thread: its trainer and agent, each inner step followed by its simulated time.
+struct SimLearner {
+  int id = 0;
+  double factor = 1;  // persistent: 1 ± spread, ÷ the config's speed
+  double finished_s = 0;  // simulated time when it left
+  Status status;
+  nlohmann::json summary;
+};
+
+void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::FragmentPlan& plan,
+                syncer::SyncerApi& api, SimClock& clock, SimLearner& me) {
+  auto topts = MakeTrainerOptions(c, me.id);
+  if (!topts.ok()) return void(me.status = topts.status());
+  auto trainer = model::Trainer::Create(*topts);
+  if (!trainer.ok()) return void(me.status = trainer.status());
+  auto params = Views(**trainer);
+  learner::AgentOptions ao;
+  ao.run_id = c.run_id;
+  ao.learner_id = me.id;
+  ao.host = "simulated";
+  ao.schedule = diloco::Schedule::Of(c.mode, c.H, c.fragments, c.tau);
+  auto up = diloco::ParseEncoding(c.uplink);
+  if (!up.ok()) return void(me.status = up.status());
+  ao.uplink = {*up, c.block};
+  ao.alpha = c.alpha;
+  ao.keep_progress = c.keep_progress;
+  learner::LearnerAgent agent(ao, plan, params, api, clock);
+  // Each learner starts a few ms apart, off the syncer loop's 50 ms tick: its heartbeats (every
+  // 0.5 s from its start) then never arrive at the same simulated instant as another's or as a
+  // tick, where the loop would see them in whatever order the threads happen to run.
+  clock.SleepFor(FromSeconds(0.0071 + 0.0137 * me.id));
+  if (Status st = agent.Start(); !st.ok()) return void(me.status = st);
+  Rng rng(c.seed * 7919 + static_cast<uint64_t>(me.id) * 104729 + 17);
+  double ema = 0, last_loss = 0;
+  int64_t step = 0, tokens = 0;
+  for (; step < c.steps && !agent.finish_requested(); ) {
+    auto s = (*trainer)->Step();
+    if (!s.ok()) return void(me.status = s.status());
+    const double dt = o.step_seconds * me.factor * (1.0 + o.jitter * rng.Uniform(-1.0, 1.0));
+    clock.SleepFor(FromSeconds(dt));
+    ema = ema == 0 ? dt : 0.9 * ema + 0.1 * dt;
+    tokens += s->tokens;
+    last_loss = s->loss;
+    learner::Progress p;
+    p.step = step + 1;
+    p.tokens = tokens;
+    p.loss = s->loss;
+    p.step_seconds = ema;
+    p.tokens_per_second = static_cast<double>(s->tokens) / ema;
+    agent.SetProgress(p);
+    agent.OnStep(step, s->tokens);
+    ++step;
+    if (c.mode == diloco::Mode::kDiloco && step % c.H == 0) {
+      agent.WaitForAllFragments(step, 600.0);
+    } else {
+      agent.ApplyReady(step);
+    }
+  }
+  agent.FlushAll(step, 30.0);
+  learner::Progress done;
+  done.step = step;
+  done.tokens = tokens;
+  done.loss = last_loss;
+  done.state = syncer::LearnerState::kDone;
+  agent.SetProgress(done);
+  const auto k = agent.counters();
+  if (Status st = agent.Leave(); !st.ok()) me.status = st;
+  me.finished_s = ToSeconds(clock.Now());
+  me.summary = {{"learner", me.id}, {"steps", step}, {"tokens", tokens}, {"loss", last_loss},
+                {"speed_factor", 1.0 / me.factor}, {"pushes", k.pushes}, {"pushes_deferred", k.pushes_deferred},
+                {"fragments_applied", k.fragments_applied}, {"rejected", k.rejected}};
+}
+
+}  // namespace
+
+StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions& o) {
+  ATOLL_RETURN_IF_ERROR(ValidateRunConfig(config));
+  const RunConfig c = Normalized(config);
+  ATOLL_RETURN_IF_ERROR(CheckSimulated(c, o));
+  ATOLL_ASSIGN_OR_RETURN(auto topts, MakeTrainerOptions(c, 0));
+  ATOLL_ASSIGN_OR_RETURN(auto evt, model::Trainer::Create(topts));
+  ATOLL_ASSIGN_OR_RETURN(auto plan, MakePlan(c, evt->tensors()));
+  Evaluator eval(std::move(evt), plan);
+  SimulateResult result;
+  {
+    ATOLL_ASSIGN_OR_RETURN(auto e0, eval.trainer().Evaluate(c.eval_batches));
+    result.eval_loss_start = e0.loss;
+  }
+  std::vector<std::vector<float>> initial;
+  auto views = Views(eval.trainer());
+  for (const auto& f : plan.fragments) {
+    initial.emplace_back(static_cast<size_t>(f.numel));
+    exchange::GatherFragment(f, views, initial.back());
+  }
+  ATOLL_ASSIGN_OR_RETURN(auto sopts, MakeSyncerOptions(c));
+  sopts.incarnation = 1;
+  ATOLL_ASSIGN_OR_RETURN(auto core, syncer::SyncerCore::Create(sopts, plan, std::move(initial)));
+
+  SimClock clock;
+  std::vector<double> norms;
+  std::vector<int64_t> hist(static_cast<size_t>(c.learners) + 1, 0);
+  Status eval_status;
+  auto observe = [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+    if (r.refused) return;
+    norms.push_back(r.merged_norm);
+    hist[std::min(r.contributors.size(), hist.size() - 1)] += 1;
+    if (c.eval_every <= 0 || sc.rounds_closed() % c.eval_every != 0) return;
+    auto loss = eval.Of(sc, std::max(1, c.eval_batches / 4));  // as the syncer's live evaluator
+    if (!loss.ok()) return void(eval_status = loss.status());
+    const double t = ToSeconds(clock.Now());
+    result.global_eval_curve.push_back(
+        {{"rounds", sc.rounds_closed()}, {"tokens_merged", sc.tokens_merged()}, {"t", t}, {"eval_loss", *loss}});
+    if (o.progress) {
+      o.progress(fmt::format("t = {:7.1f} s (simulated)  rounds {:5d}  tokens merged {:10.0f}  global eval loss {:.4f}", t,
+                             sc.rounds_closed(), sc.tokens_merged(), *loss));
+    }
+  };
+  syncer::SyncerLoop loop(std::move(core), clock, observe);
+
+  std::vector<SimLearner> learners(static_cast<size_t>(c.learners));
+  Rng spread_rng(c.seed * 31 + 5);
+  for (int m = 0; m < c.learners; ++m) {
+    learners[static_cast<size_t>(m)].id = m;
+    learners[static_cast<size_t>(m)].factor = (1.0 + o.spread * spread_rng.Uniform(-1.0, 1.0)) / c.SpeedOf(m);
+  }
+  std::vector<std::thread> threads;
+  {
+    ClockThread setup(clock);  // simulated time starts once every learner is counted
+    for (auto& l : learners) {
+      threads.push_back(StartThread(clock, [&, lp = &l] { RunLearner(c, o, plan, loop, clock, *lp); }));
+    }
+  }
+  for (auto& t : threads) t.join();
+  ClockThread hold(clock);  // from here on simulated time stands still (only the loop is left)
+  for (const auto& l : learners) {
+    result.simulated_seconds = std::max(result.simulated_seconds, l.finished_s);
+    if (!l.status.ok()) {
+      loop.Stop();
+      return l.status.WithContext(fmt::format("learner {}", l.id));
+    }
+    result.learners.push_back(l.summary);
+    result.tokens_trained += l.summary.value("tokens", int64_t{0});
+  }
+  // The end of the run, as the syncer's Finish: close what is pending, then evaluate Θ.
+  auto final = loop.Call([&](syncer::SyncerCore& sc, TimePoint now) -> StatusOr<double> {
+    for (const auto& r : sc.CloseAllPending(now, clock)) observe(sc, r);
+    result.rounds = sc.rounds_closed();
+    result.tokens_merged = sc.tokens_merged();
+    return eval.Of(sc, c.eval_batches);
+  });
+  loop.Stop();
+  if (!eval_status.ok()) return eval_status.WithContext("evaluation during the run");
+  if (!final.ok()) return final.status().WithContext("final evaluation");
+  result.eval_loss = *final;
+  result.contributors_histogram = hist;
+  if (!norms.empty()) {
+    for (int q = 0; q < 4; ++q) {
+      const size_t a = norms.size() * static_cast<size_t>(q) / 4, b = norms.size() * static_cast<size_t>(q + 1) / 4;
+      double s = 0;
+      for (size_t i = a; i < b; ++i) s += norms[i];
+      result.merged_norm_quarters.push_back(b > a ? s / static_cast<double>(b - a) : NAN);
+    }
+  }
+  return result;
+}
+
+nlohmann::json SimulateSummary(const RunConfig& config, const SimulateOptions& o, const SimulateResult& r) {
+  return {{"kind", "simulated"},
+          {"config", ToJson(config)},
+          {"simulation", {{"step_seconds", o.step_seconds}, {"spread", o.spread}, {"jitter", o.jitter}}},
+          {"eval_loss", r.eval_loss},
+          {"eval_loss_start", r.eval_loss_start},
+          {"simulated_seconds", r.simulated_seconds},
+          {"rounds", r.rounds},
+          {"tokens_trained", r.tokens_trained},
+          {"tokens_merged", r.tokens_merged},
+          {"contributors_histogram", r.contributors_histogram},
+          {"merged_norm_quarters", r.merged_norm_quarters},
+          {"global_eval_curve", r.global_eval_curve},
+          {"learners", r.learners}};
+}
+
+}  // namespace atl::runtime

@@ -1,0 +1,130 @@
+// `atoll simulate` (runtime/simulate.h): the real syncer core and loop, learner agents and models
+// on simulated time. The point of it is determinism — the same config gives the same rounds and
+// losses bit for bit however loaded the machine is — so that is tested first; then that it is
+// the protocol (every learner contributes, nothing is lost, the model learns, diloco rounds hold
+// everyone), and that what it does not simulate is refused by name.
+#include <gtest/gtest.h>
+
+#include "atoll/model/data.h"
+#include "atoll/runtime/simulate.h"
+#include "test_util.h"
+
+namespace atl::runtime {
+namespace {
+
+const std::string& DataDir() {
+  static const std::string dir = [] {
+    std::string d = model::testing::ScratchDir("simulate");
+    model::DataOptions o;
+    o.out_dir = d + "/data";
+    o.tokenizer = "byte";
+    o.inputs = {model::testing::WriteText(d, "corpus.txt", model::testing::TinyCorpus(60000))};
+    auto m = model::PrepareData(o);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return o.out_dir;
+  }();
+  return dir;
+}
+
+RunConfig Small() {
+  RunConfig c;
+  c.learners = 3;
+  c.steps = 24;
+  c.seq = 32;
+  c.batch = 4;
+  c.fragments = 4;
+  c.H = 4;
+  c.tau = 1;
+  c.warmup = 4;
+  c.eval_batches = 4;
+  c.eval_every = 8;
+  c.data = DataDir();
+  c.run_id = "sim";
+  return c;
+}
+
+SimulateOptions Drifting() {
+  SimulateOptions o;
+  o.step_seconds = 1.0;
+  o.spread = 0.1;   // learners drift apart, so rounds hold different learners
+  o.jitter = 0.3;
+  return o;
+}
+
+TEST(Simulate, TheSameConfigGivesTheSameRunBitForBit) {
+  auto a = Simulate(Small(), Drifting());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = Simulate(Small(), Drifting());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->eval_loss, b->eval_loss);
+  EXPECT_EQ(a->rounds, b->rounds);
+  EXPECT_EQ(a->contributors_histogram, b->contributors_histogram);
+  EXPECT_EQ(a->global_eval_curve, b->global_eval_curve);
+  EXPECT_EQ(a->simulated_seconds, b->simulated_seconds);
+  // The drift is real: not every round held every learner.
+  EXPECT_LT(a->contributors_histogram.back(), a->rounds);
+  // Another drift is another run.
+  SimulateOptions other = Drifting();
+  other.jitter = 0.05;
+  auto c = Simulate(Small(), other);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NE(a->contributors_histogram, c->contributors_histogram);
+}
+
+TEST(Simulate, EveryLearnerContributesNothingIsLostAndTheModelLearns) {
+  auto r = Simulate(Small(), Drifting());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(r->eval_loss, r->eval_loss_start - 0.5);
+  EXPECT_EQ(r->tokens_trained, 3 * 24 * 4 * 32);
+  EXPECT_DOUBLE_EQ(r->tokens_merged, static_cast<double>(r->tokens_trained));
+  ASSERT_EQ(r->learners.size(), 3u);
+  for (const auto& l : r->learners) {
+    EXPECT_EQ(l.at("steps").get<int64_t>(), 24);
+    EXPECT_GT(l.at("pushes").get<int64_t>(), 4);
+    EXPECT_EQ(l.at("rejected").get<int64_t>(), 0);
+  }
+  EXPECT_GE(r->global_eval_curve.size(), 2u);
+  ASSERT_EQ(r->merged_norm_quarters.size(), 4u);
+  // 24 steps of 1 s ± 30 %, learners 1 ± 10 % apart: the run lasts about 24 simulated seconds.
+  EXPECT_GT(r->simulated_seconds, 24 * 0.9 * 0.7);
+  EXPECT_LT(r->simulated_seconds, 24 * 1.1 * 1.3 + 5);
+}
+
+TEST(Simulate, DilocoRoundsHoldEveryLearner) {
+  RunConfig c = Small();
+  c.mode = diloco::Mode::kDiloco;
+  auto r = Simulate(c, Drifting());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->contributors_histogram.size(), 4u);
+  EXPECT_EQ(r->contributors_histogram[3], r->rounds);
+  EXPECT_EQ(r->rounds, 4 * 24 / 4);  // every fragment at every barrier of H = 4 steps
+  EXPECT_LT(r->eval_loss, r->eval_loss_start);
+}
+
+TEST(Simulate, WhatIsNotSimulatedIsRefusedByName) {
+  struct Case {
+    const char* what;
+    std::function<void(RunConfig&, SimulateOptions&)> change;
+  };
+  const std::vector<Case> cases = {
+      {"ddp mode", [](RunConfig& c, SimulateOptions&) { c.mode = diloco::Mode::kDdp; }},
+      {"chaos", [](RunConfig& c, SimulateOptions&) { c.chaos.mode = "random"; }},
+      {"WAN emulation", [](RunConfig& c, SimulateOptions&) { c.bandwidth_mbps = 10; }},
+      {"sharded syncer", [](RunConfig& c, SimulateOptions&) { c.syncer_shards = 2; }},
+      {"--step-time", [](RunConfig&, SimulateOptions& o) { o.step_seconds = 0; }},
+      {"--spread", [](RunConfig&, SimulateOptions& o) { o.spread = 1; }},
+      {"--jitter", [](RunConfig&, SimulateOptions& o) { o.jitter = -0.1; }},
+  };
+  for (const auto& k : cases) {
+    RunConfig c = Small();
+    SimulateOptions o = Drifting();
+    k.change(c, o);
+    auto r = Simulate(c, o);
+    ASSERT_FALSE(r.ok()) << k.what;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << k.what << ": " << r.status();
+    EXPECT_NE(r.status().message().find(k.what), std::string::npos) << k.what << ": " << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace atl::runtime
