@@ -9,7 +9,7 @@
 // Usage: bench_localsgd --data DIR [--dp] [-M 4] [--steps 150] [--seq 256] [--batch 16]
 //          [--lr 3e-3] [--warmup 15] [--eval-batches 16] [--eval-every 25] [--seed 0]
 //          [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--merge rda|mean]
-//          [--outer-lr 1] [--outer-momentum 0] [--variance-ratio 1] [--preset tiny] [--label NAME]
+//          [--outer-lr 1] [--outer-momentum 0] [--preset tiny] [--label NAME]
 //   --dp   data-parallel instead: one model, M micro-batches per step, gradients averaged
 //          (`atoll train --replicas M`), the reference the ratios are taken against.
 // Prints the eval curve and one JSON line {"label", "eval_loss", "curve": [[step, loss]...]}.
@@ -51,7 +51,7 @@ struct Args {
   int M = 4, seq = 256, batch = 16, eval_batches = 16, P = 24, H = 24, tau = 2;
   int64_t steps = 150, warmup = 15, eval_every = 25;
   uint64_t seed = 0;
-  double lr = 3e-3, outer_lr = 1.0, outer_momentum = 0.0, variance_ratio = 1.0;
+  double lr = 3e-3, outer_lr = 1.0, outer_momentum = 0.0;
 };
 
 Args Parse(int argc, char** argv) {
@@ -80,7 +80,6 @@ Args Parse(int argc, char** argv) {
     else if (k == "--merge") a.merge = v();
     else if (k == "--outer-lr") a.outer_lr = std::atof(v().c_str());
     else if (k == "--outer-momentum") a.outer_momentum = std::atof(v().c_str());
-    else if (k == "--variance-ratio") a.variance_ratio = std::atof(v().c_str());
     else if (k == "--preset") a.preset = v();
     else if (k == "--label") a.label = v();
     else Usage("unknown flag '" + k + "'");
@@ -102,7 +101,6 @@ std::unique_ptr<Trainer> MakeTrainer(const Args& a, int learner, int learners, i
   o.model.seq_len = a.seq;
   o.optim.lr = a.lr;
   o.optim.warmup_steps = a.warmup;
-  o.optim.variance_ratio = a.variance_ratio;
   o.optim.total_steps = a.steps;
   o.data_dir = a.data;
   o.batch_size = a.batch;

@@ -243,16 +243,8 @@ StatusOr<StepStats> TorchTrainer::ApplyGradients(StepStats st) {
       if (params[i].decay && oc.weight_decay != 0) p.mul_(1.0 - st.lr * oc.weight_decay);
       exp_avg_[i].mul_(oc.beta1).add_(g, 1.0 - oc.beta1);
       exp_avg_sq_[i].mul_(oc.beta2).addcmul_(g, g, 1.0 - oc.beta2);
-      if (oc.variance_ratio == 1.0) {
-        auto denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bc2)).add_(kAdamEps);
-        p.addcdiv_(exp_avg_[i], denom, -st.lr / bc1);
-      } else {
-        // v̂ = v/r + (1 − 1/r)·m̂² (bias-corrected moments).
-        const double r = oc.variance_ratio;
-        auto mhat = exp_avg_[i] / bc1;
-        auto vhat = (exp_avg_sq_[i] / (bc2 * r)).addcmul_(mhat, mhat, 1.0 - 1.0 / r);
-        p.addcdiv_(mhat, vhat.sqrt_().add_(kAdamEps), -st.lr);
-      }
+      auto denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bc2)).add_(kAdamEps);
+      p.addcdiv_(exp_avg_[i], denom, -st.lr / bc1);
     }
   } catch (const std::exception& e) {
     return TorchError("training step " + std::to_string(step_ + 1), e);

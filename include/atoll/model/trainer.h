@@ -61,10 +61,6 @@ struct OptimizerConfig {
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95;
   double clip_norm = 1.0;
-  // Batch-ratio r ≥ 1 of the second-moment estimate: AdamW divides by √v̂ with
-  // v̂ = v/r + (1 − 1/r)·m̂², the second moment a batch r times larger would see (its noise
-  // variance 1/r of this batch's, its squared mean the same). r = 1 is plain AdamW.
-  double variance_ratio = 1.0;
 };
 
 // The learning rate of the step that follows `step` completed steps: linear warm-up to lr over
