@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A syncer and 4 learners in 5 network namespaces (scripts/netbed), every learner link shaped by
 # the kernel: 20 Mbit/s, 0.1 % loss each way (where nftables can filter the bridge), and 25 ms
-# each way (50 ms RTT) where the kernel has netem. Started by hand as in docs/deployment.md (run
+# each way (50 ms RTT): by netem where the kernel has it, else by the learners' own shaper
+# (--latency-ms 25 on every call; the kernel still shapes rate and loss). Started by hand as in docs/deployment.md (run
 # file, per-learner tokens, TLS), over the namespace addresses. The run completes, every learner
 # contributes to merged rounds through its shaped link, and the global model exports.
 # Usage: four_learners_test.sh ATOLL NETBED SCRATCH   (exit 77 = skipped: not root / no netbed)
@@ -10,6 +11,7 @@ set -euo pipefail
 source "$(dirname "$0")/cluster_lib.sh"
 nbc_init "$1" "$2" "$3" nb4
 shape=(--rate 20mbit)
+learner_flags=()
 can=$("$NETBED" check)
 if grep -q "nftables bridge): yes" <<<"$can"; then
   shape+=(--loss 0.1%)
@@ -19,14 +21,15 @@ fi
 if grep -q "netem): yes" <<<"$can"; then
   shape+=(--delay 25ms)
 else
-  echo "NOTE: this kernel has no netem: links without added delay"
+  echo "NOTE: this kernel has no netem: the 25 ms each way are added by the learners' shaper (--latency-ms)"
+  learner_flags+=(--latency-ms 25)
 fi
 nbc_bed 5 "${shape[@]}"
 nbc_data
 nbc_credentials 4
 nbc_run_file 4 "steps = 40"
 nbc_start_syncer
-for m in 0 1 2 3; do nbc_start_learner "$m"; done
+for m in 0 1 2 3; do nbc_start_learner "$m" "${learner_flags[@]}"; done
 nbc_wait_learners
 nbc_stop_syncer
 "$NETBED" status "$NAME" >/dev/null 2>&1 || true

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A partition on real network stacks: a syncer and 3 learners in 4 namespaces (scripts/netbed,
-# links shaped to 20 Mbit/s by the kernel); learner 1's link is taken down mid-run for 12 s, more
-# than twice the learner timeout (5 s), so the syncer stops counting it as live. The others never
+# links shaped to 20 Mbit/s by the kernel); learner 1's link is taken down mid-run for 30 s, six
+# times the learner timeout (5 s), so the syncer stops counting it as live. The others never
 # stall (no gap between two of their steps beyond the grace cap plus an allowance for start-up
 # noise), and after the link is back learner 1 contributes to merged rounds again.
 # Usage: partition_test.sh ATOLL NETBED SCRATCH   (exit 77 = skipped: not root / no netbed)
@@ -9,7 +9,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=cluster_lib.sh
 source "$(dirname "$0")/cluster_lib.sh"
 nbc_init "$1" "$2" "$3" nbp
-readonly PARTITIONED=1 AT_STEP=20 DOWN_S=12 STEPS=160
+readonly PARTITIONED=1 AT_STEP=20 DOWN_S=30 STEPS=420
 nbc_bed 4 --rate 20mbit
 nbc_data
 nbc_credentials 3
