@@ -9,7 +9,7 @@
 // Usage: bench_localsgd --data DIR [--dp] [-M 4] [--steps 150] [--seq 256] [--batch 16]
 //          [--lr 3e-3] [--warmup 15] [--eval-batches 16] [--eval-every 25] [--seed 0]
 //          [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--merge rda|mean]
-//          [--outer-lr 1] [--outer-momentum 0] [--preset tiny] [--label NAME]
+//          [--outer-lr 1] [--outer-momentum 0] [--precision fp32|bf16] [--preset tiny] [--label NAME]
 //   --dp   data-parallel instead: one model, M micro-batches per step, gradients averaged
 //          (`atoll train --replicas M`), the reference the ratios are taken against.
 // Prints the eval curve and one JSON line {"label", "eval_loss", "curve": [[step, loss]...]}.
@@ -46,7 +46,7 @@ using atl::model::TrainerOptions;
 }
 
 struct Args {
-  std::string data, preset = "tiny", label, merge = "rda";
+  std::string data, preset = "tiny", label, merge = "rda", precision = "fp32";
   bool dp = false, keep_progress = true;
   int M = 4, seq = 256, batch = 16, eval_batches = 16, P = 24, H = 24, tau = 2;
   int64_t steps = 150, warmup = 15, eval_every = 25;
@@ -81,6 +81,7 @@ Args Parse(int argc, char** argv) {
     else if (k == "--outer-lr") a.outer_lr = std::atof(v().c_str());
     else if (k == "--outer-momentum") a.outer_momentum = std::atof(v().c_str());
     else if (k == "--preset") a.preset = v();
+    else if (k == "--precision") a.precision = v();
     else if (k == "--label") a.label = v();
     else Usage("unknown flag '" + k + "'");
   }
@@ -101,6 +102,7 @@ std::unique_ptr<Trainer> MakeTrainer(const Args& a, int learner, int learners, i
   o.model.seq_len = a.seq;
   o.optim.lr = a.lr;
   o.optim.warmup_steps = a.warmup;
+  o.precision = a.precision;
   o.optim.total_steps = a.steps;
   o.data_dir = a.data;
   o.batch_size = a.batch;

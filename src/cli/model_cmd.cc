@@ -166,6 +166,10 @@ void RegisterTrain(CLI::App& app, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--threads", t.threads, "Torch threads (1 per learner is fastest here)")
       ->capture_default_str();
+  cmd->add_option("--precision", t.precision,
+                  "Training arithmetic: auto (bf16 where the CPU has AMX or AVX-512-BF16, else fp32) | fp32 | bf16 "
+                  "(matrix products in bf16, fp32 weights, gradients and optimizer; evaluation in fp32)")
+      ->capture_default_str();
   cmd->add_option("--eval-every", r.eval_every, "Evaluate every N steps (0: start and end)")
       ->capture_default_str();
   cmd->add_option("--eval-batches", r.eval_batches, "Validation batches per evaluation")

@@ -48,6 +48,9 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<double>(c, o, "--lr", "lr", "Inner AdamW peak learning rate (default 3e-3)");
   Flag<int64_t>(c, o, "--warmup", "warmup", "Inner warm-up steps (default 20)");
   Flag<int>(c, o, "--threads", "threads", "Torch threads per learner (default 1)");
+  Flag<std::string>(c, o, "--precision", "precision",
+                    "Training arithmetic: auto (default: bf16 where the CPU has AMX or AVX-512-BF16, else fp32) | fp32 | "
+                    "bf16 (matrix products in bf16, fp32 weights, gradients and optimizer; evaluation in fp32)");
   Flag<int>(c, o, "-P,--fragments", "fragments", "Fragments P (default 24)");
   Flag<int>(c, o, "-H,--inner-steps", "H", "Inner steps between two syncs of a fragment, H ≥ P (default 24)");
   Flag<int>(c, o, "--tau", "tau", "Overlap: a merged fragment is applied tau steps after it was sent (default 2)");

@@ -12,13 +12,27 @@
 
 namespace atl {
 
-std::string OpenblasCoretypeForFlags(std::string_view cpu_flags) {
+namespace {
+
+std::set<std::string> FlagSet(std::string_view cpu_flags) {
   std::set<std::string> flags;
   std::istringstream in{std::string(cpu_flags)};
   for (std::string f; in >> f;) flags.insert(f);
+  return flags;
+}
+
+}  // namespace
+
+std::string OpenblasCoretypeForFlags(std::string_view cpu_flags) {
+  const auto flags = FlagSet(cpu_flags);
   if (flags.count("avx512f") && flags.count("avx512bw")) return "SkylakeX";
   if (flags.count("avx2") && flags.count("fma")) return "Haswell";
   return "";
+}
+
+bool FlagsHaveFastBf16(std::string_view cpu_flags) {
+  const auto flags = FlagSet(cpu_flags);
+  return flags.count("amx_bf16") > 0 || flags.count("avx512_bf16") > 0;
 }
 
 std::string ReadCpuFlags() {

@@ -1,5 +1,7 @@
 #include "gpt.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <cmath>
 
 namespace atl::model {
@@ -14,6 +16,20 @@ torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& gain) {
 }
 
 }  // namespace
+
+CpuBf16Autocast::CpuBf16Autocast(bool on) : on_(on) {
+  if (!on_) return;
+  prev_ = at::autocast::is_cpu_enabled();
+  at::autocast::set_cpu_enabled(true);
+  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  at::autocast::increment_nesting();
+}
+
+CpuBf16Autocast::~CpuBf16Autocast() {
+  if (!on_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_cpu_enabled(prev_);
+}
 
 StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& c, uint64_t seed) {
   ATOLL_RETURN_IF_ERROR(ValidateModelConfig(c));

@@ -29,6 +29,20 @@ struct GptParam {
   bool decay = false;    // AdamW weight decay applies (matrices; not norm gains)
 };
 
+// bf16 autocast on the CPU for the scope (matrix products in bf16 — AMX / AVX-512-BF16 kernels
+// through oneDNN — with fp32 weights, fp32 residual stream and fp32 gradients); `on = false`
+// does nothing. Only the training forward pass runs under it; evaluation stays fp32.
+class CpuBf16Autocast {
+ public:
+  explicit CpuBf16Autocast(bool on);
+  ~CpuBf16Autocast();
+  CpuBf16Autocast(const CpuBf16Autocast&) = delete;
+  CpuBf16Autocast& operator=(const CpuBf16Autocast&) = delete;
+
+ private:
+  bool on_, prev_ = false;
+};
+
 class Gpt {
  public:
   // Initialises weights from `seed` alone (N(0, 0.02); residual output projections scaled by

@@ -8,6 +8,7 @@
 #include "atoll/core/checksum.h"
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
+#include "atoll/core/platform.h"
 #include "atoll/model/data.h"
 #include "atoll/model/safetensors.h"
 #include "atoll/model/shard.h"
@@ -27,6 +28,19 @@ Status TorchError(const std::string& what, const std::exception& e) {
   return InternalError(what + ": " + e.what());
 }
 
+}  // namespace
+
+StatusOr<std::string> ResolvePrecision(const std::string& precision) {
+  if (precision == "fp32" || precision == "bf16") return precision;
+  if (precision == "auto") {
+    static const bool fast = FlagsHaveFastBf16(ReadCpuFlags());
+    return std::string(fast ? "bf16" : "fp32");
+  }
+  return InvalidArgumentError("precision must be auto, fp32 or bf16, got '" + precision + "'");
+}
+
+namespace {
+
 Status ValidateTrainerOptions(const TrainerOptions& o) {
   if (o.batch_size < 1 || o.replicas < 1 || o.threads < 1) {
     return InvalidArgumentError("batch_size, replicas and threads must be ≥ 1");
@@ -36,6 +50,7 @@ Status ValidateTrainerOptions(const TrainerOptions& o) {
                                 " outside [0, num_learners " + std::to_string(o.num_learners) +
                                 ")");
   }
+  ATOLL_RETURN_IF_ERROR(ResolvePrecision(o.precision).status());
   return ValidateModelConfig(o.model);
 }
 
@@ -71,6 +86,7 @@ class TorchTrainer final : public Trainer {
   }
   StatusOr<StepStats> ApplyGradients(StepStats computed) override;
   StatusOr<EvalStats> Evaluate(int batches) override;
+  const std::string& precision() const override { return precision_; }
   int64_t step() const override { return step_; }
   int64_t tokens_trained() const override { return tokens_; }
   int64_t tokens_per_step() const override {
@@ -104,6 +120,8 @@ class TorchTrainer final : public Trainer {
                                                     const CheckpointManifest& m) const;
 
   TrainerOptions opts_;
+  std::string precision_;  // opts_.precision resolved: fp32 | bf16
+  bool bf16_ = false;
   std::string data_dir_;  // absolute
   std::unique_ptr<Gpt> model_;
   std::vector<diloco::TensorSpec> specs_;
@@ -130,6 +148,8 @@ StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
 
   auto t = std::unique_ptr<TorchTrainer>(new TorchTrainer());
   t->opts_ = o;
+  ATOLL_ASSIGN_OR_RETURN(t->precision_, ResolvePrecision(o.precision));
+  t->bf16_ = t->precision_ == "bf16";
   t->data_dir_ = fs::absolute(o.data_dir).string();
   ATOLL_ASSIGN_OR_RETURN(t->model_, Gpt::Create(o.model, o.seed));
   t->DescribeParameters();
@@ -202,7 +222,11 @@ StatusOr<StepStats> TorchTrainer::ComputeGradients() {
     double loss_sum = 0;
     for (auto& reader : readers_) {
       reader.NextBatch({batch_.data_ptr<int64_t>(), static_cast<size_t>(batch_.numel())});
-      auto loss = model_->Loss(batch_.narrow(1, 0, T), batch_.narrow(1, 1, T));
+      torch::Tensor loss;
+      {
+        CpuBf16Autocast autocast(bf16_);
+        loss = model_->Loss(batch_.narrow(1, 0, T), batch_.narrow(1, 1, T));
+      }
       // Averaged gradient of the replicas' micro-batches (one replica: the plain gradient).
       (readers_.size() > 1 ? loss / static_cast<double>(readers_.size()) : loss).backward();
       loss_sum += loss.item<double>();

@@ -105,8 +105,9 @@ class LearnerProcess {
     t_start_ = UnixSeconds();
     if (Status st = agent_->Start(); !st.ok()) return Fail(st, 2);
     Mark("join");  // join and catch-up (bounded wait when the syncer is unreachable)
-    std::printf("learner %d: %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id_,
-                diloco::ModeName(c_.mode), agent_->counters().joined ? "yes" : "not yet (training on; retrying)",
+    std::printf("learner %d: %s, %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id_,
+                diloco::ModeName(c_.mode), trainer_->precision().c_str(),
+                agent_->counters().joined ? "yes" : "not yet (training on; retrying)",
                 static_cast<long long>(opt_.start_step), static_cast<long long>(c_.steps),
                 static_cast<long long>(trainer_->tokens_per_step() * opt_.ranks), c_.SpeedOf(id_),
                 opt_.rejoin ? " (rejoined after a failure: global parameters, fresh AdamW moments, data and LR schedule continue at the start step)" : "");
@@ -413,7 +414,7 @@ class LearnerProcess {
         {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
         {"pushes_repeated", k.pushes_repeated}, {"pushes_deferred", k.pushes_deferred},
         {"first_contribution_s", k.first_contribution_s}, {"startup_s", startup_},
-        {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step}};
+        {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step}, {"precision", trainer_->precision()}};
     (void)WriteFileAtomic(out_ + "/learner-" + std::to_string(id_) + ".json", DumpJson(summary, 2));
     std::printf("learner %d: done, %lld steps, %.0f tok/s, %lld pushes\n", id_, static_cast<long long>(step_),
                 summary["tokens_per_second"].get<double>(), static_cast<long long>(k.pushes));

@@ -29,6 +29,7 @@ void VisitFields(Config& c, F&& f) {
   f("model", "lr", c.lr);
   f("model", "warmup", c.warmup);
   f("model", "threads", c.threads);
+  f("model", "precision", c.precision);
   f("diloco", "fragments", c.fragments);
   f("diloco", "H", c.H);
   f("diloco", "tau", c.tau);
@@ -146,6 +147,8 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!(c.lr > 0) || !std::isfinite(c.lr)) return bad("lr must be > 0");
   if (c.warmup < 0) return bad("warmup must be ≥ 0");
   if (c.threads < 1) return bad("threads must be ≥ 1");
+  if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
+    return bad("precision must be auto, fp32 or bf16 (got '" + c.precision + "')");
   if (c.fragments < 1) return bad("fragments (P) must be ≥ 1");
   if (c.syncer_shards > 1 && c.mode == diloco::Mode::kDdp) return bad("ddp mode runs one syncer (syncer_shards = 1)");
   if (c.syncer_shards < 1 || c.syncer_shards > c.fragments)

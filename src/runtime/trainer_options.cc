@@ -18,6 +18,7 @@ StatusOr<model::TrainerOptions> MakeTrainerOptions(const RunConfig& c, int learn
   o.num_learners = c.learners;
   o.seed = c.seed;  // the same seed everywhere: identical initial weights on every process
   o.threads = c.threads;
+  o.precision = c.precision;
   return o;
 }
 

@@ -96,6 +96,15 @@ TEST(Platform, OpenblasCoretypeFromFlags) {
   EXPECT_EQ(OpenblasCoretypeForFlags("avx2 fma avx512f"), "Haswell");
 }
 
+TEST(Platform, FastBf16FromFlags) {
+  EXPECT_TRUE(FlagsHaveFastBf16(" fpu avx512f avx512_bf16 avx512_vnni"));
+  EXPECT_TRUE(FlagsHaveFastBf16("amx_bf16 amx_tile"));
+  EXPECT_FALSE(FlagsHaveFastBf16(" fpu sse avx2 fma avx512f avx512bw"));
+  // Whole flags only: no prefix or suffix matches.
+  EXPECT_FALSE(FlagsHaveFastBf16("xavx512_bf16 amx_bf16x"));
+  EXPECT_FALSE(FlagsHaveFastBf16(""));
+}
+
 TEST(Platform, ProcessAgeFromProcFiles) {
   // A command name with spaces and a ')' of its own; start time (field 22) 1000 ticks at 100/s.
   const std::string stat = "4242 (atoll (x) y) S 1 4242 4242 0 -1 4194560 500 0 0 0 7 3 0 0 20 0 9 0 1000 123 456";

@@ -281,6 +281,54 @@ TEST(ModelTrainer, BadOptionsAreRejected) {
   EXPECT_EQ(Trainer::Create(o).status().code(), StatusCode::kNotFound);
 }
 
+TEST(ModelTrainer, PrecisionIsResolvedAndABadOneIsRefused) {
+  auto o = TinyOptions();
+  o.precision = "fp16";
+  auto bad = Trainer::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("auto, fp32 or bf16"), std::string::npos) << bad.status();
+  o.precision = "auto";
+  auto t = Make(o);
+  ASSERT_TRUE(t);
+  const auto resolved = ResolvePrecision("auto");
+  ASSERT_TRUE(resolved.ok());
+  EXPECT_EQ(t->precision(), *resolved);
+  EXPECT_TRUE(*resolved == "fp32" || *resolved == "bf16");
+  o.precision = "fp32";
+  EXPECT_EQ(Make(o)->precision(), "fp32");
+}
+
+// bf16 autocast: the same model and batches, matrix products in bf16. The first losses agree
+// with fp32 to bf16 precision, training learns as well, evaluation is fp32 (the initial eval is
+// identical), and the weights stay fp32 (the parameter views keep working).
+TEST(ModelTrainer, Bf16TrainsLikeFp32AndEvaluatesInFp32) {
+  auto o32 = TinyOptions();
+  o32.precision = "fp32";
+  auto o16 = o32;
+  o16.precision = "bf16";
+  auto a = Make(o32), b = Make(o16);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(b->precision(), "bf16");
+  auto ea = a->Evaluate(4), eb = b->Evaluate(4);
+  ASSERT_TRUE(ea.ok() && eb.ok());
+  EXPECT_EQ(ea->loss, eb->loss);  // evaluation is fp32 for both
+  double first_a = 0, first_b = 0, last_a = 0, last_b = 0;
+  for (int s = 0; s < 60; ++s) {
+    auto sa = a->Step(), sb = b->Step();
+    ASSERT_TRUE(sa.ok() && sb.ok()) << sa.status() << sb.status();
+    if (s == 0) first_a = sa->loss, first_b = sb->loss;
+    last_a = sa->loss, last_b = sb->loss;
+  }
+  EXPECT_NEAR(first_a, first_b, 0.02 * first_a);
+  EXPECT_LT(last_b, first_b - 1.0);
+  EXPECT_NEAR(last_a, last_b, 0.1 * last_a);
+  auto fa = a->Evaluate(4), fb = b->Evaluate(4);
+  ASSERT_TRUE(fa.ok() && fb.ok());
+  EXPECT_NEAR(fa->loss, fb->loss, 0.1 * fa->loss);
+  for (float v : b->Parameter(0)) ASSERT_TRUE(std::isfinite(v));
+}
+
 TEST(ModelRun, WritesMetricsSummaryAndCheckpointsThenResumesAndSamples) {
   auto dir = testing::ScratchDir("run");
   TrainRunOptions r;

@@ -79,6 +79,10 @@ TEST(RunConfig, BadInputIsRefusedWithTheFieldNamed) {
   EXPECT_NE(ValidateRunConfig(c).message().find("batches has 2 entries for 4 learners"), std::string::npos);
   c.batches = {16, 8, 0, 8};
   EXPECT_NE(ValidateRunConfig(c).message().find("every batch size"), std::string::npos);
+  c = RunConfig{};
+  c.precision = "fp16";
+  EXPECT_NE(ValidateRunConfig(c).message().find("precision must be auto, fp32 or bf16 (got 'fp16')"), std::string::npos);
+  EXPECT_EQ(FromJson({{"precision", "bf16"}})->precision, "bf16");
   EXPECT_TRUE(ValidateRunConfig(RunConfig{}).ok());
 }
 

@@ -16,6 +16,10 @@ namespace atl {
 // "Haswell" with avx2+fma, "" (let OpenBLAS decide) otherwise.
 std::string OpenblasCoretypeForFlags(std::string_view cpu_flags);
 
+// Whether a /proc/cpuinfo "flags" line has bf16 matrix hardware (amx_bf16 or avx512_bf16), on
+// which bf16 matrix products through oneDNN are several times faster than fp32 ones.
+bool FlagsHaveFastBf16(std::string_view cpu_flags);
+
 // Reads the flags of the first CPU from /proc/cpuinfo ("" if unavailable).
 std::string ReadCpuFlags();
 

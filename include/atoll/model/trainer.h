@@ -76,6 +76,11 @@ struct TrainerOptions {
   int num_learners = 1;           // how many shards the training data is cut into
   uint64_t seed = 0;
   int threads = 1;                // torch intra-op threads
+  // Training arithmetic: "fp32"; "bf16" (autocast: matrix products in bf16 with fp32 master
+  // weights, residual stream, gradients and AdamW; evaluation stays fp32); "auto" = bf16 where the
+  // CPU has bf16 matrix hardware (AMX or AVX-512-BF16), else fp32 (ResolvePrecision).
+  // Trainer::Create refuses anything else.
+  std::string precision = "auto";
   // Synchronous data-parallel baseline: each Step() runs `replicas` micro-batches of batch_size
   // sequences, replica r reading shard learner_id·replicas + r of num_learners·replicas, and
   // applies their averaged gradient — the same global batch M learners of a Decoupled DiLoCo run
@@ -89,6 +94,10 @@ struct TrainerOptions {
   // process; docs/failure-semantics.md).
   int64_t start_step = 0;
 };
+
+// "fp32" or "bf16" for a TrainerOptions::precision ("auto" decided from this machine's CPU);
+// InvalidArgument for anything else.
+StatusOr<std::string> ResolvePrecision(const std::string& precision);
 
 struct StepStats {
   int64_t step = 0;       // inner steps completed after this one
@@ -128,6 +137,8 @@ class Trainer {
   // Mean cross-entropy over `batches` fixed validation batches (same batches every call).
   virtual StatusOr<EvalStats> Evaluate(int batches) = 0;
 
+  // The training arithmetic in use: "fp32" or "bf16" (TrainerOptions::precision resolved).
+  virtual const std::string& precision() const = 0;
   virtual int64_t step() const = 0;
   virtual int64_t tokens_trained() const = 0;
   virtual int64_t tokens_per_step() const = 0;

@@ -39,6 +39,7 @@ struct RunConfig {
   double lr = 3e-3;
   int64_t warmup = 20;
   int threads = 1;
+  std::string precision = "auto";  // training arithmetic: auto | fp32 | bf16 (model/trainer.h)
   // [diloco]
   int fragments = 24;              // P
   int H = 24;
