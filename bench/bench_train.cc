@@ -5,6 +5,7 @@
 // byte-level model size, measured in the same run. Prints ratios and one JSON line at the end.
 //
 // Usage: bench_train [--data DIR] [--preset tiny] [--batch 16] [--seq 256] [--threads 1]
+//                    [--precision auto|fp32|bf16]
 //                    [--rounds 5] [--steps 4] [--anchor-steps 30] [--no-anchor]
 // The data folder is prepared with the default corpus if needed (as `atoll train` does).
 #include <algorithm>
@@ -77,6 +78,7 @@ struct MinimalLoop {
 struct Args {
   std::string data = "data";
   std::string preset = "tiny";
+  std::string precision = "auto";
   int batch = 16, seq = 256, threads = 1, rounds = 5, steps = 4, anchor_steps = 30;
   bool anchor = true;
 };
@@ -94,6 +96,7 @@ Args Parse(int argc, char** argv) {
     };
     if (k == "--data") a.data = next();
     else if (k == "--preset") a.preset = next();
+    else if (k == "--precision") a.precision = next();
     else if (k == "--batch") a.batch = std::stoi(next());
     else if (k == "--seq") a.seq = std::stoi(next());
     else if (k == "--threads") a.threads = std::stoi(next());
@@ -205,9 +208,13 @@ int main(int argc, char** argv) {
   o.data_dir = a.data;
   o.batch_size = a.batch;
   o.threads = a.threads;
+  o.precision = a.precision;
   o.optim.total_steps = 1000;
-  std::printf("model %s: %.2f M params, batch %d × seq %d\n", a.preset.c_str(),
-              atl::model::ParameterCount(o.model) / 1e6, a.batch, a.seq);
+  auto precision = atl::model::ResolvePrecision(a.precision);
+  if (!precision.ok()) Die("--precision", precision.status());
+  std::printf("model %s: %.2f M params, batch %d × seq %d; atoll trains in %s (the minimal loop and the "
+              "PyTorch anchor in fp32)\n",
+              a.preset.c_str(), atl::model::ParameterCount(o.model) / 1e6, a.batch, a.seq, precision->c_str());
   Pair p = SideBySide(o, *tokens, a.rounds, a.steps);
   const double ratio = p.atoll_tps / p.minimal_tps;
   std::printf("atoll Trainer::Step %.0f tokens/s (%.0f ms/step) vs minimal libtorch loop %.0f "
@@ -220,6 +227,7 @@ int main(int argc, char** argv) {
                         {"batch", a.batch},
                         {"seq", a.seq},
                         {"threads", a.threads},
+                        {"precision", *precision},
                         {"atoll_tokens_per_s", p.atoll_tps},
                         {"atoll_ms_per_step", p.atoll_ms},
                         {"minimal_libtorch_tokens_per_s", p.minimal_tps},
