@@ -99,7 +99,7 @@ int main() {
   }));
 
   const size_t value_bytes = kN * sizeof(float);
-  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     const CodecOptions options{e, 128};
     std::vector<std::byte> wire;
     wire.reserve(atl::diloco::EncodedSize(options, kN));

@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace atl;
   fuzz::Input in(data, size);
   diloco::CodecOptions o;
-  o.encoding = static_cast<diloco::Encoding>(in.Byte() % 5);  // 4: an unknown encoding
+  o.encoding = static_cast<diloco::Encoding>(in.Byte() % 6);  // 5: an unknown encoding
   o.block_size = 2 * (in.Byte() % 40);                          // 0..78: in and out of range
   const size_t n = in.Byte();
   const std::string_view bytes = in.Rest();

@@ -204,7 +204,7 @@ Status ShowCodecs(const std::vector<float>& delta) {
   std::vector<std::byte> wire;
   std::vector<float> back(n);
   for (dl::Encoding e : {dl::Encoding::kFp32, dl::Encoding::kBf16, dl::Encoding::kInt8,
-                         dl::Encoding::kInt4}) {
+                         dl::Encoding::kInt4, dl::Encoding::kInt2}) {
     const dl::CodecOptions co{e, 128};
     ATOLL_RETURN_IF_ERROR(dl::Encode(co, delta, wire));
     ATOLL_RETURN_IF_ERROR(dl::Decode(co, wire, back));

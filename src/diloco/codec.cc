@@ -61,12 +61,20 @@ inline int32_t Quantize(float x, float inv_scale, float qmax) {
   return static_cast<int32_t>(q);
 }
 
-size_t IntBlockBytes(bool nibbles, size_t b) {
-  return kScaleBytes + (nibbles ? (b + 1) / 2 : b);
-}
+// The integer codecs: int8 (one signed byte per code), int4 and int2 (codes packed low bits
+// first, q + qmax + 1 stored so that the all-zero code is never written).
+struct IntCodec {
+  int bits;  // 8, 4 or 2
+  float qmax() const { return static_cast<float>((1 << (bits - 1)) - 1); }
+  size_t per_byte() const { return static_cast<size_t>(8 / bits); }
+  const char* name() const { return bits == 8 ? "int8" : bits == 4 ? "int4" : "int2"; }
+  size_t BlockBytes(size_t b) const { return kScaleBytes + (b + per_byte() - 1) / per_byte(); }
+};
 
-Status EncodeIntBlocks(bool nibbles, size_t block, std::span<const float> values, std::byte* out) {
-  const float qmax = nibbles ? 7.0f : 127.0f;
+IntCodec IntCodecOf(Encoding e) { return {e == Encoding::kInt8 ? 8 : e == Encoding::kInt4 ? 4 : 2}; }
+
+Status EncodeIntBlocks(IntCodec codec, size_t block, std::span<const float> values, std::byte* out) {
+  const float qmax = codec.qmax();
   const size_t n = values.size();
   for (size_t start = 0; start < n; start += block) {
     const size_t b = std::min(block, n - start);
@@ -83,27 +91,26 @@ Status EncodeIntBlocks(bool nibbles, size_t block, std::span<const float> values
     const float inv = scale > 0 ? 1.0f / scale : 0.0f;
     Store<float>(out, scale);
     out += kScaleBytes;
-    if (nibbles) {
-      auto* o = reinterpret_cast<uint8_t*>(out);
-      const size_t pairs = b / 2;
-      for (size_t i = 0; i < pairs; ++i) {
-        const int32_t lo = Quantize(x[2 * i], inv, qmax) + 8;
-        const int32_t hi = Quantize(x[2 * i + 1], inv, qmax) + 8;
-        o[i] = static_cast<uint8_t>(lo | (hi << 4));
-      }
-      if (b % 2 != 0) o[pairs] = static_cast<uint8_t>(Quantize(x[b - 1], inv, qmax) + 8);
-    } else {
+    if (codec.bits == 8) {
       auto* o = reinterpret_cast<int8_t*>(out);
       for (size_t i = 0; i < b; ++i) o[i] = static_cast<int8_t>(Quantize(x[i], inv, qmax));
+    } else {
+      auto* o = reinterpret_cast<uint8_t*>(out);
+      const int32_t offset = static_cast<int32_t>(qmax) + 1;
+      const size_t k = codec.per_byte();
+      std::fill(o, o + (b + k - 1) / k, uint8_t{0});
+      for (size_t i = 0; i < b; ++i) {
+        const int32_t c = Quantize(x[i], inv, qmax) + offset;
+        o[i / k] = static_cast<uint8_t>(o[i / k] | (c << (codec.bits * static_cast<int>(i % k))));
+      }
     }
-    out += IntBlockBytes(nibbles, b) - kScaleBytes;
+    out += codec.BlockBytes(b) - kScaleBytes;
   }
   return Status::Ok();
 }
 
-Status DecodeIntBlocks(bool nibbles, size_t block, const std::byte* in, std::span<float> values) {
-  const float qmax = nibbles ? 7.0f : 127.0f;
-  const char* name = nibbles ? "int4" : "int8";
+Status DecodeIntBlocks(IntCodec codec, size_t block, const std::byte* in, std::span<float> values) {
+  const float qmax = codec.qmax();
   const size_t n = values.size();
   for (size_t start = 0; start < n; start += block) {
     const size_t b = std::min(block, n - start);
@@ -111,38 +118,33 @@ Status DecodeIntBlocks(bool nibbles, size_t block, const std::byte* in, std::spa
     const float scale = Load<float>(in);
     in += kScaleBytes;
     if (!(scale >= 0) || !std::isfinite(scale * qmax)) {
-      return DataLossError(std::string("decode ") + name + ": block " +
+      return DataLossError(std::string("decode ") + codec.name() + ": block " +
                            std::to_string(start / block) + " has scale " +
                            std::to_string(scale));
     }
     int bad = 0;
-    if (nibbles) {
-      const auto* c = reinterpret_cast<const uint8_t*>(in);
-      const size_t pairs = b / 2;
-      for (size_t i = 0; i < pairs; ++i) {
-        const int32_t lo = c[i] & 15;
-        const int32_t hi = c[i] >> 4;
-        bad |= (lo == 0) | (hi == 0);
-        x[2 * i] = static_cast<float>(lo - 8) * scale;
-        x[2 * i + 1] = static_cast<float>(hi - 8) * scale;
-      }
-      if (b % 2 != 0) {
-        const int32_t lo = c[pairs] & 15;
-        bad |= (lo == 0) | ((c[pairs] >> 4) != 0);
-        x[b - 1] = static_cast<float>(lo - 8) * scale;
-      }
-    } else {
+    if (codec.bits == 8) {
       const auto* c = reinterpret_cast<const int8_t*>(in);
       for (size_t i = 0; i < b; ++i) {
         bad |= c[i] == -128;
         x[i] = static_cast<float>(c[i]) * scale;
       }
+    } else {
+      const auto* c = reinterpret_cast<const uint8_t*>(in);
+      const int32_t offset = static_cast<int32_t>(qmax) + 1, mask = (1 << codec.bits) - 1;
+      const size_t k = codec.per_byte();
+      for (size_t i = 0; i < b; ++i) {
+        const int32_t code = (c[i / k] >> (codec.bits * static_cast<int>(i % k))) & mask;
+        bad |= code == 0;
+        x[i] = static_cast<float>(code - offset) * scale;
+      }
+      if (b % k != 0) bad |= (c[b / k] >> (codec.bits * static_cast<int>(b % k))) != 0;  // padding codes
     }
     if (bad != 0) {
-      return DataLossError(std::string("decode ") + name + ": block " +
+      return DataLossError(std::string("decode ") + codec.name() + ": block " +
                            std::to_string(start / block) + " holds a code Encode never writes");
     }
-    in += IntBlockBytes(nibbles, b) - kScaleBytes;
+    in += codec.BlockBytes(b) - kScaleBytes;
   }
   return Status::Ok();
 }
@@ -155,15 +157,16 @@ const char* EncodingName(Encoding e) {
     case Encoding::kBf16: return "bf16";
     case Encoding::kInt8: return "int8";
     case Encoding::kInt4: return "int4";
+    case Encoding::kInt2: return "int2";
   }
   return "unknown";
 }
 
 StatusOr<Encoding> ParseEncoding(const std::string& s) {
-  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     if (s == EncodingName(e)) return e;
   }
-  return InvalidArgumentError("unknown encoding '" + s + "' (expected fp32, bf16, int8 or int4)");
+  return InvalidArgumentError("unknown encoding '" + s + "' (expected fp32, bf16, int8, int4 or int2)");
 }
 
 Status ValidateCodecOptions(const CodecOptions& options) {
@@ -173,6 +176,7 @@ Status ValidateCodecOptions(const CodecOptions& options) {
       return Status::Ok();
     case Encoding::kInt8:
     case Encoding::kInt4:
+    case Encoding::kInt2:
       if (options.block_size < 8 || options.block_size > 65536 || options.block_size % 2 != 0) {
         return InvalidArgumentError("codec: block size must be even and in [8, 65536], got " +
                                     std::to_string(options.block_size));
@@ -189,12 +193,13 @@ size_t EncodedSize(const CodecOptions& options, size_t n) {
     case Encoding::kFp32: return 4 * n;
     case Encoding::kBf16: return 2 * n;
     case Encoding::kInt8:
-    case Encoding::kInt4: {
-      const bool nibbles = options.encoding == Encoding::kInt4;
+    case Encoding::kInt4:
+    case Encoding::kInt2: {
+      const IntCodec codec = IntCodecOf(options.encoding);
       const size_t block = static_cast<size_t>(options.block_size);
       const size_t full = n / block;
       const size_t tail = n % block;
-      return full * IntBlockBytes(nibbles, block) + (tail > 0 ? IntBlockBytes(nibbles, tail) : 0);
+      return full * codec.BlockBytes(block) + (tail > 0 ? codec.BlockBytes(tail) : 0);
     }
   }
   return 0;
@@ -232,8 +237,8 @@ Status Encode(const CodecOptions& options, std::span<const float> values,
     }
     case Encoding::kInt8:
     case Encoding::kInt4:
-      return EncodeIntBlocks(options.encoding == Encoding::kInt4,
-                             static_cast<size_t>(options.block_size), values, o);
+    case Encoding::kInt2:
+      return EncodeIntBlocks(IntCodecOf(options.encoding), static_cast<size_t>(options.block_size), values, o);
   }
   return InternalError("encode: unreachable");
 }
@@ -275,8 +280,8 @@ Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std
     }
     case Encoding::kInt8:
     case Encoding::kInt4:
-      return DecodeIntBlocks(options.encoding == Encoding::kInt4,
-                             static_cast<size_t>(options.block_size), in, out);
+    case Encoding::kInt2:
+      return DecodeIntBlocks(IntCodecOf(options.encoding), static_cast<size_t>(options.block_size), in, out);
   }
   return InternalError("decode: unreachable");
 }

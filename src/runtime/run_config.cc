@@ -172,7 +172,8 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!(c.alpha >= 0 && c.alpha < 1)) return bad("alpha must be in [0, 1)");
   if (c.plan != "balanced" && c.plan != "strided") return bad("plan must be balanced or strided");
   for (const auto* e : {&c.uplink, &c.downlink})
-    if (*e != "fp32" && *e != "bf16" && *e != "int8" && *e != "int4") return bad("encoding must be fp32, bf16, int8 or int4 (got '" + *e + "')");
+    if (*e != "fp32" && *e != "bf16" && *e != "int8" && *e != "int4" && *e != "int2")
+      return bad("encoding must be fp32, bf16, int8, int4 or int2 (got '" + *e + "')");
   if (c.block < 8 || c.block > 65536 || c.block % 2) return bad("block must be even and in [8, 65536]");
   if (!(c.learner_timeout > 0)) return bad("learner_timeout must be > 0");
   if (!c.speeds.empty() && static_cast<int>(c.speeds.size()) != c.learners)

@@ -38,12 +38,12 @@ std::vector<uint8_t> U8(const Bytes& b) {
 }
 
 TEST(CodecTest, Names) {
-  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     auto parsed = ParseEncoding(EncodingName(e));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, e);
   }
-  EXPECT_EQ(ParseEncoding("int2").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseEncoding("int3").status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CodecTest, EncodedSizesAreExact) {
@@ -55,7 +55,10 @@ TEST(CodecTest, EncodedSizesAreExact) {
   EXPECT_EQ(EncodedSize({Encoding::kInt4, 128}, 1000), 7 * (4 + 64) + (4 + 52u));
   EXPECT_EQ(EncodedSize({Encoding::kInt4, 128}, 1001), 7 * (4 + 64) + (4 + 53u));
   EXPECT_EQ(EncodedSize({Encoding::kInt4, 8}, 1), 5u);
-  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+  EXPECT_EQ(EncodedSize({Encoding::kInt2, 128}, 1024), 256u + 4 * 8);  // N/4 + 4 per block
+  EXPECT_EQ(EncodedSize({Encoding::kInt2, 128}, 1001), 7 * (4 + 32) + (4 + 27u));
+  EXPECT_EQ(EncodedSize({Encoding::kInt2, 8}, 1), 5u);
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     EXPECT_EQ(EncodedSize({e, 64}, 0), 0u);
     EXPECT_TRUE(RoundTrip({e, 64}, {}).empty());
   }
@@ -152,8 +155,20 @@ TEST(CodecTest, Int4HandValuesWithOddTail) {
   EXPECT_EQ(y, (std::vector<float>{7, -7, 1, 2, -3, 0, 6, 0, -3.5f}));
 }
 
+TEST(CodecTest, Int2HandValuesWithPartialTail) {
+  // Block 1 (8 values, absmax 4 → scale 4): q = round(x/4) ∈ [−1, 1] → codes q + 2, four per
+  // byte, low bits first: 3 1 2 2 | 1 2 3 2 → 0b10_10_01_11 = 0xA7, 0b10_11_10_01 = 0xB9.
+  // Block 2 (2 values, absmax 0.5): codes 1 3, the two unused codes of the byte are 0 → 0x0D.
+  const std::vector<float> x = {4, -4, 1.9f, -1.9f, -2.1f, 0, 2.1f, 0.5f, -0.5f, 0.5f};
+  Bytes wire;
+  const auto y = RoundTrip({Encoding::kInt2, 8}, x, &wire);
+  EXPECT_EQ(U8(wire), (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x40, 0xA7, 0xB9,
+                                            0x00, 0x00, 0x00, 0x3F, 0x0D}));
+  EXPECT_EQ(y, (std::vector<float>{4, -4, 0, 0, -4, 0, 4, 0, -0.5f, 0.5f}));
+}
+
 void ExpectIntBound(Encoding e, int block, size_t n, uint64_t seed) {
-  const double qmax = e == Encoding::kInt8 ? 127 : 7;
+  const double qmax = e == Encoding::kInt8 ? 127 : e == Encoding::kInt4 ? 7 : 1;
   Rng rng(seed);
   std::vector<float> x(n);
   for (size_t start = 0; start < n; start += static_cast<size_t>(block)) {
@@ -180,7 +195,7 @@ void ExpectIntBound(Encoding e, int block, size_t n, uint64_t seed) {
 }
 
 TEST(CodecTest, IntErrorBounds) {
-  for (Encoding e : {Encoding::kInt8, Encoding::kInt4}) {
+  for (Encoding e : {Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     for (int block : {8, 32, 128, 1024}) {
       for (size_t n : {1u, 7u, 8u, 129u, 1000u, 4097u}) {
         ExpectIntBound(e, block, n, 100 * n + static_cast<uint64_t>(block));
@@ -190,7 +205,7 @@ TEST(CodecTest, IntErrorBounds) {
 }
 
 TEST(CodecTest, ZeroAndTinyBlocksDecodeToZeros) {
-  for (Encoding e : {Encoding::kInt8, Encoding::kInt4}) {
+  for (Encoding e : {Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     std::vector<float> x(24, 0.0f);
     x[16] = 1.0f;                 // third block non-zero
     x[9] = 1e-40f;                // second block: absmax/qmax below FLT_MIN → flushed
@@ -206,7 +221,7 @@ TEST(CodecTest, ZeroAndTinyBlocksDecodeToZeros) {
 }
 
 TEST(CodecTest, EncodeRefusesNonFiniteInput) {
-  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     for (float bad : {kNaN, kInf, -kInf}) {
       std::vector<float> x(300, 1.0f);
       x[257] = bad;
@@ -251,7 +266,7 @@ Status DecodeWire(Encoding e, const Bytes& b, size_t n = 20) {
 void PutFloat(Bytes& b, size_t at, float v) { std::memcpy(b.data() + at, &v, 4); }
 
 TEST(CodecTest, DecodeRefusesCorruption) {
-  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4}) {
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     Bytes b = Wire(e);
     ASSERT_TRUE(DecodeWire(e, b).ok());
     Bytes longer = b;
@@ -262,9 +277,10 @@ TEST(CodecTest, DecodeRefusesCorruption) {
     EXPECT_EQ(DecodeWire(e, b, 19).code(), StatusCode::kDataLoss) << EncodingName(e);
   }
   // Scales: NaN, negative, infinite, overflowing scale·qmax. Block 2 starts at 4 + 8 (int8).
-  for (Encoding e : {Encoding::kInt8, Encoding::kInt4}) {
+  for (Encoding e : {Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     const size_t second = EncodedSize({e, 8}, 8);
     for (float scale : {kNaN, -1.0f, kInf, 3e38f}) {
+      if (e == Encoding::kInt2 && scale == 3e38f) continue;  // qmax 1: every finite scale is valid
       Bytes b = Wire(e);
       PutFloat(b, second, scale);
       EXPECT_EQ(DecodeWire(e, b).code(), StatusCode::kDataLoss) << EncodingName(e) << scale;
@@ -288,6 +304,20 @@ TEST(CodecTest, DecodeRefusesCorruption) {
     ASSERT_TRUE(Decode({Encoding::kInt4, 8}, b, y).ok());
     b.back() = static_cast<std::byte>(static_cast<uint8_t>(b.back()) | 0x10);
     EXPECT_EQ(Decode({Encoding::kInt4, 8}, b, y).code(), StatusCode::kDataLoss);
+  }
+  {  // int2 code 0 is never written (q + 2 ∈ [1, 3]).
+    Bytes b = Wire(Encoding::kInt2);
+    b[4] = static_cast<std::byte>(static_cast<uint8_t>(b[4]) & 0xFC);
+    EXPECT_EQ(DecodeWire(Encoding::kInt2, b).code(), StatusCode::kDataLoss);
+  }
+  {  // int2 partial tail: the unused codes must be 0.
+    std::vector<float> x(10, 1.0f);
+    Bytes b;
+    ASSERT_TRUE(Encode({Encoding::kInt2, 8}, x, b).ok());
+    std::vector<float> y(10);
+    ASSERT_TRUE(Decode({Encoding::kInt2, 8}, b, y).ok());
+    b.back() = static_cast<std::byte>(static_cast<uint8_t>(b.back()) | 0x40);
+    EXPECT_EQ(Decode({Encoding::kInt2, 8}, b, y).code(), StatusCode::kDataLoss);
   }
   {  // Non-finite values in fp32 / bf16 payloads.
     Bytes f = Wire(Encoding::kFp32);

@@ -1,4 +1,4 @@
-// Wire codecs for outer gradients and parameters: fp32, bf16, int8, int4. All decode to fp32.
+// Wire codecs for outer gradients and parameters: fp32, bf16, int8, int4, int2. All decode to fp32.
 //
 // Layouts (little-endian, pinned by static_asserts and tests); N values, blocks of B values (the
 // last block has b = N − B·floor(N/B) values when B does not divide N):
@@ -12,13 +12,17 @@
 //   int4  per block: fp32 scale s = absmax/7, then ceil(b/2) bytes holding two 4-bit codes each
 //         (q ∈ [−7, 7] stored as q + 8 ∈ [1, 15], low nibble first; an odd block's last high
 //         nibble is 0). Size: Σ_blocks (4 + ceil(b/2)), i.e. N/2 + 4·N/B when B divides N.
+//   int2  per block: fp32 scale s = absmax/1, then ceil(b/4) bytes holding four 2-bit codes each
+//         (q ∈ [−1, 1] stored as q + 2 ∈ [1, 3], low bits first; the unused codes of a last
+//         partial byte are 0). Size: N/4 + 4·N/B when 4 divides B and N. Three levels per block:
+//         the 2-bit row of the paper's codec ablation, not meant for training.
 //   int error bound (fp32 arithmetic included): |x − x̂| ≤ (absmax_block/(2·qmax))·(1 + 2⁻¹²),
-//         i.e. absmax/254 (int8) and absmax/14 (int4) up to float rounding. A block whose
+//         i.e. absmax/254 (int8), absmax/14 (int4) and absmax/2 (int2) up to float rounding. A block whose
 //         absmax/qmax is below FLT_MIN (≈1.2e-38) is stored with scale 0 and decodes to zeros
 //         (error ≤ absmax < 2⁻¹¹⁹).
 // Encode refuses non-finite input (InvalidArgument). Decode refuses (DataLoss): a wrong size, a
-// non-finite/negative scale or one whose scale·qmax overflows, the unused codes −128 (int8) and
-// nibble 0 (int4), a non-zero padding nibble, and non-finite fp32/bf16 values — none of which
+// non-finite/negative scale or one whose scale·qmax overflows, the unused codes −128 (int8),
+// nibble 0 (int4) and 0 (int2), non-zero padding codes, and non-finite fp32/bf16 values — none of which
 // Encode produces, so they mean corruption. On error the output is unspecified.
 // Thread-safety: pure functions. Encode/Decode do not allocate beyond resizing `out`.
 #pragma once
@@ -33,18 +37,18 @@
 
 namespace atl::diloco {
 
-enum class Encoding : uint8_t { kFp32 = 0, kBf16 = 1, kInt8 = 2, kInt4 = 3 };
+enum class Encoding : uint8_t { kFp32 = 0, kBf16 = 1, kInt8 = 2, kInt4 = 3, kInt2 = 4 };
 
 struct CodecOptions {
   Encoding encoding = Encoding::kInt4;
-  int block_size = 128;  // for int8/int4; 8 ≤ B ≤ 65536, even
+  int block_size = 128;  // for int8/int4/int2; 8 ≤ B ≤ 65536, even
 };
 
-// InvalidArgument when the encoding is unknown or (int8/int4) the block size is out of range.
+// InvalidArgument when the encoding is unknown or (int8/int4/int2) the block size is out of range.
 Status ValidateCodecOptions(const CodecOptions& options);
 
 const char* EncodingName(Encoding e);
-// "fp32" | "bf16" | "int8" | "int4" → Encoding; InvalidArgument otherwise.
+// "fp32" | "bf16" | "int8" | "int4" | "int2" → Encoding; InvalidArgument otherwise.
 StatusOr<Encoding> ParseEncoding(const std::string& s);
 
 // Exact encoded size in bytes for n values. Options must be valid (ATOLL_CHECK).
