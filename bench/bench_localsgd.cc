@@ -8,7 +8,7 @@
 //
 // Usage: bench_localsgd --data DIR [--dp] [-M 4] [--steps 150] [--seq 256] [--batch 16]
 //          [--lr 3e-3] [--warmup 15] [--eval-batches 16] [--eval-every 25] [--seed 0]
-//          [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--merge rda|mean]
+//          [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--alpha 0] [--merge rda|mean]
 //          [--outer-lr 1] [--outer-momentum 0] [--precision fp32|bf16] [--preset tiny] [--label NAME]
 //   --dp   data-parallel instead: one model, M micro-batches per step, gradients averaged
 //          (`atoll train --replicas M`), the reference the ratios are taken against.
@@ -51,7 +51,7 @@ struct Args {
   int M = 4, seq = 256, batch = 16, eval_batches = 16, P = 24, H = 24, tau = 2;
   int64_t steps = 150, warmup = 15, eval_every = 25;
   uint64_t seed = 0;
-  double lr = 3e-3, outer_lr = 1.0, outer_momentum = 0.0;
+  double lr = 3e-3, outer_lr = 1.0, outer_momentum = 0.0, alpha = 0.0;
 };
 
 Args Parse(int argc, char** argv) {
@@ -78,6 +78,7 @@ Args Parse(int argc, char** argv) {
     else if (k == "--tau") a.tau = std::atoi(v().c_str());
     else if (k == "--keep-progress") a.keep_progress = std::atoi(v().c_str()) != 0;
     else if (k == "--merge") a.merge = v();
+    else if (k == "--alpha") a.alpha = std::atof(v().c_str());
     else if (k == "--outer-lr") a.outer_lr = std::atof(v().c_str());
     else if (k == "--outer-momentum") a.outer_momentum = std::atof(v().c_str());
     else if (k == "--preset") a.preset = v();
@@ -222,7 +223,8 @@ int main(int argc, char** argv) {
           std::vector<float> now(static_cast<size_t>(frag.numel));
           atl::exchange::GatherFragment(frag, std::span<const std::span<float>>(views), now);
           for (size_t i = 0; i < now.size(); ++i) {
-            now[i] = a.keep_progress ? th[i] + (now[i] - it->sent[m][i]) : th[i];
+            const float merged_value = a.keep_progress ? th[i] + (now[i] - it->sent[m][i]) : th[i];
+            now[i] = static_cast<float>(a.alpha * now[i] + (1.0 - a.alpha) * merged_value);
           }
           atl::exchange::ScatterFragment(frag, now, std::span<const std::span<float>>(views));
         }
