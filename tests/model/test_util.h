@@ -8,6 +8,7 @@
 
 #include "atoll/core/file.h"
 #include "atoll/core/rng.h"
+#include "atoll/model/data.h"
 
 namespace atl::model::testing {
 
@@ -44,6 +45,22 @@ inline std::string WriteText(const std::string& dir, const std::string& name,
   Status st = WriteFileAtomic(path, text);
   (void)st;
   return path;
+}
+
+// A byte-level data folder prepared once per process from `bytes` of TinyCorpus, in a scratch
+// folder named `name` (the tests of one binary share it).
+inline const std::string& TinyByteData(const std::string& name, size_t bytes) {
+  static const std::string dir = [&] {
+    const std::string d = ScratchDir(name);
+    DataOptions o;
+    o.out_dir = d + "/data";
+    o.tokenizer = "byte";
+    o.inputs = {WriteText(d, "corpus.txt", TinyCorpus(bytes))};
+    auto m = PrepareData(o);
+    if (!m.ok()) std::abort();  // the tests cannot run without it
+    return o.out_dir;
+  }();
+  return dir;
 }
 
 }  // namespace atl::model::testing

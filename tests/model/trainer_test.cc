@@ -18,19 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // One prepared byte-level data folder shared by the tests of this binary.
-const std::string& DataDir() {
-  static const std::string dir = [] {
-    std::string d = testing::ScratchDir("trainer");
-    DataOptions o;
-    o.out_dir = d + "/data";
-    o.tokenizer = "byte";
-    o.inputs = {testing::WriteText(d, "corpus.txt", testing::TinyCorpus(60000))};
-    auto m = PrepareData(o);
-    EXPECT_TRUE(m.ok()) << m.status();
-    return o.out_dir;
-  }();
-  return dir;
-}
+const std::string& DataDir() { return testing::TinyByteData("trainer", 60000); }
 
 TrainerOptions TinyOptions() {
   TrainerOptions o;

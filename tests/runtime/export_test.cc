@@ -21,19 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string& DataDir() {
-  static const std::string dir = [] {
-    std::string d = model::testing::ScratchDir("export");
-    model::DataOptions o;
-    o.out_dir = d + "/data";
-    o.tokenizer = "byte";
-    o.inputs = {model::testing::WriteText(d, "corpus.txt", model::testing::TinyCorpus(40000))};
-    auto m = model::PrepareData(o);
-    EXPECT_TRUE(m.ok()) << m.status();
-    return o.out_dir;
-  }();
-  return dir;
-}
+const std::string& DataDir() { return model::testing::TinyByteData("export", 40000); }
 
 RunConfig SmallRun(const std::string& run_id) {
   RunConfig c;

@@ -12,19 +12,7 @@
 namespace atl::runtime {
 namespace {
 
-const std::string& DataDir() {
-  static const std::string dir = [] {
-    std::string d = model::testing::ScratchDir("simulate");
-    model::DataOptions o;
-    o.out_dir = d + "/data";
-    o.tokenizer = "byte";
-    o.inputs = {model::testing::WriteText(d, "corpus.txt", model::testing::TinyCorpus(60000))};
-    auto m = model::PrepareData(o);
-    EXPECT_TRUE(m.ok()) << m.status();
-    return o.out_dir;
-  }();
-  return dir;
-}
+const std::string& DataDir() { return model::testing::TinyByteData("simulate", 60000); }
 
 RunConfig Small() {
   RunConfig c;
