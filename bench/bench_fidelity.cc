@@ -259,7 +259,9 @@ void Driver::Parity() {
     for (int seed = 0; seed < a_.seeds; ++seed) {
       const std::string s = " --seed " + std::to_string(seed);
       const std::string tag = corpus + "-s" + std::to_string(seed);
-      dp.push_back(Atoll("parity-dp-" + tag, "train", " --replicas 4" + Shape() + s + data + " --eval-every 25 --log-every 25"));
+      // One process with 2 torch threads: both cores, as the 4 learner processes of the other runs use them.
+      dp.push_back(Atoll("parity-dp-" + tag, "train",
+                         " --replicas 4 --threads 2" + Shape() + s + data + " --eval-every 25 --log-every 25"));
       dil.push_back(Atoll("parity-diloco-" + tag, "run", " -M 4 --mode diloco -P 1 -H 50" + Shape() + s + data));
       dec.push_back(Atoll("parity-decoupled-" + tag, "run", " -M 4" + Shape() + s + data));
     }
