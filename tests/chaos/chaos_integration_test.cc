@@ -26,6 +26,36 @@ std::string WriteRunFile(const std::string& dir, const std::string& chaos) {
   return path;
 }
 
+// A syncer (or syncer shard) restart costs no learner a token: each ran once, start to finish,
+// lost nothing and had at least all it computed merged (a push the dead syncer never committed
+// is pushed again).
+void ExpectNoLearnerLostWork(const nlohmann::json& summary) {
+  for (const auto& l : summary["per_learner"]) {
+    EXPECT_EQ(l["incarnations"].get<int>(), 1);
+    EXPECT_EQ(l["steps"].get<int>(), 60);
+    EXPECT_EQ(l["tokens_lost"].get<double>(), 0.0) << l.dump();
+    EXPECT_GE(l["tokens_merged"].get<double>(), l["tokens_computed"].get<double>()) << l.dump();
+  }
+}
+
+// The fragments a syncer's metrics show it committed before its restart, (version, Θ_p checksum)
+// each, and its `resumed` line (null when it never resumed).
+struct Commits {
+  std::map<int, std::pair<int64_t, std::string>> last;  // fragment → (version, Θ_p checksum)
+  nlohmann::json resumed;
+};
+
+Commits CommitsBeforeResume(const std::string& metrics) {
+  Commits c;
+  for (const auto& l : Jsonl(metrics)) {
+    if (l.value("kind", "") == "round" && c.resumed.is_null()) {
+      c.last[l["fragment"].get<int>()] = {l["version"].get<int64_t>(), l["theta_checksum"].get<std::string>()};
+    }
+    if (l.value("kind", "") == "resumed" && c.resumed.is_null()) c.resumed = l;
+  }
+  return c;
+}
+
 TEST(Chaos, KilledLearnerRejoinsAndTheOthersNeverStall) {
   const std::string dir = testing::TempDir("chaos_kill");
   const std::string data = testing::PrepareSmallData(dir);
@@ -82,41 +112,24 @@ TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
   auto r = testing::RunAtoll("run -c " + cfg + " --data " + data + " --out " + dir + "/run " + kSmallRun, 400);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = testing::ReadJson(dir + "/run/summary.json");
-  // No learner exited: each ran once, start to finish. The restart costs none of them a token:
-  // work pushed into a round the dead syncer never committed is pushed again (the syncer's join
-  // reply says which of the learner's pushes it merged), and the merged counters are part of the
-  // committed state. Before that fix every learner lost 2048–4608 tokens, and after a first fix
-  // (the fragment's version standing in for "merged") 2 runs in 22 still lost one push.
-  for (const auto& l : s["per_learner"]) {
-    EXPECT_EQ(l["incarnations"].get<int>(), 1);
-    EXPECT_EQ(l["steps"].get<int>(), 60);
-    EXPECT_EQ(l["tokens_lost"].get<double>(), 0.0) << l.dump();
-    EXPECT_GE(l["tokens_merged"].get<double>(), l["tokens_computed"].get<double>()) << l.dump();
-  }
+  // No learner exited and the restart cost none of them a token: the syncer's join reply says
+  // which of the learner's pushes it merged, and the merged counters are part of the committed
+  // state. Before that fix every learner lost 2048–4608 tokens, and after a first fix (the
+  // fragment's version standing in for "merged") 2 runs in 22 still lost one push.
+  ExpectNoLearnerLostWork(s);
   // After the restart, every fragment's version and Θ continue from the last committed round.
-  std::map<int, std::pair<int64_t, std::string>> last_commit;  // fragment → (version, Θ_p checksum)
-  bool resumed = false;
-  for (const auto& l : Jsonl(dir + "/run/metrics-syncer.jsonl")) {
-    if (l.value("kind", "") == "round" && !resumed) {
-      last_commit[l["fragment"].get<int>()] = {l["version"].get<int64_t>(), l["theta_checksum"].get<std::string>()};
-    }
-    if (l.value("kind", "") == "resumed") {
-      resumed = true;
-      // The learners' copies were persisted: they resume with deltas, not a full fetch each.
-      EXPECT_GT(l.value("copies_restored", 0), 0) << l.dump();
-      for (int p = 0; p < 8; ++p) {
-        const int64_t v = l["versions"][p].get<int64_t>();
-        const auto it = last_commit.find(p);
-        const int64_t want = it == last_commit.end() ? 0 : it->second.first;
-        EXPECT_EQ(v, want) << "fragment " << p;
-        if (it != last_commit.end()) {
-          EXPECT_EQ(l["theta_checksums"][p].get<std::string>(), it->second.second) << "fragment " << p;
-        }
-      }
+  const Commits c = CommitsBeforeResume(dir + "/run/metrics-syncer.jsonl");
+  ASSERT_FALSE(c.resumed.is_null()) << "the syncer never resumed";
+  // The learners' copies were persisted: they resume with deltas, not a full fetch each.
+  EXPECT_GT(c.resumed.value("copies_restored", 0), 0) << c.resumed.dump();
+  for (int p = 0; p < 8; ++p) {
+    const auto it = c.last.find(p);
+    EXPECT_EQ(c.resumed["versions"][p].get<int64_t>(), it == c.last.end() ? 0 : it->second.first) << "fragment " << p;
+    if (it != c.last.end()) {
+      EXPECT_EQ(c.resumed["theta_checksums"][p].get<std::string>(), it->second.second) << "fragment " << p;
     }
   }
-  ASSERT_TRUE(resumed) << "the syncer never resumed";
-  EXPECT_GT(s["rounds"].get<int>(), static_cast<int>(last_commit.size()));
+  EXPECT_GT(s["rounds"].get<int>(), static_cast<int>(c.last.size()));
   EXPECT_LT(s["eval_loss"].get<double>(), s["eval_loss_start"].get<double>());
   std::filesystem::remove_all(dir);
 }
@@ -133,29 +146,15 @@ TEST(Chaos, KilledSyncerShardResumesFromItsLastCommittedRound) {
   auto r = testing::RunAtoll("run -c " + cfg + " --data " + data + " --out " + dir + "/run --syncer-shards 2 " + kSmallRun, 400);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = testing::ReadJson(dir + "/run/summary.json");
-  for (const auto& l : s["per_learner"]) {
-    EXPECT_EQ(l["incarnations"].get<int>(), 1);
-    EXPECT_EQ(l["steps"].get<int>(), 60);
-    EXPECT_EQ(l["tokens_lost"].get<double>(), 0.0) << l.dump();
-    EXPECT_GE(l["tokens_merged"].get<double>(), l["tokens_computed"].get<double>()) << l.dump();
-  }
+  ExpectNoLearnerLostWork(s);
   // Shard 1 (the odd fragments) resumed at every version it had committed, Θ_p bit for bit.
-  std::map<int, std::pair<int64_t, std::string>> last_commit;
-  bool resumed = false;
-  for (const auto& l : Jsonl(dir + "/run/syncer-1/metrics-syncer.jsonl")) {
-    if (l.value("kind", "") == "round" && !resumed) {
-      EXPECT_EQ(l["fragment"].get<int>() % 2, 1);
-      last_commit[l["fragment"].get<int>()] = {l["version"].get<int64_t>(), l["theta_checksum"].get<std::string>()};
-    }
-    if (l.value("kind", "") == "resumed") {
-      resumed = true;
-      for (const auto& [p, commit] : last_commit) {
-        EXPECT_EQ(l["versions"][p].get<int64_t>(), commit.first) << "fragment " << p;
-        EXPECT_EQ(l["theta_checksums"][p].get<std::string>(), commit.second) << "fragment " << p;
-      }
-    }
+  const Commits c = CommitsBeforeResume(dir + "/run/syncer-1/metrics-syncer.jsonl");
+  ASSERT_FALSE(c.resumed.is_null()) << "shard 1 never resumed";
+  for (const auto& [p, commit] : c.last) {
+    EXPECT_EQ(p % 2, 1) << "shard 1 committed fragment " << p;
+    EXPECT_EQ(c.resumed["versions"][p].get<int64_t>(), commit.first) << "fragment " << p;
+    EXPECT_EQ(c.resumed["theta_checksums"][p].get<std::string>(), commit.second) << "fragment " << p;
   }
-  ASSERT_TRUE(resumed) << "shard 1 never resumed";
   for (const auto& l : Jsonl(dir + "/run/syncer-0/metrics-syncer.jsonl")) {
     EXPECT_NE(l.value("kind", ""), "resumed") << "shard 0 was never restarted";
     if (l.value("kind", "") == "round") {
