@@ -27,6 +27,16 @@ std::string WriteRunFile(const std::string& dir, const std::string& chaos) {
   return path;
 }
 
+// `atoll run` of kSmallRun (plus `extra` flags) in `dir`/run with these [chaos] events; it must
+// exit 0. Returns its summary.json.
+nlohmann::json SmallRunWithEvents(const std::string& dir, const std::string& events, const std::string& extra = "") {
+  const std::string data = testing::PrepareSmallData(dir);
+  const std::string cfg = WriteRunFile(dir, "[chaos]\nmode = \"events\"\nevents = [ " + events + " ]\n");
+  auto r = testing::RunAtoll("run -c " + cfg + " --data " + data + " --out " + dir + "/run " + extra + kSmallRun, 400);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.exit_code == 0 ? testing::ReadJson(dir + "/run/summary.json") : nlohmann::json();
+}
+
 // A syncer (or syncer shard) restart costs no learner a token: each ran once, start to finish,
 // lost nothing and had at least all it computed merged (a push the dead syncer never committed
 // is pushed again).
@@ -80,13 +90,8 @@ void ExpectResumedAtTheLastCommits(const Commits& c, const std::vector<int>& fra
 
 TEST(Chaos, KilledLearnerRejoinsAndTheOthersNeverStall) {
   const std::string dir = testing::TempDir("chaos_kill");
-  const std::string data = testing::PrepareSmallData(dir);
-  const std::string cfg = WriteRunFile(dir,
-      "[chaos]\nmode = \"events\"\n"
-      "events = [ { kind = \"kill\", learner = 1, at_step = 15, duration_s = 3.0 } ]\n");
-  auto r = testing::RunAtoll("run -c " + cfg + " --data " + data + " --out " + dir + "/run " + kSmallRun, 400);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto s = testing::ReadJson(dir + "/run/summary.json");
+  const nlohmann::json s = SmallRunWithEvents(dir, "{ kind = \"kill\", learner = 1, at_step = 15, duration_s = 3.0 }");
+  ASSERT_TRUE(s.is_object());
   ASSERT_EQ(s["faults"].size(), 2u) << s["faults"].dump(2);  // the kill and the restart
   EXPECT_EQ(s["faults"][0]["kind"], "kill");
   EXPECT_EQ(s["faults"][1]["kind"], "restart");
@@ -127,13 +132,8 @@ TEST(Chaos, KilledLearnerRejoinsAndTheOthersNeverStall) {
 
 TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
   const std::string dir = testing::TempDir("chaos_syncer");
-  const std::string data = testing::PrepareSmallData(dir);
-  const std::string cfg = WriteRunFile(dir,
-      "[chaos]\nmode = \"events\"\n"
-      "events = [ { kind = \"kill_syncer\", at_step = 20, duration_s = 2.0 } ]\n");
-  auto r = testing::RunAtoll("run -c " + cfg + " --data " + data + " --out " + dir + "/run " + kSmallRun, 400);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto s = testing::ReadJson(dir + "/run/summary.json");
+  const nlohmann::json s = SmallRunWithEvents(dir, "{ kind = \"kill_syncer\", at_step = 20, duration_s = 2.0 }");
+  ASSERT_TRUE(s.is_object());
   // No learner exited and the restart cost none of them a token: the syncer's join reply says
   // which of the learner's pushes it merged, and the merged counters are part of the committed
   // state. Before that fix every learner lost 2048–4608 tokens, and after a first fix (the
@@ -155,13 +155,8 @@ TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
 // token, and the run's model combines both shards' fragments.
 TEST(Chaos, KilledSyncerShardResumesFromItsLastCommittedRound) {
   const std::string dir = testing::TempDir("chaos_shard");
-  const std::string data = testing::PrepareSmallData(dir);
-  const std::string cfg = WriteRunFile(dir,
-      "[chaos]\nmode = \"events\"\n"
-      "events = [ { kind = \"kill_syncer\", learner = 1, at_step = 20, duration_s = 2.0 } ]\n");
-  auto r = testing::RunAtoll("run -c " + cfg + " --data " + data + " --out " + dir + "/run --syncer-shards 2 " + kSmallRun, 400);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto s = testing::ReadJson(dir + "/run/summary.json");
+  const nlohmann::json s = SmallRunWithEvents(dir, "{ kind = \"kill_syncer\", learner = 1, at_step = 20, duration_s = 2.0 }", "--syncer-shards 2 ");
+  ASSERT_TRUE(s.is_object());
   ExpectNoLearnerLostWork(s);
   // Shard 1 (the odd fragments) resumed at its last commits, Θ_p bit for bit.
   const Commits c = CommitsBeforeResume(dir + "/run/syncer-1/metrics-syncer.jsonl");
