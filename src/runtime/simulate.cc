@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -179,6 +180,10 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
                              sc.rounds_closed(), sc.tokens_merged(), *loss));
     }
   };
+  // Simulated time must not move until every learner is counted: the loop's thread is a
+  // participant from its construction, and while it alone was counted each of its waits jumped
+  // the clock (a loaded machine that delayed the learners' start added ~380 simulated seconds).
+  std::optional<ClockThread> setup(std::in_place, clock);
   syncer::SyncerLoop loop(std::move(core), clock, observe);
 
   std::vector<SimLearner> learners(static_cast<size_t>(c.learners));
@@ -188,12 +193,10 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
     learners[static_cast<size_t>(m)].factor = (1.0 + o.spread * spread_rng.Uniform(-1.0, 1.0)) / c.SpeedOf(m);
   }
   std::vector<std::thread> threads;
-  {
-    ClockThread setup(clock);  // simulated time starts once every learner is counted
-    for (auto& l : learners) {
-      threads.push_back(StartThread(clock, [&, lp = &l] { RunLearner(c, o, plan, loop, clock, *lp); }));
-    }
+  for (auto& l : learners) {
+    threads.push_back(StartThread(clock, [&, lp = &l] { RunLearner(c, o, plan, loop, clock, *lp); }));
   }
+  setup.reset();  // simulated time starts now that every learner is counted
   for (auto& t : threads) t.join();
   ClockThread hold(clock);  // from here on simulated time stands still (only the loop is left)
   for (const auto& l : learners) {
