@@ -136,6 +136,30 @@ void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::Frag
                 {"fragments_applied", k.fragments_applied}, {"rejected", k.rejected}};
 }
 
+// The mean of each quarter of `v` in order (empty when `v` is).
+std::vector<double> QuarterMeans(const std::vector<double>& v) {
+  std::vector<double> out;
+  if (v.empty()) return out;
+  for (int q = 0; q < 4; ++q) {
+    const size_t a = v.size() * static_cast<size_t>(q) / 4, b = v.size() * static_cast<size_t>(q + 1) / 4;
+    double s = 0;
+    for (size_t i = a; i < b; ++i) s += v[i];
+    out.push_back(b > a ? s / static_cast<double>(b - a) : NAN);
+  }
+  return out;
+}
+
+// The learners, each with its step-time factor: the seed's spread around 1, divided by its speed.
+std::vector<SimLearner> MakeLearners(const RunConfig& c, const SimulateOptions& o) {
+  std::vector<SimLearner> learners(static_cast<size_t>(c.learners));
+  Rng spread_rng(c.seed * 31 + 5);
+  for (int m = 0; m < c.learners; ++m) {
+    learners[static_cast<size_t>(m)].id = m;
+    learners[static_cast<size_t>(m)].factor = (1.0 + o.spread * spread_rng.Uniform(-1.0, 1.0)) / c.SpeedOf(m);
+  }
+  return learners;
+}
+
 }  // namespace
 
 StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions& o) {
@@ -186,12 +210,7 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
   std::optional<ClockThread> setup(std::in_place, clock);
   syncer::SyncerLoop loop(std::move(core), clock, observe);
 
-  std::vector<SimLearner> learners(static_cast<size_t>(c.learners));
-  Rng spread_rng(c.seed * 31 + 5);
-  for (int m = 0; m < c.learners; ++m) {
-    learners[static_cast<size_t>(m)].id = m;
-    learners[static_cast<size_t>(m)].factor = (1.0 + o.spread * spread_rng.Uniform(-1.0, 1.0)) / c.SpeedOf(m);
-  }
+  std::vector<SimLearner> learners = MakeLearners(c, o);
   std::vector<std::thread> threads;
   for (auto& l : learners) {
     threads.push_back(StartThread(clock, [&, lp = &l] { RunLearner(c, o, plan, loop, clock, *lp); }));
@@ -220,14 +239,7 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
   if (!final.ok()) return final.status().WithContext("final evaluation");
   result.eval_loss = *final;
   result.contributors_histogram = hist;
-  if (!norms.empty()) {
-    for (int q = 0; q < 4; ++q) {
-      const size_t a = norms.size() * static_cast<size_t>(q) / 4, b = norms.size() * static_cast<size_t>(q + 1) / 4;
-      double s = 0;
-      for (size_t i = a; i < b; ++i) s += norms[i];
-      result.merged_norm_quarters.push_back(b > a ? s / static_cast<double>(b - a) : NAN);
-    }
-  }
+  result.merged_norm_quarters = QuarterMeans(norms);
   return result;
 }
 

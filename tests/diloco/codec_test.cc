@@ -266,6 +266,15 @@ Status DecodeWire(Encoding e, const Bytes& b, size_t n = 20) {
 void PutFloat(Bytes& b, size_t at, float v) { std::memcpy(b.data() + at, &v, 4); }
 
 TEST(CodecTest, DecodeRefusesCorruption) {
+  // n values whose packed codes leave unused bits in the last byte: setting `bits` there is refused.
+  auto expect_tail_padding_refused = [](Encoding e, size_t n, uint8_t bits) {
+    std::vector<float> x(n, 1.0f), y(n);
+    Bytes b;
+    ASSERT_TRUE(Encode({e, 8}, x, b).ok());
+    ASSERT_TRUE(Decode({e, 8}, b, y).ok());
+    b.back() = static_cast<std::byte>(static_cast<uint8_t>(b.back()) | bits);
+    EXPECT_EQ(Decode({e, 8}, b, y).code(), StatusCode::kDataLoss) << EncodingName(e);
+  };
   for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     Bytes b = Wire(e);
     ASSERT_TRUE(DecodeWire(e, b).ok());
@@ -296,29 +305,13 @@ TEST(CodecTest, DecodeRefusesCorruption) {
     b[6] = static_cast<std::byte>(static_cast<uint8_t>(b[6]) & 0xF0);
     EXPECT_EQ(DecodeWire(Encoding::kInt4, b).code(), StatusCode::kDataLoss);
   }
-  {  // int4 odd tail: the padding nibble must be 0.
-    std::vector<float> x(9, 1.0f);
-    Bytes b;
-    ASSERT_TRUE(Encode({Encoding::kInt4, 8}, x, b).ok());
-    std::vector<float> y(9);
-    ASSERT_TRUE(Decode({Encoding::kInt4, 8}, b, y).ok());
-    b.back() = static_cast<std::byte>(static_cast<uint8_t>(b.back()) | 0x10);
-    EXPECT_EQ(Decode({Encoding::kInt4, 8}, b, y).code(), StatusCode::kDataLoss);
-  }
+  expect_tail_padding_refused(Encoding::kInt4, 9, 0x10);  // int4 odd tail: the padding nibble must be 0
   {  // int2 code 0 is never written (q + 2 ∈ [1, 3]).
     Bytes b = Wire(Encoding::kInt2);
     b[4] = static_cast<std::byte>(static_cast<uint8_t>(b[4]) & 0xFC);
     EXPECT_EQ(DecodeWire(Encoding::kInt2, b).code(), StatusCode::kDataLoss);
   }
-  {  // int2 partial tail: the unused codes must be 0.
-    std::vector<float> x(10, 1.0f);
-    Bytes b;
-    ASSERT_TRUE(Encode({Encoding::kInt2, 8}, x, b).ok());
-    std::vector<float> y(10);
-    ASSERT_TRUE(Decode({Encoding::kInt2, 8}, b, y).ok());
-    b.back() = static_cast<std::byte>(static_cast<uint8_t>(b.back()) | 0x40);
-    EXPECT_EQ(Decode({Encoding::kInt2, 8}, b, y).code(), StatusCode::kDataLoss);
-  }
+  expect_tail_padding_refused(Encoding::kInt2, 10, 0x40);  // int2 partial tail: the unused codes must be 0
   {  // Non-finite values in fp32 / bf16 payloads.
     Bytes f = Wire(Encoding::kFp32);
     PutFloat(f, 12, kInf);
