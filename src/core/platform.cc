@@ -14,6 +14,8 @@ namespace atl {
 
 namespace {
 
+constexpr const char* kMallocTunables = "glibc.malloc.hugetlb=1";
+
 std::set<std::string> FlagSet(std::string_view cpu_flags) {
   std::set<std::string> flags;
   std::istringstream in{std::string(cpu_flags)};
@@ -62,8 +64,16 @@ void EnsureBlasEnvironmentOrReexec(int argc, char** argv) {
       changed = true;
     }
   }
+  if (std::getenv("GLIBC_TUNABLES") == nullptr) {
+    // malloc backs its heap with transparent huge pages (where the kernel offers them, even in
+    // "madvise" mode): a training step's fresh activations then cost ~15x fewer page faults.
+    // Measured on a 2-core VM: first step 1.66 → 1.14 s, steady steps 457 → 403 ms.
+    ::setenv("GLIBC_TUNABLES", kMallocTunables, 0);
+    changed = true;
+  }
   if (!changed) return;
-  // The environment must be set before the dynamic loader maps OpenBLAS: re-exec ourselves.
+  // The environment must be set before the dynamic loader maps OpenBLAS (and before glibc reads
+  // its tunables): re-exec ourselves.
   ::execv("/proc/self/exe", argv);
   // execv failed (no /proc?): carry on; BLAS may run slower but results are correct.
 }

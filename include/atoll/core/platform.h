@@ -25,7 +25,9 @@ std::string ReadCpuFlags();
 
 // If OPENBLAS_CORETYPE is unset and a core type can be chosen, sets it and re-executes the
 // current binary with the same argv (never returns on success). Also sets OMP_NUM_THREADS=1 when
-// unset (atoll sets torch's thread count explicitly). Returns normally when nothing needs doing
+// unset (atoll sets torch's thread count explicitly) and, when GLIBC_TUNABLES is unset,
+// glibc.malloc.hugetlb=1 (malloc's heap on transparent huge pages: far fewer page faults in a
+// training step; a user's own GLIBC_TUNABLES is left as it is). Returns normally when nothing needs doing
 // or re-exec is impossible. Marker variable ATOLL_LAUNCHED prevents loops.
 void EnsureBlasEnvironmentOrReexec(int argc, char** argv);
 
