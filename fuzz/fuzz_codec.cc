@@ -1,6 +1,6 @@
-// Fuzzes the wire codecs' Decode (every encoding, block size and value count) and, for what
-// decodes, the learner's delta path (ApplyDelta). Input: encoding, block-size selector, value
-// count, then the encoded bytes.
+// Fuzzes the wire codecs' Decode (every encoding, compression, block size and value count) and,
+// for what decodes, the learner's delta path (ApplyDelta). Input: encoding + 6 × compression
+// (0 none, 1 deflate, 2 an unknown one), block-size selector, value count, then the payload.
 #include <vector>
 
 #include "atoll/diloco/codec.h"
@@ -11,7 +11,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace atl;
   fuzz::Input in(data, size);
   diloco::CodecOptions o;
-  o.encoding = static_cast<diloco::Encoding>(in.Byte() % 6);  // 5: an unknown encoding
+  const uint8_t kind = in.Byte();
+  o.encoding = static_cast<diloco::Encoding>(kind % 6);          // 5: an unknown encoding
+  o.compression = static_cast<diloco::Compression>(kind / 6 % 3);  // 2: an unknown compression
   o.block_size = 2 * (in.Byte() % 40);                          // 0..78: in and out of range
   const size_t n = in.Byte();
   const std::string_view bytes = in.Rest();

@@ -73,6 +73,9 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<std::string>(c, o, "--uplink", "uplink", "Outer-gradient encoding: int4 (default) | int8 | bf16 | fp32 | int2 (3 levels: the paper's 2-bit ablation)");
   Flag<std::string>(c, o, "--downlink", "downlink", "Global-fragment encoding: int4 (default) | int8 | bf16 | fp32 | int2");
   Flag<int>(c, o, "--block", "block", "int4/int8/int2 block size (default 256)");
+  Flag<std::string>(c, o, "--compression", "compression",
+                    "Lossless stage after the encoding, both links: deflate (default: entropy-codes the quantised values, "
+                    "int4 payloads shrink to about 0.7) | none");
   Flag<std::vector<double>>(c, o, "--speeds", "speeds", "Per-learner speed factors in (0,1], e.g. 1 1 0.5 0.5");
   Flag<std::vector<int>>(c, o, "--batches", "batches", "Per-learner batch sizes (default: all --batch), e.g. 24 24 8 8");
   Flag<double>(c, o, "--bandwidth-mbps", "bandwidth_mbps", "Emulated WAN bandwidth per learner link, Mbit/s (0 = unlimited)");

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include <zlib.h>
+
 namespace atl::diloco {
 namespace {
 
@@ -170,6 +172,9 @@ StatusOr<Encoding> ParseEncoding(const std::string& s) {
 }
 
 Status ValidateCodecOptions(const CodecOptions& options) {
+  if (options.compression != Compression::kNone && options.compression != Compression::kDeflate) {
+    return InvalidArgumentError("codec: unknown compression " + std::to_string(static_cast<int>(options.compression)));
+  }
   switch (options.encoding) {
     case Encoding::kFp32:
     case Encoding::kBf16:
@@ -205,9 +210,10 @@ size_t EncodedSize(const CodecOptions& options, size_t n) {
   return 0;
 }
 
-Status Encode(const CodecOptions& options, std::span<const float> values,
-              std::vector<std::byte>& out) {
-  ATOLL_RETURN_IF_ERROR(ValidateCodecOptions(options));
+namespace {
+
+// The quantiser alone (the layouts at the top of codec.h); options are valid.
+Status EncodeRaw(const CodecOptions& options, std::span<const float> values, std::vector<std::byte>& out) {
   const size_t n = values.size();
   out.resize(EncodedSize(options, n));
   std::byte* o = out.data();
@@ -243,8 +249,7 @@ Status Encode(const CodecOptions& options, std::span<const float> values,
   return InternalError("encode: unreachable");
 }
 
-Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out) {
-  ATOLL_RETURN_IF_ERROR(ValidateCodecOptions(options));
+Status DecodeRaw(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out) {
   const size_t n = out.size();
   const size_t expected = EncodedSize(options, n);
   if (bytes.size() != expected) {
@@ -284,6 +289,129 @@ Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std
       return DecodeIntBlocks(IntCodecOf(options.encoding), static_cast<size_t>(options.block_size), in, out);
   }
   return InternalError("decode: unreachable");
+}
+
+// One raw-DEFLATE compressor and decompressor per thread, reset between payloads (zlib's state is
+// a few hundred KB; allocating it per fragment would cost more than the coding itself).
+class Deflater {
+ public:
+  static Deflater& ForThisThread() {
+    thread_local Deflater d;
+    return d;
+  }
+  Deflater(const Deflater&) = delete;
+  Deflater& operator=(const Deflater&) = delete;
+  ~Deflater() {
+    if (deflate_ok_) deflateEnd(&def_);
+    if (inflate_ok_) inflateEnd(&inf_);
+  }
+
+  Status Compress(std::span<const std::byte> in, std::vector<std::byte>& out) {
+    if (!deflate_ok_) return InternalError("deflate: the compressor could not be initialised");
+    if (deflateReset(&def_) != Z_OK) return InternalError("deflate: reset failed");
+    out.resize(deflateBound(&def_, static_cast<uLong>(in.size())));
+    def_.next_in = const_cast<Bytef*>(reinterpret_cast<const Bytef*>(in.data()));
+    def_.avail_in = static_cast<uInt>(in.size());
+    def_.next_out = reinterpret_cast<Bytef*>(out.data());
+    def_.avail_out = static_cast<uInt>(out.size());
+    if (deflate(&def_, Z_FINISH) != Z_STREAM_END) return InternalError("deflate: the payload did not fit its bound");
+    out.resize(out.size() - def_.avail_out);
+    return Status::Ok();
+  }
+
+  // Inflates `in` into exactly out.size() bytes; DataLoss unless the stream is valid, ends exactly
+  // there, and nothing follows it.
+  Status Decompress(std::span<const std::byte> in, std::span<std::byte> out) {
+    if (!inflate_ok_) return InternalError("inflate: the decompressor could not be initialised");
+    if (inflateReset(&inf_) != Z_OK) return InternalError("inflate: reset failed");
+    inf_.next_in = const_cast<Bytef*>(reinterpret_cast<const Bytef*>(in.data()));
+    inf_.avail_in = static_cast<uInt>(in.size());
+    inf_.next_out = reinterpret_cast<Bytef*>(out.data());
+    inf_.avail_out = static_cast<uInt>(out.size());
+    const int rc = inflate(&inf_, Z_FINISH);
+    const size_t produced = out.size() - inf_.avail_out;
+    if (rc == Z_STREAM_END) {
+      if (produced != out.size()) {
+        return DataLossError("deflate payload inflates to " + std::to_string(produced) + " bytes, expected " +
+                             std::to_string(out.size()));
+      }
+      if (inf_.avail_in != 0) {
+        return DataLossError(std::to_string(inf_.avail_in) + " bytes follow the end of the deflate stream");
+      }
+      return Status::Ok();
+    }
+    if (rc == Z_DATA_ERROR) {
+      return DataLossError(std::string("deflate payload is corrupt: ") + (inf_.msg != nullptr ? inf_.msg : "bad stream"));
+    }
+    if (inf_.avail_out == 0) {
+      return DataLossError("deflate payload inflates to more than the expected " + std::to_string(out.size()) + " bytes");
+    }
+    return DataLossError("deflate payload ends early (" + std::to_string(produced) + " of " + std::to_string(out.size()) +
+                         " bytes)");
+  }
+
+  std::vector<std::byte>& scratch() { return scratch_; }
+
+ private:
+  Deflater() {
+    // Level 1 with Z_HUFFMAN_ONLY: entropy coding of the bytes, no search for repeats.
+    deflate_ok_ = deflateInit2(&def_, 1, Z_DEFLATED, -15, 8, Z_HUFFMAN_ONLY) == Z_OK;
+    inflate_ok_ = inflateInit2(&inf_, -15) == Z_OK;
+  }
+  z_stream def_{}, inf_{};
+  bool deflate_ok_ = false, inflate_ok_ = false;
+  std::vector<std::byte> scratch_;
+};
+
+}  // namespace
+
+const char* CompressionName(Compression c) {
+  switch (c) {
+    case Compression::kNone: return "none";
+    case Compression::kDeflate: return "deflate";
+  }
+  return "unknown";
+}
+
+StatusOr<Compression> ParseCompression(const std::string& s) {
+  for (Compression c : {Compression::kNone, Compression::kDeflate}) {
+    if (s == CompressionName(c)) return c;
+  }
+  return InvalidArgumentError("unknown compression '" + s.substr(0, 32) + "' (expected none or deflate)");
+}
+
+size_t MaxPayloadSize(const CodecOptions& options, size_t n) {
+  const size_t raw = EncodedSize(options, n);
+  if (options.compression == Compression::kNone) return raw;
+  // zlib's conservative deflateBound (any level and strategy), with room for its raw stream.
+  return raw + (raw + 7) / 8 + (raw + 63) / 64 + 5 + 16;
+}
+
+Status Encode(const CodecOptions& options, std::span<const float> values, std::vector<std::byte>& out) {
+  ATOLL_RETURN_IF_ERROR(ValidateCodecOptions(options));
+  if (options.compression == Compression::kNone) return EncodeRaw(options, values, out);
+  Deflater& z = Deflater::ForThisThread();
+  ATOLL_RETURN_IF_ERROR(EncodeRaw(options, values, z.scratch()));
+  ATOLL_RETURN_IF_ERROR(z.Compress(z.scratch(), out));
+  ATOLL_CHECK(out.size() <= MaxPayloadSize(options, values.size()));
+  return Status::Ok();
+}
+
+Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out) {
+  ATOLL_RETURN_IF_ERROR(ValidateCodecOptions(options));
+  if (options.compression == Compression::kNone) return DecodeRaw(options, bytes, out);
+  const size_t max = MaxPayloadSize(options, out.size());
+  if (bytes.empty() || bytes.size() > max) {
+    return DataLossError(std::string("decode ") + EncodingName(options.encoding) + "+deflate: a payload of " +
+                         std::to_string(bytes.size()) + " bytes for " + std::to_string(out.size()) +
+                         " values (1 to " + std::to_string(max) + " expected)");
+  }
+  Deflater& z = Deflater::ForThisThread();
+  std::vector<std::byte>& raw = z.scratch();
+  raw.resize(EncodedSize(options, out.size()));
+  Status st = z.Decompress(bytes, raw);
+  if (!st.ok()) return DataLossError(std::string("decode ") + EncodingName(options.encoding) + ": " + st.message());
+  return DecodeRaw(options, raw, out);
 }
 
 uint16_t FloatToBf16(float x) {

@@ -47,6 +47,7 @@ Status DdpExchange::Step(int learner_id, int64_t step_tokens, std::span<const st
   h.c_steps = 1;
   h.encoding = uplink_.encoding;
   h.block_size = uplink_.block_size;
+  h.compression = uplink_.compression;
   h.num_values = static_cast<int64_t>(g.size());
   ATOLL_RETURN_IF_ERROR(api_.Push(h, payload).status());
   bytes_up_ += static_cast<int64_t>(payload.size());

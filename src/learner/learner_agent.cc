@@ -259,9 +259,7 @@ Status LearnerAgent::JoinAndCatchUp() {
                                    ", this learner took it for shard " + options_.shard.ToString() +
                                    " (give --syncer every shard's address, in shard order)");
   }
-  if (reply.uplink.encoding != options_.uplink.encoding || reply.uplink.block_size != options_.uplink.block_size) {
-    options_.uplink = reply.uplink;  // the syncer's run settings win
-  }
+  options_.uplink = reply.uplink;  // the syncer's run settings win (encoding, block size, compression)
   bool rejoin_in_process;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -271,11 +269,14 @@ Status LearnerAgent::JoinAndCatchUp() {
     if (incarnation_ != 0 && reply.incarnation != incarnation_) ForgetUncommittedPushesLocked(reply);
     incarnation_ = reply.incarnation;
   }
-  // Fragments the syncer matched bit for bit: held at the current version without a fetch.
+  // Fragments the syncer matched bit for bit: held at the current version without a fetch; those
+  // that match the run's initial values: held at version 0, the catch-up pulls a delta from them.
   for (size_t p = 0; p < initial_.size() && p < reply.fragment_matched.size(); ++p) {
-    if (!reply.fragment_matched[p] || !Mine(static_cast<int>(p))) continue;
+    if (!Mine(static_cast<int>(p))) continue;
+    const bool at_start = p < reply.fragment_initial.size() && reply.fragment_initial[p];
+    if (!reply.fragment_matched[p] && !at_start) continue;
     public_[p] = std::move(initial_[p]);
-    have_[p] = reply.versions[p];
+    have_[p] = reply.fragment_matched[p] ? reply.versions[p] : 0;
   }
   initial_.clear();
   ATOLL_RETURN_IF_ERROR(CatchUp(reply.versions, rejoin_in_process));
@@ -432,6 +433,7 @@ Status LearnerAgent::PushOne(PushJob& job) {
   h.c_steps = job.c_steps;
   h.encoding = options_.uplink.encoding;
   h.block_size = options_.uplink.block_size;
+  h.compression = options_.uplink.compression;
   h.num_values = static_cast<int64_t>(job.local.size());
   h.local_step = job.step;
   std::vector<std::byte> payload;

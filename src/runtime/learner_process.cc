@@ -238,9 +238,7 @@ class LearnerProcess {
     ao.host = std::string(host) + ":" + std::to_string(::getpid());
     ao.rejoin = opt_.rejoin;
     ao.schedule = diloco::Schedule::Of(c_.mode, c_.H, c_.fragments, c_.tau);
-    auto up = diloco::ParseEncoding(c_.uplink);
-    if (!up.ok()) return Fail(up.status(), 2);
-    ao.uplink = {*up, c_.block};
+    ao.uplink = UplinkCodec(c_);  // c_ was validated in Run
     ao.alpha = c_.alpha;
     ao.keep_progress = c_.keep_progress;
     ao.exchange_fragments = c_.mode != diloco::Mode::kDdp;
@@ -248,7 +246,7 @@ class LearnerProcess {
     for (auto& s : shaped_) apis.push_back(s.get());
     agent_ = std::make_unique<learner::AgentGroup>(ao, plan_, params_, apis, clock_);
     if (c_.mode == diloco::Mode::kDdp) {
-      ddp_ = std::make_unique<learner::DdpExchange>(plan_, *shaped_.front(), diloco::CodecOptions{diloco::Encoding::kBf16, c_.block}, clock_);
+      ddp_ = std::make_unique<learner::DdpExchange>(plan_, *shaped_.front(), UplinkCodec(c_), clock_);
     }
     return 0;
   }

@@ -49,6 +49,7 @@ void VisitFields(Config& c, F&& f) {
   f("diloco", "uplink", c.uplink);
   f("diloco", "downlink", c.downlink);
   f("diloco", "block", c.block);
+  f("diloco", "compression", c.compression);
   f("diloco", "learner_timeout", c.learner_timeout);
   f("learners", "speeds", c.speeds);
   f("learners", "batches", c.batches);
@@ -175,6 +176,8 @@ Status ValidateRunConfig(const RunConfig& c) {
     if (*e != "fp32" && *e != "bf16" && *e != "int8" && *e != "int4" && *e != "int2")
       return bad("encoding must be fp32, bf16, int8, int4 or int2 (got '" + *e + "')");
   if (c.block < 8 || c.block > 65536 || c.block % 2) return bad("block must be even and in [8, 65536]");
+  if (c.compression != "deflate" && c.compression != "none")
+    return bad("compression must be deflate or none (got '" + c.compression + "')");
   if (!(c.learner_timeout > 0)) return bad("learner_timeout must be > 0");
   if (!c.speeds.empty() && static_cast<int>(c.speeds.size()) != c.learners)
     return bad("speeds has " + std::to_string(c.speeds.size()) + " entries for " + std::to_string(c.learners) + " learners");
@@ -223,9 +226,22 @@ RunConfig Normalized(RunConfig c) {
     c.tau = 0;
     c.uplink = "bf16";      // bf16 gradients up, bf16 parameter deltas down
     c.downlink = "bf16";
+    c.compression = "none"; // raw, as a data-parallel job's all-reduce moves them (the baseline)
   }
   return c;
 }
+
+namespace {
+diloco::CodecOptions CodecOf(const RunConfig& c, const std::string& encoding) {
+  auto e = diloco::ParseEncoding(encoding);
+  auto z = diloco::ParseCompression(c.compression);
+  ATOLL_CHECK_MSG(e.ok() && z.ok(), "codec of an unvalidated run config");
+  return {*e, c.block, *z};
+}
+}  // namespace
+
+diloco::CodecOptions UplinkCodec(const RunConfig& c) { return CodecOf(c, c.uplink); }
+diloco::CodecOptions DownlinkCodec(const RunConfig& c) { return CodecOf(c, c.downlink); }
 
 nlohmann::json ToJson(const RunConfig& c) {
   nlohmann::json j = nlohmann::json::object();

@@ -84,9 +84,7 @@ void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::Frag
   ao.learner_id = me.id;
   ao.host = "simulated";
   ao.schedule = diloco::Schedule::Of(c.mode, c.H, c.fragments, c.tau);
-  auto up = diloco::ParseEncoding(c.uplink);
-  if (!up.ok()) return void(me.status = up.status());
-  ao.uplink = {*up, c.block};
+  ao.uplink = UplinkCodec(c);
   ao.alpha = c.alpha;
   ao.keep_progress = c.keep_progress;
   learner::LearnerAgent agent(ao, plan, params, api, clock);

@@ -54,10 +54,11 @@ StatusOr<syncer::SyncerOptions> MakeSyncerOptions(const RunConfig& c) {
                  : c.outer_step == "running" ? syncer::OuterStepRule::kRunning
                                              : syncer::OuterStepRule::kSweep;
   o.outer_gradient = c.outer_gradient == "base" ? syncer::OuterGradientRule::kBase : syncer::OuterGradientRule::kCurrent;
-  ATOLL_ASSIGN_OR_RETURN(auto up, diloco::ParseEncoding(c.uplink));
-  ATOLL_ASSIGN_OR_RETURN(auto down, diloco::ParseEncoding(c.downlink));
-  o.uplink = {up, c.block};
-  o.downlink = {down, c.block};
+  ATOLL_RETURN_IF_ERROR(diloco::ParseEncoding(c.uplink).status());
+  ATOLL_RETURN_IF_ERROR(diloco::ParseEncoding(c.downlink).status());
+  ATOLL_RETURN_IF_ERROR(diloco::ParseCompression(c.compression).status());
+  o.uplink = UplinkCodec(c);
+  o.downlink = DownlinkCodec(c);
   o.learner_timeout_s = c.learner_timeout;
   o.max_learners = c.max_learners;
   o.quarantine_factor = c.quarantine_factor;

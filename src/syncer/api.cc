@@ -57,12 +57,12 @@ Status ApplyPulled(const PullPayload& r, int64_t have_version, size_t numel, std
     Status st = exchange::ApplyDelta(r.codec, r.bytes, next);
     if (!st.ok()) return DataLossError("pull: malformed delta: " + st.message());
   } else {
-    if (r.bytes.size() != numel * sizeof(float)) {
-      return DataLossError("pull: full fragment has " + std::to_string(r.bytes.size()) + " bytes, expected " +
-                           std::to_string(numel * sizeof(float)));
+    if (r.codec.encoding != diloco::Encoding::kFp32) {
+      return DataLossError(std::string("pull: a full fragment must be fp32, got ") + diloco::EncodingName(r.codec.encoding));
     }
     next.resize(numel);
-    std::memcpy(next.data(), r.bytes.data(), r.bytes.size());
+    Status st = diloco::Decode(r.codec, r.bytes, next);
+    if (!st.ok()) return DataLossError("pull: malformed full fragment: " + st.message());
   }
   if (exchange::ValuesChecksum(next) != r.value_checksum) {
     return DataLossError("fragment " + std::to_string(r.fragment) + " version " + std::to_string(r.version) +

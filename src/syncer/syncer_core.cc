@@ -71,6 +71,10 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
     }
     f.theta = std::move(initial[p]);
     f.momentum.assign(f.theta.size(), 0.0f);
+    if (core.rule_->SkipsMatchingJoinFetch() && core.owns(p)) {
+      f.initial = f.theta;
+      f.initial_checksum = exchange::ValuesChecksum(f.initial);
+    }
   }
   return core;
 }
@@ -150,7 +154,9 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   reply.uplink = options_.uplink;
   reply.downlink = options_.downlink;
   reply.incarnation = options_.incarnation;
-  reply.fragment_matched = MatchCopies(id, r.fragment_checksums);
+  CopyMatch match = MatchCopies(id, r.fragment_checksums);
+  reply.fragment_matched = std::move(match.matched);
+  reply.fragment_initial = std::move(match.initial);
   reply.merged_versions = l.merged_versions;
   reply.merged_versions.resize(fragments_.size(), -1);
   reply.shard = options_.shard;
@@ -177,9 +183,9 @@ Status SyncerCore::CheckOwned(int fragment, const char* what) const {
                                              options_.shard.count, options_.shard.ToString()));
 }
 
-std::vector<bool> SyncerCore::MatchCopies(int learner_id, const std::vector<uint64_t>& checksums) {
-  std::vector<bool> matched(fragments_.size(), false);
-  if (checksums.size() != fragments_.size() || !rule_->SkipsMatchingJoinFetch()) return matched;
+SyncerCore::CopyMatch SyncerCore::MatchCopies(int learner_id, const std::vector<uint64_t>& checksums) {
+  CopyMatch out{std::vector<bool>(fragments_.size(), false), std::vector<bool>(fragments_.size(), false)};
+  if (checksums.size() != fragments_.size() || !rule_->SkipsMatchingJoinFetch()) return out;
   for (size_t p = 0; p < fragments_.size(); ++p) {
     if (!owns(static_cast<int>(p))) continue;  // another shard's: it records that copy
     const std::pair<int, int> key{learner_id, static_cast<int>(p)};
@@ -189,16 +195,19 @@ std::vector<bool> SyncerCore::MatchCopies(int learner_id, const std::vector<uint
       continue;
     }
     const FragmentState& f = fragments_[p];
-    if (checksums[p] != exchange::ValuesChecksum(f.theta)) continue;
+    const bool current = checksums[p] == exchange::ValuesChecksum(f.theta);
+    const bool initial = !current && !f.initial.empty() && checksums[p] == f.initial_checksum;
+    if (!current && !initial) continue;
     LearnerCopy& copy = copies_[key];
-    copy.values = f.theta;
-    copy.version = f.version;
+    copy.values = current ? f.theta : f.initial;
+    copy.version = current ? f.version : 0;
     copy.prev_values.clear();
     copy.prev_version = -1;
+    copy.from_initial = initial;
     dirty_copies_.insert(key);
-    matched[p] = true;
+    (current ? out.matched : out.initial)[p] = true;
   }
-  return matched;
+  return out;
 }
 
 Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, TimePoint now) {
@@ -285,17 +294,21 @@ Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes
     return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
   }
   const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
-  if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size) {
-    return InvalidArgumentError(fmt::format("encoding {}/{} but the run uses {}/{}", diloco::EncodingName(h.encoding),
-                                            h.block_size, diloco::EncodingName(options_.uplink.encoding),
-                                            options_.uplink.block_size));
+  if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size ||
+      h.compression != options_.uplink.compression) {
+    return InvalidArgumentError(fmt::format("encoding {}/{}/{} but the run uses {}/{}/{}", diloco::EncodingName(h.encoding),
+                                            h.block_size, diloco::CompressionName(h.compression),
+                                            diloco::EncodingName(options_.uplink.encoding), options_.uplink.block_size,
+                                            diloco::CompressionName(options_.uplink.compression)));
   }
   if (h.num_values != static_cast<int64_t>(f.theta.size())) {
     return InvalidArgumentError(fmt::format("num_values {} ≠ fragment size {}", h.num_values, f.theta.size()));
   }
-  const size_t expected = diloco::EncodedSize(options_.uplink, f.theta.size());
-  if (payload_bytes != expected) {
-    return InvalidArgumentError(fmt::format("payload has {} bytes, expected {}", payload_bytes, expected));
+  const size_t expected = diloco::MaxPayloadSize(options_.uplink, f.theta.size());
+  if (diloco::ExactPayloadSize(options_.uplink) ? payload_bytes != expected
+                                                : payload_bytes == 0 || payload_bytes > expected) {
+    return InvalidArgumentError(fmt::format("payload has {} bytes, expected {}{}", payload_bytes,
+                                            diloco::ExactPayloadSize(options_.uplink) ? "" : "1 to ", expected));
   }
   if (h.c_tokens < 0 || h.c_steps < 0 || (h.c_steps == 0 && h.c_tokens > 0)) {
     return InvalidArgumentError(fmt::format("bad counters c_tokens={} c_steps={}", h.c_tokens, h.c_steps));
@@ -319,12 +332,14 @@ StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoin
   ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
   const size_t n = fragments_[static_cast<size_t>(h.fragment)].theta.size();
   if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size ||
-      h.num_values != static_cast<int64_t>(n)) {
-    return InvalidArgumentError(fmt::format("encoding {}/{} with {} values, but the run uses {}/{} and the fragment has {}",
-                                            diloco::EncodingName(h.encoding), h.block_size, h.num_values,
-                                            diloco::EncodingName(options_.uplink.encoding), options_.uplink.block_size, n));
+      h.compression != options_.uplink.compression || h.num_values != static_cast<int64_t>(n)) {
+    return InvalidArgumentError(fmt::format("encoding {}/{}/{} with {} values, but the run uses {}/{}/{} and the fragment has {}",
+                                            diloco::EncodingName(h.encoding), h.block_size,
+                                            diloco::CompressionName(h.compression), h.num_values,
+                                            diloco::EncodingName(options_.uplink.encoding), options_.uplink.block_size,
+                                            diloco::CompressionName(options_.uplink.compression), n));
   }
-  return diloco::EncodedSize(options_.uplink, n);
+  return diloco::MaxPayloadSize(options_.uplink, n);
 }
 
 StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHeaderData& h,
@@ -603,30 +618,39 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
       return out;
     }
     std::vector<float> advanced = copy.values;
-    Status st = exchange::EncodeDeltaAndAdvance(options_.downlink, f.theta, advanced, out.bytes);
+    const diloco::CodecOptions codec = copy.from_initial ? CatchUpCodec() : options_.downlink;
+    Status st = exchange::EncodeDeltaAndAdvance(codec, f.theta, advanced, out.bytes);
     if (!st.ok()) return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + st.message());
     copy.prev_values = std::exchange(copy.values, std::move(advanced));
     copy.prev_version = copy.version;
     copy.version = f.version;
+    copy.from_initial = false;
     dirty_copies_.insert({learner_id, fragment});
     out.is_delta = true;
     out.base_version = have_version;
-    out.codec = options_.downlink;
+    out.codec = codec;
     out.value_checksum = exchange::ValuesChecksum(copy.values);
     return out;
   }
-  // Full copy: exact fp32 of Θ_p.
+  // Full copy: exact fp32 of Θ_p (with the run's lossless stage).
   if (!exchange::AllFinite(f.theta)) return InternalError("pull: fragment " + std::to_string(fragment) + " is not finite");
+  out.codec = {diloco::Encoding::kFp32, options_.downlink.block_size, options_.downlink.compression};
+  if (Status st = diloco::Encode(out.codec, f.theta, out.bytes); !st.ok()) {
+    return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + st.message());
+  }
   copy.prev_values.clear();
   copy.prev_version = -1;
   copy.values = f.theta;
   copy.version = f.version;
   dirty_copies_.insert({learner_id, fragment});
-  out.codec = {diloco::Encoding::kFp32, options_.downlink.block_size};
-  const auto* data = reinterpret_cast<const std::byte*>(copy.values.data());
-  out.bytes.assign(data, data + copy.values.size() * sizeof(float));
   out.value_checksum = exchange::ValuesChecksum(copy.values);
   return out;
+}
+
+diloco::CodecOptions SyncerCore::CatchUpCodec() const {
+  diloco::CodecOptions c = options_.downlink;
+  if (c.encoding == diloco::Encoding::kInt4 || c.encoding == diloco::Encoding::kInt2) c.encoding = diloco::Encoding::kInt8;
+  return c;
 }
 
 SyncerCore::FragmentSnapshot SyncerCore::SnapshotFragment(int fragment) const {

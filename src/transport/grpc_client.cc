@@ -207,7 +207,12 @@ StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragmen
         bad = enc.status();
         break;
       }
-      out.codec = {*enc, h.block_size()};
+      auto comp = ParseWireCompression(h.compression());
+      if (!comp.ok()) {
+        bad = comp.status();
+        break;
+      }
+      out.codec = {*enc, h.block_size(), *comp};
       total = h.payload_bytes();
       checksum = h.payload_checksum();
       if (total < 0 || total > kMaxPayloadBytes) {

@@ -17,6 +17,11 @@ Status FromGrpc(const grpc::Status& st, const std::string& what) {
                 what + ": " + st.error_message());
 }
 
+StatusOr<diloco::Compression> ParseWireCompression(const std::string& s) {
+  if (s.empty()) return diloco::Compression::kNone;  // a peer from before compression existed
+  return diloco::ParseCompression(s);
+}
+
 StatusOr<std::pair<syncer::PushHeaderData, uint64_t>> ParsePushHeader(const atl::v1::PushHeader& h) {
   syncer::PushHeaderData d;
   d.learner_id = h.learner_id();
@@ -30,6 +35,9 @@ StatusOr<std::pair<syncer::PushHeaderData, uint64_t>> ParsePushHeader(const atl:
   auto enc = diloco::ParseEncoding(h.encoding());
   if (!enc.ok()) return enc.status().WithContext("push header");
   d.encoding = *enc;
+  auto comp = ParseWireCompression(h.compression());
+  if (!comp.ok()) return comp.status().WithContext("push header");
+  d.compression = *comp;
   if (h.num_values() < 0 || h.payload_bytes() < 0 || h.payload_bytes() > kMaxPayloadBytes) {
     return InvalidArgumentError("push header: sizes out of range (num_values " +
                                 std::to_string(h.num_values()) + ", payload_bytes " +
@@ -51,6 +59,7 @@ void FillPushHeader(const syncer::PushHeaderData& h, int64_t payload_bytes, uint
   out->set_c_steps(h.c_steps);
   out->set_encoding(diloco::EncodingName(h.encoding));
   out->set_block_size(h.block_size);
+  out->set_compression(diloco::CompressionName(h.compression));
   out->set_num_values(h.num_values);
   out->set_payload_bytes(payload_bytes);
   out->set_payload_checksum(checksum);
@@ -86,6 +95,7 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
   h->set_base_version(p.base_version);
   h->set_encoding(diloco::EncodingName(p.codec.encoding));
   h->set_block_size(p.codec.block_size);
+  h->set_compression(diloco::CompressionName(p.codec.compression));
   h->set_num_values(0);
   h->set_payload_bytes(static_cast<int64_t>(p.bytes.size()));
   h->set_payload_checksum(Checksum64(p.bytes));
@@ -117,9 +127,11 @@ void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   out->set_uplink_encoding(diloco::EncodingName(r.uplink.encoding));
   out->set_downlink_encoding(diloco::EncodingName(r.downlink.encoding));
   out->set_block_size(r.uplink.block_size);
+  out->set_compression(diloco::CompressionName(r.uplink.compression));
   out->set_mode(diloco::ModeName(r.mode));
   out->set_incarnation(r.incarnation);
   for (bool m : r.fragment_matched) out->add_fragment_matched(m);
+  for (bool m : r.fragment_initial) out->add_fragment_initial(m);
   for (int64_t v : r.merged_versions) out->add_merged_versions(v);
   if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
     out->set_shard_index(r.shard.index);
@@ -139,14 +151,17 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   d.mode = *mode;
   d.incarnation = r.incarnation();
   d.fragment_matched.assign(r.fragment_matched().begin(), r.fragment_matched().end());
+  d.fragment_initial.assign(r.fragment_initial().begin(), r.fragment_initial().end());
   d.merged_versions.assign(r.merged_versions().begin(), r.merged_versions().end());
   // 0: an older syncer that does not say: unsharded.
   d.shard = r.shard_count() == 0 ? syncer::ShardSpec{} : syncer::ShardSpec{r.shard_index(), r.shard_count()};
   auto up = diloco::ParseEncoding(r.uplink_encoding());
   auto down = diloco::ParseEncoding(r.downlink_encoding());
   if (!up.ok() || !down.ok()) return InvalidArgumentError("join reply: unknown encoding");
-  d.uplink = {*up, r.block_size()};
-  d.downlink = {*down, r.block_size()};
+  auto comp = ParseWireCompression(r.compression());
+  if (!comp.ok()) return comp.status().WithContext("join reply");
+  d.uplink = {*up, r.block_size(), *comp};
+  d.downlink = {*down, r.block_size(), *comp};
   return d;
 }
 

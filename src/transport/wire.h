@@ -19,6 +19,9 @@ grpc::Status ToGrpc(const Status& st);
 Status FromGrpc(const grpc::Status& st, const std::string& what);
 
 // Validates a push header; returns the decoded header and the payload checksum.
+// A compression field of a header or join reply: "" (a peer from before compression: none),
+// "none" or "deflate"; InvalidArgument otherwise.
+StatusOr<diloco::Compression> ParseWireCompression(const std::string& s);
 StatusOr<std::pair<syncer::PushHeaderData, uint64_t>> ParsePushHeader(const atl::v1::PushHeader& h);
 void FillPushHeader(const syncer::PushHeaderData& h, int64_t payload_bytes, uint64_t checksum,
                     atl::v1::PushHeader* out);

@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include <zlib.h>
+
 #include "atoll/core/rng.h"
 
 namespace atl::diloco {
@@ -321,6 +323,121 @@ TEST(CodecTest, DecodeRefusesCorruption) {
     h[7] = std::byte{0x7F};
     EXPECT_EQ(DecodeWire(Encoding::kBf16, h).code(), StatusCode::kDataLoss);
   }
+}
+
+// ---- The lossless deflate stage ----
+
+constexpr Compression kZ = Compression::kDeflate;
+
+// Raw DEFLATE of arbitrary bytes (what a hostile peer can send), level 9 with back-references.
+Bytes RawDeflate(const Bytes& in) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  Bytes out(deflateBound(&z, static_cast<uLong>(in.size())));
+  z.next_in = const_cast<Bytef*>(reinterpret_cast<const Bytef*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(out.size() - z.avail_out);
+  deflateEnd(&z);
+  return out;
+}
+
+std::vector<float> Gaussian(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> x(n);
+  for (float& v : x) v = static_cast<float>(rng.Normal());
+  return x;
+}
+
+TEST(CodecCompressionTest, Names) {
+  for (Compression c : {Compression::kNone, kZ}) {
+    auto parsed = ParseCompression(CompressionName(c));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, c);
+  }
+  EXPECT_EQ(ParseCompression("gzip").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseCompression("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateCodecOptions({Encoding::kInt4, 128, static_cast<Compression>(7)}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ExactPayloadSize({Encoding::kInt4, 128}));
+  EXPECT_FALSE(ExactPayloadSize({Encoding::kInt4, 128, kZ}));
+}
+
+TEST(CodecCompressionTest, DecodesToTheSameBitsAsWithoutIt) {
+  const std::vector<float> x = Gaussian(5000, 7);  // 5000: a partial last block for every block size
+  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
+    const CodecOptions raw{e, 256}, z{e, 256, kZ};
+    Bytes wire;
+    ASSERT_TRUE(Encode(z, x, wire).ok()) << EncodingName(e);
+    EXPECT_GE(wire.size(), 1u);
+    EXPECT_LE(wire.size(), MaxPayloadSize(z, x.size())) << EncodingName(e);
+    EXPECT_EQ(MaxPayloadSize(raw, x.size()), EncodedSize(raw, x.size()));
+    EXPECT_GT(MaxPayloadSize(z, x.size()), EncodedSize(z, x.size()));
+    std::vector<float> a(x.size()), b(x.size());
+    ASSERT_TRUE(Decode(z, wire, a).ok()) << EncodingName(e);
+    const std::vector<float> expected = RoundTrip(raw, x);
+    ASSERT_EQ(std::memcmp(a.data(), expected.data(), a.size() * sizeof(float)), 0) << EncodingName(e);
+  }
+}
+
+TEST(CodecCompressionTest, QuantisedCodesShrink) {
+  // int4 codes of Gaussian values use 15 levels far from uniformly (entropy ≈ 3.3 bits of 4);
+  // heavier tails (what outer gradients have) concentrate them further.
+  const std::vector<float> g = Gaussian(1 << 16, 3);
+  std::vector<float> heavy(g.size());
+  for (size_t i = 0; i < g.size(); ++i) heavy[i] = g[i] * g[i] * g[i];
+  for (const auto& [x, at_most] : std::vector<std::pair<const std::vector<float>*, double>>{{&g, 0.90}, {&heavy, 0.75}}) {
+    Bytes wire;
+    ASSERT_TRUE(Encode({Encoding::kInt4, 256, kZ}, *x, wire).ok());
+    const double ratio = static_cast<double>(wire.size()) / static_cast<double>(EncodedSize({Encoding::kInt4, 256}, x->size()));
+    EXPECT_LT(ratio, at_most);
+    EXPECT_GT(ratio, 0.3);  // and not by magic: the codes carry information
+  }
+}
+
+TEST(CodecCompressionTest, DecodeRefusesBadStreams) {
+  const CodecOptions z{Encoding::kInt4, 8, kZ};
+  std::vector<float> x(20), y(20), y21(21), y19(19);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) - 9.5f;
+  Bytes good;
+  ASSERT_TRUE(Encode(z, x, good).ok());
+  ASSERT_TRUE(Decode(z, good, y).ok());
+  auto expect_loss = [&](const Bytes& b, std::span<float> out, const char* what) {
+    const Status st = Decode(z, b, out);
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << what << ": " << st;
+  };
+  expect_loss({}, y, "empty");
+  expect_loss(Bytes(good.begin(), good.end() - 1), y, "truncated stream");
+  Bytes trailing = good;
+  trailing.push_back(std::byte{0});
+  expect_loss(trailing, y, "bytes after the stream");
+  expect_loss(good, y21, "inflates to fewer bytes than 21 values need");
+  expect_loss(good, y19, "inflates to more bytes than 19 values need");
+  Bytes garbage(40);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<std::byte>(0xA5 ^ (i * 37));
+  expect_loss(garbage, y, "not a deflate stream");
+  // (A flipped bit inside a Huffman stream can decode to other valid codes: raw deflate has no
+  // checksum of its own. The payload checksum of every push and pull catches that.)
+  expect_loss(Bytes(MaxPayloadSize(z, 20) + 1, std::byte{0}), y, "larger than any stream of 20 values");
+  // A valid stream whose inflated bytes are corrupt codes (int4 nibble 0): the quantiser's check.
+  Bytes raw;
+  ASSERT_TRUE(Encode({Encoding::kInt4, 8}, x, raw).ok());
+  raw[6] = static_cast<std::byte>(static_cast<uint8_t>(raw[6]) & 0xF0);
+  expect_loss(RawDeflate(raw), y, "corrupt codes inside a valid stream");
+}
+
+TEST(CodecCompressionTest, ABombInflatesNoFurtherThanTheExpectedSize) {
+  // 16 MiB of zeros in about 16 KiB, announced for 32768 int4 values (32 KiB raw, so the
+  // stream passes the size check): inflating stops at those 32 KiB.
+  const Bytes bomb = RawDeflate(Bytes(16u << 20, std::byte{0}));
+  std::vector<float> y(32768);
+  const CodecOptions z{Encoding::kInt4, 8, kZ};
+  ASSERT_LE(bomb.size(), MaxPayloadSize(z, y.size()));
+  const Status st = Decode(z, bomb, y);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("more than"), std::string::npos) << st;
 }
 
 }  // namespace

@@ -126,6 +126,46 @@ TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
   }
 }
 
+// A learner process that starts late — or restarts — from the run's initial values catches up
+// with deltas from those values (no full fp32 fetch), then trains and contributes like the others.
+TEST(LearnerAgent, ALateLearnerCatchesUpWithDeltasFromTheInitialValues) {
+  const int H = 4, P = 4;
+  auto plan = testing::ToyPlan(P);
+  auto core = ToyCore(plan, H, 0.0f);  // the toys start at 0 too: the same initial values
+  SimClock clock;
+  syncer::SyncerLoop loop(std::move(core), clock, nullptr);
+  testing::ToyLearner early(200), late(201);
+  learner::AgentCounters late_counters;
+  std::vector<std::thread> threads;
+  {
+    ClockThread setup(clock);
+    threads.push_back(StartThread(clock, [&] {
+      learner::LearnerAgent agent(AgentOpts(0, H, P), plan, early.Views(), loop, clock);
+      ASSERT_TRUE(agent.Start().ok());
+      testing::TrainToy(early, agent, 80, 3, clock);
+      agent.WaitForAllFragments(80, 2.0);
+      agent.Stop();
+    }));
+    threads.push_back(StartThread(clock, [&] {
+      clock.SleepFor(std::chrono::milliseconds(150));  // 50 of the early learner's steps
+      learner::LearnerAgent agent(AgentOpts(1, H, P), plan, late.Views(), loop, clock);
+      ASSERT_TRUE(agent.Start().ok());
+      testing::TrainToy(late, agent, 20, 3, clock);
+      agent.WaitForAllFragments(20, 2.0);
+      late_counters = agent.counters();
+      agent.Stop();
+    }));
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(late_counters.pulls_full, 0);
+  EXPECT_GE(late_counters.catchup_fragments, P);  // every fragment had moved since the start
+  EXPECT_GE(late_counters.pulls_delta, P);
+  EXPECT_EQ(late_counters.checksum_mismatches, 0);
+  EXPECT_GT(late_counters.pushes, 3);
+  auto table = loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.learners(); });
+  EXPECT_GT(table.at(1).rounds_joined, 0);
+}
+
 // A syncer sharded two ways (docs/decisions/011): two SyncerLoops, shard 0/2 and 1/2, and two
 // learners, each an AgentGroup with one agent per shard. Every fragment advances at its owner
 // only, every learner contributes to both shards, and the global model learns.

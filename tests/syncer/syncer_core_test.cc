@@ -258,6 +258,58 @@ TEST(SyncerCore, JoinWithMatchingChecksumsSkipsTheFetch) {
   EXPECT_EQ(reply1->fragment_matched, (std::vector<bool>{false, false}));
 }
 
+// A learner process that restarts from the run's seed holds the initial values, not the current
+// Θ_p: the syncer keeps a copy of those at version 0 for it, and its catch-up is an int8 delta
+// from them (int4 downlink) — the same bits on both sides — instead of the full fp32 values.
+TEST(SyncerCore, ACatchUpFromTheInitialValuesIsADelta) {
+  auto f = Small();
+  auto o = Fp32Options();
+  o.downlink = {Encoding::kInt4, 8, diloco::Compression::kDeflate};
+  auto core = SyncerCore::Create(o, f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  JoinAndPull(*core, f.plan, 0, clock.Now());
+  for (int round = 0; round < 3; ++round) {  // Θ_0 moves away from the initial values
+    std::vector<float> d = {0.5f, -0.25f, 0.125f, 1.0f};
+    ASSERT_TRUE(core->Push(Header(0, 0, round, 10, 1), Fp32Payload(d), clock.Now()).ok());
+    ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
+    ASSERT_TRUE(core->Pull(0, 0, round).ok());
+  }
+  ASSERT_EQ(core->versions()[0], 3);
+  JoinRequestData r = Req(f.plan, 1);
+  r.fragment_checksums = {exchange::ValuesChecksum(f.initial[0]), exchange::ValuesChecksum(f.initial[1])};
+  auto reply = core->Join(r, clock.Now());
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->fragment_matched, (std::vector<bool>{false, true}));  // fragment 1 never moved
+  EXPECT_EQ(reply->fragment_initial, (std::vector<bool>{true, false}));
+  auto pull = core->Pull(1, 0, 0);
+  ASSERT_TRUE(pull.ok()) << pull.status();
+  EXPECT_TRUE(pull->is_delta);
+  EXPECT_EQ(pull->base_version, 0);
+  EXPECT_EQ(pull->version, 3);
+  EXPECT_EQ(pull->codec.encoding, Encoding::kInt8);
+  EXPECT_EQ(pull->codec.compression, diloco::Compression::kDeflate);
+  std::vector<float> copy = f.initial[0];
+  ASSERT_TRUE(ApplyPulled(*pull, 0, 4, copy).ok());  // checks the value checksum: the same bits
+  for (size_t i = 0; i < copy.size(); ++i) EXPECT_NEAR(copy[i], core->theta(0)[i], 3.0 / 254 * 1.001);  // int8 of a delta of absmax 3
+  // The next pull is an ordinary int4 delta again.
+  std::vector<float> d(4, 0.1f);
+  ASSERT_TRUE(core->Push(Header(1, 0, 3, 10, 1), Fp32Payload(d), clock.Now()).ok());
+  ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
+  auto next = core->Pull(1, 0, 3);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->codec.encoding, Encoding::kInt4);
+  // Checksums of neither the initial nor the current values: nothing held, a full pull.
+  JoinRequestData other = Req(f.plan, 2);
+  other.fragment_checksums = {7, 7};
+  auto reply2 = core->Join(other, clock.Now());
+  ASSERT_TRUE(reply2.ok());
+  EXPECT_EQ(reply2->fragment_initial, (std::vector<bool>{false, false}));
+  auto full = core->Pull(2, 0, -1);
+  ASSERT_TRUE(full.ok());
+  EXPECT_FALSE(full->is_delta);
+}
+
 TEST(SyncerCore, QuorumAndGraceFollowTheManualClock) {
   auto f = Small();
   auto o = Fp32Options();

@@ -28,6 +28,7 @@ TEST(Wire, PushHeaderRoundTrips) {
   h.block_size = 128;
   h.num_values = 1000;
   h.local_step = 99;
+  h.compression = diloco::Compression::kDeflate;
   atl::v1::PushHeader msg;
   FillPushHeader(h, 532, 0xabcdef, &msg);
   auto parsed = ParsePushHeader(msg);
@@ -43,6 +44,12 @@ TEST(Wire, PushHeaderRoundTrips) {
   EXPECT_EQ(d.block_size, 128);
   EXPECT_EQ(d.num_values, 1000);
   EXPECT_EQ(d.local_step, 99);
+  EXPECT_EQ(d.compression, diloco::Compression::kDeflate);
+  // A learner from before compression existed leaves the field empty: none.
+  msg.clear_compression();
+  auto old = ParsePushHeader(msg);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->first.compression, diloco::Compression::kNone);
 }
 
 TEST(Wire, BadPushHeadersAreInvalidArgument) {
@@ -65,6 +72,9 @@ TEST(Wire, BadPushHeadersAreInvalidArgument) {
   EXPECT_EQ(ParsePushHeader(bad).status().code(), StatusCode::kInvalidArgument);
   bad = good;
   bad.set_block_size(0);
+  EXPECT_EQ(ParsePushHeader(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = good;
+  bad.set_compression("zstd");
   EXPECT_EQ(ParsePushHeader(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -101,7 +111,9 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   r.downlink = {diloco::Encoding::kInt8, 256};
   r.incarnation = 77;
   r.fragment_matched = {true, false};
+  r.fragment_initial = {false, true};
   r.merged_versions = {3, -1};
+  r.uplink.compression = r.downlink.compression = diloco::Compression::kDeflate;
   atl::v1::JoinReply msg;
   FillJoinReply(r, &msg);
   auto d = ParseJoinReply(msg);
@@ -117,7 +129,10 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   EXPECT_EQ(d->downlink.block_size, 256);
   EXPECT_EQ(d->incarnation, 77u);
   EXPECT_EQ(d->fragment_matched, r.fragment_matched);
+  EXPECT_EQ(d->fragment_initial, r.fragment_initial);
   EXPECT_EQ(d->merged_versions, r.merged_versions);
+  EXPECT_EQ(d->uplink.compression, diloco::Compression::kDeflate);
+  EXPECT_EQ(d->downlink.compression, diloco::Compression::kDeflate);
 
   auto bad = msg;
   bad.set_mode("federated");
@@ -125,6 +140,14 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   bad = msg;
   bad.set_downlink_encoding("int1");
   EXPECT_EQ(ParseJoinReply(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = msg;
+  bad.set_compression("lz4");
+  EXPECT_EQ(ParseJoinReply(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = msg;  // a syncer from before compression existed: none
+  bad.clear_compression();
+  auto old = ParseJoinReply(bad);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->uplink.compression, diloco::Compression::kNone);
 }
 
 TEST(Wire, StatusCodesMapBothWays) {

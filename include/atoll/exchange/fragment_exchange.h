@@ -7,7 +7,8 @@
 // d = Θ_p − Φ_p (int4/int8/bf16/fp32) against that learner's copy, decodes it to d̂ and sets
 // Φ_p ← Φ_p + d̂ (fp32 adds in one fixed order). The learner applies the same d̂ the same way and
 // so holds the same bits. The quantisation error Θ_p − Φ_p is never lost: it is part of the next
-// delta. A learner whose copy the syncer does not know gets Θ_p in full fp32 (catch-up).
+// delta. A learner that starts from the run's initial values catches up with a delta from them;
+// one whose copy the syncer does not know gets Θ_p in full fp32.
 //
 // Uplink. A learner's outer gradient for fragment p is Δ_m = Φ_p^{base} − θ_{m,p} (against the
 // public copy it last received), encoded; the syncer reconstructs θ_{m,p} = Φ_p^{base} − Δ̂_m and

@@ -15,6 +15,7 @@
 
 #include "atoll/chaos/schedule.h"
 #include "atoll/core/status.h"
+#include "atoll/diloco/codec.h"
 #include "atoll/diloco/mode.h"
 
 namespace atl::runtime {
@@ -62,6 +63,7 @@ struct RunConfig {
   std::string uplink = "int4";
   std::string downlink = "int4";
   int block = 256;                 // int4/int8 block: 4 bytes of scale per 256 values
+  std::string compression = "deflate";  // lossless stage on both links: deflate | none (decisions/013)
   double learner_timeout = 10.0;   // seconds without a heartbeat → not live
   // [learners]
   std::vector<double> speeds;      // per learner, (0, 1]; empty = all 1.0
@@ -98,8 +100,14 @@ struct RunConfig {
 Status ValidateRunConfig(const RunConfig& config);
 
 // The settings a mode implies, applied over the user's: diloco and ddp wait for all learners
-// (K = M, no grace); ddp moves the whole bf16 gradient every step (P = H = 1, τ = 0).
+// (K = M, no grace); ddp moves the whole bf16 gradient every step (P = H = 1, τ = 0), without
+// compression.
 RunConfig Normalized(RunConfig config);
+
+// The wire codec of the uplink (outer gradients) or downlink (global fragments) of a valid
+// config: its encoding, block size and compression.
+diloco::CodecOptions UplinkCodec(const RunConfig& config);
+diloco::CodecOptions DownlinkCodec(const RunConfig& config);
 
 nlohmann::json ToJson(const RunConfig& config);
 // Unknown keys are an error (a typo must not silently fall back to a default).

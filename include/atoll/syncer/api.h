@@ -70,6 +70,10 @@ struct JoinReplyData {
   diloco::CodecOptions uplink, downlink;
   uint64_t incarnation = 0;
   std::vector<bool> fragment_matched;  // the learner already holds Θ_p at versions[p]
+  // The learner holds Θ_p as the run started (version 0; it was not matched): its catch-up pulls
+  // a delta from those values (have_version 0) instead of the full fp32 values. Empty from a
+  // syncer that does not say.
+  std::vector<bool> fragment_initial;
   // Per fragment, the newest version that merged a push of this learner (-1: none); empty from a
   // syncer that does not say.
   std::vector<int64_t> merged_versions;
@@ -91,6 +95,7 @@ struct PushHeaderData {
   int block_size = 0;
   int64_t num_values = 0;
   int64_t local_step = 0;
+  diloco::Compression compression = diloco::Compression::kNone;  // the payload's lossless stage
 };
 
 struct PushResult {

@@ -11,8 +11,10 @@
 // quantisation error is carried into the next delta (error feedback). However many versions a
 // learner missed, a pull costs one encoded fragment. The copy before the last pull is kept, so a
 // reply lost in transit (the learner still holds the older copy) is recovered by rolling back.
-// Anything else (a learner that holds nothing, or a copy the syncer does not recognise) gets Θ_p
-// in full fp32.
+// A learner process that starts from the run's seed holds Θ_p as the run started: its join
+// checksums say so, the syncer records a copy of those values at version 0, and its catch-up is
+// one delta from them (at least int8; docs/decisions/013). Anything else (a learner that holds
+// nothing, or a copy the syncer does not recognise) gets Θ_p in full fp32.
 //
 // Late contributions: a push carries the version of the copy it was computed against, not a round
 // number. Whatever round of that fragment is open when it arrives is the one it joins, and its
@@ -203,8 +205,9 @@ class SyncerCore {
   // not_modified: intermediate versions are not worth a download.
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
 
-  // The exact payload size a push with this header must carry, checked before the transport
-  // reserves any memory for it: NotFound for a learner that has not joined, PermissionDenied
+  // The payload size a push with this header must carry — exactly this many bytes without
+  // compression, 1 to this many with deflate (diloco::MaxPayloadSize) — checked before the
+  // transport reserves any memory for it: NotFound for a learner that has not joined, PermissionDenied
   // while it is disconnected, InvalidArgument for a bad fragment, codec or value count.
   StatusOr<size_t> ExpectedPushBytes(const PushHeaderData& header, TimePoint now) const;
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
@@ -266,6 +269,11 @@ class SyncerCore {
   };
   struct FragmentState {
     std::vector<float> theta, momentum;
+    // Θ_p as the run started (version 0) and its checksum: a learner process that starts from the
+    // same seed holds these values, so its catch-up is a delta from them (Pull) instead of the full
+    // fp32 values. Kept for owned fragments of the fragment modes; empty otherwise.
+    std::vector<float> initial;
+    uint64_t initial_checksum = 0;
     int64_t version = 0;
     int64_t round = 0;
     std::vector<Contribution> pending;
@@ -286,8 +294,16 @@ class SyncerCore {
   Status CheckQuarantine(const FragmentState& f, double size) const;
   PushResult Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now);
   // Join: for every fragment whose checksum equals Θ_p's, record the learner's copy at the current
-  // version (no fetch needed). Wrong-length lists match nothing.
-  std::vector<bool> MatchCopies(int learner_id, const std::vector<uint64_t>& checksums);
+  // version (no fetch needed: `matched`); for one whose checksum equals the initial values', a copy
+  // of those at version 0 (the catch-up is then a delta from them: `initial`). Wrong-length lists
+  // match nothing.
+  struct CopyMatch {
+    std::vector<bool> matched, initial;
+  };
+  CopyMatch MatchCopies(int learner_id, const std::vector<uint64_t>& checksums);
+  // The codec of a delta from a copy of the initial values: the downlink's, at least int8 (such a
+  // delta spans every round since the start; int4's error on it would be several rounds' worth).
+  diloco::CodecOptions CatchUpCodec() const;
   // FailedPrecondition for a fragment another shard owns (a learner routing to the wrong shard).
   Status CheckOwned(int fragment, const char* what) const;
   // FailedPrecondition when a joining learner names another shard or shard count.
@@ -310,6 +326,7 @@ class SyncerCore {
     std::vector<float> values;
     int64_t prev_version = -1;        // the copy before the last pull (a lost reply rolls back)
     std::vector<float> prev_values;
+    bool from_initial = false;        // the initial values matched at a join: next delta at CatchUpCodec
   };
   // The copy of (learner, fragment) at `version`, current or previous; nullptr otherwise.
   const std::vector<float>* CopyAt(int learner_id, int fragment, int64_t version) const;
