@@ -189,6 +189,7 @@ double RunAnchor(const Args& a, const fs::path& script, const std::string& workd
 
 int main(int argc, char** argv) {
   atl::EnsureBlasEnvironmentOrReexec(argc, argv);
+  atl::KeepFreedMemory();  // as the atoll binary does: both loops reuse their pages, not fault in new ones
   Args a = Parse(argc, argv);
   std::printf("bench_train: OPENBLAS_CORETYPE=%s, threads %d\n",
               std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)",

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "lm_head_loss.h"
+
 namespace atl::model {
 namespace {
 
@@ -87,6 +89,10 @@ torch::Tensor Gpt::Rope(const torch::Tensor& x, int64_t t) const {
 }
 
 torch::Tensor Gpt::Forward(const torch::Tensor& idx) const {
+  return torch::linear(Hidden(idx), tok_emb_);  // [B,T,V]
+}
+
+torch::Tensor Gpt::Hidden(const torch::Tensor& idx) const {
   const int64_t B = idx.size(0), T = idx.size(1);
   const int64_t D = config_.d_model, H = config_.n_heads, hd = D / H;
   TORCH_CHECK(T <= config_.seq_len, "sequence of ", T, " tokens exceeds seq_len ",
@@ -115,13 +121,15 @@ torch::Tensor Gpt::Forward(const torch::Tensor& idx) const {
     }
     x = x + torch::linear(m, b.w_out);
   }
-  return torch::linear(RmsNorm(x, final_norm_), tok_emb_);  // [B,T,V]
+  return RmsNorm(x, final_norm_);  // [B,T,D]
 }
 
 torch::Tensor Gpt::Loss(const torch::Tensor& idx, const torch::Tensor& targets) const {
-  auto logits = Forward(idx);
-  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}),
-                                              targets.reshape({-1}));
+  // The tied output head and the cross-entropy fused (lm_head_loss.h): the same loss as
+  // cross_entropy(Forward(idx)) without the [B·T, V] logits in memory.
+  auto h = Hidden(idx);
+  return LmHeadLoss(h.reshape({-1, h.size(-1)}), tok_emb_, targets.reshape({-1}).to(torch::kInt64),
+                    at::autocast::is_cpu_enabled());
 }
 
 }  // namespace atl::model

@@ -51,7 +51,10 @@ class Gpt {
 
   // idx: [B, T] int64 with T ≤ seq_len → logits [B, T, vocab].
   torch::Tensor Forward(const torch::Tensor& idx) const;
-  // Mean token cross-entropy of Forward(idx) against targets [B, T].
+  // The final-normed hidden states [B, T, D] (Forward is these times the tied embeddingᵀ).
+  torch::Tensor Hidden(const torch::Tensor& idx) const;
+  // Mean token cross-entropy of Forward(idx) against targets [B, T], computed without the logits
+  // in memory (LmHeadLoss); under CpuBf16Autocast the head's products are bf16 as in Forward.
   torch::Tensor Loss(const torch::Tensor& idx, const torch::Tensor& targets) const;
 
   const ModelConfig& config() const { return config_; }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "gpt.h"
+#include "lm_head_loss.h"
 
 namespace atl::model {
 namespace {
@@ -34,6 +35,52 @@ TEST(ModelGpt, ShapesAndParameterCount) {
       EXPECT_EQ(p.tensor.dtype(), torch::kFloat32);
     }
   }
+}
+
+// The fused head + loss against the plain path (cross_entropy of the logits): the same loss and
+// gradients, in fp32 and in bf16, over chunks with a partial last one.
+TEST(ModelGpt, FusedHeadLossMatchesCrossEntropyOfTheLogits) {
+  torch::manual_seed(3);
+  const int64_t N = 700, D = 24, V = 300;
+  auto h0 = torch::randn({N, D});
+  auto w0 = torch::randn({V, D}) * 0.3;
+  auto t = torch::randint(0, V, {N}, torch::kInt64);
+  for (bool bf16 : {false, true}) {
+    auto h1 = h0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(true);
+    auto h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+    torch::Tensor plain;
+    {
+      CpuBf16Autocast autocast(bf16);
+      plain = torch::nn::functional::cross_entropy(torch::linear(h1, w1), t);
+    }
+    plain.backward();
+    torch::Tensor fused;
+    {
+      CpuBf16Autocast autocast(bf16);
+      fused = LmHeadLoss(h2, w2, t, bf16, /*chunk_rows=*/128);  // 5 full chunks and one of 60
+    }
+    fused.backward();
+    EXPECT_EQ(fused.dtype(), torch::kFloat32);
+    EXPECT_NEAR(fused.item<double>(), plain.item<double>(), bf16 ? 1e-4 : 1e-6) << "bf16 " << bf16;
+    const double tol = bf16 ? 2e-2 : 1e-5;  // relative to each gradient's largest entry
+    EXPECT_LT((h2.grad() - h1.grad()).abs().max().item<double>(), tol * h1.grad().abs().max().item<double>());
+    EXPECT_LT((w2.grad() - w1.grad()).abs().max().item<double>(), tol * w1.grad().abs().max().item<double>());
+    EXPECT_EQ(h2.grad().dtype(), torch::kFloat32);
+    EXPECT_EQ(w2.grad().dtype(), torch::kFloat32);
+  }
+  EXPECT_ANY_THROW(LmHeadLoss(h0, w0, t.to(torch::kInt32), false));
+  EXPECT_ANY_THROW(LmHeadLoss(h0, w0, torch::full({N}, V, torch::kInt64), false));  // a target ≥ V
+}
+
+// Loss is the fused head: it equals cross_entropy of Forward's logits.
+TEST(ModelGpt, LossEqualsCrossEntropyOfForward) {
+  auto g = Gpt::Create(Tiny(), 5);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto idx = torch::randint(0, 50, {3, 16}, torch::kInt64);
+  auto tgt = torch::randint(0, 50, {3, 16}, torch::kInt64);
+  torch::NoGradGuard no_grad;
+  const double plain = torch::nn::functional::cross_entropy((*g)->Forward(idx).view({-1, 50}), tgt.reshape({-1})).item<double>();
+  EXPECT_NEAR((*g)->Loss(idx, tgt).item<double>(), plain, 1e-6);
 }
 
 TEST(ModelGpt, FutureTokensDoNotChangeEarlierLogits) {
