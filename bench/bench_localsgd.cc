@@ -10,13 +10,15 @@
 //          [--lr 3e-3] [--warmup 15] [--eval-batches 16] [--eval-every 25] [--seed 0]
 //          [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--alpha 0] [--merge rda|mean]
 //          [--outer-lr 1] [--outer-momentum 0] [--precision fp32|bf16] [--preset tiny] [--label NAME]
-//          [--warm-sync W]
-//   --warm-sync W  every fragment is merged after each of the first W steps (all learners, applied
-//          before the next step), then the staggered schedule: how much of the gap to
-//          data-parallel opens while the learners leave their common initialisation.
+//          [--warm-sync W] [--warm-h h]
+//   --warm-sync W  every fragment is merged once every h steps (default h = 1: after every step;
+//          fragment p when step mod h = p mod h) during the first W steps, applied before the
+//          next step, then the staggered schedule: how much of the gap to data-parallel opens
+//          while the learners leave their common initialisation.
 //   --dp   data-parallel instead: one model, M micro-batches per step, gradients averaged
 //          (`atoll train --replicas M`), the reference the ratios are taken against.
 // Prints the eval curve and one JSON line {"label", "eval_loss", "curve": [[step, loss]...]}.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -53,7 +55,7 @@ struct Args {
   std::string data, preset = "tiny", label, merge = "rda", precision = "fp32";
   bool dp = false, keep_progress = true;
   int M = 4, seq = 256, batch = 16, eval_batches = 16, P = 24, H = 24, tau = 2;
-  int64_t steps = 150, warmup = 15, eval_every = 25, warm_sync = 0;
+  int64_t steps = 150, warmup = 15, eval_every = 25, warm_sync = 0, warm_h = 1;
   uint64_t seed = 0;
   double lr = 3e-3, outer_lr = 1.0, outer_momentum = 0.0, alpha = 0.0;
 };
@@ -89,6 +91,7 @@ Args Parse(int argc, char** argv) {
     else if (k == "--precision") a.precision = v();
     else if (k == "--label") a.label = v();
     else if (k == "--warm-sync") a.warm_sync = std::atoll(v().c_str());
+    else if (k == "--warm-h") a.warm_h = std::max<int64_t>(1, std::atoll(v().c_str()));
     else Usage("unknown flag '" + k + "'");
   }
   if (a.data.empty()) Usage("--data DIR is required");
@@ -215,7 +218,9 @@ int main(int argc, char** argv) {
         if (auto st = l->Step(); !st.ok()) Die("step", st.status());
       }
       if (s < a.warm_sync) {
-        for (int p = 0; p < a.P; ++p) pending.push_back(round(p, s + 1));
+        for (int p = 0; p < a.P; ++p) {
+          if (p % a.warm_h == s % a.warm_h) pending.push_back(round(p, s + 1));
+        }
       } else {
         for (int p : sched.FragmentsAt(s)) pending.push_back(round(p, sched.DueStep(s)));
       }

@@ -6,7 +6,9 @@
 //   parity     eval loss of `atoll run --mode decoupled -M 4` ÷ synchronous data-parallel
 //              (`atoll train --replicas 4`) at the same token budget          target ≤ 1.02
 //   bandwidth  bytes per token on the wire, `--mode ddp` ÷ `--mode decoupled` (int4, P = H = 24)
-//              target ≥ 90× and within 5 % of the analytic 4P/(1 + 8/B)
+//              target ≥ 90×, and no worse than 0.95 × the analytic 4P/(1 + 8/B) of raw int4
+//              (deflate, the default, makes payloads smaller than raw: the ratio above it is the
+//              compression's gain)
 //   overlap    learner tokens/s with sync on (`atoll run -M 2`) ÷ sync off (2 concurrent
 //              `atoll train`), interleaved on/off/on/off, medians             target ≥ 0.95
 //   anchor     atoll's 4 learners ÷ the PyTorch anchor (DDP, DiLoCo) in tokens/s on the anchor's
@@ -200,7 +202,7 @@ void Driver::Bandwidth() {
   const double r_wire = Ratio(q.wire, d.wire), r_steady = Ratio(q.steady, d.steady),
                r_payload = Ratio(q.payload, d.payload), r_payload_steady = Ratio(q.payload_steady, d.payload_steady);
   auto verdict = [&](double r) {
-    return std::isfinite(r) && r >= 90 && std::fabs(r / analytic - 1) <= 0.05;
+    return std::isfinite(r) && r >= 90 && r / analytic >= 0.95;
   };
   std::printf("\nbandwidth: bytes on the wire per token trained, both directions (P = H = %d, int4, block %d, %s params)\n",
               P, B, Fmt(N, "%.0f").c_str());
@@ -218,7 +220,7 @@ void Driver::Bandwidth() {
               Fmt(r_wire, "%.1f").c_str(), Fmt(r_steady, "%.1f").c_str(), Fmt(r_payload, "%.1f").c_str(),
               Fmt(r_payload_steady, "%.1f").c_str(), analytic);
   std::printf("  vs analytic: wire %s (%s), wire less join %s (%s), payload %s (%s), payload less join %s (%s)\n"
-              "  (target: >= 90x and within 5%% of analytic)\n",
+              "  (target: >= 90x and >= 0.95 x the analytic of raw int4; above 1 is deflate's gain)\n",
               Fmt(Ratio(r_wire, analytic), "%.3f").c_str(), verdict(r_wire) ? "met" : "MISSED",
               Fmt(Ratio(r_steady, analytic), "%.3f").c_str(), verdict(r_steady) ? "met" : "MISSED",
               Fmt(Ratio(r_payload, analytic), "%.3f").c_str(), verdict(r_payload) ? "met" : "MISSED",

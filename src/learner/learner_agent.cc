@@ -117,7 +117,7 @@ int LearnerAgent::FlushAll(int64_t step, double timeout_s) {
     if (!counters_.joined) return 0;
     for (int p = 0; p < plan_.num_fragments(); ++p) {
       if (c_steps_[static_cast<size_t>(p)] == 0 || !Mine(p)) continue;
-      QueuePushLocked(p, step);
+      QueuePushLocked(p, step, /*final_sync=*/true);
       ++queued;
     }
   }
@@ -157,11 +157,12 @@ bool LearnerAgent::PushOutstandingLocked(int p) const {
   return std::any_of(ready_.begin(), ready_.end(), [p](const Ready& r) { return r.fragment == p && r.own_push; });
 }
 
-void LearnerAgent::QueuePushLocked(int p, int64_t step) {
+void LearnerAgent::QueuePushLocked(int p, int64_t step, bool final_sync) {
   const size_t pi = static_cast<size_t>(p);
   PushJob job;
   job.fragment = p;
   job.step = step;
+  job.final_sync = final_sync;
   job.c_tokens = c_tokens_[pi];
   job.c_steps = c_steps_[pi];
   job.local.resize(static_cast<size_t>(plan_.fragments[pi].numel));
@@ -436,6 +437,7 @@ Status LearnerAgent::PushOne(PushJob& job) {
   h.compression = options_.uplink.compression;
   h.num_values = static_cast<int64_t>(job.local.size());
   h.local_step = job.step;
+  h.final_sync = job.final_sync;
   std::vector<std::byte> payload;
   ATOLL_RETURN_IF_ERROR(exchange::EncodeOuterGradient(options_.uplink, public_[pi], job.local, payload));
   auto r = api_.Push(h, payload);

@@ -358,6 +358,7 @@ StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHead
   c.learner = h.learner_id;
   c.c_tokens = h.c_tokens;
   c.c_steps = h.c_steps;
+  c.final_sync = h.final_sync;
   c.base_version = h.base_version;
   c.arrived = now;
   c.values.resize(f.theta.size());
@@ -556,8 +557,11 @@ double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& li
   double round_tokens = 0, round_tps = 0;
   std::vector<int> members = live;
   for (const auto& c : f.pending) {
-    round_tokens += static_cast<double>(c.c_tokens);
-    if (c.c_steps > 0) round_tps += static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps);
+    const double tps_c = c.c_steps > 0 ? static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps) : 0.0;
+    // A final sync is the rest of the learner's work however short: it stands for a full span.
+    round_tokens += c.final_sync && c.c_steps > 0 && c.c_steps < options_.H ? tps_c * options_.H
+                                                                              : static_cast<double>(c.c_tokens);
+    round_tps += tps_c;
     if (std::find(members.begin(), members.end(), c.learner) == members.end()) members.push_back(c.learner);
   }
   const double fallback_tps = round_tps / static_cast<double>(std::max<size_t>(1, f.pending.size()));

@@ -32,6 +32,7 @@ StatusOr<std::pair<syncer::PushHeaderData, uint64_t>> ParsePushHeader(const atl:
   d.block_size = h.block_size();
   d.num_values = h.num_values();
   d.local_step = h.local_step();
+  d.final_sync = h.final_sync();
   auto enc = diloco::ParseEncoding(h.encoding());
   if (!enc.ok()) return enc.status().WithContext("push header");
   d.encoding = *enc;
@@ -64,6 +65,7 @@ void FillPushHeader(const syncer::PushHeaderData& h, int64_t payload_bytes, uint
   out->set_payload_bytes(payload_bytes);
   out->set_payload_checksum(checksum);
   out->set_local_step(h.local_step);
+  out->set_final_sync(h.final_sync);
 }
 
 Status AppendChunk(const atl::v1::DataChunk& chunk, int64_t total, std::vector<std::byte>& payload) {

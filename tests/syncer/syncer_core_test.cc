@@ -231,6 +231,33 @@ TEST(SyncerCore, SweepScalesAPartialRoundByItsTokenShare) {
   }
 }
 
+// The end-of-training sync: every learner's final push of a fragment holds all it did since its
+// last receipt, fewer than H steps. A round of them moves Θ all the way to the learners' merge
+// (ρ = 1), where counted as plain tokens it would move Θ by c_steps/H of the way and lose part of
+// the run's last steps.
+TEST(SyncerCore, ARoundOfFinalSyncsMovesThetaAllTheWay) {
+  for (bool final_sync : {true, false}) {
+    auto f = Small();
+    auto o = Fp32Options();
+    o.outer_step = OuterStepRule::kSweep;
+    auto core = SyncerCore::Create(o, f.plan, f.initial);
+    ASSERT_TRUE(core.ok());
+    ManualClock clock;
+    JoinAndPull(*core, f.plan, 0, clock.Now());
+    JoinAndPull(*core, f.plan, 1, clock.Now());
+    // One step each (H = 2), θ = 0.8 and 0.6: the mean outer gradient is 0.3.
+    for (auto [id, d] : {std::pair{0, 0.2f}, std::pair{1, 0.4f}}) {
+      PushHeaderData h = Header(id, 0, 0, 10, 1);
+      h.final_sync = final_sync;
+      ASSERT_TRUE(core->Push(h, Fp32Payload(std::vector<float>(4, d)), clock.Now()).ok());
+    }
+    auto r = core->Poll(clock.Now(), clock);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_DOUBLE_EQ(r[0].token_share, final_sync ? 1.0 : 0.5);
+    for (float v : core->theta(0)) EXPECT_NEAR(v, final_sync ? 0.7f : 0.85f, 1e-6) << "final_sync " << final_sync;
+  }
+}
+
 // A learner that already holds Θ_p bit for bit (same seed) is not sent it at join: both sides
 // record its copy at the current version, and its first push needs no pull.
 TEST(SyncerCore, JoinWithMatchingChecksumsSkipsTheFetch) {

@@ -29,6 +29,7 @@ TEST(Wire, PushHeaderRoundTrips) {
   h.num_values = 1000;
   h.local_step = 99;
   h.compression = diloco::Compression::kDeflate;
+  h.final_sync = true;
   atl::v1::PushHeader msg;
   FillPushHeader(h, 532, 0xabcdef, &msg);
   auto parsed = ParsePushHeader(msg);
@@ -45,6 +46,7 @@ TEST(Wire, PushHeaderRoundTrips) {
   EXPECT_EQ(d.num_values, 1000);
   EXPECT_EQ(d.local_step, 99);
   EXPECT_EQ(d.compression, diloco::Compression::kDeflate);
+  EXPECT_TRUE(d.final_sync);
   // A learner from before compression existed leaves the field empty: none.
   msg.clear_compression();
   auto old = ParsePushHeader(msg);

@@ -124,6 +124,7 @@ class LearnerAgent {
     int64_t step;
     int64_t c_tokens, c_steps;
     std::vector<float> local;
+    bool final_sync = false;  // queued by FlushAll: the learner's last work on this fragment
   };
   struct Ready {
     int fragment;
@@ -148,7 +149,7 @@ class LearnerAgent {
   void ApplyOne(const Ready& r);
 
   // Snapshots fragment p (training thread, mu_ held) and queues it for the exchange thread.
-  void QueuePushLocked(int p, int64_t step);
+  void QueuePushLocked(int p, int64_t step, bool final_sync = false);
   // Whether p's last push is being sent, awaited, or received but not applied (mu_ held). A push
   // still queued is not outstanding: a newer snapshot replaces it.
   bool PushOutstandingLocked(int p) const;

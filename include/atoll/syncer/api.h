@@ -96,6 +96,9 @@ struct PushHeaderData {
   int64_t num_values = 0;
   int64_t local_step = 0;
   diloco::Compression compression = diloco::Compression::kNone;  // the payload's lossless stage
+  // The learner's end-of-training sync: everything it trained on this fragment since its last
+  // receipt, c_steps < H steps of it. Its round counts it as a whole span of work (TokenShare).
+  bool final_sync = false;
 };
 
 struct PushResult {

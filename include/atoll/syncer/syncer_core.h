@@ -262,6 +262,7 @@ class SyncerCore {
     int learner = -1;
     int64_t c_tokens = 0, c_steps = 0;
     int64_t base_version = 0;
+    bool final_sync = false;  // the learner's end-of-training push: a whole span of work (TokenShare)
     // kCurrent: θ_{m,p} reconstructed as Φ_base − Δ̂; kBase: the outer gradient Δ̂ itself;
     // ddp: the raw gradient.
     std::vector<float> values;
@@ -281,7 +282,9 @@ class SyncerCore {
     std::vector<double> recent_norms;  // accepted outer-gradient norms, oldest first (bounded)
     diloco::SweepState sweep;          // kSweep: the partial sweep (not persisted)
   };
-  // ρ of a round: its tokens ÷ H · Σ tokens-per-step of the live learners and its contributors.
+  // ρ of a round: its tokens ÷ H · Σ tokens-per-step of the live learners and its contributors. A
+  // final-sync contribution (c_steps < H: all the learner did since its last receipt) counts as
+  // H steps of its tokens per step: a round of every learner's final push moves Θ all the way.
   double TokenShare(const FragmentState& f, const std::vector<int>& live) const;
   // What the round policy sees of fragment state `f`.
   static RoundView ViewOf(const FragmentState& f, const std::vector<int>& live);
