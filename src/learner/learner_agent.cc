@@ -51,8 +51,8 @@ Status LearnerAgent::Start() {
       exchange::GatherFragment(plan_.fragments[static_cast<size_t>(p)], tensors_, initial_[static_cast<size_t>(p)]);
     }
   }
-  exchange_thread_ = StartThread(clock_, [this] { ExchangeLoop(); });
-  heartbeat_thread_ = StartThread(clock_, [this] { HeartbeatLoop(); });
+  exchange_thread_ = StartLoop(&LearnerAgent::ExchangeLoop);
+  heartbeat_thread_ = StartLoop(&LearnerAgent::HeartbeatLoop);
   // Wait (bounded) for the first join so that the learner starts from the global model.
   std::unique_lock<std::mutex> lock(mu_);
   clock_.WaitFor(cv_, lock, FromSeconds(options_.initial_join_timeout_s),
@@ -63,12 +63,33 @@ Status LearnerAgent::Start() {
   return Status::Ok();
 }
 
-void LearnerAgent::Stop() {
+std::thread LearnerAgent::StartLoop(void (LearnerAgent::*loop)()) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    ++threads_running_;
   }
-  cv_.notify_all();
+  return StartThread(clock_, [this, loop] {
+    struct Done {
+      LearnerAgent* a;
+      ~Done() {
+        std::lock_guard<std::mutex> lock(a->mu_);
+        --a->threads_running_;
+        a->cv_.notify_all();
+      }
+    } done{this};
+    (this->*loop)();
+  });
+}
+
+void LearnerAgent::Stop() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+    // A thread in a long poll returns when the poll's wait ends (≤ 1 s); waiting for that on the
+    // clock lets simulated time move to it (threads_running_).
+    clock_.WaitFor(cv_, lock, std::chrono::seconds(120), [&] { return threads_running_ == 0; });
+  }
   if (exchange_thread_.joinable()) exchange_thread_.join();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
@@ -106,6 +127,7 @@ int LearnerAgent::FlushAll(int64_t step, double timeout_s) {
   const TimePoint deadline = clock_.Now() + FromSeconds(timeout_s / 2);
   {
     std::unique_lock<std::mutex> lock(mu_);
+    flushing_ = true;  // polls stay short from here: Leave() waits for the one in progress
     clock_.WaitUntil(cv_, lock, deadline, [&] {
       return stop_ || finish_ || (push_queue_.empty() && pushes_in_flight_ == 0 && awaiting_.empty());
     });
@@ -134,8 +156,14 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
     c_tokens_[p] += tokens;
   }
   const std::vector<int> send = options_.schedule.FragmentsAt(step);
-  if (send.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
+  const TimePoint now = clock_.Now();
+  if (last_step_at_ != TimePoint{}) {
+    const double dt = ToSeconds(now - last_step_at_);
+    step_interval_s_ = step_interval_s_ <= 0 ? dt : 0.8 * step_interval_s_ + 0.2 * dt;
+  }
+  last_step_at_ = now;
+  if (send.empty()) return;
   if (!counters_.joined) return;  // nothing to compute an outer gradient against yet
   for (int p : send) {
     if (!Mine(p)) continue;  // another shard's agent sends it
@@ -149,6 +177,13 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
     QueuePushLocked(p, step);
   }
   cv_.notify_all();
+}
+
+double LearnerAgent::PollWaitLocked(TimePoint now) const {
+  constexpr double kMin = 0.05, kMax = 1.0, kMargin = 0.01;
+  if (flushing_ || step_interval_s_ <= 0 || last_step_at_ == TimePoint{}) return kMin;
+  const double until_next_push = step_interval_s_ - ToSeconds(now - last_step_at_) - kMargin;
+  return std::clamp(until_next_push, kMin, kMax);
 }
 
 bool LearnerAgent::PushOutstandingLocked(int p) const {
@@ -486,10 +521,16 @@ void LearnerAgent::ExchangeLoop() {
     }
     std::optional<PushJob> job;
     std::map<int, Awaited> awaiting;
+    double poll_wait = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      clock_.WaitFor(cv_, lock, std::chrono::milliseconds(10), [&] { return stop_ || !push_queue_.empty(); });
+      // Nothing awaited: sleep until a push is queued (QueuePushLocked notifies) or a second has
+      // passed. Something awaited: no sleep here — the long poll below is where this thread waits.
+      if (awaiting_.empty()) {
+        clock_.WaitFor(cv_, lock, std::chrono::seconds(1), [&] { return stop_ || need_rejoin_ || !push_queue_.empty(); });
+      }
       if (stop_) return;
+      poll_wait = PollWaitLocked(clock_.Now());
       if (!push_queue_.empty()) {
         job = std::move(push_queue_.front());
         push_queue_.pop_front();
@@ -514,8 +555,9 @@ void LearnerAgent::ExchangeLoop() {
       pushing_.erase(job->fragment);
       cv_.notify_all();
     } else {
-      // Long-poll the first awaited fragment briefly (server-side wait), the rest without waiting.
-      double wait = 0.05;
+      // Long-poll the first awaited fragment (server-side wait, until shortly before the next
+      // push is due), the rest without waiting.
+      double wait = poll_wait;
       for (const auto& [p, a] : awaiting) {
         st = PullOne(p, wait, PullPurpose::kAwaited, a);
         wait = 0.0;
@@ -560,14 +602,20 @@ void LearnerAgent::HeartbeatLoop() {
     auto r = api_.Heartbeat(id, rec);
     std::lock_guard<std::mutex> lock(mu_);
     if (!r.ok()) {
-      if (r.status().code() == StatusCode::kNotFound) need_rejoin_ = true;
+      if (r.status().code() == StatusCode::kNotFound) {
+        need_rejoin_ = true;
+        cv_.notify_all();  // the exchange thread may be sleeping for a push
+      }
       continue;
     }
     if (r->finish) {
       finish_ = true;
       cv_.notify_all();
     }
-    if (r->incarnation != incarnation_) need_rejoin_ = true;  // the syncer restarted
+    if (r->incarnation != incarnation_) {  // the syncer restarted
+      need_rejoin_ = true;
+      cv_.notify_all();
+    }
   }
 }
 
