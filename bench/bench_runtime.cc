@@ -250,15 +250,19 @@ void Driver::Bandwidth() {
                        {"decoupled_dir", dec.dir}, {"ddp_dir", ddp.dir}};
 }
 
-// Mean over a run's learners of their training-loop tokens/s (see bench::LoopWindowOf).
-double SyncOnTps(const Result& r, int learners) {
+// Mean over a run's learners of their training-loop tokens/s (see bench::LoopWindowOf), with
+// each learner's first `skip` steps left out.
+double SyncOnTps(const Result& r, int learners, int skip = 0) {
   std::vector<double> v;
   for (int i = 0; i < learners; ++i) {
     const auto lines = bench::ReadJsonl(r.dir + "/metrics-learner-" + std::to_string(i) + ".jsonl");
-    const bench::LoopWindow w = bench::LoopWindowOf(lines, "t", "step_s");
+    const bench::LoopWindow w = bench::LoopWindowOf(lines, "t", "step_s", skip);
     double tokens = 0;
-    for (const auto& l : lines)
-      if (l.value("kind", "train") == "train") tokens += Num(l, "step_tokens", 0);
+    int seen = 0;
+    for (const auto& l : lines) {
+      if (!l.contains("step_s") || l.value("kind", "train") != "train") continue;
+      if (seen++ >= skip) tokens += Num(l, "step_tokens", 0);
+    }
     v.push_back(Ratio(tokens, w.seconds()));
   }
   double sum = 0;
@@ -268,8 +272,9 @@ double SyncOnTps(const Result& r, int learners) {
 
 double SumLoopTps(const Result& r, int learners) { return SyncOnTps(r, learners) * learners; }
 
-double TrainTps(const Result& r) {
-  const bench::LoopWindow w = bench::LoopWindowOf(bench::ReadJsonl(r.dir + "/metrics.jsonl"), "elapsed", "seconds");
+double TrainTps(const Result& r, int skip = 0) {
+  const bench::LoopWindow w =
+      bench::LoopWindowOf(bench::ReadJsonl(r.dir + "/metrics.jsonl"), "elapsed", "seconds", skip);
   return Ratio(static_cast<double>(w.steps) * Num(r.summary, "tokens_per_step"), w.seconds());
 }
 
@@ -280,33 +285,50 @@ void Driver::Overlap() {
   s.steps = args().quick ? 40 : 120;
   s.eval_batches = 2;
   const int reps = args().quick ? 2 : 3;
-  std::vector<double> on, off;
-  std::vector<std::vector<std::string>> rows = {{"round", "sync on tok/s per learner", "sync off tok/s per process"}};
+  // The verdict leaves each process's first step out: it carries the process's one-time warm-up
+  // (fresh memory, lazy initialisation; 0.4-1.1 s for a lone process), which `atoll train` partly
+  // pays in its evaluation before the window opens and a learner pays inside it. That is start-up,
+  // not synchronisation; the whole-window ratio is printed beside it.
+  std::vector<double> on, off, on_all, off_all;
+  std::vector<std::vector<std::string>> rows = {
+      {"round", "sync on tok/s per learner", "sync off tok/s per process", "on, all steps", "off, all steps"}};
   for (int k = 0; k < reps; ++k) {
     const std::string tag = std::to_string(k + 1);
     Result r = Atoll("overlap-on-" + tag, "run", " --mode decoupled -M 2" + s.RunFlags() + DataFlag(), timeout());
-    on.push_back(r.ok() ? SyncOnTps(r, 2) : NAN);
+    on.push_back(r.ok() ? SyncOnTps(r, 2, 1) : NAN);
+    on_all.push_back(r.ok() ? SyncOnTps(r, 2) : NAN);
     // Sync off: the same number of processes started together, so the CPU contention matches.
     bench::Child c0 = Start("overlap-off-" + tag + "-a", "train", s.TrainFlags() + DataFlag());
     bench::Child c1 = Start("overlap-off-" + tag + "-b", "train", s.TrainFlags() + " --seed 1" + DataFlag());
     Result r0 = Finish("overlap-off-" + tag + "-a", c0, timeout());
     Result r1 = Finish("overlap-off-" + tag + "-b", c1, timeout());
-    off.push_back(r0.ok() && r1.ok() ? 0.5 * (TrainTps(r0) + TrainTps(r1)) : NAN);
-    rows.push_back({tag, Fmt(on.back(), "%.0f"), Fmt(off.back(), "%.0f")});
+    const bool ok = r0.ok() && r1.ok();
+    off.push_back(ok ? 0.5 * (TrainTps(r0, 1) + TrainTps(r1, 1)) : NAN);
+    off_all.push_back(ok ? 0.5 * (TrainTps(r0) + TrainTps(r1)) : NAN);
+    rows.push_back({tag, Fmt(on.back(), "%.0f"), Fmt(off.back(), "%.0f"), Fmt(on_all.back(), "%.0f"),
+                    Fmt(off_all.back(), "%.0f")});
   }
   const double m_on = bench::Median(on), m_off = bench::Median(off), ratio = Ratio(m_on, m_off);
+  const double ratio_all = Ratio(bench::Median(on_all), bench::Median(off_all));
   const bool met = std::isfinite(ratio) && ratio >= 0.95;
   std::printf("\noverlap: training-loop tokens/s of a learner, sync on vs off (%lld steps, %d x %d tokens, 2 processes)\n",
               static_cast<long long>(s.steps), s.batch, s.seq);
-  rows.push_back({"median", Fmt(m_on, "%.0f"), Fmt(m_off, "%.0f")});
+  rows.push_back({"median", Fmt(m_on, "%.0f"), Fmt(m_off, "%.0f"), Fmt(bench::Median(on_all), "%.0f"),
+                  Fmt(bench::Median(off_all), "%.0f")});
   bench::PrintTable(rows);
-  std::printf("  sync on / sync off = %s (target >= 0.95: %s)\n", Fmt(ratio, "%.3f").c_str(), met ? "met" : "MISSED");
-  std::printf("  (window: start of the first to the end of the last inner step; the syncer process shares the cores)\n");
-  Json jon = Json::array(), joff = Json::array();
+  std::printf("  sync on / sync off = %s (target >= 0.95: %s); all steps, first included: %s\n",
+              Fmt(ratio, "%.3f").c_str(), met ? "met" : "MISSED", Fmt(ratio_all, "%.3f").c_str());
+  std::printf("  (window: end of each process's first inner step to the end of its last; the first step\n"
+              "  carries the one-time warm-up, see docs/benchmarks.md; the syncer process shares the cores)\n");
+  Json jon = Json::array(), joff = Json::array(), jon_all = Json::array(), joff_all = Json::array();
   for (double x : on) jon.push_back(J(x));
   for (double x : off) joff.push_back(J(x));
+  for (double x : on_all) jon_all.push_back(J(x));
+  for (double x : off_all) joff_all.push_back(J(x));
   out_["overlap"] = {{"sync_on_tokens_per_s", jon}, {"sync_off_tokens_per_s", joff}, {"median_on", J(m_on)},
-                     {"median_off", J(m_off)}, {"ratio", J(ratio)}, {"target", ">= 0.95"}, {"met", met}};
+                     {"median_off", J(m_off)}, {"ratio", J(ratio)}, {"target", ">= 0.95"}, {"met", met},
+                     {"window", "steps 2..N"}, {"sync_on_tokens_per_s_all_steps", jon_all},
+                     {"sync_off_tokens_per_s_all_steps", joff_all}, {"ratio_all_steps", J(ratio_all)}};
 }
 
 std::string Coretype() {

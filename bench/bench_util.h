@@ -231,18 +231,25 @@ inline std::string Fmt(double v, const char* f = "%.4g") {
 // end of the last. `t_key` is a timestamp taken at the end of each step, `dt_key` the step's own
 // duration; lines with a "kind" other than "train" are skipped. Start-up, joins and the final
 // evaluation fall outside the window, so `atoll run` learners and `atoll train` compare alike.
+// `skip` leaves out a process's first steps (in file order): the window then starts at the end
+// of the last skipped step.
 struct LoopWindow {
   double start = INFINITY, end = -INFINITY;
   int64_t steps = 0;
   double seconds() const { return end > start ? end - start : NAN; }
 };
 
-inline LoopWindow LoopWindowOf(const std::vector<Json>& lines, const char* t_key, const char* dt_key) {
+inline LoopWindow LoopWindowOf(const std::vector<Json>& lines, const char* t_key, const char* dt_key, int skip = 0) {
   LoopWindow w;
   for (const auto& l : lines) {
     if (!l.contains(dt_key) || !l.contains(t_key) || l.value("kind", "train") != "train") continue;
     const double t = Num(l, t_key), dt = Num(l, dt_key);
     if (!std::isfinite(t) || !std::isfinite(dt)) continue;
+    if (skip > 0) {
+      --skip;
+      if (skip == 0) w.start = t;
+      continue;
+    }
     w.start = std::min(w.start, t - dt);
     w.end = std::max(w.end, t);
     ++w.steps;
