@@ -67,7 +67,9 @@ void EnsureBlasEnvironmentOrReexec(int argc, char** argv) {
   if (std::getenv("GLIBC_TUNABLES") == nullptr) {
     // malloc backs its heap with transparent huge pages (where the kernel offers them, even in
     // "madvise" mode): a training step's fresh activations then cost ~15x fewer page faults.
-    // Measured on a 2-core VM: first step 1.66 → 1.14 s, steady steps 457 → 403 ms.
+    // Measured on a 2-core VM, interleaved A/B (docs/benchmarks.md): steady steps 371 → 358 ms
+    // (an earlier day 457 → 403); the first step pays for it, 0.47 → 1.1 s, as the kernel zeroes
+    // whole 2 MiB pages on first touch. A run of more than ~50 steps comes out ahead.
     ::setenv("GLIBC_TUNABLES", kMallocTunables, 0);
     changed = true;
   }
