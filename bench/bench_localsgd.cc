@@ -46,8 +46,20 @@ using atl::model::TrainerOptions;
   std::exit(1);
 }
 
+constexpr const char* kUsage =
+    "usage: bench_localsgd --data DIR [--dp] [-M 4] [--steps 150] [--seq 256] [--batch 16]\n"
+    "         [--lr 3e-3] [--warmup 15] [--eval-batches 16] [--eval-every 25] [--seed 0]\n"
+    "         [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--alpha 0] [--merge rda|mean]\n"
+    "         [--outer-lr 1] [--outer-momentum 0] [--precision fp32|bf16] [--preset tiny] [--label NAME]\n"
+    "         [--warm-sync W] [--warm-h h]\n"
+    "  M learners stepped in one thread, fragments merged on the staggered schedule with every\n"
+    "  learner in every round (deterministic; no asynchrony).\n"
+    "  --dp         data-parallel instead (atoll train --replicas M): the reference\n"
+    "  --warm-sync  merge every fragment once every h steps during the first W steps\n"
+    "  Prints the eval curve and one JSON line {\"label\", \"eval_loss\", \"curve\"}.\n";
+
 [[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr, "bench_localsgd: %s\n(see the comment at the top of bench/bench_localsgd.cc)\n", why.c_str());
+  std::fprintf(stderr, "bench_localsgd: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -64,6 +76,10 @@ Args Parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
     auto v = [&]() -> std::string {
       if (i + 1 >= argc) Usage(k + " needs a value");
       return argv[++i];
