@@ -95,15 +95,24 @@ void LearnerAgent::Stop() {
 }
 
 Status LearnerAgent::Leave() {
+  Stop();  // no heartbeat may race the goodbye and mark the learner live again
   int id;
-  bool joined;
+  bool joined, current;
+  syncer::LearnerProgress last;
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = counters_.learner_id;
     joined = counters_.joined;
+    current = joined && !need_rejoin_;
+    last = progress_;
+    last.version_held = counters_.version_held;
   }
-  Stop();  // no heartbeat may race the goodbye and mark the learner live again
-  return joined ? api_.Leave(id) : Status::Ok();
+  if (!joined) return Status::Ok();
+  // The last progress first (best effort): the periodic heartbeat may be up to heartbeat_s old,
+  // and a short run may end before one carried any of its steps — the syncer's status would
+  // then miss the tokens this learner trained.
+  if (current) (void)api_.Heartbeat(id, last);
+  return api_.Leave(id);
 }
 
 Status LearnerAgent::fatal_error() const {

@@ -337,6 +337,30 @@ TEST(LearnerAgent, APartitionShorterThanTheLearnerTimeoutCostsNoTokens) {
   agent.Stop();
 }
 
+TEST(LearnerAgent, LeaveReportsTheLastProgressEvenBeforeAnyHeartbeat) {
+  const int H = 2, P = 2;
+  auto plan = testing::ToyPlan(P);
+  SimClock clock;
+  ClockThread participant(clock);
+  syncer::SyncerLoop loop(ToyCore(plan, H, 0.5f), clock, nullptr);
+  ToyLearner toy(5);
+  auto opts = AgentOpts(0, H, P);
+  opts.heartbeat_s = 3600;  // the run ends long before the first periodic heartbeat
+  learner::LearnerAgent agent(opts, plan, toy.Views(), loop, clock);
+  ASSERT_TRUE(agent.Start().ok());
+  testing::TrainToy(toy, agent, 6, 50, clock);
+  learner::Progress done;
+  done.step = 6;
+  done.tokens = 6 * 100;  // TrainToy's 100 tokens per step
+  done.state = syncer::LearnerState::kDone;
+  agent.SetProgress(done);
+  ASSERT_TRUE(agent.Leave().ok());
+  const auto rec = loop.Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0); });
+  EXPECT_EQ(rec.step, 6);
+  EXPECT_EQ(rec.tokens, 6 * 100) << "the syncer's status counts every token the learner trained";
+  EXPECT_EQ(rec.state, syncer::LearnerState::kDone);
+}
+
 // Forwards to whichever syncer is current: a syncer process replaced by a restarted one.
 class SwitchableApi : public syncer::SyncerApi {
  public:
