@@ -104,7 +104,8 @@ void CheckUsableModel(const HandRun& r) {
   ASSERT_TRUE(summary.is_object()) << r.Log();
   EXPECT_EQ(summary["final"], true);
   ASSERT_TRUE(summary["eval_loss"].is_number()) << summary.dump(2);
-  EXPECT_LT(summary["eval_loss"].get<double>(), summary["eval_loss_start"].get<double>());
+  EXPECT_LT(summary["eval_loss"].get<double>(), summary["eval_loss_start"].get<double>())
+      << r.Log() << testing::TextOf(r.dir + "/learner-0.log") << testing::TextOf(r.dir + "/learner-1.log");
   auto sample = testing::RunAtoll("sample --checkpoint " + r.out + " --prompt 'The ' --tokens 8", 120);
   ASSERT_EQ(sample.exit_code, 0) << sample.output;
   EXPECT_NE(sample.output.find("8 new tokens"), std::string::npos) << sample.output;
