@@ -256,14 +256,8 @@ double SyncOnTps(const Result& r, int learners, int skip = 0) {
   std::vector<double> v;
   for (int i = 0; i < learners; ++i) {
     const auto lines = bench::ReadJsonl(r.dir + "/metrics-learner-" + std::to_string(i) + ".jsonl");
-    const bench::LoopWindow w = bench::LoopWindowOf(lines, "t", "step_s", skip);
-    double tokens = 0;
-    int seen = 0;
-    for (const auto& l : lines) {
-      if (!l.contains("step_s") || l.value("kind", "train") != "train") continue;
-      if (seen++ >= skip) tokens += Num(l, "step_tokens", 0);
-    }
-    v.push_back(Ratio(tokens, w.seconds()));
+    const bench::LoopWindow w = bench::LoopWindowOf(lines, "t", "step_s", skip, "step_tokens");
+    v.push_back(Ratio(w.tokens, w.seconds()));
   }
   double sum = 0;
   for (double x : v) sum += x;

@@ -236,10 +236,12 @@ inline std::string Fmt(double v, const char* f = "%.4g") {
 struct LoopWindow {
   double start = INFINITY, end = -INFINITY;
   int64_t steps = 0;
+  double tokens = 0;  // Σ of `tokens_key` over the steps in the window (when given)
   double seconds() const { return end > start ? end - start : NAN; }
 };
 
-inline LoopWindow LoopWindowOf(const std::vector<Json>& lines, const char* t_key, const char* dt_key, int skip = 0) {
+inline LoopWindow LoopWindowOf(const std::vector<Json>& lines, const char* t_key, const char* dt_key, int skip = 0,
+                               const char* tokens_key = nullptr) {
   LoopWindow w;
   for (const auto& l : lines) {
     if (!l.contains(dt_key) || !l.contains(t_key) || l.value("kind", "train") != "train") continue;
@@ -253,6 +255,7 @@ inline LoopWindow LoopWindowOf(const std::vector<Json>& lines, const char* t_key
     w.start = std::min(w.start, t - dt);
     w.end = std::max(w.end, t);
     ++w.steps;
+    if (tokens_key != nullptr) w.tokens += Num(l, tokens_key, 0);
   }
   return w;
 }

@@ -528,64 +528,69 @@ void LearnerAgent::ExchangeLoop() {
       }
       delay = options_.backoff_initial_s;
     }
-    std::optional<PushJob> job;
-    std::map<int, Awaited> awaiting;
-    double poll_wait = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      // Nothing awaited: sleep until a push is queued (QueuePushLocked notifies) or a second has
-      // passed. Something awaited: no sleep here — the long poll below is where this thread waits.
-      if (awaiting_.empty()) {
-        clock_.WaitFor(cv_, lock, std::chrono::seconds(1), [&] { return stop_ || need_rejoin_ || !push_queue_.empty(); });
-      }
-      if (stop_) return;
-      poll_wait = PollWaitLocked(clock_.Now());
-      if (!push_queue_.empty()) {
-        job = std::move(push_queue_.front());
-        push_queue_.pop_front();
-        ++pushes_in_flight_;
-        pushing_.insert(job->fragment);
-      }
-      awaiting = awaiting_;
-    }
+    ExchangeWork work;
+    if (!TakeExchangeWork(work)) return;
     Status st;
-    if (job) {
-      st = PushOne(*job);
-      if (st.code() == StatusCode::kAborted) {
-        // The syncer does not hold the copy our outer gradient was computed against (it
-        // restarted): fetch the fragment in full, then push the same local snapshot against it,
-        // so the local progress is not thrown away.
-        have_[static_cast<size_t>(job->fragment)] = -1;
-        st = PullOne(job->fragment, 0.0, PullPurpose::kRefresh);
-        if (st.ok()) st = PushOne(*job);
-      }
+    if (work.job) {
+      st = PushWithRefresh(*work.job);
       std::lock_guard<std::mutex> lock(mu_);
       --pushes_in_flight_;
-      pushing_.erase(job->fragment);
+      pushing_.erase(work.job->fragment);
       cv_.notify_all();
     } else {
       // Long-poll the first awaited fragment (server-side wait, until shortly before the next
       // push is due), the rest without waiting.
-      double wait = poll_wait;
-      for (const auto& [p, a] : awaiting) {
+      double wait = work.poll_wait;
+      for (const auto& [p, a] : work.awaiting) {
         st = PullOne(p, wait, PullPurpose::kAwaited, a);
         wait = 0.0;
         if (!st.ok()) break;
       }
     }
-    if (!st.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kDataLoss) {
-        counters_.rejected += 1;  // this contribution is lost; training goes on
-      } else if (st.code() == StatusCode::kNotFound || IsPermanent(st) ||
-                 st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
-        need_rejoin_ = true;  // syncer down or restarted: rejoin with backoff, keep training
-        counters_.joined = counters_.joined && st.code() != StatusCode::kNotFound;
-      }
-    }
-    if (!st.ok() && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)) {
-      Backoff(delay);
-    }
+    if (st.ok()) continue;
+    NoteExchangeError(st);
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) Backoff(delay);
+  }
+}
+
+bool LearnerAgent::TakeExchangeWork(ExchangeWork& work) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Nothing awaited: sleep until a push is queued (QueuePushLocked notifies) or a second has
+  // passed. Something awaited: no sleep here — the long poll is where this thread waits.
+  if (awaiting_.empty()) {
+    clock_.WaitFor(cv_, lock, std::chrono::seconds(1), [&] { return stop_ || need_rejoin_ || !push_queue_.empty(); });
+  }
+  if (stop_) return false;
+  work.poll_wait = PollWaitLocked(clock_.Now());
+  if (!push_queue_.empty()) {
+    work.job = std::move(push_queue_.front());
+    push_queue_.pop_front();
+    ++pushes_in_flight_;
+    pushing_.insert(work.job->fragment);
+  }
+  work.awaiting = awaiting_;
+  return true;
+}
+
+Status LearnerAgent::PushWithRefresh(PushJob& job) {
+  Status st = PushOne(job);
+  if (st.code() != StatusCode::kAborted) return st;
+  // The syncer does not hold the copy our outer gradient was computed against (it restarted):
+  // fetch the fragment in full, then push the same local snapshot against it, so the local
+  // progress is not thrown away.
+  have_[static_cast<size_t>(job.fragment)] = -1;
+  st = PullOne(job.fragment, 0.0, PullPurpose::kRefresh);
+  return st.ok() ? PushOne(job) : st;
+}
+
+void LearnerAgent::NoteExchangeError(const Status& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kDataLoss) {
+    counters_.rejected += 1;  // this contribution is lost; training goes on
+  } else if (st.code() == StatusCode::kNotFound || IsPermanent(st) || st.code() == StatusCode::kUnavailable ||
+             st.code() == StatusCode::kDeadlineExceeded) {
+    need_rejoin_ = true;  // syncer down or restarted: rejoin with backoff, keep training
+    counters_.joined = counters_.joined && st.code() != StatusCode::kNotFound;
   }
 }
 

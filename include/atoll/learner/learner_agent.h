@@ -154,6 +154,21 @@ class LearnerAgent {
   // still queued is not outstanding: a newer snapshot replaces it.
   bool PushOutstandingLocked(int p) const;
   void ExchangeLoop();
+  // The exchange thread's stages. What one pass of the loop does: a queued push, or else a poll
+  // of the awaited merges (waiting `poll_wait` on the first).
+  struct ExchangeWork {
+    std::optional<PushJob> job;
+    std::map<int, Awaited> awaiting;
+    double poll_wait = 0;
+  };
+  // Sleeps until there is work (or a second has passed with nothing awaited) and takes it;
+  // false when the agent stops.
+  bool TakeExchangeWork(ExchangeWork& work);
+  // Pushes `job`; if the syncer no longer holds the copy it was computed against (restarted),
+  // refreshes the fragment in full and pushes the same snapshot again.
+  Status PushWithRefresh(PushJob& job);
+  // Counts a failed push or pull and marks a rejoin where the syncer is down or restarted.
+  void NoteExchangeError(const Status& st);
   void HeartbeatLoop();
   Status JoinAndCatchUp();
   // The syncer's fragment plan is this learner's (FailedPrecondition naming the difference).
