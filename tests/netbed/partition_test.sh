@@ -9,7 +9,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=cluster_lib.sh
 source "$(dirname "$0")/cluster_lib.sh"
 nbc_init "$1" "$2" "$3" nbp
-readonly PARTITIONED=1 AT_STEP=20 DOWN_S=30 STEPS=420
+readonly PARTITIONED=1 AT_STEP=20 DOWN_S=30 STEPS=900
 nbc_bed 4 --rate 20mbit
 nbc_data
 nbc_credentials 3
