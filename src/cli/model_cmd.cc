@@ -128,6 +128,11 @@ int RunTrain(const CLI::App& cmd, TrainFlags& f) {
   run.trainer.model = *config;
   run.trainer.optim.total_steps = run.steps;
   run.trainer.optim.warmup_steps = f.warmup >= 0 ? f.warmup : run.steps / 10;
+  if (model::EffectiveWarmupSteps(run.trainer.optim) < run.trainer.optim.warmup_steps) {
+    std::fprintf(stderr, "atoll train: note: a warm-up of %lld steps is more than half of the %lld steps: the learning "
+                 "rate warms up over %lld steps, then decays\n", static_cast<long long>(run.trainer.optim.warmup_steps),
+                 static_cast<long long>(run.steps), static_cast<long long>(model::EffectiveWarmupSteps(run.trainer.optim)));
+  }
   auto res = model::RunTraining(run);
   if (!res.ok()) return Fail("train", res.status());
   if (auto report = observe::WriteRunReport(res->out_dir); report.ok()) {
@@ -155,7 +160,7 @@ void RegisterTrain(CLI::App& app, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--seq", f->seq, "Sequence length")->capture_default_str();
   cmd->add_option("--lr", t.optim.lr, "Peak AdamW learning rate")->capture_default_str();
-  cmd->add_option("--warmup", f->warmup, "Warm-up steps (default: 10% of --steps)");
+  cmd->add_option("--warmup", f->warmup, "Warm-up steps (default: 10% of --steps; at most half of --steps, so that the run decays)");
   cmd->add_option("--min-lr-frac", t.optim.min_lr_frac, "Cosine floor as a fraction of --lr")
       ->capture_default_str();
   cmd->add_option("--weight-decay", t.optim.weight_decay, "AdamW weight decay")

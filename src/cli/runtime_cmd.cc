@@ -46,7 +46,7 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<int>(c, o, "--batch", "batch", "Sequences per inner step (default 16)");
   Flag<int>(c, o, "--seq", "seq", "Sequence length (default 256)");
   Flag<double>(c, o, "--lr", "lr", "Inner AdamW peak learning rate (default 3e-3)");
-  Flag<int64_t>(c, o, "--warmup", "warmup", "Inner warm-up steps (default 20)");
+  Flag<int64_t>(c, o, "--warmup", "warmup", "Inner warm-up steps (default 20; at most half of --steps, so that the run decays)");
   Flag<int>(c, o, "--threads", "threads", "Torch threads per learner (default 1)");
   Flag<std::string>(c, o, "--precision", "precision",
                     "Training arithmetic: auto (default: bf16 where the CPU has AMX or AVX-512-BF16, else fp32) | fp32 | "
@@ -105,6 +105,11 @@ StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {
   auto flagged = runtime::FromJson(o.values, c);
   if (!flagged.ok()) return flagged.status().WithContext("command-line flags");
   ATOLL_RETURN_IF_ERROR(runtime::ValidateRunConfig(*flagged));
+  if (flagged->warmup > flagged->steps / 2) {
+    std::fprintf(stderr, "atoll: note: a warm-up of %lld steps is more than half of the %lld steps: the learning rate "
+                 "warms up over %lld steps, then decays\n", static_cast<long long>(flagged->warmup),
+                 static_cast<long long>(flagged->steps), static_cast<long long>(flagged->steps / 2));
+  }
   return runtime::Normalized(*flagged);
 }
 

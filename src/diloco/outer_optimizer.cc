@@ -18,30 +18,12 @@ Status CheckOptions(const OuterOptimizerOptions& options) {
   return Status::Ok();
 }
 
-double SliceNorm(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return std::sqrt(s);
-}
-
-// n_s ← n_s + ρ·‖g_s‖ for every slice of the fragment.
-void AccumulateSliceNorms(const Fragment& fragment, std::span<const float> merged, double rho, SweepState& state) {
-  int64_t off = 0;
-  for (size_t s = 0; s < fragment.slices.size(); ++s) {
-    const int64_t c = fragment.slices[s].count;
-    state.slice_norm[s] += rho * SliceNorm(merged.data() + off, c);
-    off += c;
-  }
-}
-
-// The running sweep (see the header): Θ = Θ_s − lr·(ĝ + μ·(μ·b + ĝ)) between rounds; at S ≥ 1
-// b ← μ·b + S·ĝ and Θ = Θ_s − lr·(S·ĝ + μ·b), then Θ_s ← Θ.
-SweepResult RunningSweepStep(double lr, double mu, const Fragment& fragment, bool rda,
-                             std::span<const float> merged, double rho, SweepState& state,
+// The running sweep (see the header): Θ = Θ_s − lr·(ĝ + μ·(μ·b + ĝ)) between rounds, ĝ = a/S; at
+// S ≥ 1 b ← μ·b + a and Θ = Θ_s − lr·(a + μ·b), then Θ_s ← Θ.
+SweepResult RunningSweepStep(double lr, double mu, std::span<const float> merged, double rho, SweepState& state,
                              std::span<float> momentum_buffer, std::span<float> theta) {
   const size_t n = theta.size();
   if (state.start.size() != n) state.start.assign(theta.begin(), theta.end());
-  AccumulateSliceNorms(fragment, merged, rho, state);
   for (size_t i = 0; i < n; ++i) {
     state.accum[i] = static_cast<float>(static_cast<double>(state.accum[i]) + rho * static_cast<double>(merged[i]));
   }
@@ -49,40 +31,27 @@ SweepResult RunningSweepStep(double lr, double mu, const Fragment& fragment, boo
   const double S = state.share;
   const bool complete = S >= 1.0 - 1e-9;
   double moved2 = 0;
-  int64_t off = 0;
-  for (size_t s = 0; s < fragment.slices.size(); ++s) {
-    const TensorSlice& sl = fragment.slices[s];
-    const float* a = state.accum.data() + off;
-    float* b = momentum_buffer.data() + off;
-    float* t = theta.data() + off;
-    const float* t0 = state.start.data() + off;
-    // ĝ = scale·a: RDA slices keep the average norm along the sum's direction; others a/S.
-    double scale = 1.0 / S;
-    if (rda && !sl.is_embedding) {
-      const double an = SliceNorm(a, sl.count);
-      scale = an > 0 ? (state.slice_norm[s] / S) / an : 0.0;
+  float* b = momentum_buffer.data();
+  float* t = theta.data();
+  const float* t0 = state.start.data();
+  for (size_t i = 0; i < n; ++i) {
+    const double g = static_cast<double>(state.accum[i]) / S;
+    const float before = t[i];
+    if (complete) {
+      const double bi = mu * static_cast<double>(b[i]) + S * g;
+      b[i] = static_cast<float>(bi);
+      t[i] = static_cast<float>(static_cast<double>(t0[i]) - lr * (S * g + mu * bi));
+    } else {
+      const double bi = mu * static_cast<double>(b[i]) + g;  // not stored: the estimate only
+      t[i] = static_cast<float>(static_cast<double>(t0[i]) - lr * (g + mu * bi));
     }
-    for (int64_t i = 0; i < sl.count; ++i) {
-      const double g = scale * static_cast<double>(a[i]);
-      const float before = t[i];
-      if (complete) {
-        const double bi = mu * static_cast<double>(b[i]) + S * g;
-        b[i] = static_cast<float>(bi);
-        t[i] = static_cast<float>(static_cast<double>(t0[i]) - lr * (S * g + mu * bi));
-      } else {
-        const double bi = mu * static_cast<double>(b[i]) + g;  // not stored: the estimate only
-        t[i] = static_cast<float>(static_cast<double>(t0[i]) - lr * (g + mu * bi));
-      }
-      const double d = static_cast<double>(t[i]) - before;
-      moved2 += d * d;
-    }
-    off += sl.count;
+    const double d = static_cast<double>(t[i]) - before;
+    moved2 += d * d;
   }
   SweepResult result;
   result.step_norm = std::sqrt(moved2);
   if (complete) {
     std::fill(state.accum.begin(), state.accum.end(), 0.0f);
-    std::fill(state.slice_norm.begin(), state.slice_norm.end(), 0.0);
     state.share = 0;
     state.sweeps += 1;
     state.start.assign(theta.begin(), theta.end());
@@ -129,9 +98,8 @@ Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> de
 
 
 StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const Fragment& fragment,
-                                     bool rda, std::span<const float> merged, double rho,
-                                     SweepState& state, std::span<float> momentum_buffer,
-                                     std::span<float> theta, bool extrapolate) {
+                                     std::span<const float> merged, double rho, SweepState& state,
+                                     std::span<float> momentum_buffer, std::span<float> theta, bool extrapolate) {
   const size_t n = theta.size();
   if (merged.size() != n || momentum_buffer.size() != n || static_cast<int64_t>(n) != fragment.numel) {
     return InvalidArgumentError("sweep outer step: lengths differ (merged " + std::to_string(merged.size()) +
@@ -146,13 +114,11 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
     state.accum.assign(n, 0.0f);
     state.share = 0;
   }
-  if (state.slice_norm.size() != fragment.slices.size()) state.slice_norm.assign(fragment.slices.size(), 0.0);
   const double lr = options.lr;
   const double mu = options.momentum;
-  if (extrapolate) return RunningSweepStep(lr, mu, fragment, rda, merged, rho, state, momentum_buffer, theta);
+  if (extrapolate) return RunningSweepStep(lr, mu, merged, rho, state, momentum_buffer, theta);
   double moved2 = 0;
   // The round's own share, applied at once.
-  AccumulateSliceNorms(fragment, merged, rho, state);
   for (size_t i = 0; i < n; ++i) {
     const double g = rho * static_cast<double>(merged[i]);
     const float before = theta[i];
@@ -167,33 +133,17 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
     result.step_norm = std::sqrt(moved2);
     return result;
   }
-  // A sweep: complete it to the synchronous Nesterov step on its contributions.
-  int64_t off = 0;
-  for (size_t s = 0; s < fragment.slices.size(); ++s) {
-    const TensorSlice& sl = fragment.slices[s];
-    float* a = state.accum.data() + off;
-    float* b = momentum_buffer.data() + off;
-    float* t = theta.data() + off;
-    // S·ĝ_s: for RDA slices the sum's direction with S times the average norm; else the sum.
-    double scale = 1.0;
-    if (rda && !sl.is_embedding) {
-      const double an = SliceNorm(a, sl.count);
-      scale = an > 0 ? state.slice_norm[s] / an : 0.0;
-    }
-    for (int64_t i = 0; i < sl.count; ++i) {
-      const double ai = static_cast<double>(a[i]);
-      const double sg = scale * ai;  // S·ĝ
-      const double bi = mu * static_cast<double>(b[i]) + sg;
-      b[i] = static_cast<float>(bi);
-      const float before = t[i];
-      t[i] = static_cast<float>(static_cast<double>(t[i]) - lr * (sg - ai) - lr * mu * bi);
-      const double d = static_cast<double>(t[i]) - before;
-      moved2 += d * d;
-    }
-    off += sl.count;
+  // A sweep: the rounds moved Θ by lr·a already; the momentum takes the sweep's sum (S·ĝ = a) and
+  // adds its Nesterov look-ahead (none at μ = 0, decoupled mode's default).
+  for (size_t i = 0; i < n; ++i) {
+    const double bi = mu * static_cast<double>(momentum_buffer[i]) + static_cast<double>(state.accum[i]);
+    momentum_buffer[i] = static_cast<float>(bi);
+    const float before = theta[i];
+    theta[i] = static_cast<float>(static_cast<double>(theta[i]) - lr * mu * bi);
+    const double d = static_cast<double>(theta[i]) - before;
+    moved2 += d * d;
   }
   std::fill(state.accum.begin(), state.accum.end(), 0.0f);
-  std::fill(state.slice_norm.begin(), state.slice_norm.end(), 0.0);
   state.share = 0;
   state.sweeps += 1;
   result.sweep_completed = true;

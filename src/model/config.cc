@@ -81,12 +81,17 @@ int64_t ParameterCount(const ModelConfig& c) {
 
 namespace atl::model {
 
+int64_t EffectiveWarmupSteps(const OptimizerConfig& o) {
+  return o.total_steps > 0 ? std::min(o.warmup_steps, o.total_steps / 2) : o.warmup_steps;
+}
+
 double ScheduledLearningRate(const OptimizerConfig& o, int64_t step) {
-  if (o.warmup_steps > 0 && step < o.warmup_steps) {
-    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  const int64_t warmup = EffectiveWarmupSteps(o);
+  if (warmup > 0 && step < warmup) {
+    return o.lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
   }
-  const double span = static_cast<double>(std::max<int64_t>(1, o.total_steps - o.warmup_steps));
-  const double t = std::clamp(static_cast<double>(step - o.warmup_steps) / span, 0.0, 1.0);
+  const double span = static_cast<double>(std::max<int64_t>(1, o.total_steps - warmup));
+  const double t = std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0);
   return o.lr * (o.min_lr_frac + (1.0 - o.min_lr_frac) * 0.5 * (1.0 + std::cos(std::numbers::pi * t)));
 }
 

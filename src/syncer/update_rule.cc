@@ -78,7 +78,7 @@ class OuterRule final : public UpdateRule {
     math.merged_norm = diloco::L2Norm(merged);
     if (step_ == OuterStepRule::kRound) return diloco::OuterStep(outer_, merged, s.momentum, s.theta);
     math.token_share = token_share;
-    auto r = diloco::SweepOuterStep(outer_, fragment, merge_ == diloco::MergeRule::kRda, merged, token_share,
+    auto r = diloco::SweepOuterStep(outer_, fragment, merged, token_share,
                                     s.sweep, s.momentum, s.theta, running);
     if (!r.ok()) return r.status();
     math.sweep_completed = r->sweep_completed;

@@ -93,13 +93,13 @@ Fragment OneSlice(int64_t n, bool embedding = false) {
 
 TEST(SweepOuterStepTest, OneFullRoundIsOneSynchronousNesterovStep) {
   const std::vector<float> g = {0.5f, -1.25f, 2.0f};
-  for (bool rda : {false, true}) {
+  {
     std::vector<float> theta_sync = {1.0f, 2.0f, 3.0f}, b_sync(3, 0.1f);
     std::vector<float> theta = theta_sync, b = b_sync;
     SweepState state;
     const OuterOptimizerOptions o{.lr = 0.7, .momentum = 0.9};
     ASSERT_TRUE(OuterStep(o, g, b_sync, theta_sync).ok());
-    auto r = SweepOuterStep(o, OneSlice(3), rda, g, 1.0, state, b, theta);
+    auto r = SweepOuterStep(o, OneSlice(3), g, 1.0, state, b, theta);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_TRUE(r->sweep_completed);
     EXPECT_EQ(state.sweeps, 1);
@@ -118,7 +118,7 @@ TEST(SweepOuterStepTest, PartialRoundsMoveByTheirShareAndMomentumWaitsForTheSwee
   for (int m = 0; m < 4; ++m) {
     std::vector<float> g(4, 0.0f);
     g[static_cast<size_t>(m)] = 4.0f;  // learner m's outer gradient
-    auto r = SweepOuterStep(o, OneSlice(4), /*rda=*/false, g, 0.25, state, b, theta);
+    auto r = SweepOuterStep(o, OneSlice(4), g, 0.25, state, b, theta);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->sweep_completed, m == 3);
     if (m < 3) {
@@ -135,27 +135,29 @@ TEST(SweepOuterStepTest, PartialRoundsMoveByTheirShareAndMomentumWaitsForTheSwee
   EXPECT_EQ(state.share, 0.0);
 }
 
-TEST(SweepOuterStepTest, RdaOverTheSweepKeepsTheAverageNorm) {
-  // Four orthogonal unit outer gradients in single rounds: the sweep's RDA step has norm 1 (the
-  // average norm) along the mean direction, as one synchronous RDA round of the four would.
-  const OuterOptimizerOptions o{.lr = 1.0, .momentum = 0.0};
-  std::vector<float> theta(4, 0.0f), b(4, 0.0f);
-  SweepState state;
-  for (int m = 0; m < 4; ++m) {
-    std::vector<float> g(4, 0.0f);
-    g[static_cast<size_t>(m)] = 1.0f;
-    ASSERT_TRUE(SweepOuterStep(o, OneSlice(4), /*rda=*/true, g, 0.25, state, b, theta).ok());
+TEST(SweepOuterStepTest, ASweepOfCancellingRoundsEndsAtTheLastLearnerNotPastIt) {
+  // The end of a 2-learner run: learner 0's final push alone (ρ 0.5) moves Θ halfway to it; then
+  // learner 1, alone and live (ρ 1), pulls Θ to its own values. Its outer gradient is taken
+  // against the Θ learner 0 moved, so the sweep's sum nearly cancels (a = 0.5·2 − 1.1 = −0.1)
+  // while the norms add up (0.5·2 + 1.1 = 2.1). The sweep once restored the sum's norm to the
+  // norms' (RDA across rounds) and threw Θ to 2.1, two units past learner 1 (0.1), away from
+  // learner 0 (−2): a global model worse than either. Completing the sweep adds nothing to the
+  // rounds' own moves at μ = 0; with momentum the sweep's sum feeds b.
+  for (double mu : {0.0, 0.5}) {
+    const OuterOptimizerOptions o{.lr = 1.0, .momentum = mu};
+    std::vector<float> theta = {0.0f}, b = {0.0f};
+    SweepState state;
+    const float learner0 = -2.0f, learner1 = 0.1f;
+    std::vector<float> g = {theta[0] - learner0};
+    ASSERT_TRUE(SweepOuterStep(o, OneSlice(1), g, 0.5, state, b, theta).ok());
+    EXPECT_FLOAT_EQ(theta[0], -1.0f);
+    g = {theta[0] - learner1};
+    auto r = SweepOuterStep(o, OneSlice(1), g, 1.0, state, b, theta);
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->sweep_completed);
+    EXPECT_NEAR(b[0], -0.1, 1e-6) << "b = μ·0 + a";
+    EXPECT_NEAR(theta[0], learner1 - mu * -0.1, 1e-6) << "Θ = learner 1 − lr·μ·b";
   }
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR(theta[static_cast<size_t>(i)], -0.5, 1e-6);
-  // The same four as a mean (embedding slices are never RDA): the plain average, norm 1/2.
-  std::vector<float> theta2(4, 0.0f), b2(4, 0.0f);
-  SweepState state2;
-  for (int m = 0; m < 4; ++m) {
-    std::vector<float> g(4, 0.0f);
-    g[static_cast<size_t>(m)] = 1.0f;
-    ASSERT_TRUE(SweepOuterStep(o, OneSlice(4, /*embedding=*/true), /*rda=*/true, g, 0.25, state2, b2, theta2).ok());
-  }
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR(theta2[static_cast<size_t>(i)], -0.25, 1e-6);
 }
 
 TEST(SweepOuterStepTest, RunningSweepHoldsTheEstimatedStepAndEndsAtTheSynchronousOne) {
@@ -165,7 +167,7 @@ TEST(SweepOuterStepTest, RunningSweepHoldsTheEstimatedStepAndEndsAtTheSynchronou
   SweepState state;
   std::vector<float> g(4, 0.0f);
   g[0] = 4.0f;
-  auto r = SweepOuterStep(o, OneSlice(4), /*rda=*/false, g, 0.25, state, b, theta, /*extrapolate=*/true);
+  auto r = SweepOuterStep(o, OneSlice(4), g, 0.25, state, b, theta, /*extrapolate=*/true);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->sweep_completed);
   // The estimate from the first arrival alone: ĝ = g_0, Θ = −(ĝ + μ·ĝ) = −1.5·g_0; b untouched.
@@ -174,7 +176,7 @@ TEST(SweepOuterStepTest, RunningSweepHoldsTheEstimatedStepAndEndsAtTheSynchronou
   for (int m = 1; m < 4; ++m) {
     std::fill(g.begin(), g.end(), 0.0f);
     g[static_cast<size_t>(m)] = 4.0f;
-    r = SweepOuterStep(o, OneSlice(4), false, g, 0.25, state, b, theta, true);
+    r = SweepOuterStep(o, OneSlice(4), g, 0.25, state, b, theta, true);
     ASSERT_TRUE(r.ok());
   }
   EXPECT_TRUE(r->sweep_completed);
@@ -191,11 +193,11 @@ TEST(SweepOuterStepTest, RejectsBadArgumentsAndChangesNothing) {
   std::vector<float> theta = {1, 2}, b = {0, 0}, g = {1, 1}, short_v = {1};
   SweepState state;
   const OuterOptimizerOptions o;
-  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), true, g, 0.0, state, b, theta).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), true, g, 1.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), true, g, std::nan(""), state, b, theta).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), true, short_v, 0.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SweepOuterStep({.momentum = 1.0}, OneSlice(2), true, g, 0.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), g, 0.0, state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), g, 1.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), g, std::nan(""), state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), short_v, 0.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep({.momentum = 1.0}, OneSlice(2), g, 0.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(theta, (std::vector<float>{1, 2}));
   EXPECT_TRUE(state.accum.empty());
 }

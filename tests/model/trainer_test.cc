@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 #include <filesystem>
 #include <fstream>
 
@@ -74,6 +75,24 @@ TEST(ModelConfig, LearningRateSchedule) {
   EXPECT_NEAR(ScheduledLearningRate(o, 60), 0.55, 1e-12);  // halfway down the cosine
   EXPECT_NEAR(ScheduledLearningRate(o, 110), 0.1, 1e-12);
   EXPECT_NEAR(ScheduledLearningRate(o, 500), 0.1, 1e-12);
+}
+
+TEST(ModelConfig, AWarmUpLongerThanHalfTheRunIsCutToHalfSoTheRunStillDecays) {
+  OptimizerConfig o;
+  o.lr = 1.0;
+  o.min_lr_frac = 0.1;
+  o.warmup_steps = 20;
+  o.total_steps = 16;  // a short run with the default warm-up of atoll run
+  EXPECT_EQ(EffectiveWarmupSteps(o), 8);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(o, 0), 1.0 / 8);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(o, 7), 1.0);
+  EXPECT_NEAR(ScheduledLearningRate(o, 12), 0.55, 1e-12);  // halfway down the cosine
+  EXPECT_NEAR(ScheduledLearningRate(o, 15), 0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi * 7 / 8)), 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(o, 16), 0.1, 1e-12);  // the run ends at the floor, not the peak
+  o.total_steps = 100;
+  EXPECT_EQ(EffectiveWarmupSteps(o), 20) << "a warm-up up to half the run is kept as asked";
+  o.total_steps = 0;
+  EXPECT_EQ(EffectiveWarmupSteps(o), 20) << "no horizon: nothing to cut against";
 }
 
 TEST(ModelTrainer, ExposesNamedFlatTensorsThatAliasTheModel) {

@@ -43,22 +43,29 @@ namespace atl::diloco {
 //   round r with merged outer gradient g_r (token-weighted RDA/mean over its contributors) and
 //   token share ρ_r = Σ_contributors c_tokens / (H · Σ_live learners tokens-per-step), ρ_r ∈ (0,1]:
 //     Θ ← Θ − lr·ρ_r·g_r              (applied at once: every contribution reaches Θ now)
-//     a ← a + ρ_r·g_r,  S ← S + ρ_r,  n_s ← n_s + ρ_r·‖g_r,s‖ per slice s
+//     a ← a + ρ_r·g_r,  S ← S + ρ_r
 //   when S ≥ 1 (a sweep: one full round's worth of tokens has arrived):
-//     ĝ_s = (n_s / S) · a_s / ‖a_s‖   for RDA slices (the sweep's RDA: norm of the average,
-//                                       direction of the sum), ĝ_s = a_s / S otherwise
-//     b ← μ·b + S·ĝ
-//     Θ ← Θ − lr·(S·ĝ − a) − lr·μ·b   (completes the sweep to the synchronous Nesterov step)
-//     a ← 0, S ← 0, n ← 0
+//     b ← μ·b + a
+//     Θ ← Θ − lr·μ·b                  (completes the sweep to the synchronous Nesterov step)
+//     a ← 0, S ← 0
 //
-// Over a sweep Θ moves by lr·(S·ĝ + μ·b): exactly the synchronous step on the sweep's
+// Over a sweep Θ moves by lr·(a + μ·b): the synchronous Nesterov step on the sweep's
 // contributions, whether they came in one round or in many. One round with ρ = 1 is one
-// synchronous DiLoCo step (up to fp32 rounding); μ = 0, lr = 1 with the mean is asynchronous
-// model averaging (each learner moves Θ by its share). This is delayed Nesterov (Liu et al. 2024)
-// with the delay counted in tokens rather than arrivals, plus RDA at the level of the sweep.
+// synchronous DiLoCo step (up to fp32 rounding); μ = 0, lr = 1 is asynchronous model averaging
+// (each round moves Θ by its share). This is delayed Nesterov (Liu et al. 2024) with the delay
+// counted in tokens rather than arrivals.
+//
+// RDA (merge.h) acts inside a round, on the outer gradients of the learners merged together —
+// all taken against the same Θ_p. It is not applied again across the rounds of a sweep (it was,
+// until the eighth session): a sweep's rounds are not independent, each later outer gradient is
+// taken against a Θ the earlier rounds moved and partly undoes them, so restoring the norm of
+// their cancelled sum threw Θ past every learner along a direction none of them moved in (the
+// last rounds of a 2-learner run — one learner's final push, then the other's alone — left a
+// global model worse than its initial one; decision 007's amendment has the measurements).
+//
 // The running sweep (extrapolate = true) keeps Θ at the sweep's start, Θ_s, and between rounds
 // holds Θ at the synchronous step *estimated* from what has arrived so far:
-//     Θ = Θ_s − lr·(ĝ + μ·(μ·b + ĝ)),  ĝ from a/S as above (momentum b not yet updated)
+//     Θ = Θ_s − lr·(ĝ + μ·(μ·b + ĝ)),  ĝ = a/S  (momentum b not yet updated)
 // so the first learner of a sweep gets back its own progress (× the outer step), not a 1/M share
 // of it, and the sweep ends at the same synchronous step. Under it an outer gradient taken
 // "against the current value" is taken against Θ_s (`start`).
@@ -66,7 +73,6 @@ struct SweepState {
   std::vector<float> start;        // Θ_s (running sweep only; empty until first used)
   std::vector<float> accum;        // a: Σ ρ_r·g_r since the last sweep (fragment layout)
   double share = 0;                // S: Σ ρ_r since the last sweep
-  std::vector<double> slice_norm;  // n_s: Σ ρ_r·‖g_r,s‖ per slice since the last sweep
   int64_t sweeps = 0;              // sweeps completed (momentum updates)
 };
 
@@ -75,11 +81,11 @@ struct SweepResult {
   double step_norm = 0;  // ‖Θ_after − Θ_before‖ of this call
 };
 
-// Applies round r to Θ_p per the formulas above. `rda` selects RDA for non-embedding slices of
-// `fragment` (the mean otherwise). `state` is sized on first use. InvalidArgument when lengths
-// differ, ρ ∉ (0, 1], or the optimizer options are invalid; on error nothing changes.
+// Applies round r to Θ_p per the formulas above. `state` is sized on first use. InvalidArgument
+// when lengths differ (`fragment.numel` included), ρ ∉ (0, 1], or the optimizer options are
+// invalid; on error nothing changes.
 StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const Fragment& fragment,
-                                     bool rda, std::span<const float> merged, double rho,
+                                     std::span<const float> merged, double rho,
                                      SweepState& state, std::span<float> momentum_buffer,
                                      std::span<float> theta, bool extrapolate = false);
 

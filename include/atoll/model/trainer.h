@@ -63,8 +63,16 @@ struct OptimizerConfig {
   double clip_norm = 1.0;
 };
 
+// The warm-up the schedule uses: warmup_steps, but at most half of total_steps (when that is set),
+// so that every run has a decay phase. A run shorter than its warm-up would otherwise end at its
+// peak learning rate, and its final model would be whatever its last step made of it: at a high
+// learning rate one inner step can spike the loss, the next one recovers, and a decoupled learner's
+// final push sends the spike (a 16-step test run with the default warm-up of 20 ended with a global
+// model worse than its initial one this way).
+int64_t EffectiveWarmupSteps(const OptimizerConfig& optim);
+
 // The learning rate of the step that follows `step` completed steps: linear warm-up to lr over
-// warmup_steps, then cosine decay to min_lr_frac·lr at total_steps, flat after.
+// EffectiveWarmupSteps, then cosine decay to min_lr_frac·lr at total_steps, flat after.
 double ScheduledLearningRate(const OptimizerConfig& optim, int64_t step);
 
 struct TrainerOptions {
