@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atoll/core/format.h"
+#include "atoll/model/trainer.h"
 #include "atoll/runtime/export.h"
 #include "atoll/runtime/processes.h"
 #include "atoll/runtime/simulate.h"
@@ -105,10 +106,13 @@ StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {
   auto flagged = runtime::FromJson(o.values, c);
   if (!flagged.ok()) return flagged.status().WithContext("command-line flags");
   ATOLL_RETURN_IF_ERROR(runtime::ValidateRunConfig(*flagged));
-  if (flagged->warmup > flagged->steps / 2) {
+  model::OptimizerConfig schedule;
+  schedule.warmup_steps = flagged->warmup;
+  schedule.total_steps = flagged->steps;
+  if (model::EffectiveWarmupSteps(schedule) < flagged->warmup) {
     std::fprintf(stderr, "atoll: note: a warm-up of %lld steps is more than half of the %lld steps: the learning rate "
                  "warms up over %lld steps, then decays\n", static_cast<long long>(flagged->warmup),
-                 static_cast<long long>(flagged->steps), static_cast<long long>(flagged->steps / 2));
+                 static_cast<long long>(flagged->steps), static_cast<long long>(model::EffectiveWarmupSteps(schedule)));
   }
   return runtime::Normalized(*flagged);
 }

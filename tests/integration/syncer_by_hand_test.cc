@@ -157,6 +157,29 @@ TEST(SyncerByHand, SigtermLeavesAUsableModel) {
   fs::remove_all(r.dir);
 }
 
+// The shape above under `atoll simulate` at two learner timings where its global model once ended
+// worse than its initial one (eval 7.52 and 7.20 against 5.49, deterministically): the sweep's
+// RDA across rounds extrapolated Θ past the last learner, and the run, shorter than its warm-up,
+// ended at its peak learning rate (decisions/007, eighth-session amendment). Simulated time: the
+// outcome does not depend on this machine's load, which is why the test above failed only sometimes.
+TEST(SyncerByHand, ItsShapeEndsBelowTheInitialLossAtTimingsThatOnceBrokeIt) {
+  const std::string dir = testing::TempDir("syncer_by_hand_sim");
+  const std::string data = testing::PrepareSmallData(dir);
+  for (const char* step_time : {"0.3", "1.7"}) {
+    SCOPED_TRACE(std::string("--step-time ") + step_time);
+    std::string cmd = "simulate";
+    for (const auto& f : RunFlags(data, dir + "/sim", 16)) cmd += " " + f;
+    cmd += std::string(" --seed 0 --spread 0.3 --jitter 0.05 --step-time ") + step_time;
+    auto r = testing::RunAtoll(cmd, 120);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto summary = testing::ReadJson(dir + "/sim/summary.json");
+    ASSERT_TRUE(summary.is_object()) << r.output;
+    EXPECT_LT(summary["eval_loss"].get<double>(), summary["eval_loss_start"].get<double>()) << r.output;
+    fs::remove_all(dir + "/sim");
+  }
+  fs::remove_all(dir);
+}
+
 TEST(SyncerByHand, FinishWhenDoneEndsByItself) {
   HandRun r;
   r.dir = testing::TempDir("syncer_by_hand_done");
