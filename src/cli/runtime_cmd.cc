@@ -10,6 +10,7 @@
 #include "atoll/runtime/processes.h"
 #include "atoll/runtime/simulate.h"
 #include "atoll/core/file.h"
+#include "atoll/core/text.h"
 #include "command.h"
 
 namespace atl::cli {
@@ -234,7 +235,8 @@ void RegisterSimulate(CLI::App& app, CommandContext& ctx) {
       "Run the cluster of `atoll run` in one process on simulated time: the real syncer core and\n"
       "loop, M real learner agents and models, each inner step taking a simulated time. The same\n"
       "flags give the same losses on every run, whatever the machine's load: use it to compare\n"
-      "configurations (docs/experiments.md). Writes <out>/summary.json. No chaos, WAN emulation,\n"
+      "configurations (docs/experiments.md). Writes <out>/summary.json and <out>/rounds.jsonl (every\n"
+      "round: contributors, token share, merged and step norms, the global eval). No chaos, WAN emulation,\n"
       "shards or ddp; costs about M x steps training steps of one core.");
   AddRunFlags(c, *o);
   c->add_option("--step-time", so->step_seconds, "Simulated seconds of one inner step at speed 1")
@@ -259,9 +261,13 @@ void RegisterSimulate(CLI::App& app, CommandContext& ctx) {
         return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
       }
       const nlohmann::json summary = runtime::SimulateSummary(*cfg, *so, *r);
-      if (Status st = WriteFileAtomic(out + "/summary.json", summary.dump(2)); !st.ok()) {
-        std::fprintf(stderr, "atoll simulate: error: %s\n", st.ToString().c_str());
-        return 1;
+      std::string rounds;
+      for (const auto& line : r->round_log) rounds += atl::DumpJson(line) + "\n";
+      for (const auto& [name, text] : {std::pair{"/rounds.jsonl", rounds}, std::pair{"/summary.json", summary.dump(2)}}) {
+        if (Status st = WriteFileAtomic(out + name, text); !st.ok()) {
+          std::fprintf(stderr, "atoll simulate: error: %s\n", st.ToString().c_str());
+          return 1;
+        }
       }
       std::printf("simulated %.0f s: %lld rounds (learners per round %s), eval loss of the global model %.4f "
                   "(started at %.4f); %s\n",

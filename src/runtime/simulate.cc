@@ -17,6 +17,7 @@
 #include "atoll/model/trainer.h"
 #include "atoll/runtime/processes.h"
 #include "atoll/syncer/syncer_loop.h"
+#include "round_json.h"
 
 namespace atl::runtime {
 namespace {
@@ -188,13 +189,16 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
   std::vector<int64_t> hist(static_cast<size_t>(c.learners) + 1, 0);
   Status eval_status;
   auto observe = [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+    const double t = ToSeconds(clock.Now());
+    result.round_log.push_back(RoundFields(r));
+    result.round_log.back()["t"] = t;
     if (r.refused) return;
     norms.push_back(r.merged_norm);
     hist[std::min(r.contributors.size(), hist.size() - 1)] += 1;
     if (c.eval_every <= 0 || sc.rounds_closed() % c.eval_every != 0) return;
     auto loss = eval.Of(sc, std::max(1, c.eval_batches / 4));  // as the syncer's live evaluator
     if (!loss.ok()) return void(eval_status = loss.status());
-    const double t = ToSeconds(clock.Now());
+    result.round_log.back()["eval_loss"] = *loss;
     result.global_eval_curve.push_back(
         {{"rounds", sc.rounds_closed()}, {"tokens_merged", sc.tokens_merged()}, {"t", t}, {"eval_loss", *loss}});
     if (o.progress) {

@@ -22,6 +22,7 @@
 #include "atoll/transport/grpc.h"
 #include "global_eval.h"
 #include "jsonl.h"
+#include "round_json.h"
 
 namespace atl::runtime {
 namespace {
@@ -287,10 +288,9 @@ class SyncerProcess {
     if (r.refused) {  // numeric safety: nothing changed, nothing to commit (syncer/guards.h)
       std::fprintf(stderr, "syncer: round f%d#%lld REFUSED (contributors %s): %s\n", r.fragment,
                    static_cast<long long>(r.round), Ids(r.contributors).c_str(), r.refusal.c_str());
-      metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "round_refused"},
-                      {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
-                      {"contributors", r.contributors}, {"refusal", r.refusal},
-                      {"rounds_refused", sc.rounds_refused()}});
+      nlohmann::json line = RoundFields(r);
+      line.update({{"t", UnixSeconds()}, {"source", "syncer"}, {"rounds_refused", sc.rounds_refused()}});
+      metrics_.Write(line);
       return;
     }
     // The accounting counters this round moved (tokens merged, rounds joined per learner) are part
@@ -308,13 +308,10 @@ class SyncerProcess {
     if (Status st = durable_->SaveCopies(sc); !st.ok()) {
       std::fprintf(stderr, "syncer: warning: cannot persist learner copies: %s\n", st.ToString().c_str());
     }
-    metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "round"},
-                    {"fragment", r.fragment}, {"round", r.round}, {"version", r.version},
-                    {"contributors", r.contributors}, {"weights", r.weights}, {"late", r.late},
-                    {"grace_s", r.grace_seconds}, {"merged_norm", r.merged_norm},
-                    {"tokens_merged", r.tokens_merged}, {"token_share", r.token_share},
-                    {"sweep", r.sweep_completed}, {"step_norm", r.step_norm}, {"reason", r.reason},
-                    {"theta_checksum", ChecksumHex(exchange::ValuesChecksum(sc.theta(r.fragment)))}});
+    nlohmann::json line = RoundFields(r);
+    line.update({{"t", UnixSeconds()}, {"source", "syncer"},
+                 {"theta_checksum", ChecksumHex(exchange::ValuesChecksum(sc.theta(r.fragment)))}});
+    metrics_.Write(line);
     std::printf("round f%d#%lld -> v%lld from %s (late %s, grace %.2fs, share %.2f): %s\n", r.fragment,
                 static_cast<long long>(r.round), static_cast<long long>(r.version), Ids(r.contributors).c_str(),
                 Ids(r.late).c_str(), r.grace_seconds, r.token_share, r.reason.c_str());

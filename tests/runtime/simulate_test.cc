@@ -49,6 +49,20 @@ TEST(Simulate, TheSameConfigGivesTheSameRunBitForBit) {
   EXPECT_EQ(a->contributors_histogram, b->contributors_histogram);
   EXPECT_EQ(a->global_eval_curve, b->global_eval_curve);
   EXPECT_EQ(a->simulated_seconds, b->simulated_seconds);
+  EXPECT_EQ(a->round_log, b->round_log);
+  // The round log (rounds.jsonl) holds every round, in order, with the global eval where it ran.
+  ASSERT_EQ(static_cast<int64_t>(a->round_log.size()), a->rounds);
+  int evaluated = 0;
+  double t = 0;
+  for (const auto& line : a->round_log) {
+    EXPECT_EQ(line.value("kind", ""), "round");
+    EXPECT_GE(line.value("t", -1.0), t) << "in order of simulated time";
+    t = line.value("t", -1.0);
+    EXPECT_GT(line.value("token_share", 0.0), 0.0);
+    EXPECT_FALSE(line["contributors"].empty());
+    evaluated += line.contains("eval_loss") ? 1 : 0;
+  }
+  EXPECT_EQ(evaluated, static_cast<int>(a->global_eval_curve.size()));
   // The drift is real: not every round held every learner.
   EXPECT_LT(a->contributors_histogram.back(), a->rounds);
   // Another drift is another run.

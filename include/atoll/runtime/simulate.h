@@ -48,6 +48,9 @@ struct SimulateResult {
   std::vector<double> merged_norm_quarters;     // mean merged outer-gradient norm per quarter of the rounds
   nlohmann::json global_eval_curve = nlohmann::json::array();  // {rounds, tokens_merged, t, eval_loss}
   nlohmann::json learners = nlohmann::json::array();           // per learner: steps, pushes, final loss
+  // Every closed round in order, the fields of metrics-syncer.jsonl's round lines (round_json.h)
+  // with `t` in simulated seconds and `eval_loss` where the global model was evaluated after it.
+  std::vector<nlohmann::json> round_log;
 };
 
 // Validates the config (decoupled or diloco mode, no chaos, no WAN emulation, one syncer shard:
