@@ -45,6 +45,17 @@ std::vector<std::span<float>> Views(model::Trainer& t) {
   return v;
 }
 
+// Θ⁰ per fragment: the trainer's initial values in the plan's layout.
+std::vector<std::vector<float>> InitialFragments(model::Trainer& t, const diloco::FragmentPlan& plan) {
+  std::vector<std::vector<float>> initial;
+  auto views = Views(t);
+  for (const auto& f : plan.fragments) {
+    initial.emplace_back(static_cast<size_t>(f.numel));
+    exchange::GatherFragment(f, views, initial.back());
+  }
+  return initial;
+}
+
 // The global model's evaluator: Θ scattered into its own Trainer (loop thread, then main thread).
 class Evaluator {
  public:
@@ -174,15 +185,9 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
     ATOLL_ASSIGN_OR_RETURN(auto e0, eval.trainer().Evaluate(c.eval_batches));
     result.eval_loss_start = e0.loss;
   }
-  std::vector<std::vector<float>> initial;
-  auto views = Views(eval.trainer());
-  for (const auto& f : plan.fragments) {
-    initial.emplace_back(static_cast<size_t>(f.numel));
-    exchange::GatherFragment(f, views, initial.back());
-  }
   ATOLL_ASSIGN_OR_RETURN(auto sopts, MakeSyncerOptions(c));
   sopts.incarnation = 1;
-  ATOLL_ASSIGN_OR_RETURN(auto core, syncer::SyncerCore::Create(sopts, plan, std::move(initial)));
+  ATOLL_ASSIGN_OR_RETURN(auto core, syncer::SyncerCore::Create(sopts, plan, InitialFragments(eval.trainer(), plan)));
 
   SimClock clock;
   std::vector<double> norms;
