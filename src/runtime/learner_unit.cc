@@ -76,18 +76,39 @@ StatusOr<std::vector<ChildProcess>> StartRanks(const LearnerProcessOptions& opt,
   return ranks;
 }
 
+// The failed rank to report among those that have exited: one killed by a signal before one that
+// exited with an error (usually because a peer of its collective died: "broadcast failed"). -1 if
+// none failed; *done counts the ranks that exited 0.
+int FailedRank(std::vector<ChildProcess>& ranks, int* done) {
+  int failed = -1, failed_code = 0;
+  *done = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].running()) continue;
+    const int code = ranks[r].exit_code().value_or(1);
+    if (code == 0) {
+      ++*done;
+    } else if (failed < 0 || (code < 0 && failed_code >= 0)) {
+      failed = static_cast<int>(r);
+      failed_code = code;
+    }
+  }
+  return failed;
+}
+
 // Waits until every rank exited 0 (returns -1) or one failed (returns its rank; the others are
-// killed).
+// killed). A rank that exited with an error gives the others 0.5 s to be seen dying too, so that
+// the rank whose death caused it (a SIGKILL, a crash) is the one reported.
 int WatchRanks(std::vector<ChildProcess>& ranks) {
   for (;;) {
     int done = 0;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      if (ranks[r].running()) continue;
-      if (ranks[r].exit_code().value_or(1) != 0) {
-        for (auto& other : ranks) other.WaitOrKill(0);
-        return static_cast<int>(r);
-      }
-      ++done;
+    int failed = FailedRank(ranks, &done);
+    if (failed >= 0 && ranks[static_cast<size_t>(failed)].exit_code().value_or(1) > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      failed = FailedRank(ranks, &done);
+    }
+    if (failed >= 0) {
+      for (auto& other : ranks) other.WaitOrKill(0);
+      return failed;
     }
     if (done == static_cast<int>(ranks.size())) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
