@@ -128,10 +128,8 @@ int RunTrain(const CLI::App& cmd, TrainFlags& f) {
   run.trainer.model = *config;
   run.trainer.optim.total_steps = run.steps;
   run.trainer.optim.warmup_steps = f.warmup >= 0 ? f.warmup : run.steps / 10;
-  if (model::EffectiveWarmupSteps(run.trainer.optim) < run.trainer.optim.warmup_steps) {
-    std::fprintf(stderr, "atoll train: note: a warm-up of %lld steps is more than half of the %lld steps: the learning "
-                 "rate warms up over %lld steps, then decays\n", static_cast<long long>(run.trainer.optim.warmup_steps),
-                 static_cast<long long>(run.steps), static_cast<long long>(model::EffectiveWarmupSteps(run.trainer.optim)));
+  if (auto note = model::WarmupCutNote(run.trainer.optim); !note.empty()) {
+    std::fprintf(stderr, "atoll train: note: %s\n", note.c_str());
   }
   auto res = model::RunTraining(run);
   if (!res.ok()) return Fail("train", res.status());

@@ -110,11 +110,7 @@ StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {
   model::OptimizerConfig schedule;
   schedule.warmup_steps = flagged->warmup;
   schedule.total_steps = flagged->steps;
-  if (model::EffectiveWarmupSteps(schedule) < flagged->warmup) {
-    std::fprintf(stderr, "atoll: note: a warm-up of %lld steps is more than half of the %lld steps: the learning rate "
-                 "warms up over %lld steps, then decays\n", static_cast<long long>(flagged->warmup),
-                 static_cast<long long>(flagged->steps), static_cast<long long>(model::EffectiveWarmupSteps(schedule)));
-  }
+  if (auto note = model::WarmupCutNote(schedule); !note.empty()) std::fprintf(stderr, "atoll: note: %s\n", note.c_str());
   return runtime::Normalized(*flagged);
 }
 

@@ -85,6 +85,14 @@ int64_t EffectiveWarmupSteps(const OptimizerConfig& o) {
   return o.total_steps > 0 ? std::min(o.warmup_steps, o.total_steps / 2) : o.warmup_steps;
 }
 
+std::string WarmupCutNote(const OptimizerConfig& o) {
+  const int64_t warmup = EffectiveWarmupSteps(o);
+  if (warmup >= o.warmup_steps) return "";
+  return "a warm-up of " + std::to_string(o.warmup_steps) + " steps is more than half of the " +
+         std::to_string(o.total_steps) + " steps: the learning rate warms up over " + std::to_string(warmup) +
+         " steps, then decays";
+}
+
 double ScheduledLearningRate(const OptimizerConfig& o, int64_t step) {
   const int64_t warmup = EffectiveWarmupSteps(o);
   if (warmup > 0 && step < warmup) {

@@ -84,6 +84,8 @@ TEST(ModelConfig, AWarmUpLongerThanHalfTheRunIsCutToHalfSoTheRunStillDecays) {
   o.warmup_steps = 20;
   o.total_steps = 16;  // a short run with the default warm-up of atoll run
   EXPECT_EQ(EffectiveWarmupSteps(o), 8);
+  EXPECT_EQ(WarmupCutNote(o),
+            "a warm-up of 20 steps is more than half of the 16 steps: the learning rate warms up over 8 steps, then decays");
   EXPECT_DOUBLE_EQ(ScheduledLearningRate(o, 0), 1.0 / 8);
   EXPECT_DOUBLE_EQ(ScheduledLearningRate(o, 7), 1.0);
   EXPECT_NEAR(ScheduledLearningRate(o, 12), 0.55, 1e-12);  // halfway down the cosine
@@ -91,6 +93,7 @@ TEST(ModelConfig, AWarmUpLongerThanHalfTheRunIsCutToHalfSoTheRunStillDecays) {
   EXPECT_NEAR(ScheduledLearningRate(o, 16), 0.1, 1e-12);  // the run ends at the floor, not the peak
   o.total_steps = 100;
   EXPECT_EQ(EffectiveWarmupSteps(o), 20) << "a warm-up up to half the run is kept as asked";
+  EXPECT_EQ(WarmupCutNote(o), "");
   o.total_steps = 0;
   EXPECT_EQ(EffectiveWarmupSteps(o), 20) << "no horizon: nothing to cut against";
 }

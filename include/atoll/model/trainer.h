@@ -70,6 +70,8 @@ struct OptimizerConfig {
 // final push sends the spike (a 16-step test run with the default warm-up of 20 ended with a global
 // model worse than its initial one this way).
 int64_t EffectiveWarmupSteps(const OptimizerConfig& optim);
+// What a command prints when EffectiveWarmupSteps cuts the warm-up asked for; empty when it does not.
+std::string WarmupCutNote(const OptimizerConfig& optim);
 
 // The learning rate of the step that follows `step` completed steps: linear warm-up to lr over
 // EffectiveWarmupSteps, then cosine decay to min_lr_frac·lr at total_steps, flat after.
