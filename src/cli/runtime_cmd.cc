@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atoll/core/format.h"
+#include "atoll/core/platform.h"
 #include "atoll/model/trainer.h"
 #include "atoll/runtime/export.h"
 #include "atoll/runtime/processes.h"
@@ -188,7 +189,11 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
                 "p mod S = i, has its own port and --state folder (default <out>/state: give each shard its own "
                 "--out), evaluates nothing and writes no global.safetensors; `atoll export --state "
                 "s0/state,s1/state,...` combines the shards' states (docs/deployment.md)");
-  OnRun(c, ctx, o, p, "syncer", runtime::RunSyncerProcess);
+  // One heap: the live evaluation's thread would otherwise map its forward pass anew every time.
+  OnRun(c, ctx, o, p, "syncer", +[](const runtime::SyncerProcessOptions& so) {
+    OneHeapForAllThreads();
+    return runtime::RunSyncerProcess(so);
+  });
 }
 
 // `atoll learner`: one learner process.

@@ -88,6 +88,11 @@ bool KeepFreedMemory() {
   return changed;
 }
 
+bool OneHeapForAllThreads() {
+  if (std::getenv("MALLOC_ARENA_MAX") != nullptr) return false;
+  return ::mallopt(M_ARENA_MAX, 1) == 1;
+}
+
 std::optional<double> ProcessAgeFrom(std::string_view proc_stat, std::string_view proc_uptime, long ticks_per_second) {
   // The command name (field 2) is in parentheses and may hold spaces or ')': fields resume after
   // the last ')'. The start time is field 22, i.e. the 20th after it (field 3 is the first).

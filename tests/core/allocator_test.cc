@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "atoll/core/platform.h"
 
@@ -23,6 +24,25 @@ TEST(Platform, FreedMemoryStaysInTheProcess) {
   std::memset(p, 1, big);
   std::free(p);
   EXPECT_GE(::mallinfo2().fordblks, free_before + big - (size_t{1} << 20));
+}
+
+TEST(Platform, AThreadsLargeFreedBlocksStayInTheProcessWithOneHeap) {
+  ASSERT_TRUE(OneHeapForAllThreads()) << "MALLOC_ARENA_MAX in the environment wins; run this test without it";
+  KeepFreedMemory();
+  // A thread of its own (like the syncer's live evaluation) freeing a block larger than a thread
+  // arena's 64 MiB heap: with one heap it stays as free space; with an arena of its own it would
+  // be an mmap unmapped on free, faulted in anew by the next evaluation.
+  const size_t big = size_t{96} << 20;
+  size_t free_after = 0;
+  std::thread t([&] {
+    void* p = std::malloc(big);
+    if (p == nullptr) return;
+    std::memset(p, 1, big);
+    std::free(p);
+    free_after = ::mallinfo2().fordblks;
+  });
+  t.join();
+  EXPECT_GE(free_after, big - (size_t{1} << 20));  // the whole block is free space in the heap
 }
 
 }  // namespace

@@ -39,6 +39,16 @@ void EnsureBlasEnvironmentOrReexec(int argc, char** argv);
 // environment (glibc reads those itself; a value there wins). Returns whether it changed anything.
 bool KeepFreedMemory();
 
+// Every thread allocates from glibc's main heap (M_ARENA_MAX = 1) unless MALLOC_ARENA_MAX is in the
+// environment. A thread other than the main one gets its own arena, whose heaps are at most 64 MiB:
+// larger blocks are fresh mmaps unmapped on free whatever the thresholds above say. The syncer's
+// live evaluation of the global model runs on its own thread, and each evaluation faulted in its
+// forward pass's tensors anew (≈ 800 page faults a second over a run, a quarter of the syncer's
+// CPU). Only for processes whose threads allocate little concurrently: a learner's exchange thread
+// beside its training thread made early steps 2x slower when they shared one arena. Call before
+// starting threads. Returns whether it changed anything.
+bool OneHeapForAllThreads();
+
 // Seconds since this process was created (fork; exec does not reset it), from the process's
 // start time in /proc/self/stat and the system uptime in `proc_uptime` (/proc/uptime's text):
 // 10 ms resolution. Nullopt where /proc is missing or unreadable.
