@@ -10,7 +10,7 @@
 //          [--lr 3e-3] [--warmup 15] [--eval-batches 16] [--eval-every 25] [--seed 0]
 //          [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--alpha 0] [--merge rda|mean]
 //          [--outer-lr 1] [--outer-momentum 0] [--precision fp32|bf16] [--preset tiny] [--label NAME]
-//          [--warm-sync W] [--warm-h h]
+//          [--warm-sync W] [--warm-h h] [--rda-embeddings]
 //   --warm-sync W  every fragment is merged once every h steps (default h = 1: after every step;
 //          fragment p when step mod h = p mod h) during the first W steps, applied before the
 //          next step, then the staggered schedule: how much of the gap to data-parallel opens
@@ -51,11 +51,12 @@ constexpr const char* kUsage =
     "         [--lr 3e-3] [--warmup 15] [--eval-batches 16] [--eval-every 25] [--seed 0]\n"
     "         [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--alpha 0] [--merge rda|mean]\n"
     "         [--outer-lr 1] [--outer-momentum 0] [--precision fp32|bf16] [--preset tiny] [--label NAME]\n"
-    "         [--warm-sync W] [--warm-h h]\n"
+    "         [--warm-sync W] [--warm-h h] [--rda-embeddings]\n"
     "  M learners stepped in one thread, fragments merged on the staggered schedule with every\n"
     "  learner in every round (deterministic; no asynchrony).\n"
     "  --dp         data-parallel instead (atoll train --replicas M): the reference\n"
     "  --warm-sync  merge every fragment once every h steps during the first W steps\n"
+    "  --rda-embeddings  RDA for the embedding too (the paper and the syncer use the mean there)\n"
     "  Prints the eval curve and one JSON line {\"label\", \"eval_loss\", \"curve\"}.\n";
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -65,7 +66,7 @@ constexpr const char* kUsage =
 
 struct Args {
   std::string data, preset = "tiny", label, merge = "rda", precision = "fp32";
-  bool dp = false, keep_progress = true;
+  bool dp = false, keep_progress = true, rda_embeddings = false;
   int M = 4, seq = 256, batch = 16, eval_batches = 16, P = 24, H = 24, tau = 2;
   int64_t steps = 150, warmup = 15, eval_every = 25, warm_sync = 0, warm_h = 1;
   uint64_t seed = 0;
@@ -107,6 +108,7 @@ Args Parse(int argc, char** argv) {
     else if (k == "--precision") a.precision = v();
     else if (k == "--label") a.label = v();
     else if (k == "--warm-sync") a.warm_sync = std::atoll(v().c_str());
+    else if (k == "--rda-embeddings") a.rda_embeddings = true;
     else if (k == "--warm-h") a.warm_h = std::max<int64_t>(1, std::atoll(v().c_str()));
     else Usage("unknown flag '" + k + "'");
   }
@@ -182,6 +184,11 @@ int main(int argc, char** argv) {
     po.num_fragments = a.P;
     auto plan = atl::diloco::MakeFragmentPlan(global->tensors(), po);
     if (!plan.ok()) Die("plan", plan.status());
+    if (a.rda_embeddings) {  // the paper leaves embeddings out of RDA; this merges them with it too
+      for (auto& f : plan->fragments) {
+        for (auto& sl : f.slices) sl.is_embedding = false;
+      }
+    }
     const atl::diloco::Schedule sched{a.H, a.P, a.tau, false};
     const auto rule = a.merge == "rda" ? atl::diloco::MergeRule::kRda : atl::diloco::MergeRule::kMean;
     atl::diloco::OuterOptimizerOptions oo;
