@@ -43,8 +43,8 @@ bool KeepFreedMemory();
 // environment. A thread other than the main one gets its own arena, whose heaps are at most 64 MiB:
 // larger blocks are fresh mmaps unmapped on free whatever the thresholds above say. The syncer's
 // live evaluation of the global model runs on its own thread, and each evaluation faulted in its
-// forward pass's tensors anew (≈ 800 page faults a second over a run, a quarter of the syncer's
-// CPU). Only for processes whose threads allocate little concurrently: a learner's exchange thread
+// forward pass's tensors anew (≈ 800 page faults a second over a run, 9 % of the syncer's CPU).
+// Only for processes whose threads allocate little concurrently: a learner's exchange thread
 // beside its training thread made early steps 2x slower when they shared one arena. Call before
 // starting threads. Returns whether it changed anything.
 bool OneHeapForAllThreads();
