@@ -430,7 +430,13 @@ PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeade
     *existing = std::move(c);  // a newer contribution of the same learner replaces the older one
     result.note += "; replaced this learner's earlier contribution";
   } else {
-    f.pending.push_back(std::move(c));
+    // Kept in learner order, not arrival order: pushes that arrive together (the same simulated
+    // instant in `atoll simulate`) otherwise made the merge's float sums, the round's reason and
+    // its log depend on which thread ran first.
+    const int id = c.learner;
+    f.pending.insert(std::upper_bound(f.pending.begin(), f.pending.end(), id,
+                                      [](int learner, const Contribution& x) { return learner < x.learner; }),
+                     std::move(c));
   }
   if (!f.opened_at) f.opened_at = now;
   if (!f.quorum_at && static_cast<int>(f.pending.size()) >= options_.round.quorum) f.quorum_at = now;

@@ -50,6 +50,13 @@ TEST(Simulate, TheSameConfigGivesTheSameRunBitForBit) {
   EXPECT_EQ(a->global_eval_curve, b->global_eval_curve);
   EXPECT_EQ(a->simulated_seconds, b->simulated_seconds);
   EXPECT_EQ(a->round_log, b->round_log);
+  for (size_t i = 0; i < std::min(a->round_log.size(), b->round_log.size()); ++i) {
+    // gtest prints only a vector's first 32 elements: name the first line that differs.
+    if (a->round_log[i] != b->round_log[i]) {
+      ADD_FAILURE() << "round line " << i << " differs:\n" << a->round_log[i].dump() << "\n" << b->round_log[i].dump();
+      break;
+    }
+  }
   // The round log (rounds.jsonl) holds every round, in order, with the global eval where it ran.
   ASSERT_EQ(static_cast<int64_t>(a->round_log.size()), a->rounds);
   int evaluated = 0;
