@@ -61,7 +61,7 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<bool>(c, o, "--grace", "grace", "Adaptive grace window on/off (default true)");
   Flag<double>(c, o, "--gamma", "gamma", "Grace factor gamma in [0,1] (default 0.5)");
   Flag<double>(c, o, "--grace-cap", "grace_cap", "Upper bound of the grace window, seconds (default 5)");
-  Flag<std::string>(c, o, "--merge", "merge", "rda (default) | mean");
+  Flag<std::string>(c, o, "--merge", "merge", "rda (default: RDA, the embedding by the mean) | rda-all (RDA for the tied embedding too) | mean");
   Flag<double>(c, o, "--outer-lr", "outer_lr", "Outer Nesterov learning rate (default: decoupled 1.0, diloco 0.7)");
   Flag<double>(c, o, "--outer-momentum", "outer_momentum", "Outer Nesterov momentum (default: decoupled 0, diloco 0.9)");
   Flag<std::string>(c, o, "--outer-step", "outer_step",

@@ -196,7 +196,7 @@ Status MergeFragment(const Fragment& fragment, MergeRule rule,
     ATOLL_CHECK_MSG(offset + count <= n, "fragment slices exceed the fragment's numel");
     for (size_t m = 0; m < inputs.size(); ++m) sub[m] = inputs[m].subspan(offset, count);
     const std::span<float> o = out.subspan(offset, count);
-    if (rule == MergeRule::kRda && !s.is_embedding) {
+    if (rule == MergeRule::kRdaAll || (rule == MergeRule::kRda && !s.is_embedding)) {
       ATOLL_RETURN_IF_ERROR(RdaMerge(sub, weights, o));
     } else {
       ATOLL_RETURN_IF_ERROR(WeightedMean(sub, weights, o));

@@ -249,6 +249,8 @@ TEST(MergeFragmentTest, RdaPerSliceAndMeanForEmbeddings) {
   EXPECT_FLOAT_EQ(out[3], static_cast<float>(std::sqrt(2.0)));
   ASSERT_TRUE(MergeFragment(f, MergeRule::kMean, Spans(in), w, out).ok());
   EXPECT_EQ(out, (Vec{1, 1, 1, 1}));
+  ASSERT_TRUE(MergeFragment(f, MergeRule::kRdaAll, Spans(in), w, out).ok());  // RDA on the embedding too
+  for (float x : out) EXPECT_FLOAT_EQ(x, static_cast<float>(std::sqrt(2.0)));
 
   Vec wrong(3);
   EXPECT_EQ(MergeFragment(f, MergeRule::kRda, Spans(in), w, wrong).code(),

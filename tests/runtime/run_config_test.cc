@@ -75,6 +75,11 @@ TEST(RunConfig, BadInputIsRefusedWithTheFieldNamed) {
   c.weights = "equal";
   EXPECT_NE(ValidateRunConfig(c).message().find("weights must be tokens or uniform"), std::string::npos);
   c = RunConfig{};
+  c.merge = "rda-some";
+  EXPECT_NE(ValidateRunConfig(c).message().find("merge must be rda, rda-all or mean"), std::string::npos);
+  c.merge = "rda-all";
+  EXPECT_TRUE(ValidateRunConfig(c).ok());
+  c = RunConfig{};
   c.batches = {16, 8};  // 4 learners
   EXPECT_NE(ValidateRunConfig(c).message().find("batches has 2 entries for 4 learners"), std::string::npos);
   c.batches = {16, 8, 0, 8};

@@ -22,7 +22,10 @@
 
 namespace atl::diloco {
 
-enum class MergeRule { kMean, kRda };
+// kRda: RDA for every tensor but embeddings, which take the weighted mean (the paper's rule: an
+// embedding's rows are updated sparsely). kRdaAll: RDA for embeddings too — for a tied embedding,
+// which as the output head gets a dense gradient. kMean: the weighted mean everywhere.
+enum class MergeRule { kMean, kRda, kRdaAll };
 
 // c_tokens² / c_steps in double (no int64 overflow); 0 when c_steps ≤ 0 or c_tokens ≤ 0.
 double TokenWeight(int64_t c_tokens, int64_t c_steps);

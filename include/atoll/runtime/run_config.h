@@ -49,7 +49,7 @@ struct RunConfig {
   bool grace = true;
   double gamma = 0.5;
   double grace_cap = 5.0;
-  std::string merge = "rda";       // rda | mean
+  std::string merge = "rda";       // rda | rda-all | mean
   // Outer Nesterov SGD. Unset: the mode's default, filled in by Normalized — decoupled lr 1.0,
   // momentum 0 (measured best with the sweep step, docs/decisions/007); diloco and ddp 0.7 / 0.9
   // (DiLoCo's values).
