@@ -56,7 +56,7 @@ constexpr const char* kUsage =
     "  learner in every round (deterministic; no asynchrony).\n"
     "  --dp         data-parallel instead (atoll train --replicas M): the reference\n"
     "  --warm-sync  merge every fragment once every h steps during the first W steps\n"
-    "  --rda-embeddings  RDA for the embedding too (the paper and the syncer use the mean there)\n"
+    "  --rda-embeddings  RDA for the tied embedding too (the syncer's --merge rda-all; the paper and the default rda use the mean there)\n"
     "  Prints the eval curve and one JSON line {\"label\", \"eval_loss\", \"curve\"}.\n";
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -184,13 +184,11 @@ int main(int argc, char** argv) {
     po.num_fragments = a.P;
     auto plan = atl::diloco::MakeFragmentPlan(global->tensors(), po);
     if (!plan.ok()) Die("plan", plan.status());
-    if (a.rda_embeddings) {  // the paper leaves embeddings out of RDA; this merges them with it too
-      for (auto& f : plan->fragments) {
-        for (auto& sl : f.slices) sl.is_embedding = false;
-      }
-    }
     const atl::diloco::Schedule sched{a.H, a.P, a.tau, false};
-    const auto rule = a.merge == "rda" ? atl::diloco::MergeRule::kRda : atl::diloco::MergeRule::kMean;
+    // --rda-embeddings: the syncer's --merge rda-all (RDA for the tied embedding too).
+    const auto rule = a.merge != "rda"   ? atl::diloco::MergeRule::kMean
+                      : a.rda_embeddings ? atl::diloco::MergeRule::kRdaAll
+                                         : atl::diloco::MergeRule::kRda;
     atl::diloco::OuterOptimizerOptions oo;
     oo.lr = a.outer_lr;
     oo.momentum = a.outer_momentum;
