@@ -8,9 +8,9 @@
 //
 // Usage: bench_localsgd --data DIR [--dp] [-M 4] [--steps 150] [--seq 256] [--batch 16]
 //          [--lr 3e-3] [--warmup 15] [--eval-batches 16] [--eval-every 25] [--seed 0]
-//          [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--alpha 0] [--merge rda|mean]
+//          [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--alpha 0] [--merge rda|rda-all|mean]
 //          [--outer-lr 1] [--outer-momentum 0] [--precision fp32|bf16] [--preset tiny] [--label NAME]
-//          [--warm-sync W] [--warm-h h] [--rda-embeddings]
+//          [--warm-sync W] [--warm-h h]
 //   --warm-sync W  every fragment is merged once every h steps (default h = 1: after every step;
 //          fragment p when step mod h = p mod h) during the first W steps, applied before the
 //          next step, then the staggered schedule: how much of the gap to data-parallel opens
@@ -49,14 +49,14 @@ using atl::model::TrainerOptions;
 constexpr const char* kUsage =
     "usage: bench_localsgd --data DIR [--dp] [-M 4] [--steps 150] [--seq 256] [--batch 16]\n"
     "         [--lr 3e-3] [--warmup 15] [--eval-batches 16] [--eval-every 25] [--seed 0]\n"
-    "         [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--alpha 0] [--merge rda|mean]\n"
+    "         [-P 24] [-H 24] [--tau 2] [--keep-progress 1] [--alpha 0] [--merge rda|rda-all|mean]\n"
     "         [--outer-lr 1] [--outer-momentum 0] [--precision fp32|bf16] [--preset tiny] [--label NAME]\n"
-    "         [--warm-sync W] [--warm-h h] [--rda-embeddings]\n"
+    "         [--warm-sync W] [--warm-h h]\n"
     "  M learners stepped in one thread, fragments merged on the staggered schedule with every\n"
     "  learner in every round (deterministic; no asynchrony).\n"
     "  --dp         data-parallel instead (atoll train --replicas M): the reference\n"
     "  --warm-sync  merge every fragment once every h steps during the first W steps\n"
-    "  --rda-embeddings  RDA for the tied embedding too (the syncer's --merge rda-all; the paper and the default rda use the mean there)\n"
+    "  --merge      as the syncer's: rda (the embedding by the mean) | rda-all (RDA for it too) | mean\n"
     "  Prints the eval curve and one JSON line {\"label\", \"eval_loss\", \"curve\"}.\n";
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -66,7 +66,7 @@ constexpr const char* kUsage =
 
 struct Args {
   std::string data, preset = "tiny", label, merge = "rda", precision = "fp32";
-  bool dp = false, keep_progress = true, rda_embeddings = false;
+  bool dp = false, keep_progress = true;
   int M = 4, seq = 256, batch = 16, eval_batches = 16, P = 24, H = 24, tau = 2;
   int64_t steps = 150, warmup = 15, eval_every = 25, warm_sync = 0, warm_h = 1;
   uint64_t seed = 0;
@@ -108,13 +108,12 @@ Args Parse(int argc, char** argv) {
     else if (k == "--precision") a.precision = v();
     else if (k == "--label") a.label = v();
     else if (k == "--warm-sync") a.warm_sync = std::atoll(v().c_str());
-    else if (k == "--rda-embeddings") a.rda_embeddings = true;
     else if (k == "--warm-h") a.warm_h = std::max<int64_t>(1, std::atoll(v().c_str()));
     else Usage("unknown flag '" + k + "'");
   }
   if (a.data.empty()) Usage("--data DIR is required");
   if (a.M < 1 || a.steps < 1 || a.P < 1 || a.H < a.P || a.tau < 0 || a.tau >= a.H) Usage("bad -M/--steps/-P/-H/--tau");
-  if (a.merge != "rda" && a.merge != "mean") Usage("--merge is rda or mean");
+  if (auto m = atl::diloco::ParseMergeRule(a.merge); !m.ok()) Usage(m.status().message());
   if (a.label.empty()) a.label = a.dp ? "dp" : "localsgd";
   return a;
 }
@@ -185,10 +184,7 @@ int main(int argc, char** argv) {
     auto plan = atl::diloco::MakeFragmentPlan(global->tensors(), po);
     if (!plan.ok()) Die("plan", plan.status());
     const atl::diloco::Schedule sched{a.H, a.P, a.tau, false};
-    // --rda-embeddings: the syncer's --merge rda-all (RDA for the tied embedding too).
-    const auto rule = a.merge != "rda"   ? atl::diloco::MergeRule::kMean
-                      : a.rda_embeddings ? atl::diloco::MergeRule::kRdaAll
-                                         : atl::diloco::MergeRule::kRda;
+    const auto rule = atl::diloco::ParseMergeRule(a.merge).value();  // checked with the flags
     atl::diloco::OuterOptimizerOptions oo;
     oo.lr = a.outer_lr;
     oo.momentum = a.outer_momentum;

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "atoll/core/file.h"
+#include "atoll/diloco/merge.h"
 
 namespace atl::runtime {
 namespace {
@@ -161,7 +162,7 @@ Status ValidateRunConfig(const RunConfig& c) {
     return bad("quorum K must be in [1, learners] (K=" + std::to_string(c.quorum) + ", M=" + std::to_string(c.learners) + ")");
   if (!(c.gamma >= 0 && c.gamma <= 1)) return bad("gamma must be in [0, 1]");
   if (!(c.grace_cap >= 0)) return bad("grace_cap must be ≥ 0");
-  if (c.merge != "rda" && c.merge != "rda-all" && c.merge != "mean") return bad("merge must be rda, rda-all or mean");
+  if (auto m = diloco::ParseMergeRule(c.merge); !m.ok()) return bad(m.status().message());
   if (c.weights != "tokens" && c.weights != "uniform") return bad("weights must be tokens or uniform");
   if (c.outer_step != "sweep" && c.outer_step != "round" && c.outer_step != "running")
     return bad("outer_step must be sweep, running or round");

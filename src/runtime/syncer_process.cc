@@ -48,9 +48,7 @@ StatusOr<syncer::SyncerOptions> MakeSyncerOptions(const RunConfig& c) {
   o.round.gamma = c.gamma;
   o.round.grace_cap_s = c.grace_cap;
   o.round.tau = c.tau;
-  o.merge_rule = c.merge == "rda"       ? diloco::MergeRule::kRda
-                 : c.merge == "rda-all" ? diloco::MergeRule::kRdaAll
-                                        : diloco::MergeRule::kMean;
+  ATOLL_ASSIGN_OR_RETURN(o.merge_rule, diloco::ParseMergeRule(c.merge));
   o.weight_rule = c.weights == "uniform" ? diloco::WeightRule::kUniform : diloco::WeightRule::kTokens;
   o.outer = {c.outer_lr.value_or(0.7), c.outer_momentum.value_or(0.9), true};  // set by Normalized
   o.outer_step = c.outer_step == "round"     ? syncer::OuterStepRule::kRound

@@ -259,6 +259,15 @@ TEST(MergeFragmentTest, RdaPerSliceAndMeanForEmbeddings) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(MergeFragmentTest, RulesByName) {
+  EXPECT_EQ(ParseMergeRule("rda").value(), MergeRule::kRda);
+  EXPECT_EQ(ParseMergeRule("rda-all").value(), MergeRule::kRdaAll);
+  EXPECT_EQ(ParseMergeRule("mean").value(), MergeRule::kMean);
+  const auto bad = ParseMergeRule("RDA");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("merge must be rda, rda-all or mean (got 'RDA')"), std::string::npos);
+}
+
 TEST(MergeFragmentTest, RdaIsPerSliceNotPerFragment) {
   // Two non-embedding slices with very different scales: per-slice RDA keeps each slice's norm.
   Fragment f;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "atoll/core/status.h"
@@ -26,6 +27,9 @@ namespace atl::diloco {
 // embedding's rows are updated sparsely). kRdaAll: RDA for embeddings too — for a tied embedding,
 // which as the output head gets a dense gradient. kMean: the weighted mean everywhere.
 enum class MergeRule { kMean, kRda, kRdaAll };
+
+// The rule a run file or flag names: "rda", "rda-all" or "mean"; InvalidArgument for any other.
+StatusOr<MergeRule> ParseMergeRule(const std::string& name);
 
 // c_tokens² / c_steps in double (no int64 overflow); 0 when c_steps ≤ 0 or c_tokens ≤ 0.
 double TokenWeight(int64_t c_tokens, int64_t c_steps);
@@ -46,7 +50,7 @@ Status RdaMerge(std::span<const std::span<const float>> inputs, std::span<const 
 
 // Merges one fragment: inputs[m] is learner m's outer gradient for the whole fragment, laid out
 // as the fragment's slices concatenated in order. Each slice is merged separately: RDA for
-// non-embedding slices under kRda, weighted mean otherwise.
+// non-embedding slices under kRda, for every slice under kRdaAll, weighted mean otherwise.
 Status MergeFragment(const Fragment& fragment, MergeRule rule,
                      std::span<const std::span<const float>> inputs,
                      std::span<const double> weights, std::span<float> out);
