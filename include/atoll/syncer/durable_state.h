@@ -10,16 +10,13 @@
 //
 // Layout of the state folder (each file written atomically: temp, fsync, rename):
 //   meta.json            run id, model signature, plan fingerprint, P (self-checksummed)
-//   fragment-NNN.bin     magic "ATOLFRG1", version, round, numel, XXH3 of the body, then
-//                        Θ_p and the Nesterov buffer (fp32, little-endian)
+//   fragment-NNN.bin     magic "ATOLFRG2", version, round, numel, what follows, the sweep's
+//                        share, the body's XXH3, the header's own XXH3; then Θ_p, the Nesterov
+//                        buffer (when kept), the public copy Φ_p and its lattice exponents
+//                        (fp32 little-endian; docs/decisions/014). Only a shard's own fragments.
 //   learners.json        the learner table (accounting; rewritten with every committed round)
-//   copies/learner-L-fragment-NNN.bin
-//                        the syncer's copy Φ_{L,p} of what learner L holds: magic "ATOLCPY1",
-//                        learner, fragment, version, numel, the values' checksum, the values.
-//                        Written with the commit that follows the pull that changed it; an
-//                        optimisation, not committed state: after a restart a learner whose copy
-//                        checksum matches (it reports its copies' checksums when it rejoins)
-//                        resumes with deltas, any other fetches that fragment in full once.
+// The public copy is committed with Θ_p, so learners that hold its version resume with deltas
+// after a restart; the history of deltas is not, so a learner further behind fetches in full once.
 // Thread-safety: called from the syncer's loop thread only.
 #pragma once
 
@@ -47,11 +44,6 @@ class DurableState {
   static constexpr int kCommitAttempts = 6;
   Status SaveFragment(const SyncerCore& core, int fragment);
   Status SaveLearners(const SyncerCore& core);
-  // Writes the per-learner copies that changed since the last call (SyncerCore::TakeDirtyCopies).
-  Status SaveCopies(const SyncerCore& core);
-  // After Restore: loads the saved copies that are intact and fit the restored fragments;
-  // returns how many. Damaged or stale files are skipped, never an error.
-  int RestoreCopies(SyncerCore& core) const;
   // Loads a saved state into `core` (which must have been created with the same plan).
   // FailedPrecondition when it belongs to another run/model/plan; DataLoss naming the file for a
   // truncated or corrupted file. On error `core` is unchanged.
@@ -60,7 +52,6 @@ class DurableState {
 
  private:
   std::string FragmentPath(int p) const;
-  std::string CopyPath(int learner, int fragment) const;
   Status WriteFragment(const SyncerCore& core, int p);
   static void ReadLearnerRows(const nlohmann::json& lj, std::map<int, LearnerRecord>& table, int64_t& rounds_closed);
   std::string dir_;
