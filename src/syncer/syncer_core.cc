@@ -98,7 +98,10 @@ PublicCopyOptions SyncerCore::CopyOptions(size_t numel) const {
   o.qmax = DownlinkQmax(options_.downlink.encoding);
   o.compression = options_.downlink.compression;
   o.history_versions = options_.history_versions;
-  o.history_bytes = static_cast<size_t>(options_.history_bytes_per_value * static_cast<double>(numel));
+  o.history_bytes = options_.history_bytes_per_value <= 0
+                        ? 0
+                        : std::max(options_.history_min_bytes,
+                                   static_cast<size_t>(options_.history_bytes_per_value * static_cast<double>(numel)));
   o.pool = pool_.get();
   return o;
 }
@@ -755,6 +758,9 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   j["params"] = plan_.total_numel;
   j["rounds"] = rounds_closed_;
   j["rounds_refused"] = rounds_refused_;
+  int64_t saturated = 0;
+  for (const auto& f : fragments_) saturated += f.copy ? f.copy->saturated() : 0;
+  j["public_copy_saturated"] = saturated;  // values held at the lattice's edge (docs/decisions/014)
   j["versions"] = versions();
   j["t_step_s"] = estimates_.step_seconds;
   j["t_sync_s"] = estimates_.sync_seconds;
