@@ -69,6 +69,7 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
   core.fragments_.resize(static_cast<size_t>(P));
   for (int p = 0; p < P; ++p) {
     auto& f = core.fragments_[static_cast<size_t>(p)];
+    if (!core.owns(p) && initial[p].empty()) continue;  // another shard's: it need not be given
     if (static_cast<int64_t>(initial[p].size()) != core.plan_.fragments[p].numel) {
       return InvalidArgumentError("syncer: fragment " + std::to_string(p) + " initial size " +
                                   std::to_string(initial[p].size()) + " ≠ plan " +

@@ -188,8 +188,9 @@ struct RoundReport {
 
 class SyncerCore {
  public:
-  // `initial` holds Θ⁰ per fragment (plan layout). InvalidArgument when sizes mismatch or the
-  // options are inconsistent (H < P, bad codec, quorum < 1).
+  // `initial` holds Θ⁰ per fragment (plan layout; another shard's fragments may be empty).
+  // InvalidArgument when sizes mismatch or the options are inconsistent (H < P, bad codec,
+  // quorum < 1).
   static StatusOr<SyncerCore> Create(SyncerOptions options, diloco::FragmentPlan plan,
                                      std::vector<std::vector<float>> initial);
 
