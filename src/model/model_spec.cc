@@ -294,17 +294,24 @@ Status VerifyModelSpec(const ModelSpec& spec) {
   return Status::Ok();
 }
 
-Status WriteModelSpec(const std::string& path, const std::vector<diloco::TensorSpec>& tensors,
-                      const nlohmann::json& metadata, const TensorFill& fill) {
+namespace {
+
+// The safetensors header of a spec of `tensors` (F32, in order), its checksum field zeroed.
+StatusOr<nlohmann::ordered_json> SpecHeader(const std::vector<diloco::TensorSpec>& tensors,
+                                            const nlohmann::json& metadata) {
   if (tensors.empty()) return InvalidArgumentError("model spec: no tensors");
   if (!metadata.is_object() && !metadata.is_null()) return InvalidArgumentError("model spec: metadata must be an object");
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   nlohmann::json meta = nlohmann::json::object();
-  for (auto it = metadata.begin(); metadata.is_object() && it != metadata.end(); ++it) meta[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+  for (auto it = metadata.begin(); metadata.is_object() && it != metadata.end(); ++it) {
+    meta[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+  }
   nlohmann::json embeddings = nlohmann::json::array();
   std::set<std::string> names;
   for (const auto& t : tensors) {
-    if (t.name.empty() || !names.insert(t.name).second) return InvalidArgumentError("model spec: tensor names must be unique and not empty ('" + t.name + "')");
+    if (t.name.empty() || !names.insert(t.name).second) {
+      return InvalidArgumentError("model spec: tensor names must be unique and not empty ('" + t.name + "')");
+    }
     if (t.is_embedding) embeddings.push_back(t.name);
   }
   meta[kEmbeddingsKey] = embeddings.dump();
@@ -312,35 +319,74 @@ Status WriteModelSpec(const std::string& path, const std::vector<diloco::TensorS
   header["__metadata__"] = meta;
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + static_cast<uint64_t>(t.numel) * 4}}};
-    offset += static_cast<uint64_t>(t.numel) * 4;
+    const uint64_t bytes = static_cast<uint64_t>(t.numel) * 4;
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
-  const auto encode_head = [&] {
-    std::string head = header.dump();
-    head.append((8 - head.size() % 8) % 8, ' ');
-    return head;
-  };
-  std::string head = encode_head();
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return UnavailableError("model spec " + tmp + ": " + std::strerror(errno));
-  const auto write_at = [&](const void* data, size_t n, uint64_t at) -> Status {
+  return header;
+}
+
+// The header as written: JSON padded with spaces to a multiple of 8 bytes.
+std::string EncodeHeader(const nlohmann::ordered_json& header) {
+  std::string head = header.dump();
+  head.append((8 - head.size() % 8) % 8, ' ');
+  return head;
+}
+
+// A file written at offsets under a temporary name, then fsynced and renamed into place; removed
+// if it is not committed.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  Status opened() const {
+    return fd_ >= 0 ? Status::Ok() : UnavailableError("model spec " + tmp_ + ": " + std::strerror(errno));
+  }
+  Status WriteAt(const void* data, size_t n, uint64_t at) {
     const auto* p = static_cast<const char*>(data);
     while (n > 0) {
-      const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
+      const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(at));
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return UnavailableError("model spec " + tmp + ": write failed: " + std::strerror(errno));
+      if (w <= 0) return UnavailableError("model spec " + tmp_ + ": write failed: " + std::strerror(errno));
       p += w;
       n -= static_cast<size_t>(w);
       at += static_cast<uint64_t>(w);
     }
     return Status::Ok();
-  };
-  const auto fail = [&](Status st) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return st;
-  };
+  }
+  Status Commit() {
+    if (::fsync(fd_) != 0) return UnavailableError("model spec " + tmp_ + ": fsync failed: " + std::strerror(errno));
+    ::close(fd_);
+    fd_ = -1;
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) return UnavailableError("model spec " + path_ + ": " + ec.message());
+    committed_ = true;
+    return Status::Ok();
+  }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+Status WriteModelSpec(const std::string& path, const std::vector<diloco::TensorSpec>& tensors,
+                      const nlohmann::json& metadata, const TensorFill& fill) {
+  ATOLL_ASSIGN_OR_RETURN(nlohmann::ordered_json header, SpecHeader(tensors, metadata));
+  std::string head = EncodeHeader(header);
+  AtomicFile file(path);
+  ATOLL_RETURN_IF_ERROR(file.opened());
   const uint64_t data_begin = 8 + head.size();
   Hasher hasher;
   std::vector<float> chunk;
@@ -351,25 +397,17 @@ Status WriteModelSpec(const std::string& path, const std::vector<diloco::TensorS
       chunk.assign(static_cast<size_t>(std::min(kChunk, tensors[t].numel - begin)), 0.0f);
       fill(t, begin, chunk);
       hasher.Update(chunk.data(), chunk.size() * 4);
-      if (Status st = write_at(chunk.data(), chunk.size() * 4, at); !st.ok()) return fail(st);
+      ATOLL_RETURN_IF_ERROR(file.WriteAt(chunk.data(), chunk.size() * 4, at));
       at += chunk.size() * 4;
     }
   }
   header["__metadata__"][kChecksumKey] = ChecksumHex(hasher.Digest());
-  head = encode_head();
+  head = EncodeHeader(header);
   ATOLL_CHECK_MSG(8 + head.size() == data_begin, "the checksum changed the header's length");
   const uint64_t n = head.size();
-  if (Status st = write_at(&n, 8, 0); !st.ok()) return fail(st);
-  if (Status st = write_at(head.data(), head.size(), 8); !st.ok()) return fail(st);
-  if (::fsync(fd) != 0) return fail(UnavailableError("model spec " + tmp + ": fsync failed: " + std::strerror(errno)));
-  ::close(fd);
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    ::unlink(tmp.c_str());
-    return UnavailableError("model spec " + path + ": " + ec.message());
-  }
-  return Status::Ok();
+  ATOLL_RETURN_IF_ERROR(file.WriteAt(&n, 8, 0));
+  ATOLL_RETURN_IF_ERROR(file.WriteAt(head.data(), head.size(), 8));
+  return file.Commit();
 }
 
 std::string FirstTensorDifference(const std::vector<diloco::TensorSpec>& learner,

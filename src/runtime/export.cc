@@ -90,6 +90,24 @@ StatusOr<syncer::SyncerCore> RestoreShard(const RunConfig& c, const std::string&
   return core;
 }
 
+// The exported global model's eval loss (the run's own model only: a foreign spec has no
+// forward pass here).
+template <typename Owner>
+Status EvaluateGlobal(const RunConfig& c, const ModelHost& model, const diloco::FragmentPlan& plan, const Owner& owner,
+                      ExportResult& r) {
+  model::Trainer* ev = model.evaluator();
+  if (ev == nullptr) return FailedPreconditionError("cannot evaluate: " + model.no_evaluation());
+  std::vector<std::span<float>> params;
+  for (int i = 0; i < static_cast<int>(ev->tensors().size()); ++i) params.push_back(ev->Parameter(i));
+  for (int p = 0; p < plan.num_fragments(); ++p) {
+    exchange::ScatterFragment(plan.fragments[static_cast<size_t>(p)], owner(p).theta(p), params);
+  }
+  ATOLL_ASSIGN_OR_RETURN(auto e, ev->Evaluate(c.eval_batches));
+  r.eval_loss = e.loss;
+  r.eval_perplexity = e.perplexity;
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<ExportResult> ExportState(const ExportOptions& options) {
@@ -136,18 +154,7 @@ StatusOr<ExportResult> ExportState(const ExportOptions& options) {
   for (int64_t v : r.versions) r.rounds += v;
   r.params = model.num_params();
   for (int p = 0; p < plan.num_fragments(); ++p) r.theta_checksum ^= exchange::ValuesChecksum(owner(p).theta(p));
-  if (o.evaluate) {
-    model::Trainer* ev = model.evaluator();
-    if (ev == nullptr) return FailedPreconditionError("cannot evaluate: " + model.no_evaluation());
-    std::vector<std::span<float>> params;
-    for (int i = 0; i < static_cast<int>(ev->tensors().size()); ++i) params.push_back(ev->Parameter(i));
-    for (int p = 0; p < plan.num_fragments(); ++p) {
-      exchange::ScatterFragment(plan.fragments[static_cast<size_t>(p)], owner(p).theta(p), params);
-    }
-    ATOLL_ASSIGN_OR_RETURN(auto e, ev->Evaluate(c.eval_batches));
-    r.eval_loss = e.loss;
-    r.eval_perplexity = e.perplexity;
-  }
+  if (o.evaluate) ATOLL_RETURN_IF_ERROR(EvaluateGlobal(c, model, plan, owner, r));
   ATOLL_RETURN_IF_ERROR(model.WriteModel(o.out, plan, [&](int p) { return owner(p).theta(p); },
                                          {{"run_id", c.run_id},
                                           {"rounds", std::to_string(r.rounds)},

@@ -106,6 +106,50 @@ void ProgressView::DrawLine(double t, const std::string& line) {
   std::fflush(stdout);
 }
 
+namespace {
+
+// What the learners' own summaries add up to.
+struct LearnerTotals {
+  int64_t tokens = 0, steps = 0;
+  double merged = 0, up = 0, down = 0, payload_up = 0, payload_down = 0;
+};
+
+// Learner i's row of the summary: its own summary file (if it finished) and the syncer's view
+// of it (if it joined), both added to the totals.
+nlohmann::json LearnerRow(const RunConfig& c, int i, const nlohmann::json* syncer_row, LearnerTotals& t) {
+  nlohmann::json row = {{"learner", i}};
+  auto text = ReadFile(c.out + "/learner-" + std::to_string(i) + ".json");
+  const auto l = text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
+  if (!text.ok()) {
+    row["error"] = "no learner summary (the learner did not finish)";
+  } else if (!l.is_discarded()) {
+    for (const char* key : {"tokens", "steps", "pushes", "checksum_mismatches"}) row[key] = l.value(key, 0);
+    for (const char* key : {"payload_bytes_up", "payload_bytes_down"}) row[key] = l.value(key, 0);
+    row["bytes_up"] = l.value("wire_bytes_up", 0);
+    row["bytes_down"] = l.value("wire_bytes_down", 0);
+    row["tokens_per_second"] = Num(l, "tokens_per_second");
+    row["first_contribution_s"] = Num(l, "first_contribution_s", -1);
+    row["barrier_wait_seconds"] = Num(l, "barrier_wait_seconds");
+    row["speed"] = Num(l, "speed", 1);
+    t.tokens += l.value("tokens", int64_t{0});
+    t.steps += l.value("steps", int64_t{0});
+    t.up += Num(l, "wire_bytes_up");
+    t.down += Num(l, "wire_bytes_down");
+    t.payload_up += Num(l, "payload_bytes_up");
+    t.payload_down += Num(l, "payload_bytes_down");
+  }
+  if (syncer_row != nullptr) {
+    row["rounds_joined"] = syncer_row->value("rounds_joined", 0);
+    row["tokens_merged"] = Num(*syncer_row, "tokens_merged");
+    row["late_folded"] = syncer_row->value("late_folded", 0);
+    row["joins"] = syncer_row->value("joins", 0);
+    t.merged += Num(*syncer_row, "tokens_merged");
+  }
+  return row;
+}
+
+}  // namespace
+
 nlohmann::json BuildRunSummary(const RunConfig& c, const nlohmann::json& syncer, double wall) {
   nlohmann::json s;
   s["mode"] = diloco::ModeName(c.mode);
@@ -130,59 +174,24 @@ nlohmann::json BuildRunSummary(const RunConfig& c, const nlohmann::json& syncer,
     s["syncer_shards"] = syncer["shards"];
     s["versions"] = syncer.value("versions", nlohmann::json::array());
   }
-  int64_t tokens = 0, steps = 0;
-  double merged = 0;
-  double up = 0, down = 0, payload_up = 0, payload_down = 0;
-  nlohmann::json per = nlohmann::json::array();
   std::map<int, nlohmann::json> syncer_rows;
   for (const auto& l : syncer.value("learners", nlohmann::json::array())) syncer_rows[l.value("id", -1)] = l;
+  LearnerTotals t;
+  nlohmann::json per = nlohmann::json::array();
   for (int i = 0; i < c.learners; ++i) {
-    nlohmann::json row = {{"learner", i}};
-    auto text = ReadFile(c.out + "/learner-" + std::to_string(i) + ".json");
-    if (text.ok()) {
-      auto l = nlohmann::json::parse(*text, nullptr, false);
-      if (!l.is_discarded()) {
-        row["tokens"] = l.value("tokens", 0);
-        row["steps"] = l.value("steps", 0);
-        row["tokens_per_second"] = Num(l, "tokens_per_second");
-        row["pushes"] = l.value("pushes", 0);
-        row["bytes_up"] = l.value("wire_bytes_up", 0);
-        row["bytes_down"] = l.value("wire_bytes_down", 0);
-        row["payload_bytes_up"] = l.value("payload_bytes_up", 0);
-        row["payload_bytes_down"] = l.value("payload_bytes_down", 0);
-        row["first_contribution_s"] = Num(l, "first_contribution_s", -1);
-        row["barrier_wait_seconds"] = Num(l, "barrier_wait_seconds");
-        row["speed"] = Num(l, "speed", 1);
-        row["checksum_mismatches"] = l.value("checksum_mismatches", 0);
-        tokens += l.value("tokens", int64_t{0});
-        steps += l.value("steps", int64_t{0});
-        up += Num(l, "wire_bytes_up");
-        down += Num(l, "wire_bytes_down");
-        payload_up += Num(l, "payload_bytes_up");
-        payload_down += Num(l, "payload_bytes_down");
-      }
-    } else {
-      row["error"] = "no learner summary (the learner did not finish)";
-    }
-    if (syncer_rows.count(i)) {
-      row["rounds_joined"] = syncer_rows[i].value("rounds_joined", 0);
-      row["tokens_merged"] = Num(syncer_rows[i], "tokens_merged");
-      row["late_folded"] = syncer_rows[i].value("late_folded", 0);
-      row["joins"] = syncer_rows[i].value("joins", 0);
-      merged += Num(syncer_rows[i], "tokens_merged");
-    }
-    per.push_back(row);
+    auto it = syncer_rows.find(i);
+    per.push_back(LearnerRow(c, i, it == syncer_rows.end() ? nullptr : &it->second, t));
   }
-  s["tokens_trained"] = tokens;
-  s["tokens_merged"] = merged;
-  s["tokens_per_second"] = wall > 0 ? tokens / wall : 0.0;
-  s["bytes_up"] = up;
-  s["bytes_down"] = down;
-  s["payload_bytes_up"] = payload_up;
-  s["payload_bytes_down"] = payload_down;
+  s["tokens_trained"] = t.tokens;
+  s["tokens_merged"] = t.merged;
+  s["tokens_per_second"] = wall > 0 ? static_cast<double>(t.tokens) / wall : 0.0;
+  s["bytes_up"] = t.up;
+  s["bytes_down"] = t.down;
+  s["payload_bytes_up"] = t.payload_up;
+  s["payload_bytes_down"] = t.payload_down;
   // What synchronous data-parallel would have moved for the same learner-steps: every step each
   // learner sends its full gradient and receives the average, bf16 both ways.
-  s["dp_equivalent_bytes"] = static_cast<double>(steps) * params * 2.0 * 2.0;
+  s["dp_equivalent_bytes"] = static_cast<double>(t.steps) * params * 2.0 * 2.0;
   s["per_learner"] = per;
   return s;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -84,6 +85,36 @@ struct SimLearner {
   nlohmann::json summary;
 };
 
+learner::AgentOptions SimAgentOptions(const RunConfig& c, int id) {
+  learner::AgentOptions ao;
+  ao.run_id = c.run_id;
+  ao.learner_id = id;
+  ao.host = "simulated";
+  ao.schedule = diloco::Schedule::Of(c.mode, c.H, c.fragments, c.tau);
+  ao.uplink = UplinkCodec(c);
+  ao.alpha = c.alpha;
+  ao.keep_progress = c.keep_progress;
+  return ao;
+}
+
+// The learner's last sync and its leave, and what it did.
+void Leave(learner::LearnerAgent& agent, int64_t step, int64_t tokens, double last_loss, SimClock& clock,
+           SimLearner& me) {
+  agent.FlushAll(step, 30.0);
+  learner::Progress done;
+  done.step = step;
+  done.tokens = tokens;
+  done.loss = last_loss;
+  done.state = syncer::LearnerState::kDone;
+  agent.SetProgress(done);
+  const auto k = agent.counters();
+  if (Status st = agent.Leave(); !st.ok()) me.status = st;
+  me.finished_s = ToSeconds(clock.Now());
+  me.summary = {{"learner", me.id}, {"steps", step}, {"tokens", tokens}, {"loss", last_loss},
+                {"speed_factor", 1.0 / me.factor}, {"pushes", k.pushes}, {"pushes_deferred", k.pushes_deferred},
+                {"fragments_applied", k.fragments_applied}, {"rejected", k.rejected}};
+}
+
 void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::FragmentPlan& plan,
                 syncer::SyncerApi& api, SimClock& clock, SimLearner& me) {
   auto topts = MakeTrainerOptions(c, me.id);
@@ -91,15 +122,7 @@ void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::Frag
   auto trainer = model::Trainer::Create(*topts);
   if (!trainer.ok()) return void(me.status = trainer.status());
   auto params = Views(**trainer);
-  learner::AgentOptions ao;
-  ao.run_id = c.run_id;
-  ao.learner_id = me.id;
-  ao.host = "simulated";
-  ao.schedule = diloco::Schedule::Of(c.mode, c.H, c.fragments, c.tau);
-  ao.uplink = UplinkCodec(c);
-  ao.alpha = c.alpha;
-  ao.keep_progress = c.keep_progress;
-  learner::LearnerAgent agent(ao, plan, params, api, clock);
+  learner::LearnerAgent agent(SimAgentOptions(c, me.id), plan, params, api, clock);
   // Each learner starts a few ms apart, off the syncer loop's 50 ms tick: its heartbeats (every
   // 0.5 s from its start) then never arrive at the same simulated instant as another's or as a
   // tick, where the loop would see them in whatever order the threads happen to run.
@@ -131,19 +154,7 @@ void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::Frag
       agent.ApplyReady(step);
     }
   }
-  agent.FlushAll(step, 30.0);
-  learner::Progress done;
-  done.step = step;
-  done.tokens = tokens;
-  done.loss = last_loss;
-  done.state = syncer::LearnerState::kDone;
-  agent.SetProgress(done);
-  const auto k = agent.counters();
-  if (Status st = agent.Leave(); !st.ok()) me.status = st;
-  me.finished_s = ToSeconds(clock.Now());
-  me.summary = {{"learner", me.id}, {"steps", step}, {"tokens", tokens}, {"loss", last_loss},
-                {"speed_factor", 1.0 / me.factor}, {"pushes", k.pushes}, {"pushes_deferred", k.pushes_deferred},
-                {"fragments_applied", k.fragments_applied}, {"rejected", k.rejected}};
+  Leave(agent, step, tokens, last_loss, clock, me);
 }
 
 // The mean of each quarter of `v` in order (empty when `v` is).
@@ -170,6 +181,49 @@ std::vector<SimLearner> MakeLearners(const RunConfig& c, const SimulateOptions& 
   return learners;
 }
 
+// What the simulation records of every closed round, as the syncer's round log and live
+// evaluator would.
+class RoundObserver {
+ public:
+  RoundObserver(const RunConfig& c, const SimulateOptions& o, SimClock& clock, Evaluator& eval, SimulateResult& result)
+      : c_(c), o_(o), clock_(clock), eval_(eval), result_(result), hist_(static_cast<size_t>(c.learners) + 1, 0) {}
+
+  void operator()(const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
+    const double t = ToSeconds(clock_.Now());
+    result_.round_log.push_back(RoundFields(r));
+    result_.round_log.back()["t"] = t;
+    if (r.refused) return;
+    norms_.push_back(r.merged_norm);
+    hist_[std::min(r.contributors.size(), hist_.size() - 1)] += 1;
+    if (c_.eval_every <= 0 || sc.rounds_closed() % c_.eval_every != 0) return;
+    auto loss = eval_.Of(sc, std::max(1, c_.eval_batches / 4));  // as the syncer's live evaluator
+    if (!loss.ok()) return void(eval_status_ = loss.status());
+    result_.round_log.back()["eval_loss"] = *loss;
+    result_.global_eval_curve.push_back(
+        {{"rounds", sc.rounds_closed()}, {"tokens_merged", sc.tokens_merged()}, {"t", t}, {"eval_loss", *loss}});
+    if (o_.progress) {
+      o_.progress(fmt::format("t = {:7.1f} s (simulated)  rounds {:5d}  tokens merged {:10.0f}  global eval loss {:.4f}",
+                              t, sc.rounds_closed(), sc.tokens_merged(), *loss));
+    }
+  }
+  const Status& eval_status() const { return eval_status_; }
+  // Into the result: the contributors histogram and the merged norms by quarter.
+  void Summarize() {
+    result_.contributors_histogram = hist_;
+    result_.merged_norm_quarters = QuarterMeans(norms_);
+  }
+
+ private:
+  const RunConfig& c_;
+  const SimulateOptions& o_;
+  SimClock& clock_;
+  Evaluator& eval_;
+  SimulateResult& result_;
+  std::vector<double> norms_;
+  std::vector<int64_t> hist_;
+  Status eval_status_;
+};
+
 }  // namespace
 
 StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions& o) {
@@ -190,32 +244,12 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
   ATOLL_ASSIGN_OR_RETURN(auto core, syncer::SyncerCore::Create(sopts, plan, InitialFragments(eval.trainer(), plan)));
 
   SimClock clock;
-  std::vector<double> norms;
-  std::vector<int64_t> hist(static_cast<size_t>(c.learners) + 1, 0);
-  Status eval_status;
-  auto observe = [&](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
-    const double t = ToSeconds(clock.Now());
-    result.round_log.push_back(RoundFields(r));
-    result.round_log.back()["t"] = t;
-    if (r.refused) return;
-    norms.push_back(r.merged_norm);
-    hist[std::min(r.contributors.size(), hist.size() - 1)] += 1;
-    if (c.eval_every <= 0 || sc.rounds_closed() % c.eval_every != 0) return;
-    auto loss = eval.Of(sc, std::max(1, c.eval_batches / 4));  // as the syncer's live evaluator
-    if (!loss.ok()) return void(eval_status = loss.status());
-    result.round_log.back()["eval_loss"] = *loss;
-    result.global_eval_curve.push_back(
-        {{"rounds", sc.rounds_closed()}, {"tokens_merged", sc.tokens_merged()}, {"t", t}, {"eval_loss", *loss}});
-    if (o.progress) {
-      o.progress(fmt::format("t = {:7.1f} s (simulated)  rounds {:5d}  tokens merged {:10.0f}  global eval loss {:.4f}", t,
-                             sc.rounds_closed(), sc.tokens_merged(), *loss));
-    }
-  };
+  RoundObserver observe(c, o, clock, eval, result);
   // Simulated time must not move until every learner is counted: the loop's thread is a
   // participant from its construction, and while it alone was counted each of its waits jumped
   // the clock (a loaded machine that delayed the learners' start added ~380 simulated seconds).
   std::optional<ClockThread> setup(std::in_place, clock);
-  syncer::SyncerLoop loop(std::move(core), clock, observe);
+  syncer::SyncerLoop loop(std::move(core), clock, std::ref(observe));
 
   std::vector<SimLearner> learners = MakeLearners(c, o);
   std::vector<std::thread> threads;
@@ -242,11 +276,10 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
     return eval.Of(sc, c.eval_batches);
   });
   loop.Stop();
-  if (!eval_status.ok()) return eval_status.WithContext("evaluation during the run");
+  if (!observe.eval_status().ok()) return observe.eval_status().WithContext("evaluation during the run");
   if (!final.ok()) return final.status().WithContext("final evaluation");
   result.eval_loss = *final;
-  result.contributors_histogram = hist;
-  result.merged_norm_quarters = QuarterMeans(norms);
+  observe.Summarize();
   return result;
 }
 

@@ -132,7 +132,7 @@ std::vector<int> SyncerCore::LiveLearners(TimePoint now) const {
   return live;
 }
 
-StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now) {
+Status SyncerCore::CheckJoinIdentity(const JoinRequestData& r) const {
   if (r.protocol_version != kProtocolVersion) {
     return FailedPreconditionError("protocol version " + std::to_string(r.protocol_version) +
                                    " not supported: this syncer speaks version " +
@@ -151,7 +151,10 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
     return FailedPreconditionError(std::string(buf) +
                                    " (different tensor names, shapes or dtypes)");
   }
-  ATOLL_RETURN_IF_ERROR(CheckJoinShard(r.shard));
+  return CheckJoinShard(r.shard);
+}
+
+StatusOr<int> SyncerCore::JoiningId(const JoinRequestData& r, TimePoint now) const {
   int id = r.learner_id;
   if (id < -1 || id > options_.max_learner_id) {
     return InvalidArgumentError(fmt::format("learner id {} out of range (-1 to assign one, else 0..{})", id,
@@ -173,6 +176,12 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
                               " is held by a live learner (host " + it->second.host +
                               "); choose another id");
   }
+  return id;
+}
+
+StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now) {
+  ATOLL_RETURN_IF_ERROR(CheckJoinIdentity(r));
+  ATOLL_ASSIGN_OR_RETURN(const int id, JoiningId(r, now));
   LearnerRecord& l = learners_[id];
   l.id = id;
   l.host = TruncateUtf8(r.host, options_.max_host_bytes);
@@ -245,6 +254,7 @@ Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, Ti
   }
   LearnerRecord& l = it->second;
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
+  ATOLL_RETURN_IF_ERROR(CheckInContact(l, now));
   // Out-of-range telemetry is ignored (the previous value kept) and counted: it must not steer
   // the grace window (guards.h).
   LearnerProgress progress = reported;
@@ -313,6 +323,7 @@ StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoin
     return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
   }
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(it->second, now));
+  ATOLL_RETURN_IF_ERROR(CheckInContact(it->second, now));
   if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
     return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
   }
@@ -384,6 +395,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   }
   LearnerRecord& l = lit->second;
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
+  ATOLL_RETURN_IF_ERROR(CheckInContact(l, now));
   if (h.fragment >= 0 && h.fragment < plan_.num_fragments()) ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
   if (Status st = CheckPushHeader(h, payload.size()); !st.ok()) return Reject(l, h, st, now);
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
@@ -590,6 +602,18 @@ double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& li
   if (!(round_tokens > 0)) return 1e-6;  // no tokens behind this round: it may not move Θ
   if (!(full > 0)) return 1.0;
   return std::clamp(round_tokens / full, 1e-6, 1.0);
+}
+
+Status SyncerCore::CheckInContact(const LearnerRecord& l, TimePoint now) const {
+  // A learner silent past the timeout stopped counting as live; rounds closed without it, and
+  // what it sends now was computed against a state the others have moved far from. It rejoins
+  // first (NOT_FOUND, as for a learner never seen): the join refreshes its public copies, and
+  // its next pushes carry its progress on top of them (docs/failure-semantics.md).
+  const Duration silent = now - l.last_seen;
+  if (l.state == LearnerState::kDone || silent <= FromSeconds(options_.learner_timeout_s)) return Status::Ok();
+  return NotFoundError(fmt::format("learner {} was silent for {:.1f} s, longer than the learner timeout ({} s): "
+                                   "the syncer stopped counting it as live; rejoin first",
+                                   l.id, ToSeconds(silent), options_.learner_timeout_s));
 }
 
 Status SyncerCore::CheckNotBanned(const LearnerRecord& l, TimePoint now) const {

@@ -615,9 +615,36 @@ TEST(SyncerCore, LearnerSendingGarbageRepeatedlyIsDisconnected) {
   EXPECT_EQ(core->Heartbeat(0, hb, clock.Now()).code(), StatusCode::kPermissionDenied);
   // Other learners are unaffected.
   EXPECT_TRUE(core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(good), clock.Now()).ok());
-  // The ban expires.
+  // The ban expires; silent for that long, the learner rejoins before it counts again.
   clock.AdvanceSeconds(61);
+  EXPECT_EQ(core->Heartbeat(0, hb, clock.Now()).code(), StatusCode::kNotFound);
+  JoinAndPull(*core, f.plan, 0, clock.Now());
   EXPECT_TRUE(core->Heartbeat(0, hb, clock.Now()).ok());
+}
+
+TEST(SyncerCore, ALearnerSilentPastTheTimeoutRejoinsBeforeItsPushesAndHeartbeatsCount) {
+  auto f = Small();
+  auto o = Fp32Options();
+  o.learner_timeout_s = 5;
+  auto core = SyncerCore::Create(o, f.plan, f.initial);
+  ASSERT_TRUE(core.ok());
+  ManualClock clock;
+  JoinAndPull(*core, f.plan, 0, clock.Now());
+  JoinAndPull(*core, f.plan, 1, clock.Now());
+  std::vector<float> good(4, 0.1f);
+  LearnerProgress hb;
+  clock.AdvanceSeconds(4);  // within the timeout: counted
+  ASSERT_TRUE(core->Heartbeat(0, hb, clock.Now()).ok());
+  clock.AdvanceSeconds(6);  // learner 1 is now silent for 10 s, learner 0 for 6 s
+  auto silent = core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(good), clock.Now());
+  EXPECT_EQ(silent.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(silent.status().message().find("rejoin"), std::string::npos) << silent.status();
+  EXPECT_EQ(core->ExpectedPushBytes(Header(1, 0, 0, 10, 1), clock.Now()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(core->Heartbeat(1, hb, clock.Now()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(core->Heartbeat(0, hb, clock.Now()).code(), StatusCode::kNotFound);
+  JoinAndPull(*core, f.plan, 1, clock.Now());
+  EXPECT_TRUE(core->Heartbeat(1, hb, clock.Now()).ok());
+  EXPECT_TRUE(core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(good), clock.Now()).ok());
 }
 
 }  // namespace

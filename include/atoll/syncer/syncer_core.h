@@ -329,6 +329,14 @@ class SyncerCore {
   Status CheckJoinShard(const ShardSpec& theirs) const;
   // PermissionDenied while the learner is disconnected for repeated bad input.
   Status CheckNotBanned(const LearnerRecord& l, TimePoint now) const;
+  // NOT_FOUND for a learner silent longer than learner_timeout_s: it must rejoin before its
+  // heartbeats and pushes count again.
+  Status CheckInContact(const LearnerRecord& l, TimePoint now) const;
+  // Join's checks: the protocol, run, model and shard the learner expects are this syncer's.
+  Status CheckJoinIdentity(const JoinRequestData& r) const;
+  // The id a join takes (a free one for -1), refused when out of range, banned, the table is
+  // full or a live learner holds it.
+  StatusOr<int> JoiningId(const JoinRequestData& r, TimePoint now) const;
   // Whether the outer step keeps a momentum buffer (μ > 0 or the running sweep; never in ddp).
   bool KeepsMomentum() const;
   PublicCopyOptions CopyOptions(size_t numel) const;
