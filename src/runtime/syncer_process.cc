@@ -214,7 +214,16 @@ class SyncerProcess {
     if (!core.ok()) return Fail(core.status(), 2);
     core_ = std::move(*core);
     durable_ = std::make_unique<syncer::DurableState>(opt_.state_dir.empty() ? out_ + "/state" : opt_.state_dir);
-    resumed_ = durable_->Exists();
+    std::vector<std::string> stale = durable_->RemoveStaleTempFiles();
+    // The run folder's own files (a model write is as large as the model).
+    if (auto out = RemoveStaleTempFiles(out_, {"global.safetensors", "syncer-summary.json", "config.json", "status-url"});
+        out.ok()) {
+      for (const auto& f : *out) stale.push_back(out_ + "/" + f);
+    }
+    for (const std::string& f : stale) std::printf("syncer: removed %s (a write a killed syncer left unfinished)\n", f.c_str());
+    auto contents = durable_->Inspect();  // a damaged or foreign folder is refused, never overwritten
+    if (!contents.ok()) return Fail(contents.status(), 2);
+    resumed_ = *contents == syncer::DurableState::Contents::kSaved;
     if (resumed_) {
       if (Status st = durable_->Restore(*core_, clock_.Now()); !st.ok()) {
         const char* hint = st.code() == StatusCode::kFailedPrecondition ? " (point --state at a fresh folder to start over)" : "";
@@ -224,23 +233,32 @@ class SyncerProcess {
       std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s, %d learner copies\n",
                   durable_->dir().c_str(), static_cast<long long>(core_->rounds_closed()),
                   nlohmann::json(core_->versions()).dump().c_str(), copies);
+      PrintStateWarnings();
     } else if (Status st = durable_->SaveAll(*core_); !st.ok()) {
       return Fail(st.WithContext("writing the initial state"), 1);
     }
     return 0;
   }
 
+  // What the durable state ignored or rebuilt at the resume, and what was lost with it.
+  void PrintStateWarnings() {
+    for (; warnings_printed_ < durable_->warnings().size(); ++warnings_printed_) {
+      std::fprintf(stderr, "syncer: warning: %s\n", durable_->warnings()[warnings_printed_].c_str());
+    }
+  }
+
   // The initial model's eval loss, measured once per run (a restarted syncer reads it back
   // instead of spending seconds of its downtime re-evaluating).
   int EvaluateStart() {
-    const std::string file = durable_->dir() + "/eval-start.json";
-    if (auto saved = ReadFile(file); resumed_ && saved.ok()) {
-      start_eval_loss_ = nlohmann::json::parse(*saved, nullptr, false).value("loss", 0.0);
+    const std::optional<double> saved = resumed_ ? durable_->SavedStartEval() : std::nullopt;
+    PrintStateWarnings();  // a damaged file is evaluated again, not a blocked restart
+    if (saved) {
+      start_eval_loss_ = *saved;
     } else {
       auto e = ev_->Evaluate(c_.eval_batches);
       if (!e.ok()) return Fail(e.status(), 1);
       start_eval_loss_ = e->loss;
-      (void)WriteFileAtomic(file, nlohmann::json({{"loss", e->loss}}).dump());
+      (void)durable_->SaveStartEval(e->loss);
     }
     std::printf("syncer: eval loss of the initial global model %.4f\n", start_eval_loss_);
     std::fflush(stdout);
@@ -586,6 +604,7 @@ class SyncerProcess {
   std::optional<syncer::SyncerCore> core_;      // until moved into loop_
   std::unique_ptr<syncer::DurableState> durable_;
   int copies_restored_ = 0;                     // per-learner copies loaded at a resume
+  size_t warnings_printed_ = 0;                 // of durable_->warnings()
   bool resumed_ = false;
   double start_eval_loss_ = 0;
   JsonlWriter metrics_;
