@@ -1,4 +1,6 @@
 // `atoll syncer`: the global model, the rounds, the gRPC service, the final evaluation.
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include "atoll/observe/http_server.h"
 #include "atoll/observe/prometheus.h"
 #include "atoll/runtime/processes.h"
+#include "atoll/syncer/commit_headroom.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_loop.h"
 #include "atoll/transport/credentials.h"
@@ -76,6 +79,11 @@ transport::ServerLimits MakeServerLimits(const RunConfig& c) {
   l.memory_quota_bytes = static_cast<int64_t>(c.memory_quota_mb * (1 << 20));
   l.handshake_timeout_ms = static_cast<int>(c.handshake_timeout_s * 1000);
   l.max_connection_idle_ms = static_cast<int>(c.idle_timeout_s * 1000);
+  l.max_connections = c.max_connections;
+  l.max_pushes_per_learner = c.max_pushes_per_learner;
+  l.max_polls_per_learner = c.max_polls_per_learner;
+  l.max_heartbeats_per_s = c.max_heartbeats_per_s;
+  l.push_timeout_ms = static_cast<int>(c.push_timeout_s * 1000);
   return l;
 }
 
@@ -114,16 +122,41 @@ class SyncerProcess {
     }
     if (!opt_.http.empty()) {
       if (auto hp = observe::SplitHostPort(opt_.http); !hp.ok()) return Fail(hp.status().WithContext("--http"), 2);
+      if (!IsLoopbackAddress(opt_.http) && c_.token.empty() && opt_.secret_file.empty()) {  // as for --listen
+        return Fail(FailedPreconditionError("refusing to serve the HTTP status endpoint on " + opt_.http +
+                                            " without credentials: anyone who reaches it would see the run's status "
+                                            "(give --secret-file or --token, or a loopback --http address)"), 2);
+      }
     }
     if (Status st = MakeDirs(out_); !st.ok()) return Fail(st, 1);
     if (Status st = WriteRunConfigOnce(); !st.ok()) return Fail(st, 1);
+    RaiseDescriptorLimit();
     if (int rc = Setup(); rc != 0) return rc;
-    loop_ = std::make_unique<syncer::SyncerLoop>(std::move(*core_), clock_,
+    // Rounds close only while a commit can succeed: otherwise they are held (commit_headroom.h).
+    headroom_ = std::make_unique<syncer::CommitHeadroom>(
+        durable_->dir(), syncer::CommitBytes(plan_, static_cast<uint64_t>(c_.commit_reserve_mb * (1 << 20))), kCommitFds);
+    loop_ = std::make_unique<syncer::SyncerLoop>(
+        std::move(*core_), clock_,
         [this](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
           Commit(sc, r);
           OfferGlobalEval(sc);
-        });
+        },
+        std::chrono::milliseconds(50), [this](const syncer::SyncerCore&) { return headroom_->Check(); });
     return Serve();
+  }
+
+  // Descriptors kept for commits (CommitHeadroom): a commit holds at most a temp file and the
+  // folder open at once; the rest is slack for the learner table, copies and metrics.
+  static constexpr int kCommitFds = 16;
+
+  // The soft descriptor limit up to the hard one: connections are capped below the limit
+  // (ServerLimits::max_connections), so a higher one means more of them before any is refused.
+  static void RaiseDescriptorLimit() {
+    rlimit r{};
+    if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+      r.rlim_cur = r.rlim_max;
+      (void)::setrlimit(RLIMIT_NOFILE, &r);
+    }
   }
 
  private:
@@ -311,6 +344,9 @@ class SyncerProcess {
       metrics_.Write(line);
       return;
     }
+    // The descriptors kept for commits are free while it writes (the gate made sure there was
+    // room on the disk before this round closed).
+    const auto released = headroom_->ReleaseForCommit();
     // The accounting counters this round moved (tokens merged, rounds joined per learner) are part
     // of the committed state: a restart must not forget merged work. Written just before Θ_p: a
     // crash in between counts a round that is then not in Θ_p, whose learners send that work again
@@ -351,6 +387,14 @@ class SyncerProcess {
   // previous one is still being written this one is skipped (the next comes N rounds later).
   void WriteCheckpoint(const syncer::SyncerCore& sc) {
     if (checkpoint_.valid() && checkpoint_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    // The model file must not take the space the next commits need.
+    const uint64_t model_bytes = static_cast<uint64_t>(plan_.total_numel) * sizeof(float) + headroom_->commit_bytes();
+    if (auto free = syncer::CommitHeadroom::FileSystemFreeBytes(out_); !free.ok() || *free < model_bytes) {
+      std::fprintf(stderr, "syncer: warning: the periodic model write is skipped: %s\n",
+                   free.ok() ? fmt::format("{} bytes free in {}, it and the next commits need {}", *free, out_, model_bytes).c_str()
+                             : free.status().ToString().c_str());
+      return;
+    }
     auto theta = ThetaOf(sc);
     nlohmann::json summary = SummaryOf(sc, clock_.Now(), theta);
     summary["final"] = false;
@@ -423,7 +467,12 @@ class SyncerProcess {
     std::future<void> pending;  // a periodic checkpoint still being written: it must not land last
     auto [theta, summary] = loop_->Call([&](syncer::SyncerCore& sc, TimePoint now) {
       pending = std::move(checkpoint_);
-      for (const auto& r : sc.CloseAllPending(now, clock_)) Commit(sc, r);
+      if (Status gate = headroom_->Check(); gate.ok()) {
+        for (const auto& r : sc.CloseAllPending(now, clock_)) Commit(sc, r);
+      } else {  // nothing committed is lost; what the learners pushed last is not merged
+        std::fprintf(stderr, "syncer: holding rounds: %s: the rounds still open at the finish are not merged\n",
+                     gate.message().c_str());
+      }
       auto t = ThetaOf(sc);
       for (int p = 0; p < sc.plan().num_fragments(); ++p) {
         exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], t[static_cast<size_t>(p)], params_);
@@ -459,6 +508,7 @@ class SyncerProcess {
       ATOLL_ASSIGN_OR_RETURN(so.secret, ReadSecretFile(opt_.secret_file));
     }
     so.limits = MakeServerLimits(c_);
+    so.allowed_learners = c_.allowed_learners;
     so.tls.enabled = !opt_.tls.cert.empty();
     so.tls.cert_file = opt_.tls.cert;
     so.tls.key_file = opt_.tls.key;
@@ -489,6 +539,7 @@ class SyncerProcess {
       std::lock_guard<std::mutex> lock(curve_mu_);
       s["global_eval_curve"] = curve_;
     }
+    if (const std::string why = loop_->holding(); !why.empty()) s["holding"] = why;  // rounds held: the page says why
     observe::AddDerived(s);
     return s;
   }
@@ -500,10 +551,7 @@ class SyncerProcess {
     observe::HttpOptions ho;
     ho.address = opt_.http;
     ho.token = !so.token.empty() ? so.token : so.secret.empty() ? "" : transport::OperatorToken(so.secret, c_.run_id);
-    if (ho.token.empty() && !IsLoopbackAddress(ho.address)) {
-      std::fprintf(stderr, "syncer: WARNING: HTTP status endpoint on %s without credentials: anyone who reaches it "
-                           "sees the run's status (give --token or --secret-file)\n", ho.address.c_str());
-    }
+    ho.allowed_hosts = opt_.http_hosts;
     observe::HttpHandlers h;
     h.status = [this] { return StatusDocument(); };
     h.history = [this]() -> StatusOr<nlohmann::json> { return history_.ToJson(); };
@@ -582,6 +630,7 @@ class SyncerProcess {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (http_) http_->Stop();
+    loop_->EndLongPolls();  // the server's shutdown waits for no long poll
     (*server)->Shutdown();
     loop_->Stop();
     if (shard_.count > 1) {
@@ -603,6 +652,7 @@ class SyncerProcess {
   std::vector<std::span<float>> params_;        // views of ev_'s parameters
   std::optional<syncer::SyncerCore> core_;      // until moved into loop_
   std::unique_ptr<syncer::DurableState> durable_;
+  std::unique_ptr<syncer::CommitHeadroom> headroom_;  // loop thread, after Setup
   int copies_restored_ = 0;                     // per-learner copies loaded at a resume
   size_t warnings_printed_ = 0;                 // of durable_->warnings()
   bool resumed_ = false;
