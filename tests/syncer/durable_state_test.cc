@@ -323,7 +323,7 @@ TEST(DurableState, AMissingOrStrayFragmentFileIsRefused) {
 
 // Issue 32: a damaged learners.json or eval-start.json blocked a restart. They are not committed
 // state: ignored with a warning that says what was lost, and rebuilt.
-TEST(DurableState, DamagedNonEssentialFilesAreIgnoredWithAWarning) {
+TEST(DurableState, ADamagedLearnerTableIsIgnoredWithAWarning) {
   Env env;
   SyncerCore core = env.Fresh();
   DurableState durable(env.dir);
@@ -341,7 +341,12 @@ TEST(DurableState, DamagedNonEssentialFilesAreIgnoredWithAWarning) {
   ASSERT_EQ(reader.warnings().size(), 1u);
   EXPECT_NE(reader.warnings()[0].find("learners.json"), std::string::npos) << reader.warnings()[0];
   EXPECT_NE(reader.warnings()[0].find("Lost:"), std::string::npos) << reader.warnings()[0];
+}
 
+TEST(DurableState, ADamagedStartEvaluationIsIgnoredWithAWarning) {
+  Env env;
+  DurableState reader(env.dir);
+  ASSERT_TRUE(reader.SaveAll(env.Fresh()).ok());
   const std::string eval = env.dir + "/eval-start.json";
   EXPECT_FALSE(reader.SavedStartEval()) << "none saved yet";
   ASSERT_TRUE(reader.SaveStartEval(4.75).ok());
