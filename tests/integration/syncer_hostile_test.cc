@@ -23,62 +23,22 @@
 #include "atoll.grpc.pb.h"
 #include "atoll/core/child_process.h"
 #include "atoll/core/file.h"
-#include "cluster_fixture.h"
+#include "hand_run.h"
 
 namespace atl {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> RunFlags(const std::string& data, const std::string& out, int steps) {
-  return {"--data", data, "--out", out, "-M", "2", "--steps", std::to_string(steps), "--seq", "32", "--batch", "4",
-          "-P", "4", "-H", "4", "--tau", "1", "--eval-batches", "2", "--eval-every", "0", "--token", "hand-token"};
+using testing::HandRun;
+using testing::RunFlags;
+
+// The syncer's status document from its HTTP endpoint (null when it does not answer).
+nlohmann::json StatusOf(const HandRun& r) {
+  httplib::Client cli("127.0.0.1", r.http_port);
+  auto res = cli.Get("/api/status", {{"Authorization", "Bearer hand-token"}});
+  return res && res->status == 200 ? nlohmann::json::parse(res->body, nullptr, false) : nlohmann::json();
 }
-
-struct Syncer {
-  std::string dir, data, out;
-  ChildProcess process;
-  int port = 0, http_port = 0;
-
-  // Starts `atoll syncer` and waits (bounded) until it serves.
-  void Start(int steps, const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = {ATOLL_BIN, "syncer"};
-    for (const auto& f : RunFlags(data, out, steps)) argv.push_back(f);
-    const std::vector<std::string> files = {"--port-file", dir + "/syncer.port", "--http", "127.0.0.1:0",
-                                            "--http-port-file", dir + "/syncer.http-port"};
-    argv.insert(argv.end(), files.begin(), files.end());
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto s = ChildProcess::Start(argv, dir + "/syncer.log");
-    ASSERT_TRUE(s.ok()) << s.status();
-    process = std::move(*s);
-    for (int i = 0; i < 4800 && process.running() && !FileExists(dir + "/syncer.port"); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ASSERT_TRUE(FileExists(dir + "/syncer.port")) << Log();
-    port = std::stoi(*ReadFile(dir + "/syncer.port"));
-    http_port = std::stoi(*ReadFile(dir + "/syncer.http-port"));
-  }
-  std::vector<int> RunLearners(int steps) {
-    std::vector<ChildProcess> learners;
-    for (int id = 0; id < 2; ++id) {
-      std::vector<std::string> argv = {ATOLL_BIN, "learner", "--id", std::to_string(id), "--syncer",
-                                       "127.0.0.1:" + std::to_string(port)};
-      for (const auto& f : RunFlags(data, out, steps)) argv.push_back(f);
-      auto l = ChildProcess::Start(argv, dir + "/learner-" + std::to_string(id) + ".log");
-      EXPECT_TRUE(l.ok()) << l.status();
-      if (l.ok()) learners.push_back(std::move(*l));
-    }
-    std::vector<int> codes;
-    for (auto& l : learners) codes.push_back(l.WaitOrKill(240));
-    return codes;
-  }
-  nlohmann::json Status() const {
-    httplib::Client cli("127.0.0.1", http_port);
-    auto r = cli.Get("/api/status", {{"Authorization", "Bearer hand-token"}});
-    return r && r->status == 200 ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
-  }
-  std::string Log() const { return testing::TextOf(dir + "/syncer.log", "(no syncer.log)"); }
-};
 
 int Connect(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -125,11 +85,11 @@ class SlowHttpClients {
 
 // Issue 32: 24 slow HTTP connections made SIGTERM unable to stop the syncer.
 TEST(SyncerHostile, SigtermStopsTheSyncerWhileSlowClientsHoldItsConnections) {
-  Syncer s;
+  HandRun s;
   s.dir = testing::TempDir("syncer_hostile_term");
   s.data = testing::PrepareSmallData(s.dir);
   s.out = s.dir + "/run";
-  ASSERT_NO_FATAL_FAILURE(s.Start(8, {}));
+  ASSERT_NO_FATAL_FAILURE(s.StartSyncer(8, {}));
   SlowHttpClients slow_http(s.http_port, 40);
   std::vector<int> idle;  // gRPC connections that never speak
   for (int i = 0; i < 50; ++i) idle.push_back(Connect(s.port));
@@ -148,9 +108,9 @@ TEST(SyncerHostile, SigtermStopsTheSyncerWhileSlowClientsHoldItsConnections) {
     pushes.back()->StartCall(nullptr);
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));  // let the attack settle (not a bound of the check)
-  EXPECT_TRUE(s.process.running()) << s.Log();
-  s.process.Signal(SIGTERM);
-  const int code = s.process.WaitOrKill(120);
+  EXPECT_TRUE(s.syncer.running()) << s.Log();
+  s.syncer.Signal(SIGTERM);
+  const int code = s.syncer.WaitOrKill(120);
   EXPECT_EQ(code, 0) << "stopped by SIGKILL after the bound, or failed:\n" << s.Log();
   EXPECT_NE(s.Log().find("syncer: stopped (signal)"), std::string::npos) << s.Log();
   for (auto& c : contexts) c->TryCancel();
@@ -173,13 +133,13 @@ TEST(SyncerHostile, RoundsAreHeldWhileACommitCannotFindItsSpace) {
   ASSERT_EQ(::statvfs(fs::temp_directory_path().c_str(), &vfs), 0);
   const double free_mib = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize) / (1 << 20);
   if (free_mib >= (1 << 20)) GTEST_SKIP() << "more than 1 TiB free here: the largest margin cannot make the disk full";
-  Syncer s;
+  HandRun s;
   s.dir = testing::TempDir("syncer_hostile_hold");
   s.data = testing::PrepareSmallData(s.dir);
   s.out = s.dir + "/run";
-  ASSERT_NO_FATAL_FAILURE(s.Start(8, {"--commit-reserve-mb", "1048576"}));
+  ASSERT_NO_FATAL_FAILURE(s.StartSyncer(8, {"--commit-reserve-mb", "1048576"}));
   EXPECT_EQ(s.RunLearners(8), (std::vector<int>{0, 0})) << s.Log();
-  const nlohmann::json status = s.Status();
+  const nlohmann::json status = StatusOf(s);
   ASSERT_TRUE(status.is_object()) << s.Log();
   ASSERT_TRUE(status.contains("holding")) << status.dump(2);
   EXPECT_NE(status["holding"].get<std::string>().find("free in " + s.out + "/state"), std::string::npos) << status["holding"];
@@ -189,8 +149,8 @@ TEST(SyncerHostile, RoundsAreHeldWhileACommitCannotFindItsSpace) {
   auto metrics = cli.Get("/metrics?token=hand-token");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("atoll_rounds_held 1"), std::string::npos) << metrics->body;
-  s.process.Signal(SIGTERM);
-  EXPECT_EQ(s.process.WaitOrKill(120), 0) << s.Log();
+  s.syncer.Signal(SIGTERM);
+  EXPECT_EQ(s.syncer.WaitOrKill(120), 0) << s.Log();
   const std::string log = s.Log();
   EXPECT_NE(log.find("syncer: holding rounds: only"), std::string::npos) << log;
   EXPECT_NE(log.find("the rounds still open at the finish are not merged"), std::string::npos) << log;

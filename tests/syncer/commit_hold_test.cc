@@ -20,60 +20,15 @@
 #include "atoll/syncer/commit_headroom.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_loop.h"
-#include "small_plan.h"
+#include "small_core.h"
 
 namespace atl::syncer {
 namespace {
 
-using diloco::Encoding;
-
-SyncerOptions Options() {
-  SyncerOptions o;
-  o.run_id = "r";
-  o.H = 2;
-  o.round.quorum = 1;
-  o.round.grace = false;
-  o.merge_rule = diloco::MergeRule::kMean;
-  o.uplink = {Encoding::kFp32, 8};
-  o.downlink = {Encoding::kFp32, 8};
-  return o;
-}
-
-SyncerCore MakeCore() {
-  auto core = SyncerCore::Create(Options(), testing::SmallStridedPlan(), std::vector<std::vector<float>>(2, std::vector<float>(4, 1.0f)));
-  ATOLL_CHECK(core.ok());
-  return std::move(*core);
-}
-
-JoinRequestData Req(int id) {
-  JoinRequestData r;
-  r.protocol_version = kProtocolVersion;
-  r.run_id = "r";
-  r.model_signature = diloco::ModelSignature(testing::SmallStridedPlan().tensors);
-  r.learner_id = id;
-  r.host = "test";
-  return r;
-}
-
-PushHeaderData Header(int id, int p, int64_t base) {
-  PushHeaderData h;
-  h.learner_id = id;
-  h.fragment = p;
-  h.base_version = base;
-  h.c_tokens = 100;
-  h.c_steps = 1;
-  h.encoding = Encoding::kFp32;
-  h.block_size = 8;
-  h.num_values = 4;
-  return h;
-}
-
-std::vector<std::byte> Fp32(float v) {
-  std::vector<float> x(4, v);
-  std::vector<std::byte> out(16);
-  std::memcpy(out.data(), x.data(), 16);
-  return out;
-}
+SyncerCore MakeCore() { return testing::SmallCore(testing::SmallOptions()); }
+JoinRequestData Req(int id) { return testing::SmallJoin(id); }
+PushHeaderData Header(int id, int p, int64_t base) { return testing::SmallHeader(id, p, base); }
+std::vector<std::byte> Fp32(float v) { return testing::Fp32Values(v); }
 
 // Polls `done` every 5 ms for at most 30 s (the bound of the test, not a threshold).
 bool Eventually(const std::function<bool()>& done) {

@@ -59,6 +59,13 @@ struct Env {
     }
     if (durable) ATOLL_CHECK(durable->SaveLearners(core).ok());
   }
+  // A fresh core whose initial state and `rounds` rounds of fragment 0 are committed to `durable`.
+  SyncerCore Committed(DurableState& durable, int rounds) {
+    SyncerCore core = Fresh();
+    ATOLL_CHECK(durable.SaveAll(core).ok());
+    Train(core, rounds, &durable);
+    return core;
+  }
 };
 
 TEST(DurableState, RestoreGivesBackTheCommittedState) {
@@ -259,10 +266,8 @@ TEST(DurableState, AFolderWithFragmentsButNoMetaIsRefusedNeverOverwritten) {
 // header field is covered by a checksum now; each damaged field is refused, naming the file.
 TEST(DurableState, AFlippedBitInAnyFragmentHeaderFieldIsRefusedNamingTheFile) {
   Env env;
-  SyncerCore core = env.Fresh();
   DurableState durable(env.dir);
-  ASSERT_TRUE(durable.SaveAll(core).ok());
-  env.Train(core, 3, &durable);
+  SyncerCore core = env.Committed(durable, 3);
   const std::string frag = env.dir + "/fragment-000.bin";
   const std::string original = ReadFile(frag).value();
   ASSERT_EQ(original.substr(0, 8), "ATOLFRG2");
@@ -287,10 +292,8 @@ TEST(DurableState, AFlippedBitInAnyFragmentHeaderFieldIsRefusedNamingTheFile) {
 // A state written by the earlier format (40-byte header without its checksum) still resumes.
 TEST(DurableState, AFragmentFileOfTheEarlierFormatIsStillRead) {
   Env env;
-  SyncerCore core = env.Fresh();
   DurableState durable(env.dir);
-  ASSERT_TRUE(durable.SaveAll(core).ok());
-  env.Train(core, 2, &durable);
+  SyncerCore core = env.Committed(durable, 2);
   const std::string frag = env.dir + "/fragment-000.bin";
   std::string v2 = ReadFile(frag).value();
   std::string v1 = "ATOLFRG1" + v2.substr(8, 32) + v2.substr(48);  // no header checksum
@@ -325,10 +328,8 @@ TEST(DurableState, AMissingOrStrayFragmentFileIsRefused) {
 // state: ignored with a warning that says what was lost, and rebuilt.
 TEST(DurableState, ADamagedLearnerTableIsIgnoredWithAWarning) {
   Env env;
-  SyncerCore core = env.Fresh();
   DurableState durable(env.dir);
-  ASSERT_TRUE(durable.SaveAll(core).ok());
-  env.Train(core, 4, &durable);
+  SyncerCore core = env.Committed(durable, 4);
   std::string table = ReadFile(env.dir + "/learners.json").value();
   table[table.find("rounds_joined") + 2] ^= 0x20;
   ASSERT_TRUE(WriteFileAtomic(env.dir + "/learners.json", std::string_view(table)).ok());
