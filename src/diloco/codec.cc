@@ -350,8 +350,6 @@ class Deflater {
                          " bytes)");
   }
 
-  std::vector<std::byte>& scratch() { return scratch_; }
-
  private:
   Deflater() {
     // Level 1 with Z_HUFFMAN_ONLY: entropy coding of the bytes, no search for repeats.
@@ -360,7 +358,6 @@ class Deflater {
   }
   z_stream def_{}, inf_{};
   bool deflate_ok_ = false, inflate_ok_ = false;
-  std::vector<std::byte> scratch_;
 };
 
 }  // namespace
@@ -382,22 +379,21 @@ StatusOr<Compression> ParseCompression(const std::string& s) {
 
 size_t MaxPayloadSize(const CodecOptions& options, size_t n) {
   const size_t raw = EncodedSize(options, n);
-  if (options.compression == Compression::kNone) return raw;
-  // zlib's conservative deflateBound (any level and strategy), with room for its raw stream.
-  return raw + (raw + 7) / 8 + (raw + 63) / 64 + 5 + 16;
+  return options.compression == Compression::kNone ? raw : MaxCompressedBytes(raw);
 }
 
-Status Encode(const CodecOptions& options, std::span<const float> values, std::vector<std::byte>& out) {
+Status Encode(const CodecOptions& options, std::span<const float> values, std::vector<std::byte>& out,
+              ThreadPool* pool) {
   ATOLL_RETURN_IF_ERROR(ValidateCodecOptions(options));
   if (options.compression == Compression::kNone) return EncodeRaw(options, values, out);
-  Deflater& z = Deflater::ForThisThread();
-  ATOLL_RETURN_IF_ERROR(EncodeRaw(options, values, z.scratch()));
-  ATOLL_RETURN_IF_ERROR(z.Compress(z.scratch(), out));
+  std::vector<std::byte> raw;
+  ATOLL_RETURN_IF_ERROR(EncodeRaw(options, values, raw));
+  ATOLL_RETURN_IF_ERROR(CompressBytes(raw, out, pool));
   ATOLL_CHECK(out.size() <= MaxPayloadSize(options, values.size()));
   return Status::Ok();
 }
 
-Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out) {
+Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out, ThreadPool* pool) {
   ATOLL_RETURN_IF_ERROR(ValidateCodecOptions(options));
   if (options.compression == Compression::kNone) return DecodeRaw(options, bytes, out);
   const size_t max = MaxPayloadSize(options, out.size());
@@ -406,12 +402,87 @@ Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std
                          std::to_string(bytes.size()) + " bytes for " + std::to_string(out.size()) +
                          " values (1 to " + std::to_string(max) + " expected)");
   }
-  Deflater& z = Deflater::ForThisThread();
-  std::vector<std::byte>& raw = z.scratch();
-  raw.resize(EncodedSize(options, out.size()));
-  Status st = z.Decompress(bytes, raw);
+  std::vector<std::byte> raw;
+  Status st = DecompressBytes(bytes, EncodedSize(options, out.size()), raw, pool);
   if (!st.ok()) return DataLossError(std::string("decode ") + EncodingName(options.encoding) + ": " + st.message());
   return DecodeRaw(options, raw, out);
+}
+
+namespace {
+
+void PutU32(std::vector<std::byte>& out, size_t at, uint32_t v) { std::memcpy(out.data() + at, &v, 4); }
+uint32_t GetU32(std::span<const std::byte> in, size_t at) {
+  uint32_t v;
+  std::memcpy(&v, in.data() + at, 4);
+  return v;
+}
+size_t SegmentCount(size_t raw_size) { return (raw_size + kSegmentBytes - 1) / kSegmentBytes; }
+// zlib's conservative deflate bound for one segment (any level and strategy, raw stream).
+size_t SegmentBound(size_t n) { return n + (n + 7) / 8 + (n + 63) / 64 + 5 + 16; }
+
+}  // namespace
+
+size_t MaxCompressedBytes(size_t raw_size) {
+  const size_t segments = SegmentCount(raw_size);
+  size_t total = 4 + 8 * segments;
+  for (size_t s = 0; s < segments; ++s) total += SegmentBound(std::min(kSegmentBytes, raw_size - s * kSegmentBytes));
+  return total;
+}
+
+Status CompressBytes(std::span<const std::byte> raw, std::vector<std::byte>& out, ThreadPool* pool) {
+  const size_t segments = SegmentCount(raw.size());
+  std::vector<std::vector<std::byte>> pieces(segments);
+  std::vector<Status> results(segments);
+  ForRanges(pool, segments, 1, [&](size_t first, size_t last) {
+    for (size_t s = first; s < last; ++s) {
+      const auto in = raw.subspan(s * kSegmentBytes, std::min(kSegmentBytes, raw.size() - s * kSegmentBytes));
+      results[s] = Deflater::ForThisThread().Compress(in, pieces[s]);
+    }
+  });
+  for (const Status& st : results) ATOLL_RETURN_IF_ERROR(st);
+  out.assign(4 + 8 * segments, std::byte{0});
+  PutU32(out, 0, static_cast<uint32_t>(segments));
+  for (size_t s = 0; s < segments; ++s) {
+    PutU32(out, 4 + 8 * s, static_cast<uint32_t>(std::min(kSegmentBytes, raw.size() - s * kSegmentBytes)));
+    PutU32(out, 8 + 8 * s, static_cast<uint32_t>(pieces[s].size()));
+    out.insert(out.end(), pieces[s].begin(), pieces[s].end());
+  }
+  return Status::Ok();
+}
+
+Status DecompressBytes(std::span<const std::byte> in, size_t raw_size, std::vector<std::byte>& raw, ThreadPool* pool) {
+  const size_t segments = SegmentCount(raw_size);
+  if (in.size() < 4 || GetU32(in, 0) != segments || in.size() < 4 + 8 * segments) {
+    return DataLossError("compressed payload: " + std::to_string(in.size()) + " bytes do not hold the " +
+                         std::to_string(segments) + " segment(s) of " + std::to_string(raw_size) + " bytes");
+  }
+  // Every segment's place, checked before any is inflated.
+  std::vector<size_t> at(segments);
+  size_t pos = 4 + 8 * segments;
+  for (size_t s = 0; s < segments; ++s) {
+    const size_t want = std::min(kSegmentBytes, raw_size - s * kSegmentBytes);
+    const size_t raw_len = GetU32(in, 4 + 8 * s), comp_len = GetU32(in, 8 + 8 * s);
+    if (raw_len != want || comp_len == 0 || comp_len > in.size() - pos) {
+      return DataLossError("compressed payload: segment " + std::to_string(s) + " announces " + std::to_string(raw_len) +
+                           " raw and " + std::to_string(comp_len) + " compressed bytes");
+    }
+    at[s] = pos;
+    pos += comp_len;
+  }
+  if (pos != in.size()) return DataLossError(std::to_string(in.size() - pos) + " bytes after the last compressed segment");
+  raw.resize(raw_size);
+  std::vector<Status> results(segments);
+  ForRanges(pool, segments, 1, [&](size_t first, size_t last) {
+    for (size_t s = first; s < last; ++s) {
+      const size_t want = std::min(kSegmentBytes, raw_size - s * kSegmentBytes);
+      results[s] = Deflater::ForThisThread().Decompress(in.subspan(at[s], GetU32(in, 8 + 8 * s)),
+                                                        std::span<std::byte>(raw).subspan(s * kSegmentBytes, want));
+    }
+  });
+  for (size_t s = 0; s < segments; ++s) {
+    if (!results[s].ok()) return DataLossError("compressed payload: segment " + std::to_string(s) + ": " + results[s].message());
+  }
+  return Status::Ok();
 }
 
 uint16_t FloatToBf16(float x) {

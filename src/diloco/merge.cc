@@ -196,22 +196,133 @@ Status MergeFragment(const Fragment& fragment, MergeRule rule,
   double sum = 0;
   ATOLL_RETURN_IF_ERROR(CheckInputs("merge fragment", inputs, weights, n, &sum)
                             .WithContext("fragment " + std::to_string(fragment.index)));
-  std::vector<std::span<const float>> sub(inputs.size());
+  std::vector<std::vector<double>> norms;
+  for (const auto& in : inputs) norms.push_back(FragmentMerger::SliceNorms(fragment, in));
+  ATOLL_ASSIGN_OR_RETURN(FragmentMerger merger, FragmentMerger::Create(fragment, rule, std::vector<double>(weights.begin(), weights.end()), std::move(norms)));
+  for (size_t m = 0; m < inputs.size(); ++m) {
+    if (merger.Reads(m)) merger.Add(m, inputs[m]);
+  }
+  merger.Finish(out);
+  return Status::Ok();
+}
+
+std::vector<double> FragmentMerger::SliceNorms(const Fragment& fragment, std::span<const float> values) {
+  ATOLL_CHECK(static_cast<int64_t>(values.size()) == fragment.numel);
+  std::vector<double> norms;
   size_t offset = 0;
   for (const TensorSlice& s : fragment.slices) {
-    const size_t count = static_cast<size_t>(s.count);
-    ATOLL_CHECK_MSG(offset + count <= n, "fragment slices exceed the fragment's numel");
-    for (size_t m = 0; m < inputs.size(); ++m) sub[m] = inputs[m].subspan(offset, count);
-    const std::span<float> o = out.subspan(offset, count);
-    if (rule == MergeRule::kRdaAll || (rule == MergeRule::kRda && !s.is_embedding)) {
-      ATOLL_RETURN_IF_ERROR(RdaMerge(sub, weights, o));
-    } else {
-      ATOLL_RETURN_IF_ERROR(WeightedMean(sub, weights, o));
+    norms.push_back(L2Norm(values.subspan(offset, static_cast<size_t>(s.count))));
+    offset += static_cast<size_t>(s.count);
+  }
+  return norms;
+}
+
+bool FragmentMerger::Rda(size_t slice) const {
+  return rule_ == MergeRule::kRdaAll || (rule_ == MergeRule::kRda && !fragment_.slices[slice].is_embedding);
+}
+
+StatusOr<FragmentMerger> FragmentMerger::Create(const Fragment& fragment, MergeRule rule, std::vector<double> weights,
+                                                std::vector<std::vector<double>> slice_norms, ThreadPool* pool) {
+  const std::string what = "merge fragment " + std::to_string(fragment.index);
+  if (weights.empty()) return InvalidArgumentError(what + ": no inputs");
+  if (slice_norms.size() != weights.size()) return InvalidArgumentError(what + ": norms and weights differ in number");
+  FragmentMerger f;
+  f.fragment_ = fragment;
+  f.rule_ = rule;
+  const size_t slices = fragment.slices.size();
+  for (size_t m = 0; m < weights.size(); ++m) {
+    if (!std::isfinite(weights[m]) || weights[m] < 0) {
+      return InvalidArgumentError(what + ": weight " + std::to_string(m) + " is " + std::to_string(weights[m]) +
+                                  " (must be finite and ≥ 0)");
+    }
+    if (slice_norms[m].size() != slices) return InvalidArgumentError(what + ": contribution " + std::to_string(m) + " has the wrong number of slice norms");
+    f.sum_ += weights[m];
+  }
+  if (!std::isfinite(f.sum_)) return InvalidArgumentError(what + ": the weights sum to infinity");
+  f.coef_.assign(weights.size(), std::vector<double>(slices, 0.0));
+  f.radius_.assign(slices, 0.0);
+  f.any_direction_.assign(slices, false);
+  for (size_t s = 0; s < slices && f.sum_ > 0; ++s) {
+    for (size_t m = 0; m < weights.size(); ++m) {
+      if (weights[m] == 0) continue;
+      if (!f.Rda(s)) {
+        f.coef_[m][s] = weights[m] / f.sum_;
+        continue;
+      }
+      // RDA (as RdaMerge): radius = Σ (w/Σw)·‖v‖; direction = Σ (w/Σw)·v/‖v‖.
+      const double norm = slice_norms[m][s];
+      f.radius_[s] += weights[m] / f.sum_ * norm;
+      if (norm > 0) {
+        f.coef_[m][s] = weights[m] / f.sum_ / norm;
+        f.any_direction_[s] = true;
+      }
+    }
+  }
+  f.weights_ = std::move(weights);
+  f.acc_.assign(static_cast<size_t>(fragment.numel), 0.0);
+  f.pool_ = pool;
+  return f;
+}
+
+// Element ranges a merge works on in parallel: whole chunks of kChunk, so that Finish's sums of
+// squares are formed exactly as Combine forms them.
+constexpr size_t kParallelGrain = 64 * kChunk;
+
+void FragmentMerger::Add(size_t m, std::span<const float> values) {
+  ATOLL_CHECK(m >= next_ && m < weights_.size() && static_cast<int64_t>(values.size()) == fragment_.numel);
+  next_ = m + 1;
+  size_t offset = 0;
+  for (size_t s = 0; s < fragment_.slices.size(); ++s) {
+    const size_t count = static_cast<size_t>(fragment_.slices[s].count);
+    const double c = coef_[m][s];
+    if (c != 0) {
+      const float* x = values.data() + offset;
+      double* a = acc_.data() + offset;
+      ForRanges(pool_, count, kParallelGrain, [&](size_t begin, size_t end) {
+        for (size_t j = begin; j < end; ++j) a[j] += c * static_cast<double>(x[j]);
+      });
     }
     offset += count;
   }
-  ATOLL_CHECK_MSG(offset == n, "fragment slices do not add up to the fragment's numel");
-  return Status::Ok();
+}
+
+void FragmentMerger::Finish(std::span<float> out) {
+  ATOLL_CHECK(static_cast<int64_t>(out.size()) == fragment_.numel);
+  size_t offset = 0;
+  for (size_t s = 0; s < fragment_.slices.size(); ++s) {
+    const size_t count = static_cast<size_t>(fragment_.slices[s].count);
+    const std::span<float> o = out.subspan(offset, count);
+    const double* a = acc_.data() + offset;
+    if (sum_ == 0 || (Rda(s) && !any_direction_[s])) {
+      std::fill(o.begin(), o.end(), 0.0f);
+      offset += count;
+      continue;
+    }
+    // The same chunked reduction as Combine: Σ acc² per chunk of kChunk, chunks summed in order.
+    const size_t chunks = (count + kChunk - 1) / kChunk;
+    std::vector<double> squares(chunks, 0.0);
+    ForRanges(pool_, chunks, kParallelGrain / kChunk, [&](size_t first, size_t last) {
+      for (size_t k = first; k < last; ++k) {
+        const size_t base = k * kChunk, len = std::min(kChunk, count - base);
+        if (Rda(s)) squares[k] = SumSquares(a + base, len);
+        for (size_t j = 0; j < len; ++j) o[base + j] = static_cast<float>(a[base + j]);
+      }
+    });
+    if (Rda(s)) {
+      double sum_squares = 0;
+      for (double q : squares) sum_squares += q;
+      const double direction_norm = std::sqrt(sum_squares);
+      if (!(direction_norm > 0)) {
+        std::fill(o.begin(), o.end(), 0.0f);
+      } else {
+        const double scale = radius_[s] / direction_norm;
+        ForRanges(pool_, count, kParallelGrain, [&](size_t begin, size_t end) {
+          for (size_t j = begin; j < end; ++j) o[j] = static_cast<float>(static_cast<double>(o[j]) * scale);
+        });
+      }
+    }
+    offset += count;
+  }
 }
 
 }  // namespace atl::diloco

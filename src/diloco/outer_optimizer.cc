@@ -65,7 +65,9 @@ SweepResult RunningSweepStep(double lr, double mu, std::span<const float> merged
 
 Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> delta,
                  std::span<float> momentum_buffer, std::span<float> theta) {
-  if (delta.size() != theta.size() || momentum_buffer.size() != theta.size()) {
+  // μ = 0 needs no momentum: the buffer may then be empty (the syncer allocates none).
+  const bool no_momentum = options.momentum == 0 && momentum_buffer.empty();
+  if (delta.size() != theta.size() || (!no_momentum && momentum_buffer.size() != theta.size())) {
     return InvalidArgumentError("outer step: lengths differ (delta " + std::to_string(delta.size()) +
                                 ", momentum " + std::to_string(momentum_buffer.size()) +
                                 ", theta " + std::to_string(theta.size()) + ")");
@@ -79,6 +81,10 @@ Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> de
   const float* d = delta.data();
   float* b = momentum_buffer.data();
   float* t = theta.data();
+  if (no_momentum) {  // θ − lr·Δ: what both updates below compute at μ = 0
+    for (size_t i = 0; i < n; ++i) t[i] = static_cast<float>(static_cast<double>(t[i]) - lr * static_cast<double>(d[i]));
+    return Status::Ok();
+  }
   if (options.nesterov) {
     for (size_t i = 0; i < n; ++i) {
       const double di = static_cast<double>(d[i]);
@@ -101,7 +107,9 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
                                      std::span<const float> merged, double rho, SweepState& state,
                                      std::span<float> momentum_buffer, std::span<float> theta, bool extrapolate) {
   const size_t n = theta.size();
-  if (merged.size() != n || momentum_buffer.size() != n || static_cast<int64_t>(n) != fragment.numel) {
+  // μ = 0 without extrapolation keeps no momentum and no accumulator (the completing step is 0).
+  const bool stateless = options.momentum == 0 && !extrapolate && momentum_buffer.empty();
+  if (merged.size() != n || (!stateless && momentum_buffer.size() != n) || static_cast<int64_t>(n) != fragment.numel) {
     return InvalidArgumentError("sweep outer step: lengths differ (merged " + std::to_string(merged.size()) +
                                 ", momentum " + std::to_string(momentum_buffer.size()) + ", theta " +
                                 std::to_string(n) + ", fragment " + std::to_string(fragment.numel) + ")");
@@ -110,7 +118,7 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
   if (!(rho > 0 && rho <= 1)) {
     return InvalidArgumentError("sweep outer step: token share must be in (0, 1], got " + std::to_string(rho));
   }
-  if (state.accum.size() != n) {
+  if (!stateless && state.accum.size() != n) {
     state.accum.assign(n, 0.0f);
     state.share = 0;
   }
@@ -123,7 +131,7 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
     const double g = rho * static_cast<double>(merged[i]);
     const float before = theta[i];
     theta[i] = static_cast<float>(static_cast<double>(theta[i]) - lr * g);
-    state.accum[i] = static_cast<float>(static_cast<double>(state.accum[i]) + g);
+    if (!stateless) state.accum[i] = static_cast<float>(static_cast<double>(state.accum[i]) + g);
     const double d = static_cast<double>(theta[i]) - before;
     moved2 += d * d;
   }
@@ -135,7 +143,7 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
   }
   // A sweep: the rounds moved Θ by lr·a already; the momentum takes the sweep's sum (S·ĝ = a) and
   // adds its Nesterov look-ahead (none at μ = 0, decoupled mode's default).
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n && !stateless; ++i) {
     const double bi = mu * static_cast<double>(momentum_buffer[i]) + static_cast<double>(state.accum[i]);
     momentum_buffer[i] = static_cast<float>(bi);
     const float before = theta[i];

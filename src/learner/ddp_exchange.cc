@@ -16,7 +16,7 @@ DdpExchange::DdpExchange(diloco::FragmentPlan plan, syncer::SyncerApi& api, dilo
 
 Status DdpExchange::Apply(const syncer::PullPayload& r, std::span<const std::span<float>> params) {
   bytes_down_ += static_cast<int64_t>(r.bytes.size());
-  if (Status st = syncer::ApplyPulled(r, version_, static_cast<size_t>(plan_.fragments[0].numel), copy_); !st.ok()) {
+  if (Status st = syncer::ApplyPulled(r, version_, static_cast<size_t>(plan_.fragments[0].numel), copy_, lattice_); !st.ok()) {
     ++mismatches_;
     version_ = -1;  // refetch in full
     return st.WithContext("ddp");

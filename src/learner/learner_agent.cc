@@ -36,6 +36,7 @@ LearnerAgent::LearnerAgent(AgentOptions options, diloco::FragmentPlan plan,
   c_tokens_.assign(P, 0);
   c_steps_.assign(P, 0);
   public_.resize(P);
+  lattice_.resize(P);
   have_.assign(P, -1);
   counters_.learner_id = options_.learner_id;
 }
@@ -314,22 +315,40 @@ Status LearnerAgent::JoinAndCatchUp() {
     if (incarnation_ != 0 && reply.incarnation != incarnation_) ForgetUncommittedPushesLocked(reply);
     incarnation_ = reply.incarnation;
   }
-  // Fragments the syncer matched bit for bit: held at the current version without a fetch; those
-  // that match the run's initial values: held at version 0, the catch-up pulls a delta from them.
-  for (size_t p = 0; p < initial_.size() && p < reply.fragment_matched.size(); ++p) {
-    if (!Mine(static_cast<int>(p))) continue;
-    const bool at_start = p < reply.fragment_initial.size() && reply.fragment_initial[p];
-    if (!reply.fragment_matched[p] && !at_start) continue;
-    public_[p] = std::move(initial_[p]);
-    have_[p] = reply.fragment_matched[p] ? reply.versions[p] : 0;
-  }
-  initial_.clear();
+  AdoptHeld(reply);
   ATOLL_RETURN_IF_ERROR(CatchUp(reply.versions, rejoin_in_process));
   std::lock_guard<std::mutex> lock(mu_);
   counters_.joined = true;
   need_rejoin_ = false;
   cv_.notify_all();
   return Status::Ok();
+}
+
+void LearnerAgent::AdoptHeld(const syncer::JoinReplyData& reply) {
+  const size_t P = public_.size();
+  const bool said = reply.fragment_held.size() == P;
+  for (size_t p = 0; p < P && options_.exchange_fragments; ++p) {
+    if (!Mine(static_cast<int>(p))) continue;
+    const int64_t held = said ? reply.fragment_held[p] : -1;
+    const bool initial = held == 0 && p < reply.fragment_initial.size() && reply.fragment_initial[p];
+    if (initial && !initial_.empty()) {
+      // The run's initial values: snapped to their lattice they are the public copy at version 0.
+      auto lattice = exchange::MakeLattice(initial_[p], reply.downlink.block_size);
+      if (!lattice.ok()) {
+        have_[p] = -1;
+        continue;
+      }
+      exchange::SnapToLattice(*lattice, initial_[p]);
+      public_[p] = std::move(initial_[p]);
+      lattice_[p] = std::move(*lattice);
+      have_[p] = 0;
+    } else if (held >= 0 && have_[p] >= 0 && lattice_[p].numel == public_[p].size()) {
+      have_[p] = held;  // the copy it holds, as the syncer knows it (a rejoin, or a restarted syncer)
+    } else {
+      have_[p] = -1;  // unknown to the syncer, or no lattice to apply deltas on: a full fetch
+    }
+  }
+  initial_.clear();
 }
 
 Status LearnerAgent::CheckPlan(const syncer::JoinReplyData& reply) const {
@@ -442,7 +461,8 @@ Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited 
   }
   if (r->not_modified) return Status::Ok();
   std::vector<float>& phi = public_[pi];
-  if (Status st = syncer::ApplyPulled(*r, have_[pi], static_cast<size_t>(plan_.fragments[pi].numel), phi); !st.ok()) {
+  if (Status st = syncer::ApplyPulled(*r, have_[pi], static_cast<size_t>(plan_.fragments[pi].numel), phi, lattice_[pi]);
+      !st.ok()) {
     have_[pi] = -1;  // whatever went wrong, the next pull fetches the fragment in full
     std::lock_guard<std::mutex> lock(mu_);
     counters_.checksum_mismatches += 1;

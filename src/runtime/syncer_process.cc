@@ -210,8 +210,7 @@ class SyncerProcess {
       std::vector<std::string> sums;
       for (int p = 0; p < plan_.num_fragments(); ++p) sums.push_back(ChecksumHex(exchange::ValuesChecksum(core_->theta(p))));
       metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "resumed"}, {"versions", core_->versions()},
-                      {"rounds", core_->rounds_closed()}, {"theta_checksums", sums},
-                      {"copies_restored", copies_restored_}});
+                      {"rounds", core_->rounds_closed()}, {"theta_checksums", sums}});
     }
     return StartLiveEval(*topts);
   }
@@ -262,10 +261,9 @@ class SyncerProcess {
         const char* hint = st.code() == StatusCode::kFailedPrecondition ? " (point --state at a fresh folder to start over)" : "";
         return Fail(Status(st.code(), st.message() + hint).WithContext("resuming from " + durable_->dir()), 2);
       }
-      const int copies = copies_restored_ = durable_->RestoreCopies(*core_);
-      std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s, %d learner copies\n",
+      std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n",
                   durable_->dir().c_str(), static_cast<long long>(core_->rounds_closed()),
-                  nlohmann::json(core_->versions()).dump().c_str(), copies);
+                  nlohmann::json(core_->versions()).dump().c_str());
       PrintStateWarnings();
     } else if (Status st = durable_->SaveAll(*core_); !st.ok()) {
       return Fail(st.WithContext("writing the initial state"), 1);
@@ -357,10 +355,6 @@ class SyncerProcess {
     if (Status st = durable_->SaveFragment(sc, r.fragment); !st.ok()) {
       std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
       std::abort();  // never publish a version that is not durable
-    }
-    // The learners' copies pulled since the last commit: a restart then resumes with deltas.
-    if (Status st = durable_->SaveCopies(sc); !st.ok()) {
-      std::fprintf(stderr, "syncer: warning: cannot persist learner copies: %s\n", st.ToString().c_str());
     }
     nlohmann::json line = RoundFields(r);
     line.update({{"t", UnixSeconds()}, {"source", "syncer"},
@@ -475,6 +469,7 @@ class SyncerProcess {
       }
       auto t = ThetaOf(sc);
       for (int p = 0; p < sc.plan().num_fragments(); ++p) {
+        if (!sc.owns(p)) continue;  // a shard holds its own fragments only
         exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], t[static_cast<size_t>(p)], params_);
       }
       return std::make_pair(t, SummaryOf(sc, now, t));
@@ -653,7 +648,6 @@ class SyncerProcess {
   std::optional<syncer::SyncerCore> core_;      // until moved into loop_
   std::unique_ptr<syncer::DurableState> durable_;
   std::unique_ptr<syncer::CommitHeadroom> headroom_;  // loop thread, after Setup
-  int copies_restored_ = 0;                     // per-learner copies loaded at a resume
   size_t warnings_printed_ = 0;                 // of durable_->warnings()
   bool resumed_ = false;
   double start_eval_loss_ = 0;

@@ -46,29 +46,47 @@ StatusOr<ShardSpec> ParseShardSpec(std::string_view text) {
   return spec;
 }
 
-Status ApplyPulled(const PullPayload& r, int64_t have_version, size_t numel, std::vector<float>& copy) {
+Status ApplyPulled(const PullPayload& r, int64_t have_version, size_t numel, std::vector<float>& copy,
+                   exchange::Lattice& lattice) {
+  if (r.is_delta && (r.base_version != have_version || copy.size() != numel || lattice.numel != numel ||
+                     lattice.block != r.block_size)) {
+    return DataLossError("pull: delta against version " + std::to_string(r.base_version) + " (block " +
+                         std::to_string(r.block_size) + "), but this learner holds version " + std::to_string(have_version) +
+                         " (block " + std::to_string(lattice.block) + ")");
+  }
+  if (r.block_size < 8 || r.block_size > 65536) return DataLossError("pull: block size " + std::to_string(r.block_size));
+  const size_t max_raw = r.is_delta ? exchange::MaxLatticeDeltaBytes(lattice) : exchange::MaxLatticeFullBytes(r.block_size, numel);
+  if (r.raw_bytes > max_raw) {
+    return DataLossError("pull: a payload of " + std::to_string(r.raw_bytes) + " raw bytes (at most " +
+                         std::to_string(max_raw) + " for this fragment)");
+  }
+  std::vector<std::byte> inflated;
+  std::span<const std::byte> raw = r.bytes;
+  if (r.compression != diloco::Compression::kNone) {
+    if (Status st = diloco::DecompressBytes(r.bytes, static_cast<size_t>(r.raw_bytes), inflated); !st.ok()) {
+      return DataLossError("pull: " + st.message());
+    }
+    raw = inflated;
+  } else if (r.bytes.size() != r.raw_bytes) {
+    return DataLossError("pull: " + std::to_string(r.bytes.size()) + " bytes, the header says " + std::to_string(r.raw_bytes));
+  }
   std::vector<float> next;
+  exchange::Lattice next_lattice;
   if (r.is_delta) {
-    if (r.base_version != have_version || copy.size() != numel) {
-      return DataLossError("pull: delta against version " + std::to_string(r.base_version) +
-                           ", but this learner holds version " + std::to_string(have_version));
-    }
     next = copy;
-    Status st = exchange::ApplyDelta(r.codec, r.bytes, next);
-    if (!st.ok()) return DataLossError("pull: malformed delta: " + st.message());
+    next_lattice = lattice;
+    if (Status st = exchange::ApplyLatticeDelta(lattice, raw, next); !st.ok()) return DataLossError("pull: " + st.message());
   } else {
-    if (r.codec.encoding != diloco::Encoding::kFp32) {
-      return DataLossError(std::string("pull: a full fragment must be fp32, got ") + diloco::EncodingName(r.codec.encoding));
-    }
-    next.resize(numel);
-    Status st = diloco::Decode(r.codec, r.bytes, next);
-    if (!st.ok()) return DataLossError("pull: malformed full fragment: " + st.message());
+    auto l = exchange::DecodeLatticeFull(raw, r.block_size, numel, next);
+    if (!l.ok()) return DataLossError("pull: malformed full fragment: " + l.status().message());
+    next_lattice = std::move(*l);
   }
   if (exchange::ValuesChecksum(next) != r.value_checksum) {
     return DataLossError("fragment " + std::to_string(r.fragment) + " version " + std::to_string(r.version) +
                          ": value checksum differs from the syncer's (copy diverged; fetch in full)");
   }
   copy.swap(next);
+  lattice = std::move(next_lattice);
   return Status::Ok();
 }
 

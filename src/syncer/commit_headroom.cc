@@ -60,8 +60,8 @@ Status CommitHeadroom::Check() {
   }
   ATOLL_ASSIGN_OR_RETURN(const uint64_t free, free_bytes_(dir_));
   if (free < commit_bytes_) {
-    return ResourceExhaustedError(fmt::format("only {} free in {}, a commit needs {} (the largest fragment file, a "
-                                              "copy and the margin): free some space",
+    return ResourceExhaustedError(fmt::format("only {} free in {}, a commit needs {} (the largest fragment file and "
+                                              "the margin): free some space",
                                               MiB(free), dir_, MiB(commit_bytes_)));
   }
   return Status::Ok();
@@ -71,8 +71,9 @@ uint64_t CommitBytes(const diloco::FragmentPlan& plan, uint64_t margin_bytes) {
   int64_t largest = 0;
   for (const auto& f : plan.fragments) largest = std::max(largest, f.numel);
   const auto n = static_cast<uint64_t>(largest);
-  // The fragment file's header (48) with Θ_p and the momentum; a copy's header (40) with its values.
-  return (48 + 2 * n * sizeof(float)) + (40 + n * sizeof(float)) + margin_bytes;
+  // A fragment file at its largest: the 64-byte header, Θ_p, the momentum, the public copy Φ_p
+  // and at most one lattice exponent byte per value (durable_state.cc).
+  return 64 + 3 * n * sizeof(float) + n + margin_bytes;
 }
 
 }  // namespace atl::syncer

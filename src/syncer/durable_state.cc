@@ -22,60 +22,110 @@
 namespace atl::syncer {
 namespace {
 
-// The fragment file header. Format 2 checksums the 40 bytes before `header_checksum`, so a flipped
-// bit in a version or round is refused instead of served; format 1 (40 bytes, no header
-// checksum) is still read.
-constexpr char kMagic[8] = {'A', 'T', 'O', 'L', 'F', 'R', 'G', '2'};
-constexpr char kMagicV1[8] = {'A', 'T', 'O', 'L', 'F', 'R', 'G', '1'};
-struct FragmentHeader {
+// Fragment files. "ATOLFRG2" (written): the header below, self-checksummed, then Θ_p, the
+// Nesterov buffer (when the outer step keeps one), the public copy Φ_p and its lattice exponents
+// (docs/decisions/014). "ATOLFRG1" (read, from older versions): a 40-byte header, Θ_p, the buffer.
+constexpr char kMagic1[8] = {'A', 'T', 'O', 'L', 'F', 'R', 'G', '1'};
+constexpr char kMagic2[8] = {'A', 'T', 'O', 'L', 'F', 'R', 'G', '2'};
+struct FragmentHeader1 {
   char magic[8];
   int64_t version;
   int64_t round;
   int64_t numel;
   uint64_t body_checksum;
-  uint64_t header_checksum;  // XXH3 of the bytes above
 };
-static_assert(sizeof(FragmentHeader) == 48, "the fragment file header is pinned at 48 bytes");
-constexpr size_t kHeaderV1Bytes = offsetof(FragmentHeader, header_checksum);
-static_assert(kHeaderV1Bytes == 40, "format 1's header is the first 40 bytes of format 2's");
+static_assert(sizeof(FragmentHeader1) == 40, "the version-1 fragment header is pinned at 40 bytes");
+constexpr uint32_t kHasMomentum = 1, kHasPublicCopy = 2;
+struct FragmentHeader2 {
+  char magic[8];
+  int64_t version;
+  int64_t round;
+  int64_t numel;
+  uint32_t flags;           // kHasMomentum | kHasPublicCopy
+  uint32_t lattice_blocks;  // exponents after the values (with kHasPublicCopy)
+  double sweep_share;
+  uint64_t body_checksum;
+  uint64_t header_checksum;  // XXH3 of the 56 bytes before it
+};
+static_assert(sizeof(FragmentHeader2) == 64, "the fragment header is pinned at 64 bytes");
+
+size_t BodyBytes(const FragmentHeader2& h) {
+  const size_t n = static_cast<size_t>(h.numel);
+  size_t vectors = 1 + ((h.flags & kHasMomentum) ? 1 : 0) + ((h.flags & kHasPublicCopy) ? 1 : 0);
+  return vectors * n * sizeof(float) + ((h.flags & kHasPublicCopy) ? h.lattice_blocks : 0);
+}
+
+// Reads one fragment file of `n` values; DataLoss naming `path` for anything but a whole, intact file.
+StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path, size_t n) {
+  auto read = ReadFile(path);
+  if (!read.ok() && read.status().code() == StatusCode::kNotFound) {
+    return DataLossError(path + " is missing (meta.json says this state holds it)");
+  }
+  if (!read.ok()) return read.status();
+  const std::string& bytes = *read;
+  SyncerCore::FragmentSnapshot s;
+  const auto floats = [&](const char* at, std::vector<float>& out) {
+    out.resize(n);
+    std::memcpy(out.data(), at, n * sizeof(float));
+  };
+  if (bytes.size() >= sizeof(FragmentHeader1) && std::memcmp(bytes.data(), kMagic1, 8) == 0) {
+    FragmentHeader1 h{};
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    if (h.numel != static_cast<int64_t>(n) || bytes.size() != sizeof(h) + 2 * n * sizeof(float)) {
+      return DataLossError(path + " holds " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(n) + " values");
+    }
+    const char* body = bytes.data() + sizeof(h);
+    if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum) return DataLossError(path + " is corrupted: checksum mismatch");
+    s.version = h.version;
+    s.round = h.round;
+    floats(body, s.theta);
+    floats(body + n * sizeof(float), s.momentum);
+    return s;
+  }
+  FragmentHeader2 h{};
+  if (bytes.size() < sizeof(h)) return DataLossError(path + " is truncated (" + std::to_string(bytes.size()) + " bytes)");
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (std::memcmp(h.magic, kMagic2, 8) != 0) return DataLossError(path + " is not a syncer fragment file (bad magic)");
+  if (Checksum64(bytes.data(), offsetof(FragmentHeader2, header_checksum)) != h.header_checksum) {
+    return DataLossError(path + " is corrupted: its header checksum does not match");
+  }
+  if (h.numel != static_cast<int64_t>(n)) {
+    return DataLossError(path + " holds " + std::to_string(h.numel) + " values, the plan " + std::to_string(n));
+  }
+  if (bytes.size() != sizeof(h) + BodyBytes(h)) {
+    return DataLossError(path + " is truncated: " + std::to_string(bytes.size()) + " bytes, expected " +
+                         std::to_string(sizeof(h) + BodyBytes(h)));
+  }
+  const char* body = bytes.data() + sizeof(h);
+  if (Checksum64(body, BodyBytes(h)) != h.body_checksum) return DataLossError(path + " is corrupted: checksum mismatch");
+  if (h.version < 0 || h.round < 0) {
+    return DataLossError(path + " is corrupted: version " + std::to_string(h.version) + ", round " + std::to_string(h.round));
+  }
+  s.version = h.version;
+  s.round = h.round;
+  s.sweep_share = h.sweep_share;
+  floats(body, s.theta);
+  body += n * sizeof(float);
+  if (h.flags & kHasMomentum) {
+    floats(body, s.momentum);
+    body += n * sizeof(float);
+  }
+  if (h.flags & kHasPublicCopy) {
+    floats(body, s.public_values);
+    body += n * sizeof(float);
+    s.lattice_exp.resize(h.lattice_blocks);
+    std::memcpy(s.lattice_exp.data(), body, h.lattice_blocks);
+  }
+  return s;
+}
 
 // Every name a syncer writes into its state folder (besides temp files): Inspect tells a damaged
 // state from a folder that is not a state at all by these.
 bool IsStateFileName(const std::string& name) {
   static const std::regex kFragment(R"(fragment-\d{3,}\.bin)");
+  // (copies/: the per-learner copies earlier versions kept)
   return name == "meta.json" || name == "learners.json" || name == "eval-start.json" || name == "copies" ||
          std::regex_match(name, kFragment);
-}
-
-constexpr char kCopyMagic[8] = {'A', 'T', 'O', 'L', 'C', 'P', 'Y', '1'};
-struct CopyHeader {
-  char magic[8];
-  int32_t learner;
-  int32_t fragment;
-  int64_t version;
-  int64_t numel;
-  uint64_t values_checksum;  // exchange::ValuesChecksum of the values (what a learner reports at join)
-};
-static_assert(sizeof(CopyHeader) == 40, "the copy file header is pinned at 40 bytes");
-
-// Reads one copy file; nullopt when it is not a whole, intact copy file.
-struct CopyFile {
-  CopyHeader header;
-  std::vector<float> values;
-};
-std::optional<CopyFile> ReadCopyFile(const std::string& path) {
-  auto bytes = ReadFile(path);
-  if (!bytes.ok() || bytes->size() < sizeof(CopyHeader)) return std::nullopt;
-  CopyFile c{};
-  std::memcpy(&c.header, bytes->data(), sizeof(CopyHeader));
-  if (std::memcmp(c.header.magic, kCopyMagic, 8) != 0 || c.header.numel < 0 ||
-      bytes->size() != sizeof(CopyHeader) + static_cast<size_t>(c.header.numel) * sizeof(float)) {
-    return std::nullopt;
-  }
-  c.values.resize(static_cast<size_t>(c.header.numel));
-  std::memcpy(c.values.data(), bytes->data() + sizeof(CopyHeader), c.values.size() * sizeof(float));
-  if (exchange::ValuesChecksum(c.values) != c.header.values_checksum) return std::nullopt;
-  return c;
 }
 
 nlohmann::json Meta(const SyncerCore& core) {
@@ -145,7 +195,7 @@ StatusOr<DurableState::Contents> DurableState::Inspect() const {
 std::vector<std::string> DurableState::RemoveStaleTempFiles() const {
   namespace fs = std::filesystem;
   std::vector<std::string> removed;
-  for (const std::string& d : {dir_, dir_ + "/copies"}) {
+  for (const std::string& d : {dir_, dir_ + "/copies"}) {  // (copies/: earlier versions)
     auto names = atl::RemoveStaleTempFiles(d);
     if (!names.ok()) continue;
     for (const auto& n : *names) removed.push_back(d + "/" + n);
@@ -166,54 +216,6 @@ std::vector<std::string> DurableState::RemoveStaleTempFiles() const {
   return removed;
 }
 
-std::string DurableState::CopyPath(int learner, int fragment) const {
-  char name[64];
-  std::snprintf(name, sizeof(name), "/copies/learner-%d-fragment-%03d.bin", learner, fragment);
-  return dir_ + name;
-}
-
-Status DurableState::SaveCopies(const SyncerCore& core) {
-  const auto dirty = core.TakeDirtyCopies();
-  if (dirty.empty()) return Status::Ok();
-  ATOLL_RETURN_IF_ERROR(MakeDirs(dir_ + "/copies"));
-  for (const auto& [learner, fragment] : dirty) {
-    const std::span<const float> values = core.learner_copy(learner, fragment);
-    CopyHeader h{};
-    std::memcpy(h.magic, kCopyMagic, 8);
-    h.learner = learner;
-    h.fragment = fragment;
-    h.version = core.learner_copy_version(learner, fragment);
-    h.numel = static_cast<int64_t>(values.size());
-    h.values_checksum = exchange::ValuesChecksum(values);
-    std::vector<std::byte> buf(sizeof(h) + values.size() * sizeof(float));
-    std::memcpy(buf.data(), &h, sizeof(h));
-    std::memcpy(buf.data() + sizeof(h), values.data(), values.size() * sizeof(float));
-    // No fsync: a copy is a cache verified by its checksum and the learner's at rejoin, and this
-    // runs on the syncer's loop thread at every commit.
-    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(CopyPath(learner, fragment), buf, Durability::kNoSync));
-  }
-  return Status::Ok();
-}
-
-int DurableState::RestoreCopies(SyncerCore& core) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  int restored = 0;
-  for (const auto& entry : fs::directory_iterator(dir_ + "/copies", ec)) {
-    auto c = ReadCopyFile(entry.path().string());
-    // A copy is an optimisation: a damaged or stale one is skipped (that learner fetches in full).
-    const Status st = c ? core.RestoreCopy(c->header.learner, c->header.fragment, c->header.version, std::move(c->values))
-                        : DataLossError("damaged");
-    if (!st.ok()) {
-      warnings_.push_back(entry.path().string() + " ignored (" + st.message() +
-                          "): that learner fetches its fragment in full once");
-      continue;
-    }
-    ++restored;
-  }
-  return restored;
-}
-
 Status DurableState::SaveFragment(const SyncerCore& core, int p) {
   Status st;
   for (int attempt = 0; attempt < kCommitAttempts; ++attempt) {
@@ -227,23 +229,31 @@ Status DurableState::SaveFragment(const SyncerCore& core, int p) {
 Status DurableState::WriteFragment(const SyncerCore& core, int p) {
   auto snap = core.SnapshotFragment(p);
   const size_t n = snap.theta.size();
-  std::vector<std::byte> buf(sizeof(FragmentHeader) + 2 * n * sizeof(float));
-  FragmentHeader h{};
-  std::memcpy(h.magic, kMagic, 8);
+  FragmentHeader2 h{};
+  std::memcpy(h.magic, kMagic2, 8);
   h.version = snap.version;
   h.round = snap.round;
   h.numel = static_cast<int64_t>(n);
-  std::byte* body = buf.data() + sizeof(FragmentHeader);
-  std::memcpy(body, snap.theta.data(), n * sizeof(float));
-  std::memcpy(body + n * sizeof(float), snap.momentum.data(), n * sizeof(float));
-  h.body_checksum = Checksum64(body, 2 * n * sizeof(float));
-  h.header_checksum = Checksum64(&h, kHeaderV1Bytes);
+  h.flags = (snap.momentum.empty() ? 0 : kHasMomentum) | (snap.public_values.empty() ? 0 : kHasPublicCopy);
+  h.lattice_blocks = static_cast<uint32_t>(snap.lattice_exp.size());
+  h.sweep_share = snap.sweep_share;
+  std::vector<std::byte> buf(sizeof(h) + BodyBytes(h));
+  std::byte* body = buf.data() + sizeof(h);
+  for (const std::vector<float>* v : {&snap.theta, &snap.momentum, &snap.public_values}) {
+    std::memcpy(body, v->data(), v->size() * sizeof(float));
+    body += v->size() * sizeof(float);
+  }
+  std::memcpy(body, snap.lattice_exp.data(), snap.lattice_exp.size());
+  h.body_checksum = Checksum64(buf.data() + sizeof(h), BodyBytes(h));
+  h.header_checksum = Checksum64(&h, offsetof(FragmentHeader2, header_checksum));
   std::memcpy(buf.data(), &h, sizeof(h));
   return WriteFileAtomic(FragmentPath(p), buf);
 }
 
 Status DurableState::WriteAllFiles(const SyncerCore& core) {
-  for (int p = 0; p < core.plan().num_fragments(); ++p) ATOLL_RETURN_IF_ERROR(SaveFragment(core, p));
+  for (int p = 0; p < core.plan().num_fragments(); ++p) {
+    if (core.owns(p)) ATOLL_RETURN_IF_ERROR(SaveFragment(core, p));
+  }
   ATOLL_RETURN_IF_ERROR(SaveLearners(core));
   return WriteJsonWithChecksum(dir_ + "/meta.json", Meta(core));  // last: marks the state complete
 }
@@ -288,46 +298,6 @@ Status DurableState::SaveLearners(const SyncerCore& core) {
                               {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
 }
 
-StatusOr<SyncerCore::FragmentSnapshot> DurableState::ReadFragment(int p, size_t n) const {
-  const std::string path = FragmentPath(p);
-  auto read = ReadFile(path);
-  if (!read.ok() && read.status().code() == StatusCode::kNotFound) {
-    return DataLossError(path + " is missing (meta.json says this state holds it)");
-  }
-  ATOLL_ASSIGN_OR_RETURN(std::string bytes, std::move(read));
-  FragmentHeader h{};
-  const bool v1 = bytes.size() >= 8 && std::memcmp(bytes.data(), kMagicV1, 8) == 0;
-  const size_t header_bytes = v1 ? kHeaderV1Bytes : sizeof(FragmentHeader);
-  if (bytes.size() < header_bytes) return DataLossError(path + " is truncated (" + std::to_string(bytes.size()) + " bytes)");
-  std::memcpy(&h, bytes.data(), header_bytes);
-  if (!v1 && std::memcmp(h.magic, kMagic, 8) != 0) return DataLossError(path + " is not a syncer fragment file (bad magic)");
-  if (!v1 && Checksum64(&h, kHeaderV1Bytes) != h.header_checksum) {
-    return DataLossError(path + " is corrupted: header checksum mismatch (its version, round or size is damaged)");
-  }
-  if (h.numel != static_cast<int64_t>(n)) {
-    return DataLossError(path + " holds " + std::to_string(h.numel) + " values, the plan " + std::to_string(n));
-  }
-  if (bytes.size() != header_bytes + 2 * n * sizeof(float)) {
-    return DataLossError(path + " is truncated: " + std::to_string(bytes.size()) + " bytes, expected " +
-                         std::to_string(header_bytes + 2 * n * sizeof(float)));
-  }
-  const char* body = bytes.data() + header_bytes;
-  if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum) {
-    return DataLossError(path + " is corrupted: checksum mismatch");
-  }
-  if (h.version < 0 || h.round < 0) {
-    return DataLossError(path + " is corrupted: version " + std::to_string(h.version) + ", round " + std::to_string(h.round));
-  }
-  SyncerCore::FragmentSnapshot s;
-  s.version = h.version;
-  s.round = h.round;
-  s.theta.resize(n);
-  s.momentum.resize(n);
-  std::memcpy(s.theta.data(), body, n * sizeof(float));
-  std::memcpy(s.momentum.data(), body + n * sizeof(float), n * sizeof(float));
-  return s;
-}
-
 // A fragment file beyond the plan means the folder is not what its meta.json describes.
 Status DurableState::CheckNoStrayFragments(int num_fragments) const {
   namespace fs = std::filesystem;
@@ -361,13 +331,18 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) {
   std::vector<SyncerCore::FragmentSnapshot> snaps;
   int64_t fragment_rounds = 0;
   for (int p = 0; p < core.plan().num_fragments(); ++p) {
-    ATOLL_ASSIGN_OR_RETURN(auto snap, ReadFragment(p, static_cast<size_t>(core.plan().fragments[static_cast<size_t>(p)].numel)));
+    if (!core.owns(p)) continue;  // another shard's
+    const size_t n = static_cast<size_t>(core.plan().fragments[static_cast<size_t>(p)].numel);
+    ATOLL_ASSIGN_OR_RETURN(auto snap, ReadFragmentFile(FragmentPath(p), n));
     fragment_rounds += snap.round;
     snaps.push_back(std::move(snap));
   }
   LearnerTable table = ReadLearnerTable(fragment_rounds);
-  for (int p = 0; p < core.plan().num_fragments(); ++p) {
-    ATOLL_RETURN_IF_ERROR(core.RestoreFragment(p, std::move(snaps[static_cast<size_t>(p)])));
+  // RestoreFragment validates everything before it changes a fragment; a failure part-way (a
+  // damaged later file's values) leaves earlier fragments restored, so check them all first.
+  for (size_t i = 0, p = 0; p < static_cast<size_t>(core.plan().num_fragments()); ++p) {
+    if (!core.owns(static_cast<int>(p))) continue;
+    ATOLL_RETURN_IF_ERROR(core.RestoreFragment(static_cast<int>(p), std::move(snaps[i++])));
   }
   core.RestoreLearners(table.rows, now);
   core.set_rounds_closed(table.rounds_closed);

@@ -8,6 +8,7 @@
 
 #include "atoll/core/text.h"
 #include "atoll/exchange/fragment_exchange.h"
+#include "atoll/diloco/merge.h"
 #include "atoll/syncer/guards.h"
 
 namespace atl::syncer {
@@ -26,7 +27,10 @@ double Ema(double old_value, double sample) {
 }  // namespace
 
 SyncerCore::SyncerCore(SyncerOptions options, diloco::FragmentPlan plan)
-    : options_(std::move(options)), plan_(std::move(plan)), rule_(MakeUpdateRule(options_)) {}
+    : options_(std::move(options)),
+      plan_(std::move(plan)),
+      rule_(MakeUpdateRule(options_)),
+      pool_(std::make_shared<ThreadPool>(options_.threads > 0 ? options_.threads : ThreadPool::HardwareThreads())) {}
 
 StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentPlan plan,
                                         std::vector<std::vector<float>> initial) {
@@ -57,6 +61,10 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
     return InvalidArgumentError("syncer: initial values for " + std::to_string(initial.size()) +
                                 " fragments, plan has " + std::to_string(P));
   }
+  ATOLL_RETURN_IF_ERROR(diloco::ValidateCodecOptions(options.downlink));
+  if (options.history_versions < 0 || !(options.history_bytes_per_value >= 0)) {
+    return InvalidArgumentError("syncer: the downlink history must be ≥ 0 versions and ≥ 0 bytes per value");
+  }
   SyncerCore core(std::move(options), std::move(plan));
   core.fragments_.resize(static_cast<size_t>(P));
   for (int p = 0; p < P; ++p) {
@@ -69,14 +77,40 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
     if (!exchange::AllFinite(initial[p])) {
       return InvalidArgumentError("syncer: fragment " + std::to_string(p) + " has non-finite values");
     }
+    if (!core.owns(p)) continue;  // another shard's: it holds that fragment
+    f.initial_checksum = exchange::ValuesChecksum(initial[p]);
+    ATOLL_ASSIGN_OR_RETURN(PublicCopy copy, PublicCopy::Create(initial[p], core.options_.downlink.block_size,
+                                                               core.CopyOptions(initial[p].size())));
+    f.copy.emplace(std::move(copy));
     f.theta = std::move(initial[p]);
-    f.momentum.assign(f.theta.size(), 0.0f);
-    if (core.rule_->SkipsMatchingJoinFetch() && core.owns(p)) {
-      f.initial = f.theta;
-      f.initial_checksum = exchange::ValuesChecksum(f.initial);
-    }
+    if (core.KeepsMomentum()) f.momentum.assign(f.theta.size(), 0.0f);
   }
   return core;
+}
+
+bool SyncerCore::KeepsMomentum() const {
+  return options_.mode != diloco::Mode::kDdp &&
+         (options_.outer.momentum > 0 || options_.outer_step == OuterStepRule::kRunning);
+}
+
+PublicCopyOptions SyncerCore::CopyOptions(size_t numel) const {
+  PublicCopyOptions o;
+  o.qmax = DownlinkQmax(options_.downlink.encoding);
+  o.compression = options_.downlink.compression;
+  o.history_versions = options_.history_versions;
+  o.history_bytes = static_cast<size_t>(options_.history_bytes_per_value * static_cast<double>(numel));
+  o.pool = pool_.get();
+  return o;
+}
+
+std::span<const float> SyncerCore::public_values(int fragment) const {
+  const auto& copy = fragments_[static_cast<size_t>(fragment)].copy;
+  return copy ? copy->values() : std::span<const float>{};
+}
+
+const PublicCopy* SyncerCore::public_copy(int fragment) const {
+  const auto& copy = fragments_[static_cast<size_t>(fragment)].copy;
+  return copy ? &*copy : nullptr;
 }
 
 std::vector<int64_t> SyncerCore::versions() const {
@@ -154,8 +188,8 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   reply.uplink = options_.uplink;
   reply.downlink = options_.downlink;
   reply.incarnation = options_.incarnation;
-  CopyMatch match = MatchCopies(id, r.fragment_checksums);
-  reply.fragment_matched = std::move(match.matched);
+  HeldMatch match = MatchHeld(r.fragment_checksums);
+  reply.fragment_held = std::move(match.held);
   reply.fragment_initial = std::move(match.initial);
   reply.merged_versions = l.merged_versions;
   reply.merged_versions.resize(fragments_.size(), -1);
@@ -183,29 +217,19 @@ Status SyncerCore::CheckOwned(int fragment, const char* what) const {
                                              options_.shard.count, options_.shard.ToString()));
 }
 
-SyncerCore::CopyMatch SyncerCore::MatchCopies(int learner_id, const std::vector<uint64_t>& checksums) {
-  CopyMatch out{std::vector<bool>(fragments_.size(), false), std::vector<bool>(fragments_.size(), false)};
+SyncerCore::HeldMatch SyncerCore::MatchHeld(const std::vector<uint64_t>& checksums) const {
+  HeldMatch out{std::vector<int64_t>(fragments_.size(), -1), std::vector<bool>(fragments_.size(), false)};
   if (checksums.size() != fragments_.size() || !rule_->SkipsMatchingJoinFetch()) return out;
   for (size_t p = 0; p < fragments_.size(); ++p) {
-    if (!owns(static_cast<int>(p))) continue;  // another shard's: it records that copy
-    const std::pair<int, int> key{learner_id, static_cast<int>(p)};
-    // The learner still holds the copy the syncer has for it (a rejoin, or a syncer restarted
-    // with its copies restored): deltas resume from it, nothing to do.
-    if (auto it = copies_.find(key); it != copies_.end() && checksums[p] == exchange::ValuesChecksum(it->second.values)) {
-      continue;
-    }
     const FragmentState& f = fragments_[p];
-    const bool current = checksums[p] == exchange::ValuesChecksum(f.theta);
-    const bool initial = !current && !f.initial.empty() && checksums[p] == f.initial_checksum;
-    if (!current && !initial) continue;
-    LearnerCopy& copy = copies_[key];
-    copy.values = current ? f.theta : f.initial;
-    copy.version = current ? f.version : 0;
-    copy.prev_values.clear();
-    copy.prev_version = -1;
-    copy.from_initial = initial;
-    dirty_copies_.insert(key);
-    (current ? out.matched : out.initial)[p] = true;
+    if (!f.copy) continue;  // another shard's: it matches that fragment
+    if (checksums[p] == f.initial_checksum && f.copy->oldest() == 0) {
+      // Θ⁰ as the run started: snapped to the lattice it is Φ at version 0, still in reach.
+      out.held[p] = 0;
+      out.initial[p] = true;
+    } else if (auto v = f.copy->VersionOf(checksums[p])) {
+      out.held[p] = *v;
+    }
   }
   return out;
 }
@@ -233,47 +257,6 @@ Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, Ti
   if (progress.step_seconds > 0 && std::isfinite(progress.step_seconds)) {
     estimates_.step_seconds = Ema(estimates_.step_seconds, progress.step_seconds);
   }
-  return Status::Ok();
-}
-
-const std::vector<float>* SyncerCore::CopyAt(int learner_id, int fragment, int64_t version) const {
-  auto it = copies_.find({learner_id, fragment});
-  if (it == copies_.end() || version < 0) return nullptr;
-  if (it->second.version == version) return &it->second.values;
-  if (it->second.prev_version == version) return &it->second.prev_values;
-  return nullptr;
-}
-
-std::span<const float> SyncerCore::learner_copy(int learner_id, int fragment) const {
-  auto it = copies_.find({learner_id, fragment});
-  if (it == copies_.end()) return {};
-  return it->second.values;
-}
-
-int64_t SyncerCore::learner_copy_version(int learner_id, int fragment) const {
-  auto it = copies_.find({learner_id, fragment});
-  return it == copies_.end() ? -1 : it->second.version;
-}
-
-std::vector<std::pair<int, int>> SyncerCore::TakeDirtyCopies() const {
-  std::vector<std::pair<int, int>> out(dirty_copies_.begin(), dirty_copies_.end());
-  dirty_copies_.clear();
-  return out;
-}
-
-Status SyncerCore::RestoreCopy(int learner_id, int fragment, int64_t version, std::vector<float> values) {
-  if (fragment < 0 || fragment >= plan_.num_fragments()) return InvalidArgumentError("restore copy: bad fragment");
-  const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
-  if (values.size() != f.theta.size() || !exchange::AllFinite(values) || version < 0 || version > f.version) {
-    return InvalidArgumentError(fmt::format("restore copy: learner {} fragment {}: {} values at version {} "
-                                            "(fragment: {} values, version {})",
-                                            learner_id, fragment, values.size(), version, f.theta.size(), f.version));
-  }
-  LearnerCopy& copy = copies_[{learner_id, fragment}];
-  copy.values = std::move(values);
-  copy.version = version;
-  copy.prev_values.clear();
-  copy.prev_version = -1;
   return Status::Ok();
 }
 
@@ -348,18 +331,27 @@ StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoin
   return diloco::MaxPayloadSize(options_.uplink, n);
 }
 
+Status SyncerCore::VectorOf(const FragmentState& f, const PushHeaderData& h, std::span<const std::byte> payload,
+                            std::span<float> out) const {
+  std::vector<float> base;
+  if (rule_->NeedsBase() && h.base_version != f.version) {
+    if (Status st = f.copy->ValuesAt(h.base_version, base); !st.ok()) {
+      return AbortedError(fmt::format("the syncer no longer holds version {} of this fragment (it holds {}..{}): "
+                                      "pull the fragment in full", h.base_version, f.copy->oldest(), f.version));
+    }
+  }
+  const std::span<const float> base_values = !rule_->NeedsBase()          ? std::span<const float>{}
+                                             : h.base_version == f.version ? f.copy->values()
+                                                                           : std::span<const float>(base);
+  return rule_->Vectorize(payload, base_values, rule_->Reference(f.theta, f.sweep), f.theta, out, pool_.get());
+}
+
 StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHeaderData& h,
                                                                   std::span<const std::byte> payload,
                                                                   TimePoint now) const {
   const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
-  const std::vector<float>* base = nullptr;
-  if (rule_->NeedsBaseCopy()) {
-    base = CopyAt(h.learner_id, h.fragment, h.base_version);
-    if (base == nullptr) {
-      return AbortedError(fmt::format("the syncer holds no copy of this fragment at version {} for this learner: "
-                                      "pull the fragment in full", h.base_version));
-    }
-  }
+  std::vector<float> v(f.theta.size());
+  ATOLL_RETURN_IF_ERROR(VectorOf(f, h, payload, v));
   Contribution c;
   c.learner = h.learner_id;
   c.c_tokens = h.c_tokens;
@@ -367,8 +359,8 @@ StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHead
   c.final_sync = h.final_sync;
   c.base_version = h.base_version;
   c.arrived = now;
-  c.values.resize(f.theta.size());
-  ATOLL_RETURN_IF_ERROR(rule_->Decode(payload, base, f.theta, c.values));
+  c.payload.assign(payload.begin(), payload.end());
+  c.slice_norms = diloco::FragmentMerger::SliceNorms(plan_.fragments[static_cast<size_t>(h.fragment)], v);
   return c;
 }
 
@@ -399,7 +391,9 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   auto c = DecodeContribution(h, payload, now);
   if (!c.ok()) return Reject(l, h, c.status(), now);
-  const double size = rule_->Size(f.theta, c->values, c->c_steps);
+  double norm2 = 0;
+  for (double n : c->slice_norms) norm2 += n * n;
+  const double size = std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, c->c_steps)));
   if (Status st = CheckQuarantine(f, size); !st.ok()) {
     l.quarantined += 1;
     l.consecutive_rejects -= 1;  // Reject counts it; quarantine alone never disconnects
@@ -508,13 +502,23 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
 
   std::vector<RoundInput> inputs;
   for (const Contribution& c : f.pending) {
-    inputs.push_back({c.values, c.c_tokens, c.c_steps});
+    inputs.push_back({c.c_tokens, c.c_steps, c.slice_norms});
     report.contributors.push_back(c.learner);
     report.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
   }
+  // Contributions are decoded again, one at a time, as the merge reads them (their payloads were
+  // vetted when they arrived, against the same Θ_p and public copy: neither moved since).
+  const ContributionSource source = [&](size_t m, std::span<float> out) {
+    const Contribution& c = f.pending[m];
+    PushHeaderData h;
+    h.learner_id = c.learner;
+    h.fragment = p;
+    h.base_version = c.base_version;
+    return VectorOf(f, h, c.payload, out);
+  };
   RoundMath math;
-  Status st = rule_->Apply(plan_.fragments[static_cast<size_t>(p)], inputs, TokenShare(f, LiveLearners(now)),
-                           {f.theta, f.momentum, f.sweep}, math);
+  Status st = rule_->Apply(plan_.fragments[static_cast<size_t>(p)], inputs, source, TokenShare(f, LiveLearners(now)),
+                           {f.theta, f.momentum, f.sweep}, math, pool_.get());
   report.weights = std::move(math.weights);
   report.merged_norm = math.merged_norm;
   report.token_share = math.token_share;
@@ -522,6 +526,8 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   report.step_norm = math.step_norm;
   // Numeric safety before anything is committed (syncer/guards.h).
   if (st.ok()) st = CheckRoundResult(backup.theta, f.theta, f.momentum, f.sweep, options_.max_step_ratio);
+  // The new version's public copy: Φ_p moves by one lattice delta toward Θ_p (error feedback).
+  if (st.ok()) st = f.copy->Advance(f.theta, f.version + 1);
   if (!st.ok()) return RefuseRound(p, std::move(backup), std::move(report), st);
   f.version += 1;
   report.version = f.version;
@@ -608,95 +614,84 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
   }
   ATOLL_RETURN_IF_ERROR(CheckOwned(fragment, "pull"));
   // (Pulls of a disconnected learner are refused by Heartbeat/Push/Join; a pull changes no
-  // global state, so it is served.)
-  const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
+  // state at all, so it is served.)
+  FragmentState& f = fragments_[static_cast<size_t>(fragment)];
   if (have_version > f.version) {
     return FailedPreconditionError("pull: learner holds version " + std::to_string(have_version) +
                                    " of fragment " + std::to_string(fragment) +
                                    " but the syncer is at " + std::to_string(f.version) +
                                    " (syncer restarted from older state?)");
   }
-  LearnerCopy& copy = copies_[{learner_id, fragment}];
   PullPayload out;
+  const bool reachable = have_version >= f.copy->oldest();
+  if (have_version == f.version || (reachable && want_version > f.version)) {
+    out.not_modified = true;
+  } else {
+    auto served = f.copy->Serve(have_version);
+    if (!served.ok()) {
+      return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + served.status().message());
+    }
+    out = std::move(*served);
+  }
   out.incarnation = options_.incarnation;
   out.fragment = fragment;
-  out.version = f.version;
-  // A reply that never reached the learner: it still holds the previous copy. Roll back.
-  if (have_version >= 0 && have_version != copy.version && have_version == copy.prev_version) {
-    copy.values.swap(copy.prev_values);
-    std::swap(copy.version, copy.prev_version);
-    dirty_copies_.insert({learner_id, fragment});
-  }
-  if (have_version >= 0 && have_version == copy.version) {
-    if (copy.version == f.version || want_version > f.version) {
-      out.not_modified = true;
-      out.value_checksum = exchange::ValuesChecksum(copy.values);
-      return out;
-    }
-    std::vector<float> advanced = copy.values;
-    const diloco::CodecOptions codec = copy.from_initial ? CatchUpCodec() : options_.downlink;
-    Status st = exchange::EncodeDeltaAndAdvance(codec, f.theta, advanced, out.bytes);
-    if (!st.ok()) return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + st.message());
-    copy.prev_values = std::exchange(copy.values, std::move(advanced));
-    copy.prev_version = copy.version;
-    copy.version = f.version;
-    copy.from_initial = false;
-    dirty_copies_.insert({learner_id, fragment});
-    out.is_delta = true;
-    out.base_version = have_version;
-    out.codec = codec;
-    out.value_checksum = exchange::ValuesChecksum(copy.values);
-    return out;
-  }
-  // Full copy: exact fp32 of Θ_p (with the run's lossless stage).
-  if (!exchange::AllFinite(f.theta)) return InternalError("pull: fragment " + std::to_string(fragment) + " is not finite");
-  out.codec = {diloco::Encoding::kFp32, options_.downlink.block_size, options_.downlink.compression};
-  if (Status st = diloco::Encode(out.codec, f.theta, out.bytes); !st.ok()) {
-    return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + st.message());
-  }
-  copy.prev_values.clear();
-  copy.prev_version = -1;
-  copy.values = f.theta;
-  copy.version = f.version;
-  dirty_copies_.insert({learner_id, fragment});
-  out.value_checksum = exchange::ValuesChecksum(copy.values);
+  if (out.not_modified) out.version = f.version;
   return out;
-}
-
-diloco::CodecOptions SyncerCore::CatchUpCodec() const {
-  diloco::CodecOptions c = options_.downlink;
-  if (c.encoding == diloco::Encoding::kInt4 || c.encoding == diloco::Encoding::kInt2) c.encoding = diloco::Encoding::kInt8;
-  return c;
 }
 
 SyncerCore::FragmentSnapshot SyncerCore::SnapshotFragment(int fragment) const {
   const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
-  return {f.version, f.round, f.theta, f.momentum};
+  FragmentSnapshot s{f.version, f.round, f.theta, f.momentum, {}, {}, f.sweep.share};
+  if (f.copy) {
+    s.public_values.assign(f.copy->values().begin(), f.copy->values().end());
+    s.lattice_exp = f.copy->lattice().exp;
+  }
+  return s;
 }
 
 Status SyncerCore::RestoreFragment(int fragment, FragmentSnapshot snap) {
   if (fragment < 0 || fragment >= plan_.num_fragments()) return InvalidArgumentError("restore: bad fragment");
   FragmentState& f = fragments_[static_cast<size_t>(fragment)];
-  if (snap.theta.size() != f.theta.size() || snap.momentum.size() != f.theta.size()) {
+  if (!f.copy) return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " belongs to another shard");
+  const size_t n = f.theta.size();
+  if (snap.theta.size() != n || (!snap.momentum.empty() && snap.momentum.size() != n) ||
+      (!snap.public_values.empty() && snap.public_values.size() != n)) {
     return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " has " +
-                                std::to_string(snap.theta.size()) + " values, the plan " +
-                                std::to_string(f.theta.size()));
+                                std::to_string(snap.theta.size()) + " values, the plan " + std::to_string(n));
   }
-  if (!exchange::AllFinite(snap.theta) || !exchange::AllFinite(snap.momentum) || snap.version < 0 ||
-      snap.round < 0) {
+  if (!exchange::AllFinite(snap.theta) || !exchange::AllFinite(snap.momentum) || !exchange::AllFinite(snap.public_values) ||
+      snap.version < 0 || snap.round < 0 || !std::isfinite(snap.sweep_share) || snap.sweep_share < 0 || snap.sweep_share > 1) {
     return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " holds invalid values");
   }
+  exchange::Lattice lattice = f.copy->lattice();
+  std::vector<float> values = std::move(snap.public_values);
+  if (!values.empty()) {
+    if (snap.lattice_exp.size() != lattice.exp.size()) {
+      return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " has a lattice of " +
+                                  std::to_string(snap.lattice_exp.size()) + " blocks, the plan " +
+                                  std::to_string(lattice.exp.size()));
+    }
+    lattice.exp = std::move(snap.lattice_exp);
+  } else {  // no public copy saved: Φ from Θ on the initial lattice; every learner fetches in full
+    values = snap.theta;
+    exchange::SnapToLattice(lattice, values);
+  }
+  auto copy = PublicCopy::Restore(std::move(lattice), std::move(values), snap.version, CopyOptions(n));
+  if (!copy.ok()) return copy.status().WithContext("restore: fragment " + std::to_string(fragment));
   f.theta = std::move(snap.theta);
-  f.momentum = std::move(snap.momentum);
+  if (KeepsMomentum()) {
+    f.momentum = snap.momentum.empty() ? std::vector<float>(n, 0.0f) : std::move(snap.momentum);
+  } else {
+    f.momentum.clear();
+  }
+  f.copy.emplace(std::move(*copy));
   f.version = snap.version;
   f.round = snap.round;
-  f.sweep = {};  // a partial sweep is not persisted: its rounds are in Θ already
+  f.sweep = {};  // a partial sweep's accumulator is not persisted: its rounds are in Θ already
+  f.sweep.share = f.momentum.empty() ? snap.sweep_share : 0;
   f.pending.clear();
   f.opened_at.reset();
   f.quorum_at.reset();
-  for (auto it = copies_.begin(); it != copies_.end();) {
-    it = it->first.second == fragment ? copies_.erase(it) : std::next(it);
-  }
   return Status::Ok();
 }
 
@@ -729,6 +724,19 @@ Status SyncerCore::Leave(int learner_id, TimePoint now) {
   it->second.state = LearnerState::kDone;
   it->second.last_seen = now;
   return Status::Ok();
+}
+
+SyncerCore::HeldBytes SyncerCore::held_bytes() const {
+  HeldBytes b;
+  for (const FragmentState& f : fragments_) {
+    b.theta += f.theta.capacity() * sizeof(float);
+    b.momentum += f.momentum.capacity() * sizeof(float);
+    b.sweep += (f.sweep.accum.capacity() + f.sweep.start.capacity()) * sizeof(float);
+    if (f.copy) b.public_copies += f.copy->HeldBytes();
+    for (const Contribution& c : f.pending) b.pending += c.payload.capacity() + c.slice_norms.capacity() * sizeof(double);
+  }
+  for (const auto& [id, l] : learners_) b.learners += sizeof(l) + l.host.capacity() + l.merged_versions.capacity() * sizeof(int64_t);
+  return b;
 }
 
 double SyncerCore::tokens_merged() const {

@@ -13,13 +13,20 @@
 namespace atl::syncer {
 namespace {
 
-double SizeOf(std::span<const float> theta, std::span<const float> values, int64_t c_steps, bool against_current) {
-  double norm2 = 0;
-  for (size_t i = 0; i < values.size(); ++i) {
-    const double v = against_current ? static_cast<double>(theta[i]) - values[i] : values[i];
-    norm2 += v * v;
+// The merge of a round's contributions, decoded one at a time into one buffer.
+Status Merge(const diloco::Fragment& fragment, diloco::MergeRule rule, const std::vector<double>& weights,
+             std::vector<std::vector<double>> norms, const ContributionSource& source, std::span<float> merged,
+             ThreadPool* pool) {
+  auto merger = diloco::FragmentMerger::Create(fragment, rule, weights, std::move(norms), pool);
+  if (!merger.ok()) return merger.status().WithContext("merge");
+  std::vector<float> v(merged.size());
+  for (size_t m = 0; m < weights.size(); ++m) {
+    if (!merger->Reads(m)) continue;
+    ATOLL_RETURN_IF_ERROR(source(m, v).WithContext("merge: decoding contribution " + std::to_string(m)));
+    merger->Add(m, v);
   }
-  return std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, c_steps)));
+  merger->Finish(merged);
+  return Status::Ok();
 }
 
 // Decoupled and synchronous DiLoCo: outer gradients, a merge, an outer step.
@@ -35,51 +42,42 @@ class OuterRule final : public UpdateRule {
         max_gradient_ratio_(o.max_gradient_ratio) {}
 
   Status CheckBase(int64_t, int64_t) const override { return Status::Ok(); }
-  bool NeedsBaseCopy() const override { return true; }
+  bool NeedsBase() const override { return against_current_; }
 
-  Status Decode(std::span<const std::byte> payload, const std::vector<float>* base, std::span<const float> theta,
-                std::span<float> values) const override {
-    // kCurrent keeps θ_m = Φ_base − Δ̂; kBase keeps Δ̂ itself.
-    Status st = against_current_ ? exchange::DecodeLocal(uplink_, payload, *base, values)
-                                 : diloco::Decode(uplink_, payload, values);
-    if (!st.ok()) return st;
-    if (!exchange::AllFinite(values)) return InvalidArgumentError("outer gradient has non-finite values");
-    return CheckOuterGradientBound(theta, values, against_current_, max_gradient_ratio_);
+  Status Vectorize(std::span<const std::byte> payload, std::span<const float> base, std::span<const float> reference,
+                   std::span<const float> theta, std::span<float> out, ThreadPool* pool) const override {
+    // kCurrent: v = Θ_ref − θ_m with θ_m = Φ_base − Δ̂; kBase: v = Δ̂.
+    ATOLL_RETURN_IF_ERROR(diloco::Decode(uplink_, payload, out, pool));
+    if (against_current_) {
+      ForRanges(pool, out.size(), size_t{1} << 16, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) out[i] = reference[i] - (base[i] - out[i]);
+      });
+    }
+    if (!exchange::AllFinite(out)) return InvalidArgumentError("outer gradient has non-finite values");
+    return CheckOuterGradientBound(theta, out, /*against_current=*/false, max_gradient_ratio_);
   }
 
-  double Size(std::span<const float> theta, std::span<const float> values, int64_t c_steps) const override {
-    return SizeOf(theta, values, c_steps, against_current_);
+  std::span<const float> Reference(const std::vector<float>& theta, const diloco::SweepState& sweep) const override {
+    return step_ == OuterStepRule::kRunning && !sweep.start.empty() ? sweep.start : theta;
   }
   bool Quarantines() const override { return true; }
   bool SkipsMatchingJoinFetch() const override { return true; }
 
-  Status Apply(const diloco::Fragment& fragment, const std::vector<RoundInput>& inputs, double token_share,
-               FragmentMath s, RoundMath& math) const override {
-    const size_t n = s.theta.size();
-    const bool running = step_ == OuterStepRule::kRunning;
-    // The value outer gradients are taken against: Θ_p now, or at the running sweep's start.
-    const std::vector<float>& reference = running && !s.sweep.start.empty() ? s.sweep.start : s.theta;
-    std::vector<std::vector<float>> grads(inputs.size(), std::vector<float>(n));
-    std::vector<std::span<const float>> views;
-    for (size_t m = 0; m < inputs.size(); ++m) {
-      const RoundInput& in = inputs[m];
-      if (against_current_) {
-        for (size_t i = 0; i < n; ++i) grads[m][i] = reference[i] - in.values[i];  // v_m = Θ_p − θ_m
-      } else {
-        grads[m].assign(in.values.begin(), in.values.end());  // Δ̂_m (kBase)
-      }
-      views.emplace_back(grads[m]);
+  Status Apply(const diloco::Fragment& fragment, const std::vector<RoundInput>& inputs,
+               const ContributionSource& source, double token_share, FragmentMath s,
+               RoundMath& math, ThreadPool* pool) const override {
+    std::vector<std::vector<double>> norms;
+    for (const RoundInput& in : inputs) {
       math.weights.push_back(diloco::ContributionWeight(weights_, in.c_tokens, in.c_steps));
+      norms.push_back(in.slice_norms);
     }
-    std::vector<float> merged(n, 0.0f);
-    if (Status st = diloco::MergeFragment(fragment, merge_, views, math.weights, merged); !st.ok()) {
-      return st.WithContext("merge");
-    }
+    std::vector<float> merged(s.theta.size(), 0.0f);
+    ATOLL_RETURN_IF_ERROR(Merge(fragment, merge_, math.weights, std::move(norms), source, merged, pool));
     math.merged_norm = diloco::L2Norm(merged);
     if (step_ == OuterStepRule::kRound) return diloco::OuterStep(outer_, merged, s.momentum, s.theta);
     math.token_share = token_share;
-    auto r = diloco::SweepOuterStep(outer_, fragment, merged, token_share,
-                                    s.sweep, s.momentum, s.theta, running);
+    auto r = diloco::SweepOuterStep(outer_, fragment, merged, token_share, s.sweep, s.momentum, s.theta,
+                                    step_ == OuterStepRule::kRunning);
     if (!r.ok()) return r.status();
     math.sweep_completed = r->sweep_completed;
     math.step_norm = r->step_norm;
@@ -106,31 +104,31 @@ class ParameterServerRule final : public UpdateRule {
     return AbortedError(fmt::format("ddp: gradient of step {} but the model is at step {}: pull first",
                                     base_version, current_version));
   }
-  bool NeedsBaseCopy() const override { return false; }
+  bool NeedsBase() const override { return false; }
 
-  Status Decode(std::span<const std::byte> payload, const std::vector<float>*, std::span<const float>,
-                std::span<float> values) const override {
-    if (Status st = diloco::Decode(uplink_, payload, values); !st.ok()) return st;
-    if (!exchange::AllFinite(values)) return InvalidArgumentError("gradient has non-finite values");
+  Status Vectorize(std::span<const std::byte> payload, std::span<const float>, std::span<const float>,
+                   std::span<const float>, std::span<float> out, ThreadPool* pool) const override {
+    ATOLL_RETURN_IF_ERROR(diloco::Decode(uplink_, payload, out, pool));
+    if (!exchange::AllFinite(out)) return InvalidArgumentError("gradient has non-finite values");
     return Status::Ok();
   }
-
-  double Size(std::span<const float> theta, std::span<const float> values, int64_t c_steps) const override {
-    return SizeOf(theta, values, c_steps, /*against_current=*/false);
+  std::span<const float> Reference(const std::vector<float>& theta, const diloco::SweepState&) const override {
+    return theta;
   }
   bool Quarantines() const override { return false; }
   // Θ moves every step and learners hold no copy across steps: always fetch.
   bool SkipsMatchingJoinFetch() const override { return false; }
 
-  Status Apply(const diloco::Fragment&, const std::vector<RoundInput>& inputs, double, FragmentMath s,
-               RoundMath& math) const override {
-    std::vector<std::span<const float>> views;
+  Status Apply(const diloco::Fragment& fragment, const std::vector<RoundInput>& inputs,
+               const ContributionSource& source, double, FragmentMath s, RoundMath& math,
+               ThreadPool* pool) const override {
+    std::vector<std::vector<double>> norms;
     for (const RoundInput& in : inputs) {
-      views.push_back(in.values);
       math.weights.push_back(1.0);  // one step of every learner, equal batches
+      norms.push_back(in.slice_norms);
     }
     std::vector<float> merged(s.theta.size(), 0.0f);
-    if (Status st = diloco::WeightedMean(views, math.weights, merged); !st.ok()) return st.WithContext("merge");
+    ATOLL_RETURN_IF_ERROR(Merge(fragment, diloco::MergeRule::kMean, math.weights, std::move(norms), source, merged, pool));
     math.merged_norm = diloco::L2Norm(merged);
     return step_(merged, s.theta);
   }

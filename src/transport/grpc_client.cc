@@ -194,32 +194,9 @@ StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragmen
         bad = DataLossError("pull: two headers in one reply");
         break;
       }
-      const auto& h = msg.header();
       have_header = true;
-      out.fragment = h.fragment();
-      out.version = h.version();
-      out.is_delta = h.is_delta();
-      out.base_version = h.base_version();
-      out.not_modified = h.not_modified();
-      out.incarnation = h.incarnation();
-      out.value_checksum = h.value_checksum();
-      auto enc = diloco::ParseEncoding(h.encoding());
-      if (!enc.ok()) {
-        bad = enc.status();
-        break;
-      }
-      auto comp = ParseWireCompression(h.compression());
-      if (!comp.ok()) {
-        bad = comp.status();
-        break;
-      }
-      out.codec = {*enc, h.block_size(), *comp};
-      total = h.payload_bytes();
-      checksum = h.payload_checksum();
-      if (total < 0 || total > kMaxPayloadBytes) {
-        bad = DataLossError("pull: payload size out of range");
-        break;
-      }
+      bad = ParsePullHeader(msg.header(), out, total, checksum);
+      if (!bad.ok()) break;
       out.bytes.reserve(static_cast<size_t>(total));
     } else {
       if (!have_header) {

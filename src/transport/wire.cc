@@ -95,9 +95,10 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
   h->set_version(p.version);
   h->set_is_delta(p.is_delta);
   h->set_base_version(p.base_version);
-  h->set_encoding(diloco::EncodingName(p.codec.encoding));
-  h->set_block_size(p.codec.block_size);
-  h->set_compression(diloco::CompressionName(p.codec.compression));
+  h->set_encoding(kLatticeEncoding);
+  h->set_block_size(p.block_size);
+  h->set_compression(diloco::CompressionName(p.compression));
+  h->set_raw_bytes(static_cast<int64_t>(p.raw_bytes));
   h->set_num_values(0);
   h->set_payload_bytes(static_cast<int64_t>(p.bytes.size()));
   h->set_payload_checksum(Checksum64(p.bytes));
@@ -119,6 +120,29 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
   return sent;
 }
 
+Status ParsePullHeader(const atl::v1::PullHeader& h, syncer::PullPayload& out, int64_t& payload_bytes,
+                       uint64_t& payload_checksum) {
+  out.fragment = h.fragment();
+  out.version = h.version();
+  out.is_delta = h.is_delta();
+  out.base_version = h.base_version();
+  out.not_modified = h.not_modified();
+  out.incarnation = h.incarnation();
+  out.value_checksum = h.value_checksum();
+  out.block_size = h.block_size();
+  if (!out.not_modified && h.encoding() != kLatticeEncoding) {
+    return InvalidArgumentError("pull: unknown encoding '" + h.encoding().substr(0, 32) + "' (this learner reads lattice)");
+  }
+  ATOLL_ASSIGN_OR_RETURN(out.compression, ParseWireCompression(h.compression()));
+  payload_bytes = h.payload_bytes();
+  payload_checksum = h.payload_checksum();
+  if (payload_bytes < 0 || payload_bytes > kMaxPayloadBytes || h.raw_bytes() < 0) {
+    return DataLossError("pull: payload size out of range");
+  }
+  out.raw_bytes = static_cast<uint64_t>(h.raw_bytes());
+  return Status::Ok();
+}
+
 void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   out->set_learner_id(r.learner_id);
   out->set_num_fragments(static_cast<int32_t>(r.versions.size()));
@@ -132,7 +156,7 @@ void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   out->set_compression(diloco::CompressionName(r.uplink.compression));
   out->set_mode(diloco::ModeName(r.mode));
   out->set_incarnation(r.incarnation);
-  for (bool m : r.fragment_matched) out->add_fragment_matched(m);
+  for (int64_t v : r.fragment_held) out->add_fragment_held(v);
   for (bool m : r.fragment_initial) out->add_fragment_initial(m);
   for (int64_t v : r.merged_versions) out->add_merged_versions(v);
   if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
@@ -152,7 +176,7 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   if (!mode) return InvalidArgumentError("join reply: unknown mode '" + r.mode().substr(0, 32) + "'");
   d.mode = *mode;
   d.incarnation = r.incarnation();
-  d.fragment_matched.assign(r.fragment_matched().begin(), r.fragment_matched().end());
+  d.fragment_held.assign(r.fragment_held().begin(), r.fragment_held().end());
   d.fragment_initial.assign(r.fragment_initial().begin(), r.fragment_initial().end());
   d.merged_versions.assign(r.merged_versions().begin(), r.merged_versions().end());
   // 0: an older syncer that does not say: unsharded.

@@ -33,6 +33,12 @@ Status AppendChunk(const atl::v1::DataChunk& chunk, int64_t total, std::vector<s
 
 // Streams a pull result (header then chunks); returns the payload bytes written.
 int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::PullChunk>* writer);
+// The mirror of WritePull's header: fills `out` (all but the bytes) and the announced payload
+// size and checksum. InvalidArgument for an encoding other than the lattice's or an unknown
+// compression; DataLoss for sizes out of range.
+inline constexpr const char* kLatticeEncoding = "lattice";
+Status ParsePullHeader(const atl::v1::PullHeader& h, syncer::PullPayload& out, int64_t& payload_bytes,
+                       uint64_t& payload_checksum);
 
 void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out);
 StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r);

@@ -344,6 +344,16 @@ Bytes RawDeflate(const Bytes& in) {
   return out;
 }
 
+// One raw DEFLATE stream in the segment layout Decode reads (CompressBytes): count 1, the raw and
+// compressed lengths, the stream.
+Bytes OneSegment(const Bytes& stream, size_t raw_len) {
+  Bytes out(12);
+  const uint32_t words[3] = {1, static_cast<uint32_t>(raw_len), static_cast<uint32_t>(stream.size())};
+  std::memcpy(out.data(), words, 12);
+  out.insert(out.end(), stream.begin(), stream.end());
+  return out;
+}
+
 std::vector<float> Gaussian(size_t n, uint64_t seed) {
   Rng rng(seed);
   std::vector<float> x(n);
@@ -425,15 +435,15 @@ TEST(CodecCompressionTest, DecodeRefusesBadStreams) {
   Bytes raw;
   ASSERT_TRUE(Encode({Encoding::kInt4, 8}, x, raw).ok());
   raw[6] = static_cast<std::byte>(static_cast<uint8_t>(raw[6]) & 0xF0);
-  expect_loss(RawDeflate(raw), y, "corrupt codes inside a valid stream");
+  expect_loss(OneSegment(RawDeflate(raw), raw.size()), y, "corrupt codes inside a valid stream");
 }
 
 TEST(CodecCompressionTest, ABombInflatesNoFurtherThanTheExpectedSize) {
   // 16 MiB of zeros in about 16 KiB, announced for 32768 int4 values (32 KiB raw, so the
   // stream passes the size check): inflating stops at those 32 KiB.
-  const Bytes bomb = RawDeflate(Bytes(16u << 20, std::byte{0}));
   std::vector<float> y(32768);
   const CodecOptions z{Encoding::kInt4, 8, kZ};
+  const Bytes bomb = OneSegment(RawDeflate(Bytes(16u << 20, std::byte{0})), EncodedSize(z, y.size()));
   ASSERT_LE(bomb.size(), MaxPayloadSize(z, y.size()));
   const Status st = Decode(z, bomb, y);
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);

@@ -143,7 +143,7 @@ TEST(CommitHold, TheDescriptorReserveLetsACommitThroughAndItsLossHoldsRounds) {
 
 TEST(CommitHold, CommitBytesAndTheFileSystemMeasure) {
   const diloco::FragmentPlan plan = testing::SmallStridedPlan();  // fragments of 4 values
-  EXPECT_EQ(CommitBytes(plan, 1000), (48 + 8 * 4) + (40 + 4 * 4) + 1000u);
+  EXPECT_EQ(CommitBytes(plan, 1000), 64 + 3 * 4 * 4 + 4 + 1000u);
   auto free = CommitHeadroom::FileSystemFreeBytes(::testing::TempDir());
   ASSERT_TRUE(free.ok()) << free.status();
   EXPECT_GT(*free, 0u);

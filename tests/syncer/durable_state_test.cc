@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "toy_cluster.h"
@@ -165,9 +166,12 @@ TEST(DurableState, RefusesTheStateOfAnotherRun) {
   EXPECT_NE(st.message().find("belongs to another run_id"), std::string::npos) << st;
 }
 
-TEST(DurableState, RestoredCopiesLetALearnerResumeWithDeltasAndDamagedOnesAreSkipped) {
+// The public copy is committed with Θ_p: after a restart a learner whose copy's checksum matches
+// the committed version resumes with deltas; a version older than that (the history is not
+// committed) fetches in full once.
+TEST(DurableState, ThePublicCopySurvivesARestartAndLearnersResumeWithDeltas) {
   Env env;
-  env.options.downlink = {diloco::Encoding::kInt4, 64};  // copies differ from Θ by the quantisation error
+  env.options.downlink = {diloco::Encoding::kInt4, 64};  // Φ differs from Θ by the quantisation error
   SyncerCore core = env.Fresh();
   DurableState durable(env.dir);
   ASSERT_TRUE(durable.SaveAll(core).ok());
@@ -180,48 +184,33 @@ TEST(DurableState, RestoredCopiesLetALearnerResumeWithDeltasAndDamagedOnesAreSki
     for (const auto& rep : core.Poll(TimePoint{}, clock)) ASSERT_TRUE(durable.SaveFragment(core, rep.fragment).ok());
   }
   ASSERT_EQ(core.version(0), 4);
-  auto pulled = core.Pull(0, 0, 2);  // the learner takes version 4 as a delta
-  ASSERT_TRUE(pulled.ok());
-  ASSERT_TRUE(pulled->is_delta);
-  const std::span<const float> phi = core.learner_copy(0, 0);  // bit-identical to the learner's
-  const std::vector<float> learner_phi(phi.begin(), phi.end());
+  const std::vector<float> learner_phi(core.public_values(0).begin(), core.public_values(0).end());
   ASSERT_NE(exchange::ValuesChecksum(learner_phi), exchange::ValuesChecksum(core.theta(0)));
-  ASSERT_TRUE(durable.SaveCopies(core).ok());
-  EXPECT_TRUE(core.TakeDirtyCopies().empty());  // written: nothing left to write
 
-  auto rejoin = [&](SyncerCore& c) {
+  auto rejoin = [&](SyncerCore& c, uint64_t checksum) {
     JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(env.plan.tensors), 0, "t", true, {}, {}};
-    r.fragment_checksums = {exchange::ValuesChecksum(learner_phi), 0, 0};
-    ASSERT_TRUE(c.Join(r, TimePoint{}).ok());
+    r.fragment_checksums = {checksum, 0, 0};
+    auto reply = c.Join(r, TimePoint{});
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? reply->fragment_held[0] : int64_t{-2};
   };
-  {
-    SyncerCore restarted = env.Fresh();
-    ASSERT_TRUE(durable.Restore(restarted, TimePoint{}).ok());
-    EXPECT_EQ(durable.RestoreCopies(restarted), 1);
-    rejoin(restarted);
-    // The syncer holds the learner's copy at version 4: nothing to fetch, and a push against it
-    // is accepted (no ABORTED, no full fetch).
-    auto again = restarted.Pull(0, 0, 4);
-    ASSERT_TRUE(again.ok());
-    EXPECT_TRUE(again->not_modified);
-    EXPECT_TRUE(Env::Push(restarted, 4, std::vector<float>(learner_phi.size(), 0.01f)).ok());
-  }
-  // A damaged copy file is skipped: that learner fetches the fragment in full once.
-  const std::string file = env.dir + "/copies/learner-0-fragment-000.bin";
-  ASSERT_TRUE(std::filesystem::exists(file));
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(60);
-    f.put('\x7f');
-  }
   SyncerCore restarted = env.Fresh();
   ASSERT_TRUE(durable.Restore(restarted, TimePoint{}).ok());
-  EXPECT_EQ(durable.RestoreCopies(restarted), 0);
-  rejoin(restarted);
-  auto full = restarted.Pull(0, 0, 4);
+  EXPECT_EQ(std::memcmp(restarted.public_values(0).data(), learner_phi.data(), learner_phi.size() * 4), 0);
+  // The learner holds version 4: nothing to fetch, and a push against it is accepted.
+  EXPECT_EQ(rejoin(restarted, exchange::ValuesChecksum(learner_phi)), 4);
+  auto again = restarted.Pull(0, 0, 4);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->not_modified);
+  EXPECT_TRUE(Env::Push(restarted, 4, std::vector<float>(learner_phi.size(), 0.01f)).ok());
+  // A learner at version 2 is not in the restarted syncer's reach: a full fetch, and a push
+  // against version 2 asks for one (Aborted).
+  EXPECT_EQ(rejoin(restarted, 12345), -1);
+  auto full = restarted.Pull(0, 0, 2);
   ASSERT_TRUE(full.ok());
   EXPECT_FALSE(full->not_modified);
   EXPECT_FALSE(full->is_delta);
+  EXPECT_EQ(Env::Push(restarted, 2, std::vector<float>(learner_phi.size(), 0.01f)).code(), StatusCode::kAborted);
 }
 
 // Issue 32: a state folder whose meta.json was lost made the syncer start over and overwrite
@@ -272,14 +261,15 @@ TEST(DurableState, AFlippedBitInAnyFragmentHeaderFieldIsRefusedNamingTheFile) {
   const std::string original = ReadFile(frag).value();
   ASSERT_EQ(original.substr(0, 8), "ATOLFRG2");
   for (const auto& [offset, field] : std::vector<std::pair<size_t, std::string>>{
-           {9, "version"}, {17, "round"}, {25, "numel"}, {33, "body checksum"}, {41, "header checksum"}}) {
+           {9, "version"}, {17, "round"}, {25, "numel"}, {33, "flags"}, {37, "lattice blocks"},
+           {41, "sweep share"}, {49, "body checksum"}, {57, "header checksum"}}) {
     std::string flipped = original;
     flipped[offset] ^= 0x08;
     ASSERT_TRUE(WriteFileAtomic(frag, std::string_view(flipped)).ok());
     SyncerCore target = env.Fresh();
     Status st = durable.Restore(target, TimePoint{});
     EXPECT_EQ(st.code(), StatusCode::kDataLoss) << field;
-    EXPECT_NE(st.message().find("fragment-000.bin is corrupted: header checksum mismatch"), std::string::npos)
+    EXPECT_NE(st.message().find("fragment-000.bin is corrupted: its header checksum does not match"), std::string::npos)
         << field << ": " << st;
     EXPECT_EQ(target.version(0), 0) << "nothing restored";
   }
@@ -289,14 +279,21 @@ TEST(DurableState, AFlippedBitInAnyFragmentHeaderFieldIsRefusedNamingTheFile) {
   EXPECT_EQ(target.version(0), 3);
 }
 
-// A state written by the earlier format (40-byte header without its checksum) still resumes.
+// A state written by the earlier format (a 40-byte header without its own checksum; Θ_p and the
+// momentum only) still resumes.
 TEST(DurableState, AFragmentFileOfTheEarlierFormatIsStillRead) {
   Env env;
   DurableState durable(env.dir);
   SyncerCore core = env.Committed(durable, 2);
+  SyncerCore::FragmentSnapshot snap = core.SnapshotFragment(0);
+  snap.momentum.resize(snap.theta.size());  // zeros where the outer step keeps none
+  std::string body(reinterpret_cast<const char*>(snap.theta.data()), snap.theta.size() * 4);
+  body.append(reinterpret_cast<const char*>(snap.momentum.data()), snap.momentum.size() * 4);
+  const int64_t header[3] = {snap.version, snap.round, static_cast<int64_t>(snap.theta.size())};
+  const uint64_t sum = Checksum64(body.data(), body.size());
+  std::string v1 = "ATOLFRG1" + std::string(reinterpret_cast<const char*>(header), sizeof(header)) +
+                   std::string(reinterpret_cast<const char*>(&sum), sizeof(sum)) + body;
   const std::string frag = env.dir + "/fragment-000.bin";
-  std::string v2 = ReadFile(frag).value();
-  std::string v1 = "ATOLFRG1" + v2.substr(8, 32) + v2.substr(48);  // no header checksum
   ASSERT_TRUE(WriteFileAtomic(frag, std::string_view(v1)).ok());
   SyncerCore target = env.Fresh();
   ASSERT_TRUE(durable.Restore(target, TimePoint{}).ok());

@@ -35,10 +35,13 @@ syncer::SyncerOptions Options(int H) {
 }
 
 // A syncer core for the toy plan with every value of Θ⁰ = `init`.
-syncer::SyncerCore ToyCore(const diloco::FragmentPlan& plan, int H, float init) {
+syncer::SyncerCore ToyCore(const diloco::FragmentPlan& plan, int H, float init, int history_versions = 8) {
   std::vector<std::vector<float>> values;
   for (const auto& f : plan.fragments) values.emplace_back(static_cast<size_t>(f.numel), init);
-  auto core = syncer::SyncerCore::Create(Options(H), plan, values);
+  syncer::SyncerOptions o = Options(H);
+  o.history_versions = history_versions;
+  o.history_bytes_per_value = 0;
+  auto core = syncer::SyncerCore::Create(o, plan, values);
   ATOLL_CHECK(core.ok());
   return std::move(*core);
 }
@@ -127,11 +130,12 @@ TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
 }
 
 // A learner process that starts late — or restarts — from the run's initial values catches up
-// with deltas from those values (no full fp32 fetch), then trains and contributes like the others.
+// with one delta from those values while version 0 is in the syncer's history (docs/decisions/014;
+// no full fetch), then trains and contributes like the others.
 TEST(LearnerAgent, ALateLearnerCatchesUpWithDeltasFromTheInitialValues) {
   const int H = 4, P = 4;
   auto plan = testing::ToyPlan(P);
-  auto core = ToyCore(plan, H, 0.0f);  // the toys start at 0 too: the same initial values
+  auto core = ToyCore(plan, H, 0.0f, /*history_versions=*/1000);  // the toys start at 0 too: the same initial values
   SimClock clock;
   syncer::SyncerLoop loop(std::move(core), clock, nullptr);
   testing::ToyLearner early(200), late(201);

@@ -159,10 +159,11 @@ class Rejections : public ::testing::Test {
 
 TEST_F(Rejections, WrongProtocolVersion) {
   auto r = Join(s.plan, 1);
-  r.protocol_version = 2;
+  r.protocol_version = syncer::kProtocolVersion + 1;
   auto out = Client(s.target)->Join(r);
   EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(out.status().message().find("protocol version 2"), std::string::npos) << out.status();
+  EXPECT_NE(out.status().message().find("protocol version " + std::to_string(syncer::kProtocolVersion + 1)),
+            std::string::npos) << out.status();
   EXPECT_EQ(s.Status()["learners"].size(), 1u);
 }
 

@@ -112,7 +112,7 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   r.uplink = {diloco::Encoding::kInt4, 256};
   r.downlink = {diloco::Encoding::kInt8, 256};
   r.incarnation = 77;
-  r.fragment_matched = {true, false};
+  r.fragment_held = {7, -1};
   r.fragment_initial = {false, true};
   r.merged_versions = {3, -1};
   r.uplink.compression = r.downlink.compression = diloco::Compression::kDeflate;
@@ -130,7 +130,7 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   EXPECT_EQ(d->downlink.encoding, diloco::Encoding::kInt8);
   EXPECT_EQ(d->downlink.block_size, 256);
   EXPECT_EQ(d->incarnation, 77u);
-  EXPECT_EQ(d->fragment_matched, r.fragment_matched);
+  EXPECT_EQ(d->fragment_held, r.fragment_held);
   EXPECT_EQ(d->fragment_initial, r.fragment_initial);
   EXPECT_EQ(d->merged_versions, r.merged_versions);
   EXPECT_EQ(d->uplink.compression, diloco::Compression::kDeflate);

@@ -24,7 +24,8 @@
 //   none     the encoded bytes above, as they are.
 //   deflate  raw DEFLATE (RFC 1951, no zlib header) of those bytes, Huffman coding only (no
 //            back-references: quantised codes have no long repeats, and searching for them costs
-//            time without saving bytes). int4 outer gradients shrink to 0.6–0.85 of their size
+//            time without saving bytes), in independent segments of 1 MiB (CompressBytes' layout
+//            below: any size, and both ends may code the segments in parallel). int4 outer gradients shrink to 0.6–0.85 of their size
 //            (their codes are far from uniform); fp32 barely shrinks. Decode inflates into exactly
 //            EncodedSize bytes and refuses (DataLoss) a stream that is malformed, ends early,
 //            would inflate to more, or is followed by extra bytes — so a hostile payload can never
@@ -34,7 +35,7 @@
 // nibble 0 (int4) and 0 (int2), non-zero padding codes, and non-finite fp32/bf16 values — none of which
 // Encode produces, so they mean corruption. On error the output is unspecified.
 // Thread-safety: pure functions. Without compression Encode/Decode do not allocate beyond
-// resizing `out`; with deflate each thread keeps one compressor and one scratch buffer.
+// resizing `out`; with deflate each thread keeps one compressor.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 
 namespace atl::diloco {
@@ -81,12 +83,29 @@ inline bool ExactPayloadSize(const CodecOptions& options) { return options.compr
 // Encodes `values` into `out` (resized to the payload: EncodedSize bytes, or the compressed
 // size). InvalidArgument for invalid options, non-finite values, or (bf16) values beyond the bf16
 // range; Internal if the compressor fails.
-Status Encode(const CodecOptions& options, std::span<const float> values, std::vector<std::byte>& out);
+// `pool` (may be null) codes the deflate segments in parallel: the bytes are the same.
+Status Encode(const CodecOptions& options, std::span<const float> values, std::vector<std::byte>& out,
+              ThreadPool* pool = nullptr);
 
 // Decodes a payload of `out.size()` values into out. InvalidArgument for invalid options;
 // DataLoss for the corruptions listed above (and, compressed, a stream that does not inflate to
 // exactly EncodedSize bytes).
-Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out);
+Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out,
+              ThreadPool* pool = nullptr);
+
+// The lossless stage alone, for payloads that are not a codec's values (the downlink's lattice
+// deltas, exchange/lattice.h). Layout: uint32 segment count S, then S × (uint32 raw length,
+// uint32 compressed length), then the S raw-DEFLATE segments (Huffman only, like Encode's). Each
+// segment holds at most kSegmentBytes of the input, so payloads of any size work (zlib counts
+// in 32 bits) and segments can be coded independently. Decompress refuses (DataLoss) anything
+// that does not inflate to exactly `raw_size` bytes: a wrong count or length, a corrupt or
+// truncated segment, bytes after the last one.
+inline constexpr size_t kSegmentBytes = size_t{1} << 20;
+Status CompressBytes(std::span<const std::byte> raw, std::vector<std::byte>& out, ThreadPool* pool = nullptr);
+Status DecompressBytes(std::span<const std::byte> in, size_t raw_size, std::vector<std::byte>& raw,
+                       ThreadPool* pool = nullptr);
+// The largest output of CompressBytes for `raw_size` input bytes.
+size_t MaxCompressedBytes(size_t raw_size);
 
 // bf16 helpers (exposed for tests and the bf16 paths elsewhere). FloatToBf16 rounds to nearest
 // even; infinities stay infinite, NaN becomes a quiet NaN of the same sign (never infinity).

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/fragment_plan.h"
 
@@ -57,5 +58,41 @@ Status MergeFragment(const Fragment& fragment, MergeRule rule,
 
 // L2 norm in double.
 double L2Norm(std::span<const float> x);
+
+// MergeFragment in streaming form, for a round whose contributions are decoded one at a time: the
+// weights and every contribution's slice norms are given up front (they are known when the round
+// closes), then each contribution's values are added once, in order, then Finish writes the
+// merged fragment. Holds one double accumulator of the fragment's size. Bit-identical to
+// MergeFragment on the same inputs (MergeFragment is this).
+class FragmentMerger {
+ public:
+  // slice_norms[m][s]: L2Norm of contribution m's slice s (SliceNorms). InvalidArgument for a
+  // weight that is negative or not finite, weights that sum to infinity, a wrong number of norms.
+  // `pool` (may be null) spreads Add and Finish over threads: the result is the same bits.
+  static StatusOr<FragmentMerger> Create(const Fragment& fragment, MergeRule rule, std::vector<double> weights,
+                                         std::vector<std::vector<double>> slice_norms, ThreadPool* pool = nullptr);
+  // The L2 norm of each slice of a fragment-sized buffer.
+  static std::vector<double> SliceNorms(const Fragment& fragment, std::span<const float> values);
+  // Whether contribution m's values are read at all (a zero weight never is).
+  bool Reads(size_t m) const { return weights_[m] > 0; }
+  // Adds contribution m (m = 0, 1, … in order; those that Reads() says no to may be skipped).
+  void Add(size_t m, std::span<const float> values);
+  // The merged fragment into `out` (fragment-sized).
+  void Finish(std::span<float> out);
+
+ private:
+  FragmentMerger() = default;
+  bool Rda(size_t slice) const;
+  Fragment fragment_;
+  MergeRule rule_ = MergeRule::kRda;
+  std::vector<double> weights_;
+  std::vector<std::vector<double>> coef_;  // [m][slice]: the factor of m's values in that slice
+  std::vector<double> radius_;             // per slice (RDA)
+  std::vector<bool> any_direction_;        // per slice (RDA)
+  double sum_ = 0;
+  size_t next_ = 0;
+  std::vector<double> acc_;
+  ThreadPool* pool_ = nullptr;
+};
 
 }  // namespace atl::diloco

@@ -24,7 +24,7 @@ struct OuterOptimizerOptions {
 };
 
 // Applies one outer step in place. InvalidArgument when lengths differ or options are not finite
-// or lr < 0 or momentum ∉ [0, 1).
+// or lr < 0 or momentum ∉ [0, 1). At momentum 0 the buffer may be empty (none is kept).
 Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> delta,
                  std::span<float> momentum_buffer, std::span<float> theta);
 
@@ -81,7 +81,8 @@ struct SweepResult {
   double step_norm = 0;  // ‖Θ_after − Θ_before‖ of this call
 };
 
-// Applies round r to Θ_p per the formulas above. `state` is sized on first use. InvalidArgument
+// Applies round r to Θ_p per the formulas above. `state` is sized on first use; at μ = 0 without
+// extrapolation an empty momentum buffer means no state at all (a, b would never move Θ). InvalidArgument
 // when lengths differ (`fragment.numel` included), ρ ∉ (0, 1], or the optimizer options are
 // invalid; on error nothing changes.
 StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const Fragment& fragment,

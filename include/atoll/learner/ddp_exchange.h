@@ -44,7 +44,8 @@ class DdpExchange {
   syncer::SyncerApi& api_;
   Clock& clock_;
   diloco::CodecOptions uplink_;
-  std::vector<float> copy_;  // Θ as the syncer believes this learner holds it
+  std::vector<float> copy_;  // the public copy of Θ this learner holds (docs/decisions/014)
+  exchange::Lattice lattice_;
   int64_t version_ = -1;
   int64_t bytes_up_ = 0, bytes_down_ = 0, mismatches_ = 0;
 };

@@ -7,8 +7,9 @@
 // pulls the merged values; a heartbeat thread reports progress. The three meet only through a
 // small locked hand-off (push jobs in, merged fragments out).
 //
-// Per fragment the agent keeps the public copy Φ_p it last received and its version, so uplink
-// (Δ = Φ_p − θ_p) and downlink deltas stay bit-identical with the syncer's view.
+// Per fragment the agent keeps the public copy Φ_p it last received, its lattice and its version,
+// so uplink (Δ = Φ_p − θ_p) and downlink deltas stay bit-identical with the syncer's view
+// (docs/decisions/014).
 // Counters c_steps/c_tokens of a fragment count the inner steps/tokens not yet merged into the
 // value the learner holds.
 //
@@ -39,6 +40,7 @@
 #include "atoll/core/clock.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/diloco/mode.h"
+#include "atoll/exchange/lattice.h"
 #include "atoll/syncer/api.h"
 
 namespace atl::learner {
@@ -171,6 +173,9 @@ class LearnerAgent {
   void NoteExchangeError(const Status& st);
   void HeartbeatLoop();
   Status JoinAndCatchUp();
+  // After a join: which fragments the learner holds at which version (the syncer matched their
+  // checksums), the run's initial values snapped to their lattice where those matched.
+  void AdoptHeld(const syncer::JoinReplyData& reply);
   // The syncer's fragment plan is this learner's (FailedPrecondition naming the difference).
   Status CheckPlan(const syncer::JoinReplyData& reply) const;
   // Pulls every fragment whose version differs from `versions` (a rejoin keeps local progress).
@@ -227,8 +232,9 @@ class LearnerAgent {
   bool need_rejoin_ = true;                 // guarded by mu_
   uint64_t incarnation_ = 0;                // guarded by mu_
 
-  // Exchange-thread state: the public copies and their versions.
+  // Exchange-thread state: the public copies, their lattices and their versions.
   std::vector<std::vector<float>> public_;
+  std::vector<exchange::Lattice> lattice_;
   std::vector<int64_t> have_;
   // The fragments' values when Start() was called, offered at the first join: the syncer sends
   // none of those it already holds bit for bit (same seed). Cleared after the first join.

@@ -16,10 +16,12 @@
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/mode.h"
+#include "atoll/exchange/lattice.h"
 
 namespace atl::syncer {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: the downlink carries lattice deltas of one shared public copy (docs/decisions/014).
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // A sharded syncer (docs/decisions/011): shard `index` of `count` owns the fragments p with
 // p mod count = index, and a learner joins every shard. count = 1 (index 0) is the one
@@ -69,10 +71,11 @@ struct JoinReplyData {
   diloco::Mode mode = diloco::Mode::kDecoupled;
   diloco::CodecOptions uplink, downlink;
   uint64_t incarnation = 0;
-  std::vector<bool> fragment_matched;  // the learner already holds Θ_p at versions[p]
-  // The learner holds Θ_p as the run started (version 0; it was not matched): its catch-up pulls
-  // a delta from those values (have_version 0) instead of the full fp32 values. Empty from a
-  // syncer that does not say.
+  // Per fragment, the version of the public copy the learner's join checksum matched (-1: none):
+  // it holds that version without a pull, and its catch-up is one delta from it.
+  std::vector<int64_t> fragment_held;
+  // The learner's checksum matched the run's initial values Θ⁰_p: it holds version 0 once it has
+  // snapped them to their lattice (exchange::SnapToLattice). fragment_held says 0 then.
   std::vector<bool> fragment_initial;
   // Per fragment, the newest version that merged a push of this learner (-1: none); empty from a
   // syncer that does not say.
@@ -112,20 +115,24 @@ struct PullPayload {
   int fragment = 0;
   int64_t version = 0;
   bool not_modified = false;
-  bool is_delta = false;
+  bool is_delta = false;            // a lattice delta from base_version; else the full copy
   int64_t base_version = -1;
-  diloco::CodecOptions codec;
-  std::vector<std::byte> bytes;     // encoded delta, or fp32 values of Φ
+  int block_size = 0;               // the lattice's block
+  diloco::Compression compression = diloco::Compression::kNone;
+  uint64_t raw_bytes = 0;           // the payload's size before compression
+  std::vector<std::byte> bytes;     // (compressed) lattice delta, or exponents + codes of Φ
   uint64_t value_checksum = 0;      // of Φ at `version`
   uint64_t incarnation = 0;         // of the syncer that answered
 };
 
-// Learner side of a pull: brings `copy` (Φ, held at `have_version`) to the payload's version —
-// a delta against `have_version` or the full fp32 values — and checks the value checksum, so
-// both sides hold the same bits. DataLoss (copy unchanged) for a delta against another version,
-// a full copy of the wrong size, a malformed delta, or values that differ from the syncer's (the
-// caller then fetches in full). Not for not_modified payloads.
-Status ApplyPulled(const PullPayload& payload, int64_t have_version, size_t numel, std::vector<float>& copy);
+// Learner side of a pull: brings `copy` (Φ, held at `have_version` on `lattice`) to the payload's
+// version — a lattice delta from `have_version`, or the full copy, which also sets `lattice` —
+// and checks the value checksum, so both sides hold the same bits. DataLoss (copy and lattice
+// unchanged) for a delta against another version or another lattice, a payload larger than its
+// kind can be, a malformed payload, or values that differ from the syncer's (the caller then
+// fetches in full). Not for not_modified payloads.
+Status ApplyPulled(const PullPayload& payload, int64_t have_version, size_t numel, std::vector<float>& copy,
+                   exchange::Lattice& lattice);
 
 // The operations a learner needs from a syncer; implemented by SyncerLoop (in process), the gRPC
 // client, and the WAN shaper that decorates either.

@@ -1,7 +1,7 @@
 // CommitHeadroom: whether the syncer's state folder can take its next commit (issue 32;
 // docs/failure-semantics.md, "Holding rounds"). Before the syncer closes any round its loop
 // asks Check(): free space on the folder's file system for one commit (the largest fragment
-// file, the largest copy file and a margin) and a reserve of file descriptors held for commits.
+// file and a margin) and a reserve of file descriptors held for commits.
 // When either is short the rounds are held — they stay open, pushes keep joining them, learners
 // keep pulling the last committed state — and the check runs again at the next tick, instead of
 // a commit that fails and aborts the syncer. A learner therefore never sees a version that is
@@ -70,9 +70,9 @@ class CommitHeadroom {
   std::vector<int> reserve_;
 };
 
-// The free space one commit of `plan` may need: the largest fragment file and the largest
-// per-learner copy file (each written beside the file it replaces) plus `margin_bytes` for the
-// learner table, metrics and whatever else shares the file system.
+// The free space one commit of `plan` may need: the largest fragment file (written beside the
+// one it replaces) plus `margin_bytes` for the learner table, metrics and whatever else shares
+// the file system.
 uint64_t CommitBytes(const diloco::FragmentPlan& plan, uint64_t margin_bytes);
 
 }  // namespace atl::syncer

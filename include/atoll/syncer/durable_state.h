@@ -11,23 +11,19 @@
 // Layout of the state folder (each file written atomically: temp, fsync, rename; the initial
 // state as a whole: written into a temp folder beside it and renamed into place):
 //   meta.json            run id, model signature, plan fingerprint, P (self-checksummed)
-//   fragment-NNN.bin     magic "ATOLFRG2", version, round, numel, XXH3 of the body, XXH3 of the
-//                        40 header bytes before it, then Θ_p and the Nesterov buffer (fp32,
-//                        little-endian). Files of the earlier format "ATOLFRG1" (the same
-//                        without the header checksum) are still read, and rewritten in the new
-//                        one at that fragment's next commit.
+//   fragment-NNN.bin     magic "ATOLFRG2", version, round, numel, what follows, the sweep's
+//                        share, the body's XXH3, the header's own XXH3; then Θ_p, the Nesterov
+//                        buffer (when kept), the public copy Φ_p and its lattice exponents
+//                        (fp32 little-endian; docs/decisions/014). Only a shard's own fragments.
+//                        Files of the earlier format "ATOLFRG1" (no header checksum, no public
+//                        copy) are still read.
 //   learners.json        the learner table (accounting; rewritten with every committed round).
 //                        Not essential: a damaged one is ignored with a warning (the table is
 //                        rebuilt as learners rejoin; rounds_closed is recounted from the fragments)
 //   eval-start.json      the initial model's eval loss (self-checksummed); a damaged one is
 //                        ignored with a warning and the initial model evaluated again
-//   copies/learner-L-fragment-NNN.bin
-//                        the syncer's copy Φ_{L,p} of what learner L holds: magic "ATOLCPY1",
-//                        learner, fragment, version, numel, the values' checksum, the values.
-//                        Written with the commit that follows the pull that changed it; an
-//                        optimisation, not committed state: after a restart a learner whose copy
-//                        checksum matches (it reports its copies' checksums when it rejoins)
-//                        resumes with deltas, any other fetches that fragment in full once.
+// The public copy is committed with Θ_p, so learners that hold its version resume with deltas
+// after a restart; the history of deltas is not, so a learner further behind fetches in full once.
 // A folder that holds any of these files but no meta.json is refused, never overwritten (Inspect);
 // temp files a killed syncer left behind are removed at start (RemoveStaleTempFiles).
 // Thread-safety: called from the syncer's loop thread only.
@@ -53,17 +49,18 @@ class DurableState {
   // What the folder holds, before a syncer writes anything into it: kEmpty when it is absent or
   // holds nothing (a fresh run writes its initial state there with SaveAll), kSaved when it holds
   // meta.json (Restore then verifies the rest). FailedPrecondition naming what is there when it
-  // holds anything else — fragment files, a learner table or copies without meta.json (damaged
-  // or incomplete: starting over would overwrite committed rounds), or files that are not a
-  // syncer state at all. Run RemoveStaleTempFiles first: temp files count as contents.
+  // holds anything else — fragment files or a learner table without meta.json (damaged or
+  // incomplete: starting over would overwrite committed rounds), or files that are not a syncer
+  // state at all. Run RemoveStaleTempFiles first: temp files count as contents.
   enum class Contents { kEmpty, kSaved };
   StatusOr<Contents> Inspect() const;
-  // Removes the temp files of writes a killed syncer left in the folder (and copies/) and the
-  // temp folders of an interrupted SaveAll beside it; returns their names (for the log).
+  // Removes the temp files of writes a killed syncer left in the folder and the temp folders of
+  // an interrupted SaveAll beside it; returns their names (for the log).
   std::vector<std::string> RemoveStaleTempFiles() const;
-  // Writes the initial state: every fragment, the learner table and meta.json, into a temp folder
-  // renamed to dir() as a whole (a kill leaves no partial state; where the rename is not possible,
-  // a mount point, in place with meta.json last). FailedPrecondition when dir() holds anything.
+  // Writes the initial state: every owned fragment, the learner table and meta.json, into a temp
+  // folder renamed to dir() as a whole (a kill leaves no partial state; where the rename is not
+  // possible, a mount point, in place with meta.json last). FailedPrecondition when dir() holds
+  // anything.
   Status SaveAll(const SyncerCore& core);
   // Writes one fragment (after each committed round). A write that fails for a transient reason
   // (Unavailable: out of file descriptors, EMFILE/ENFILE) is retried up to kCommitAttempts times
@@ -71,11 +68,6 @@ class DurableState {
   static constexpr int kCommitAttempts = 6;
   Status SaveFragment(const SyncerCore& core, int fragment);
   Status SaveLearners(const SyncerCore& core);
-  // Writes the per-learner copies that changed since the last call (SyncerCore::TakeDirtyCopies).
-  Status SaveCopies(const SyncerCore& core);
-  // After Restore: loads the saved copies that are intact and fit the restored fragments;
-  // returns how many. Damaged or stale files are skipped with a warning (warnings()), never an error.
-  int RestoreCopies(SyncerCore& core);
   // Loads a saved state into `core` (which must have been created with the same plan).
   // FailedPrecondition when it belongs to another run/model/plan; DataLoss naming the file for a
   // missing, truncated or corrupted fragment file (its header is checksummed too: a flipped bit
@@ -87,16 +79,14 @@ class DurableState {
   // damaged (then with a warning: the caller evaluates again).
   std::optional<double> SavedStartEval();
   Status SaveStartEval(double loss);
-  // What Restore, RestoreCopies and SavedStartEval ignored or rebuilt, and what was lost with it:
-  // one line each, for the log.
+  // What Restore and SavedStartEval ignored or rebuilt, and what was lost with it: one line each,
+  // for the log.
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   std::string FragmentPath(int p) const;
-  std::string CopyPath(int learner, int fragment) const;
   Status WriteFragment(const SyncerCore& core, int p);
   Status WriteAllFiles(const SyncerCore& core);
-  StatusOr<SyncerCore::FragmentSnapshot> ReadFragment(int p, size_t numel) const;
   Status CheckNoStrayFragments(int num_fragments) const;
   struct LearnerTable {
     std::map<int, LearnerRecord> rows;

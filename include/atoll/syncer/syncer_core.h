@@ -1,26 +1,31 @@
 // SyncerCore: the syncer's whole state and its transitions, with no threads and no sockets.
 //
-// Holds the global parameters Θ split into P fragments, the Nesterov buffer per fragment, a
-// version and round counter per fragment, the pending contributions of each fragment's open
-// round, a table of learners, and for every (learner, fragment) the copy Φ_{m,p} that learner
-// holds (see exchange/fragment_exchange.h). Every input is validated; a rejected input returns a
-// Status that says what was wrong and changes no state.
+// Holds the global parameters Θ split into P fragments, the Nesterov buffer per fragment (only
+// when the outer step keeps one), a version and round counter per fragment, the pending
+// contributions of each fragment's open round, a table of learners, and per fragment the one
+// public copy Φ_p that learners hold, with a bounded history of the deltas that made its recent
+// versions (syncer/public_copy.h, docs/decisions/014). Nothing is kept per (learner, fragment):
+// memory does not grow with the number of learners beyond their table rows and the pushes of the
+// open rounds. Every input is validated; a rejected input returns a Status that says what was
+// wrong and changes no state.
 //
-// Per-learner copies (docs/decisions/002). A pull sends Θ_p − Φ_{m,p} encoded (int4 by default)
-// and advances Φ_{m,p} by exactly the decoded delta, so both sides hold the same bits and the
-// quantisation error is carried into the next delta (error feedback). However many versions a
-// learner missed, a pull costs one encoded fragment. The copy before the last pull is kept, so a
-// reply lost in transit (the learner still holds the older copy) is recovered by rolling back.
-// A learner process that starts from the run's seed holds Θ_p as the run started: its join
-// checksums say so, the syncer records a copy of those values at version 0, and its catch-up is
-// one delta from them (at least int8; docs/decisions/013). Anything else (a learner that holds
-// nothing, or a copy the syncer does not recognise) gets Θ_p in full fp32.
+// Downlink. Every closed round advances Φ_p by one lattice delta of Θ_p − Φ_p (error feedback).
+// A learner that holds version u of Φ_p gets the current version as one message — the exact sum
+// of the deltas since u while u is in the history, else the full copy — and lands on exactly the
+// bits the syncer holds (value checksums on every pull). A learner process that starts from the
+// run's seed holds Θ_p as the run started: its join checksums say so, it snaps those values to
+// the lattice itself and holds version 0. A reply lost in transit costs nothing: the learner asks
+// again from the version it holds (a pull changes no state).
 //
 // Late contributions: a push carries the version of the copy it was computed against, not a round
 // number. Whatever round of that fragment is open when it arrives is the one it joins, and its
 // outer gradient is taken against the *current* Θ_p. So an update that arrives after "its" round
 // closed is folded into the next round of that fragment, never dropped (docs/decisions/003).
 // Only a base the syncer no longer holds is refused (Aborted: pull the fragment in full).
+//
+// Pushes of an open round are kept as they arrived (encoded), with the norms measured when they
+// arrived; the round decodes them again one at a time when it closes, so it holds one decoded
+// contribution at a time, not M.
 //
 // Thread-safety: none. The syncer's event-loop thread owns the one instance
 // (docs/architecture.md#threading).
@@ -38,6 +43,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "atoll/core/clock.h"
+#include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/fragment_plan.h"
@@ -45,11 +51,11 @@
 #include "atoll/diloco/mode.h"
 #include "atoll/diloco/outer_optimizer.h"
 #include "atoll/syncer/api.h"
+#include "atoll/syncer/public_copy.h"
 #include "atoll/syncer/round_policy.h"
 #include "atoll/syncer/update_rule.h"
 
 namespace atl::syncer {
-
 
 // ddp mode (a parameter server): a push carries a learner's raw gradient of its current step,
 // a round averages the gradients of all live learners and this hook applies the inner optimizer
@@ -85,7 +91,16 @@ struct SyncerOptions {
   OuterStepRule outer_step = OuterStepRule::kSweep;
   OuterGradientRule outer_gradient = OuterGradientRule::kCurrent;
   diloco::CodecOptions uplink{diloco::Encoding::kInt4, 128};
+  // The downlink: each round's lattice delta at most DownlinkQmax(encoding) steps per value, in
+  // blocks of block_size (the lattice's block), with the run's lossless stage.
   diloco::CodecOptions downlink{diloco::Encoding::kInt4, 128};
+  // Deltas of the public copy kept per fragment (a learner at most this many versions behind
+  // catches up with one delta), and at most this many bytes of them per parameter (0: no bound).
+  int history_versions = 8;
+  double history_bytes_per_value = 2.0;
+  // Threads that decode, merge and encode a round, over blocks of the fragment (0: one per
+  // hardware thread; 1: the loop thread alone). The result is the same bits either way.
+  int threads = 0;
   double learner_timeout_s = 10.0;  // silent this long → no longer live
   uint64_t incarnation = 0;         // changes on every (re)start of the syncer
   // Hostile or broken input. An outer gradient whose size ‖v‖/√c_steps (an outer gradient grows
@@ -147,12 +162,6 @@ struct LearnerRecord {
   std::vector<int64_t> merged_versions;
 };
 
-
-
-
-
-
-
 // One closed round, for the log and metrics.
 struct RoundReport {
   int fragment = 0;
@@ -199,9 +208,10 @@ class SyncerCore {
   // Earliest pending grace deadline, if any.
   std::optional<TimePoint> NextWake(TimePoint now) const;
   // What learner `learner_id`, holding its copy of `fragment` at `have_version` (-1: none),
-  // should receive now; advances the syncer's record of that learner's copy accordingly.
-  // NotFound for a learner that has not joined; InvalidArgument for a bad fragment. A learner that
-  // holds its copy and wants a version the fragment has not reached yet (`want_version`) gets
+  // should receive now: a delta from that version, or the full copy. Changes no state (a lost
+  // reply is asked again). NotFound for a learner that has not joined; InvalidArgument for a bad
+  // fragment; FailedPrecondition for a version this syncer never produced. A learner that holds a
+  // version in the history and wants one the fragment has not reached yet (`want_version`) gets
   // not_modified: intermediate versions are not worth a download.
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
 
@@ -232,21 +242,34 @@ class SyncerCore {
   std::vector<int64_t> versions() const;
   int64_t rounds_closed() const { return rounds_closed_; }
   int64_t rounds_refused() const { return rounds_refused_; }
+  // Θ_p and the public copy Φ_p of an owned fragment (empty for another shard's).
   std::span<const float> theta(int fragment) const { return fragments_[fragment].theta; }
-  // The copy of `fragment` the syncer believes `learner_id` holds (empty if none).
-  std::span<const float> learner_copy(int learner_id, int fragment) const;
+  std::span<const float> public_values(int fragment) const;
+  const PublicCopy* public_copy(int fragment) const;
   const std::map<int, LearnerRecord>& learners() const { return learners_; }
   std::vector<int> LiveLearners(TimePoint now) const;
   const RoundEstimates& estimates() const { return estimates_; }
   nlohmann::json StatusJson(TimePoint now) const;
 
-  // For DurableState: the persisted part of one fragment, and restoring it.
+  // Bytes of every buffer the core holds, by kind: what grows with the model, the history, the
+  // open rounds' pushes, and per-learner rows. What the memory bound is checked against (tests).
+  struct HeldBytes {
+    size_t theta = 0, momentum = 0, sweep = 0, public_copies = 0, pending = 0, learners = 0;
+    size_t total() const { return theta + momentum + sweep + public_copies + pending + learners; }
+  };
+  HeldBytes held_bytes() const;
+
+  // For DurableState: the persisted part of one fragment, and restoring it. `momentum` is empty
+  // when the outer step keeps none; `public_values` and `lattice_exp` are the public copy (empty:
+  // not saved — the copy is then rebuilt from Θ_p and every learner fetches the fragment in full).
   struct FragmentSnapshot {
     int64_t version = 0, round = 0;
-    std::vector<float> theta, momentum;
+    std::vector<float> theta, momentum, public_values;
+    std::vector<int8_t> lattice_exp;
+    double sweep_share = 0;
   };
   FragmentSnapshot SnapshotFragment(int fragment) const;
-  // Replaces fragment state (pending contributions and learner copies of it are dropped).
+  // Replaces fragment state (its pending contributions are dropped).
   // InvalidArgument when sizes differ from the plan or values are not finite.
   Status RestoreFragment(int fragment, FragmentSnapshot snapshot);
   // Restores accounting rows (last_seen is set to `now`, so restored learners get the timeout).
@@ -254,13 +277,6 @@ class SyncerCore {
   void RestoreLearners(const std::map<int, LearnerRecord>& learners, TimePoint now);
   // Rounds closed in total, restored with the fragments.
   void set_rounds_closed(int64_t n) { rounds_closed_ = n; }
-  // Per-learner copies, for DurableState: the (learner, fragment) copies that changed since the
-  // last call (persistence bookkeeping, not state: hence const), a copy's version (-1: none), and
-  // restoring one after a restart (after RestoreFragment; InvalidArgument for a bad fragment, a
-  // wrong size, non-finite values or a version the fragment never had).
-  std::vector<std::pair<int, int>> TakeDirtyCopies() const;
-  int64_t learner_copy_version(int learner_id, int fragment) const;
-  Status RestoreCopy(int learner_id, int fragment, int64_t version, std::vector<float> values);
 
  private:
   struct Contribution {
@@ -268,24 +284,22 @@ class SyncerCore {
     int64_t c_tokens = 0, c_steps = 0;
     int64_t base_version = 0;
     bool final_sync = false;  // the learner's end-of-training push: a whole span of work (TokenShare)
-    // kCurrent: θ_{m,p} reconstructed as Φ_base − Δ̂; kBase: the outer gradient Δ̂ itself;
-    // ddp: the raw gradient.
-    std::vector<float> values;
+    std::vector<std::byte> payload;     // as it arrived; decoded again when the round closes
+    std::vector<double> slice_norms;    // of its vector (UpdateRule::Vectorize), per fragment slice
     TimePoint arrived{};
   };
   struct FragmentState {
-    std::vector<float> theta, momentum;
-    // Θ_p as the run started (version 0) and its checksum: a learner process that starts from the
-    // same seed holds these values, so its catch-up is a delta from them (Pull) instead of the full
-    // fp32 values. Kept for owned fragments of the fragment modes; empty otherwise.
-    std::vector<float> initial;
+    std::vector<float> theta, momentum;  // momentum empty when the outer step keeps none
+    std::optional<PublicCopy> copy;      // owned fragments only
+    // XXH3 of Θ_p as the run started: a learner process that starts from the same seed holds those
+    // values and snaps them to the lattice itself (Join).
     uint64_t initial_checksum = 0;
     int64_t version = 0;
     int64_t round = 0;
     std::vector<Contribution> pending;
     std::optional<TimePoint> opened_at, quorum_at;
     std::vector<double> recent_norms;  // accepted outer-gradient norms, oldest first (bounded)
-    diloco::SweepState sweep;          // kSweep: the partial sweep (not persisted)
+    diloco::SweepState sweep;          // kSweep: the partial sweep (its share is persisted)
   };
   // ρ of a round: its tokens ÷ H · Σ tokens-per-step of the live learners and its contributors. A
   // final-sync contribution (c_steps < H: all the learner did since its last receipt) counts as
@@ -293,31 +307,33 @@ class SyncerCore {
   double TokenShare(const FragmentState& f, const std::vector<int>& live) const;
   // What the round policy sees of fragment state `f`.
   static RoundView ViewOf(const FragmentState& f, const std::vector<int>& live);
-  // Push, in stages: header checks (no state change), decoding against the learner's copy, the
-  // quarantine of outliers, and admission into the fragment's open round.
+  // Push, in stages: header checks (no state change), decoding against the public copy at the
+  // push's base, the quarantine of outliers, and admission into the fragment's open round.
   Status Reject(LearnerRecord& l, const PushHeaderData& h, Status s, TimePoint now);
   Status CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const;
+  // The vector a contribution stands for (UpdateRule::Vectorize), decoded from its payload.
+  Status VectorOf(const FragmentState& f, const PushHeaderData& h, std::span<const std::byte> payload,
+                  std::span<float> out) const;
   StatusOr<Contribution> DecodeContribution(const PushHeaderData& h, std::span<const std::byte> payload,
                                             TimePoint now) const;
   Status CheckQuarantine(const FragmentState& f, double size) const;
   PushResult Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now);
-  // Join: for every fragment whose checksum equals Θ_p's, record the learner's copy at the current
-  // version (no fetch needed: `matched`); for one whose checksum equals the initial values', a copy
-  // of those at version 0 (the catch-up is then a delta from them: `initial`). Wrong-length lists
-  // match nothing.
-  struct CopyMatch {
-    std::vector<bool> matched, initial;
+  // Join: per fragment, the version of the public copy whose checksum the learner sent (-1: none),
+  // and whether it holds the run's initial values instead (then version 0, once snapped).
+  struct HeldMatch {
+    std::vector<int64_t> held;
+    std::vector<bool> initial;
   };
-  CopyMatch MatchCopies(int learner_id, const std::vector<uint64_t>& checksums);
-  // The codec of a delta from a copy of the initial values: the downlink's, at least int8 (such a
-  // delta spans every round since the start; int4's error on it would be several rounds' worth).
-  diloco::CodecOptions CatchUpCodec() const;
+  HeldMatch MatchHeld(const std::vector<uint64_t>& checksums) const;
   // FailedPrecondition for a fragment another shard owns (a learner routing to the wrong shard).
   Status CheckOwned(int fragment, const char* what) const;
   // FailedPrecondition when a joining learner names another shard or shard count.
   Status CheckJoinShard(const ShardSpec& theirs) const;
   // PermissionDenied while the learner is disconnected for repeated bad input.
   Status CheckNotBanned(const LearnerRecord& l, TimePoint now) const;
+  // Whether the outer step keeps a momentum buffer (μ > 0 or the running sweep; never in ddp).
+  bool KeepsMomentum() const;
+  PublicCopyOptions CopyOptions(size_t numel) const;
 
   SyncerCore(SyncerOptions options, diloco::FragmentPlan plan);
   RoundReport CloseRound(int p, const RoundDecision& decision, TimePoint now, const Clock& clock);
@@ -329,23 +345,13 @@ class SyncerCore {
   RoundReport RefuseRound(int p, RoundBackup before, RoundReport report, const Status& why);
   // Poll (force = false) and CloseAllPending (force = true).
   std::vector<RoundReport> CloseRounds(TimePoint now, const Clock& clock, bool force);
-  struct LearnerCopy {
-    int64_t version = -1;             // the global version this copy was produced at
-    std::vector<float> values;
-    int64_t prev_version = -1;        // the copy before the last pull (a lost reply rolls back)
-    std::vector<float> prev_values;
-    bool from_initial = false;        // the initial values matched at a join: next delta at CatchUpCodec
-  };
-  // The copy of (learner, fragment) at `version`, current or previous; nullptr otherwise.
-  const std::vector<float>* CopyAt(int learner_id, int fragment, int64_t version) const;
 
   SyncerOptions options_;
   diloco::FragmentPlan plan_;
   std::shared_ptr<const UpdateRule> rule_;  // what the mode does with pushes (update_rule.h)
+  std::shared_ptr<ThreadPool> pool_;        // the round's threads (options_.threads)
   std::vector<FragmentState> fragments_;
   std::map<int, LearnerRecord> learners_;
-  std::map<std::pair<int, int>, LearnerCopy> copies_;  // (learner, fragment) → copy
-  mutable std::set<std::pair<int, int>> dirty_copies_;  // changed since TakeDirtyCopies
   RoundEstimates estimates_;
   int64_t rounds_closed_ = 0;
   int64_t rounds_refused_ = 0;

@@ -1,5 +1,6 @@
 // UpdateRule: what a mode does with the pushes of a round, apart from everything the syncer core
-// keeps for every mode (learners, copies, open rounds, versions, persistence, numeric safety).
+// keeps for every mode (learners, the public copy, open rounds, versions, persistence, numeric
+// safety).
 //
 //   Outer rule (decoupled, diloco): a push is an outer gradient against the learner's copy Φ; a
 //     round merges the outer gradients (RDA or token-weighted mean) and takes an outer step
@@ -13,10 +14,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/diloco/outer_optimizer.h"
@@ -25,11 +28,14 @@ namespace atl::syncer {
 
 struct SyncerOptions;
 
-// One contribution of a round, as the rule sees it.
+// One contribution of a round, as the rule sees it: its counters and the norms of its vector's
+// slices (measured when it arrived); the values themselves come from a ContributionSource.
 struct RoundInput {
-  std::span<const float> values;  // what Decode produced
   int64_t c_tokens = 0, c_steps = 0;
+  std::vector<double> slice_norms;
 };
+// Writes contribution m's vector (Vectorize of its payload) into `out` (fragment-sized).
+using ContributionSource = std::function<Status(size_t m, std::span<float> out)>;
 
 // What a round's update did, for its report.
 struct RoundMath {
@@ -40,7 +46,7 @@ struct RoundMath {
   double step_norm = 0;
 };
 
-// The fragment state a rule moves.
+// The fragment state a rule moves (momentum may be empty: see SyncerCore::KeepsMomentum).
 struct FragmentMath {
   std::vector<float>& theta;
   std::vector<float>& momentum;
@@ -52,24 +58,29 @@ class UpdateRule {
   virtual ~UpdateRule() = default;
   // A push's base version, beyond the range check every mode makes (ddp: must be current).
   virtual Status CheckBase(int64_t base_version, int64_t current_version) const = 0;
-  // Whether the push decodes against the learner's copy Φ at its base version (Aborted when the
-  // syncer holds none: the learner must fetch in full).
-  virtual bool NeedsBaseCopy() const = 0;
-  // Decodes and vets a payload into `values` (size of Θ_p): finite, and within the gradient bound.
-  // `base` is the learner's copy (nullptr when NeedsBaseCopy() is false).
-  virtual Status Decode(std::span<const std::byte> payload, const std::vector<float>* base,
-                        std::span<const float> theta, std::span<float> values) const = 0;
-  // ‖v‖/√c_steps of a decoded push (an outer gradient grows with the inner steps behind it).
-  virtual double Size(std::span<const float> theta, std::span<const float> values, int64_t c_steps) const = 0;
-  // Whether outliers by Size are quarantined.
+  // Whether the push decodes against the public copy Φ at its base version (Aborted when the
+  // syncer no longer holds that version: the learner must fetch in full).
+  virtual bool NeedsBase() const = 0;
+  // Decodes a payload into the vector the round merges and vets it (finite, within the gradient
+  // bound against Θ_p): the outer gradient v = Θ_ref − (Φ_base − Δ̂) under kCurrent (Θ_ref: the
+  // value outer gradients are taken against, Reference), Δ̂ under kBase, the gradient in ddp.
+  // `base` is Φ at the push's base version (empty when NeedsBase() is false).
+  virtual Status Vectorize(std::span<const std::byte> payload, std::span<const float> base,
+                           std::span<const float> reference, std::span<const float> theta,
+                           std::span<float> out, ThreadPool* pool) const = 0;
+  // The value outer gradients are taken against: Θ_p, or the running sweep's start.
+  virtual std::span<const float> Reference(const std::vector<float>& theta, const diloco::SweepState& sweep) const = 0;
+  // Whether outliers by size (‖v‖/√c_steps) are quarantined.
   virtual bool Quarantines() const = 0;
-  // Whether a joining learner whose fragment checksum equals Θ_p's may skip fetching it.
+  // Whether a joining learner whose fragment checksum matches a version of Φ_p may skip fetching.
   virtual bool SkipsMatchingJoinFetch() const = 0;
   // Merges a round's contributions and moves the fragment, filling `math` as it goes (also when
   // it fails part-way, for the refused round's report). `token_share` is ρ of the round (read
   // only by the sweep rules). A merge error carries the context "merge".
+  // `pool` (may be null) spreads the merge over threads; the result is the same bits.
   virtual Status Apply(const diloco::Fragment& fragment, const std::vector<RoundInput>& inputs,
-                       double token_share, FragmentMath state, RoundMath& math) const = 0;
+                       const ContributionSource& source, double token_share, FragmentMath state,
+                       RoundMath& math, ThreadPool* pool) const = 0;
 };
 
 // The rule of options.mode.

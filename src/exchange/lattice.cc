@@ -1,0 +1,417 @@
+#include "atoll/exchange/lattice.h"
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace atl::exchange {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the lattice layouts are little-endian");
+
+constexpr size_t kHeaderBytes = 2;  // int8 shift, uint8 width
+
+size_t CodeBytes(int width, size_t b) {
+  switch (width) {
+    case 0: return 0;
+    case 4: return (b + 1) / 2;
+    case 8: return b;
+    case 16: return 2 * b;
+    case 32: return 4 * b;
+  }
+  return 0;
+}
+
+bool ValidWidth(int width) { return width == 0 || width == 4 || width == 8 || width == 16 || width == 32; }
+
+int WidthFor(int64_t max_abs_code, int64_t min_code) {
+  if (max_abs_code == 0) return 0;
+  if (max_abs_code <= 7 && min_code >= -8) return 4;
+  if (max_abs_code <= 127) return 8;
+  if (max_abs_code <= 32767) return 16;
+  return 32;
+}
+
+size_t BlockSize(const Lattice& l, size_t b) {
+  const size_t start = b * static_cast<size_t>(l.block);
+  return std::min(static_cast<size_t>(l.block), l.numel - start);
+}
+
+// The unit 2^e and its inverse, both exact fp32 powers of two for e in [kMinExp, kMaxExp].
+float Unit(int e) { return std::ldexp(1.0f, e); }
+
+// One block of a raw delta, parsed and bounds-checked.
+struct BlockCodes {
+  int shift = 0, width = 0;
+  const std::byte* codes = nullptr;
+};
+
+int64_t CodeAt(const BlockCodes& c, size_t i) {
+  switch (c.width) {
+    case 4: {
+      const int v = (static_cast<uint8_t>(c.codes[i / 2]) >> (4 * (i % 2))) & 0xF;
+      return (v ^ 8) - 8;
+    }
+    case 8: return static_cast<int8_t>(c.codes[i]);
+    case 16: {
+      int16_t v;
+      std::memcpy(&v, c.codes + 2 * i, 2);
+      return v;
+    }
+    case 32: {
+      int32_t v;
+      std::memcpy(&v, c.codes + 4 * i, 4);
+      return v;
+    }
+  }
+  return 0;
+}
+
+// Whether code·2^shift can be a move within the range (|·| ≤ 2·kLatticeMax < 2^25): checked before
+// any product is formed, so a hostile delta cannot overflow the integer arithmetic.
+bool CodeInRange(int64_t code, int shift) {
+  const int64_t limit = shift >= 25 ? 0 : (int64_t{1} << 25) >> shift;
+  return code <= limit && code >= -limit;
+}
+
+// Reads block headers in order; DataLoss on anything Encode never writes.
+class DeltaReader {
+ public:
+  DeltaReader(const Lattice& l, std::span<const std::byte> raw) : l_(l), raw_(raw) {}
+
+  StatusOr<BlockCodes> Next(size_t b) {
+    const size_t n = BlockSize(l_, b);
+    if (pos_ + kHeaderBytes > raw_.size()) return Truncated(b);
+    BlockCodes c;
+    c.shift = static_cast<int8_t>(raw_[pos_]);
+    c.width = static_cast<uint8_t>(raw_[pos_ + 1]);
+    pos_ += kHeaderBytes;
+    if (!ValidWidth(c.width) || c.shift < 0 || c.shift > kMaxShift || (c.width == 0 && c.shift != 0)) {
+      return DataLossError("lattice delta: block " + std::to_string(b) + " has shift " + std::to_string(c.shift) +
+                           " and width " + std::to_string(c.width));
+    }
+    const size_t bytes = CodeBytes(c.width, n);
+    if (pos_ + bytes > raw_.size()) return Truncated(b);
+    c.codes = raw_.data() + pos_;
+    if (c.width == 4 && n % 2 == 1 && (static_cast<uint8_t>(c.codes[n / 2]) >> 4) != 0) {
+      return DataLossError("lattice delta: block " + std::to_string(b) + " has a non-zero padding nibble");
+    }
+    pos_ += bytes;
+    return c;
+  }
+  Status Finish() const {
+    if (pos_ == raw_.size()) return Status::Ok();
+    return DataLossError("lattice delta: " + std::to_string(raw_.size() - pos_) + " bytes after the last block");
+  }
+
+ private:
+  Status Truncated(size_t b) const {
+    return DataLossError("lattice delta: ends inside block " + std::to_string(b) + " (" + std::to_string(raw_.size()) +
+                         " bytes)");
+  }
+  const Lattice& l_;
+  std::span<const std::byte> raw_;
+  size_t pos_ = 0;
+};
+
+// Every block of a raw delta, validated (the whole buffer, nothing after the last block).
+StatusOr<std::vector<BlockCodes>> ParseBlocks(const Lattice& l, std::span<const std::byte> raw) {
+  DeltaReader reader(l, raw);
+  std::vector<BlockCodes> blocks(l.num_blocks());
+  for (size_t b = 0; b < l.num_blocks(); ++b) {
+    ATOLL_ASSIGN_OR_RETURN(blocks[b], reader.Next(b));
+  }
+  ATOLL_RETURN_IF_ERROR(reader.Finish());
+  return blocks;
+}
+
+// Blocks per range of parallel work (64 Ki values at block 256).
+constexpr size_t kBlocksPerRange = 256;
+
+// Runs fn(first_block, last_block, out) over block ranges in parallel, each range writing its own
+// part of a raw buffer; the parts are joined in order. The first error wins.
+Status ForBlockRanges(ThreadPool* pool, size_t blocks, std::vector<std::byte>& raw,
+                      const std::function<Status(size_t, size_t, std::vector<std::byte>&)>& fn) {
+  const size_t ranges = (blocks + kBlocksPerRange - 1) / kBlocksPerRange;
+  std::vector<std::vector<std::byte>> parts(ranges);
+  std::vector<Status> results(ranges);
+  ForRanges(pool, blocks, kBlocksPerRange, [&](size_t first, size_t last) {
+    const size_t r = first / kBlocksPerRange;
+    results[r] = fn(first, last, parts[r]);
+  });
+  for (const Status& st : results) ATOLL_RETURN_IF_ERROR(st);
+  for (const auto& part : parts) raw.insert(raw.end(), part.begin(), part.end());
+  return Status::Ok();
+}
+
+// Appends one block: header and codes (width chosen from the codes).
+void WriteBlock(int shift, std::span<const int64_t> codes, std::vector<std::byte>& out) {
+  int64_t max_abs = 0, min_code = 0;
+  for (int64_t k : codes) {
+    max_abs = std::max(max_abs, k < 0 ? -k : k);
+    min_code = std::min(min_code, k);
+  }
+  const int width = WidthFor(max_abs, min_code);
+  out.push_back(static_cast<std::byte>(static_cast<int8_t>(width == 0 ? 0 : shift)));
+  out.push_back(static_cast<std::byte>(static_cast<uint8_t>(width)));
+  const size_t at = out.size();
+  out.resize(at + CodeBytes(width, codes.size()));
+  std::byte* o = out.data() + at;
+  for (size_t i = 0; i < codes.size() && width != 0; ++i) {
+    const int64_t k = codes[i];
+    switch (width) {
+      case 4: o[i / 2] |= static_cast<std::byte>((static_cast<uint8_t>(k) & 0xF) << (4 * (i % 2))); break;
+      case 8: o[i] = static_cast<std::byte>(static_cast<int8_t>(k)); break;
+      case 16: {
+        const int16_t v = static_cast<int16_t>(k);
+        std::memcpy(o + 2 * i, &v, 2);
+        break;
+      }
+      case 32: {
+        const int32_t v = static_cast<int32_t>(k);
+        std::memcpy(o + 4 * i, &v, 4);
+        break;
+      }
+    }
+  }
+}
+
+// Removes the common factor 2^t of a block's codes (so a sum whose values share low zero bits
+// travels at a coarser step): returns t, codes divided by 2^t.
+int StripCommonPowerOfTwo(std::span<int64_t> codes, int shift) {
+  uint64_t any = 0;
+  for (int64_t k : codes) any |= static_cast<uint64_t>(k);
+  if (any == 0) return 0;
+  const int t = std::min(std::countr_zero(any), kMaxShift - shift);
+  if (t > 0) {
+    for (int64_t& k : codes) k /= (int64_t{1} << t);  // exact: every code is a multiple of 2^t
+  }
+  return t;
+}
+
+// The lattice integer of a value (Φ is on the lattice: exact; off it, the nearest).
+inline int64_t Code(float value, float inv_unit) { return std::llrint(static_cast<double>(value) * inv_unit); }
+
+Status CheckSize(const Lattice& l, size_t n, const char* what) {
+  if (n == l.numel && l.num_blocks() == (l.numel + static_cast<size_t>(l.block) - 1) / static_cast<size_t>(l.block)) {
+    return Status::Ok();
+  }
+  return InvalidArgumentError(std::string(what) + ": " + std::to_string(n) + " values, the lattice has " +
+                              std::to_string(l.numel));
+}
+
+}  // namespace
+
+StatusOr<Lattice> MakeLattice(std::span<const float> initial, int block) {
+  if (block < 8 || block > 65536) return InvalidArgumentError("lattice: block size must be in [8, 65536]");
+  Lattice l;
+  l.block = block;
+  l.numel = initial.size();
+  const size_t blocks = (initial.size() + static_cast<size_t>(block) - 1) / static_cast<size_t>(block);
+  l.exp.resize(blocks);
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t start = b * static_cast<size_t>(block), n = BlockSize(l, b);
+    float absmax = std::ldexp(1.0f, -10);  // a zero block still holds values up to 1 at 2^-24
+    for (size_t i = 0; i < n; ++i) {
+      const float x = initial[start + i];
+      if (!std::isfinite(x)) return InvalidArgumentError("lattice: initial value " + std::to_string(start + i) + " is not finite");
+      absmax = std::max(absmax, std::fabs(x));
+    }
+    const int e = std::ilogb(absmax) - 14;
+    l.exp[b] = static_cast<int8_t>(std::clamp(e, kMinExp, kMaxExp));
+  }
+  return l;
+}
+
+void SnapToLattice(const Lattice& l, std::span<float> values) {
+  ATOLL_CHECK(CheckSize(l, values.size(), "snap").ok());
+  for (size_t b = 0; b < l.num_blocks(); ++b) {
+    const size_t start = b * static_cast<size_t>(l.block), n = BlockSize(l, b);
+    const float unit = Unit(l.exp[b]), inv = Unit(-l.exp[b]);
+    for (size_t i = start; i < start + n; ++i) {
+      const int64_t k = std::clamp(Code(values[i], inv), -kLatticeMax, kLatticeMax);
+      values[i] = static_cast<float>(k) * unit;
+    }
+  }
+}
+
+Status EncodeLatticeStep(const Lattice& l, int qmax, std::span<const float> theta, std::span<float> phi,
+                         std::vector<std::byte>& raw, LatticeStepStats* stats, ThreadPool* pool) {
+  ATOLL_RETURN_IF_ERROR(CheckSize(l, theta.size(), "lattice step"));
+  ATOLL_RETURN_IF_ERROR(CheckSize(l, phi.size(), "lattice step"));
+  if (qmax < 0) return InvalidArgumentError("lattice step: qmax must be ≥ 0");
+  for (size_t i = 0; i < theta.size(); ++i) {
+    if (!std::isfinite(theta[i])) return InvalidArgumentError("lattice step: value " + std::to_string(i) + " is not finite");
+  }
+  raw.clear();
+  std::atomic<int64_t> saturated{0};
+  ATOLL_RETURN_IF_ERROR(ForBlockRanges(pool, l.num_blocks(), raw, [&](size_t first, size_t last, std::vector<std::byte>& out) {
+    std::vector<int64_t> codes(static_cast<size_t>(l.block));
+    std::vector<double> d(static_cast<size_t>(l.block));
+    int64_t held_at_edge = 0;
+    for (size_t b = first; b < last; ++b) {
+      const size_t start = b * static_cast<size_t>(l.block), n = BlockSize(l, b);
+      const float unit = Unit(l.exp[b]), inv = Unit(-l.exp[b]);
+      double absmax = 0;
+      for (size_t i = 0; i < n; ++i) {
+        d[i] = (static_cast<double>(theta[start + i]) - phi[start + i]) * inv;  // Θ − Φ in units
+        absmax = std::max(absmax, std::fabs(d[i]));
+      }
+      int shift = 0;
+      while (qmax > 0 && shift < kMaxShift && static_cast<double>(qmax) * std::ldexp(1.0, shift) < absmax) ++shift;
+      const int64_t step = int64_t{1} << shift;
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t held = Code(phi[start + i], inv);
+        const double q = std::clamp(d[i] / static_cast<double>(step), -4.0 * kLatticeMax, 4.0 * kLatticeMax);
+        int64_t k = static_cast<int64_t>(std::nearbyint(q));
+        if (qmax > 0) k = std::clamp<int64_t>(k, -qmax, qmax);
+        int64_t next = held + k * step;
+        if (next > kLatticeMax || next < -kLatticeMax) {  // Θ left the range: hold Φ at its edge
+          k = ((next > 0 ? kLatticeMax : -kLatticeMax) - held) / step;
+          next = held + k * step;
+          ++held_at_edge;
+        }
+        codes[i] = k;
+        phi[start + i] = static_cast<float>(next) * unit;
+      }
+      WriteBlock(shift, std::span<int64_t>(codes.data(), n), out);
+    }
+    saturated += held_at_edge;
+    return Status::Ok();
+  }));
+  if (stats != nullptr) stats->saturated += saturated.load();
+  return Status::Ok();
+}
+
+Status ApplyLatticeDelta(const Lattice& l, std::span<const std::byte> raw, std::span<float> phi, int sign,
+                         ThreadPool* pool) {
+  ATOLL_RETURN_IF_ERROR(CheckSize(l, phi.size(), "lattice delta"));
+  ATOLL_CHECK(sign == 1 || sign == -1);
+  ATOLL_ASSIGN_OR_RETURN(std::vector<BlockCodes> blocks, ParseBlocks(l, raw));
+  // Two passes, so that Φ is unchanged when any value would leave the range: check, then write.
+  std::atomic<int64_t> bad{-1};
+  for (const bool write : {false, true}) {
+    ForRanges(pool, l.num_blocks(), kBlocksPerRange, [&](size_t first, size_t last) {
+      for (size_t b = first; b < last; ++b) {
+        const BlockCodes& c = blocks[b];
+        if (c.width == 0) continue;
+        const size_t start = b * static_cast<size_t>(l.block), n = BlockSize(l, b);
+        const float unit = Unit(l.exp[b]), inv = Unit(-l.exp[b]);
+        for (size_t i = 0; i < n; ++i) {
+          const int64_t code = CodeAt(c, i);
+          const int64_t k = CodeInRange(code, c.shift) ? Code(phi[start + i], inv) + sign * code * (int64_t{1} << c.shift)
+                                                       : kLatticeMax + 1;
+          if (k > kLatticeMax || k < -kLatticeMax) {
+            bad = static_cast<int64_t>(start + i);
+          } else if (write) {
+            phi[start + i] = static_cast<float>(k) * unit;
+          }
+        }
+      }
+    });
+    if (bad.load() >= 0) {
+      return DataLossError("lattice delta: value " + std::to_string(bad.load()) + " leaves the lattice's range");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<size_t> CheckLatticeDelta(const Lattice& l, std::span<const std::byte> raw) {
+  ATOLL_RETURN_IF_ERROR(ParseBlocks(l, raw).status());
+  return raw.size();
+}
+
+size_t MaxLatticeDeltaBytes(const Lattice& l) { return l.num_blocks() * kHeaderBytes + 4 * l.numel; }
+
+Status SumLatticeDeltas(const Lattice& l, std::span<const std::span<const std::byte>> chain, std::vector<std::byte>& raw,
+                        ThreadPool* pool) {
+  std::vector<std::vector<BlockCodes>> parsed;
+  for (const auto& d : chain) {
+    ATOLL_ASSIGN_OR_RETURN(auto blocks, ParseBlocks(l, d));
+    parsed.push_back(std::move(blocks));
+  }
+  raw.clear();
+  return ForBlockRanges(pool, l.num_blocks(), raw, [&](size_t first, size_t last, std::vector<std::byte>& out) {
+    std::vector<int64_t> acc(static_cast<size_t>(l.block));
+    for (size_t b = first; b < last; ++b) {
+      const size_t n = BlockSize(l, b);
+      int low = kMaxShift;
+      for (const auto& blocks : parsed) {
+        if (blocks[b].width != 0) low = std::min(low, blocks[b].shift);
+      }
+      std::fill(acc.begin(), acc.begin() + static_cast<ptrdiff_t>(n), 0);
+      for (const auto& blocks : parsed) {
+        const BlockCodes& c = blocks[b];
+        if (c.width == 0) continue;
+        const int64_t scale = int64_t{1} << (c.shift - low);
+        for (size_t i = 0; i < n; ++i) {
+          const int64_t code = CodeAt(c, i);
+          if (!CodeInRange(code, c.shift)) return DataLossError("lattice sum: block " + std::to_string(b) + " moves beyond the lattice's range");
+          acc[i] += code * scale;
+        }
+      }
+      const std::span<int64_t> codes(acc.data(), n);
+      for (int64_t k : codes) {
+        if (k > std::numeric_limits<int32_t>::max() || k < -std::numeric_limits<int32_t>::max()) {
+          return DataLossError("lattice sum: block " + std::to_string(b) + " leaves the lattice's range");
+        }
+      }
+      const int t = StripCommonPowerOfTwo(codes, low);
+      WriteBlock(low + t, codes, out);
+    }
+    return Status::Ok();
+  });
+}
+
+Status EncodeLatticeFull(const Lattice& l, std::span<const float> phi, std::vector<std::byte>& raw, ThreadPool* pool) {
+  ATOLL_RETURN_IF_ERROR(CheckSize(l, phi.size(), "lattice full copy"));
+  if (!std::all_of(phi.begin(), phi.end(), [](float x) { return std::isfinite(x); })) {
+    return InvalidArgumentError("lattice full copy: a value is not finite");
+  }
+  raw.assign(l.num_blocks(), std::byte{0});
+  for (size_t b = 0; b < l.num_blocks(); ++b) raw[b] = static_cast<std::byte>(l.exp[b]);
+  return ForBlockRanges(pool, l.num_blocks(), raw, [&](size_t first, size_t last, std::vector<std::byte>& out) {
+    std::vector<int64_t> codes(static_cast<size_t>(l.block));
+    for (size_t b = first; b < last; ++b) {
+      const size_t start = b * static_cast<size_t>(l.block), n = BlockSize(l, b);
+      const float inv = Unit(-l.exp[b]);
+      for (size_t i = 0; i < n; ++i) codes[i] = std::clamp(Code(phi[start + i], inv), -kLatticeMax, kLatticeMax);
+      const std::span<int64_t> block(codes.data(), n);
+      const int t = StripCommonPowerOfTwo(block, 0);
+      WriteBlock(t, block, out);
+    }
+    return Status::Ok();
+  });
+}
+
+StatusOr<Lattice> DecodeLatticeFull(std::span<const std::byte> raw, int block, size_t numel, std::vector<float>& phi,
+                                    ThreadPool* pool) {
+  Lattice l;
+  if (block < 8 || block > 65536) return DataLossError("lattice full copy: bad block size " + std::to_string(block));
+  l.block = block;
+  l.numel = numel;
+  const size_t blocks = (numel + static_cast<size_t>(block) - 1) / static_cast<size_t>(block);
+  if (raw.size() < blocks) return DataLossError("lattice full copy: " + std::to_string(raw.size()) + " bytes");
+  l.exp.resize(blocks);
+  for (size_t b = 0; b < blocks; ++b) {
+    const int e = static_cast<int8_t>(raw[b]);
+    if (e < kMinExp || e > kMaxExp) return DataLossError("lattice full copy: block " + std::to_string(b) + " has exponent " + std::to_string(e));
+    l.exp[b] = static_cast<int8_t>(e);
+  }
+  std::vector<float> values(numel, 0.0f);
+  ATOLL_RETURN_IF_ERROR(ApplyLatticeDelta(l, raw.subspan(blocks), values, 1, pool));
+  phi.swap(values);
+  return l;
+}
+
+size_t MaxLatticeFullBytes(int block, size_t numel) {
+  const size_t blocks = (numel + static_cast<size_t>(block) - 1) / static_cast<size_t>(block);
+  return blocks * (1 + kHeaderBytes) + 4 * numel;
+}
+
+}  // namespace atl::exchange
