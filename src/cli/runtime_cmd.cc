@@ -46,6 +46,12 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<std::string>(c, o, "--token", "token", "Shared auth token for every call (atoll run default: per-learner credentials from a run secret instead; a hand-started syncer checks none unless --token or --secret-file)");
   Flag<std::string>(c, o, "--run-id", "run_id", "Run id learners must present (default: run folder name)");
   Flag<std::string>(c, o, "--preset", "preset", "Model preset: tiny | small | base (default tiny)");
+  Flag<std::string>(c, o, "--spec", "spec",
+                    "Model spec: a safetensors file of the initial weights, any architecture (default: the preset from the "
+                    "seed; `atoll init` writes one for a preset)");
+  Flag<std::vector<std::string>>(c, o, "--embeddings", "embeddings",
+                                 "Glob patterns of embedding tensors in a spec that does not list them (default *embed* "
+                                 "*wte* *tok_emb*)");
   Flag<int>(c, o, "--batch", "batch", "Sequences per inner step (default 16)");
   Flag<int>(c, o, "--seq", "seq", "Sequence length (default 256)");
   Flag<double>(c, o, "--lr", "lr", "Inner AdamW peak learning rate (default 3e-3)");
@@ -333,8 +339,41 @@ void RegisterExport(CLI::App& app, CommandContext& ctx) {
   });
 }
 
+// `atoll init`: a model spec of an atoll preset, from the run's seed.
+void RegisterInit(CLI::App& app, CommandContext& ctx) {
+  auto o = std::make_shared<Overrides>();
+  auto out = std::make_shared<std::string>();
+  auto force = std::make_shared<bool>(false);
+  auto* c = app.add_subcommand(
+      "init",
+      "Write a model spec: the initial weights of an atoll preset (--preset, --seed, the data folder's\n"
+      "vocabulary) as a safetensors file that a run names with `[model] spec` (docs/model.md). Any\n"
+      "other model's spec is its own state_dict saved with safetensors.");
+  AddRunFlags(c, *o);
+  c->remove_option(c->get_option("--out"));  // the run folder's flag; here --out is the spec file
+  c->add_option("--out", *out, "The spec file to write (.safetensors)")->required();
+  c->add_flag("--force", *force, "Overwrite --out if it exists");
+  c->callback([&ctx, o, out, force] {
+    ctx.action = [o, out, force] {
+      auto cfg = Resolve(*o);
+      if (!cfg.ok()) return BadInput(cfg.status(), "init");
+      if (!cfg->spec.empty()) return BadInput(InvalidArgumentError("--spec names an existing spec; init writes one"), "init");
+      if (FileExists(*out) && !*force) return BadInput(AlreadyExistsError(*out + " exists (--force overwrites it)"), "init");
+      auto written = runtime::WritePresetSpec(*cfg, *out);
+      if (!written.ok()) {
+        std::fprintf(stderr, "atoll init: error: %s\n", written.status().ToString().c_str());
+        return written.status().code() == StatusCode::kInternal || written.status().code() == StatusCode::kUnavailable ? 1 : 2;
+      }
+      std::printf("wrote %s: preset %s, seed %llu, %s params in %zu tensors\n", out->c_str(), cfg->preset.c_str(),
+                  static_cast<unsigned long long>(cfg->seed), Grouped(written->params).c_str(), written->tensors);
+      return 0;
+    };
+  });
+}
+
 }  // namespace
 }  // namespace atl::cli
 
 ATOLL_COMMAND(10, atl::cli::Register);
 ATOLL_COMMAND(11, atl::cli::RegisterExport);
+ATOLL_COMMAND(12, atl::cli::RegisterInit);

@@ -216,7 +216,7 @@ StatusOr<Lattice> MakeLattice(std::span<const float> initial, int block) {
   l.exp.resize(blocks);
   for (size_t b = 0; b < blocks; ++b) {
     const size_t start = b * static_cast<size_t>(block), n = BlockSize(l, b);
-    float absmax = std::ldexp(1.0f, -10);  // a zero block still holds values up to 1 at 2^-24
+    float absmax = std::ldexp(1.0f, -6);  // a zero block still holds values up to 16, at 2^-20
     for (size_t i = 0; i < n; ++i) {
       const float x = initial[start + i];
       if (!std::isfinite(x)) return InvalidArgumentError("lattice: initial value " + std::to_string(start + i) + " is not finite");

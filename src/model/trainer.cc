@@ -13,6 +13,7 @@
 #include "atoll/model/safetensors.h"
 #include "atoll/model/shard.h"
 #include "atoll/model/trainer.h"
+#include "atoll/model/model_spec.h"
 #include "gpt.h"
 #include "model_json.h"
 
@@ -487,12 +488,42 @@ Status TorchTrainer::LoadCheckpoint(const std::string& dir) {
 
 }  // namespace
 
+namespace {
+
+// The spec's values in place of the seed's (TrainerOptions::init_weights).
+Status LoadInitWeights(const std::string& path, Trainer& trainer) {
+  ATOLL_ASSIGN_OR_RETURN(ModelSpec spec, OpenModelSpec(path, kDefaultEmbeddingPatterns));
+  if (spec.preset().empty()) {
+    return FailedPreconditionError("model spec " + path + " is not one of atoll's presets: atoll's learners train "
+                                   "their GPT only; train this model with the Python package (docs/python.md)");
+  }
+  std::vector<diloco::TensorSpec> names = trainer.tensors(), theirs = spec.tensors;
+  for (auto* list : {&names, &theirs}) {
+    for (auto& t : *list) t.is_embedding = false;  // the preset's own flags decide
+  }
+  const std::string diff = FirstTensorDifference(names, theirs);
+  if (!diff.empty()) {
+    return FailedPreconditionError("model spec " + path + " does not hold this preset's tensors (" + diff + ")");
+  }
+  for (size_t t = 0; t < spec.tensors.size(); ++t) {
+    ATOLL_RETURN_IF_ERROR(ReadSpecTensor(spec, t, trainer.Parameter(static_cast<int>(t))));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options) {
+  std::unique_ptr<Trainer> trainer;
   try {
-    return TorchTrainer::Make(options);
+    auto made = TorchTrainer::Make(options);
+    if (!made.ok()) return made.status();
+    trainer = std::move(*made);
   } catch (const std::exception& e) {
     return TorchError("creating the trainer", e);
   }
+  if (!options.init_weights.empty()) ATOLL_RETURN_IF_ERROR(LoadInitWeights(options.init_weights, *trainer));
+  return trainer;
 }
 
 }  // namespace atl::model

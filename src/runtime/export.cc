@@ -6,7 +6,9 @@
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
 #include "atoll/exchange/fragment_exchange.h"
-#include "atoll/model/safetensors.h"
+#include "atoll/model/data.h"
+#include "atoll/model/model_spec.h"
+#include "model_host.h"
 #include "atoll/runtime/processes.h"
 #include "atoll/syncer/durable_state.h"
 
@@ -108,10 +110,10 @@ StatusOr<ExportResult> ExportState(const ExportOptions& options) {
                          "(default <run folder>/state)");
   }
 
-  auto topts = MakeTrainerOptions(c, 0);
-  if (!topts.ok()) return topts.status().WithContext("the data folder of the run (" + c.data + ")");
-  ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<model::Trainer> model, model::Trainer::Create(*topts));
-  ATOLL_ASSIGN_OR_RETURN(diloco::FragmentPlan plan, MakePlan(c, model->tensors()));
+  auto host = ModelHost::Open(c, /*evaluate=*/false);
+  if (!host.ok()) return host.status().WithContext(c.spec.empty() ? "the data folder of the run (" + c.data + ")" : "the run's model spec");
+  const ModelHost& model = **host;
+  ATOLL_ASSIGN_OR_RETURN(diloco::FragmentPlan plan, MakePlan(c, model.tensors()));
   const int S = static_cast<int>(folders.size());
   if (S > plan.num_fragments()) {
     return InvalidArgumentError("--state lists " + std::to_string(S) + " shards, the run has only " +
@@ -124,13 +126,6 @@ StatusOr<ExportResult> ExportState(const ExportOptions& options) {
     cores.push_back(std::move(core));
   }
   const auto owner = [&](int p) -> const syncer::SyncerCore& { return cores[static_cast<size_t>(syncer::OwnerShard(p, S))]; };
-  std::vector<std::span<float>> params;
-  for (int i = 0; i < static_cast<int>(model->tensors().size()); ++i) {
-    params.push_back(model->Parameter(i));
-  }
-  for (int p = 0; p < plan.num_fragments(); ++p) {
-    exchange::ScatterFragment(plan.fragments[static_cast<size_t>(p)], owner(p).theta(p), params);
-  }
   ExportResult r;
   r.out = o.out;
   r.state = options.state.empty() ? o.state : options.state;
@@ -139,21 +134,43 @@ StatusOr<ExportResult> ExportState(const ExportOptions& options) {
   // Each committed round advanced one fragment by one version (learners.json's count is only
   // rewritten every few seconds, so it may lag).
   for (int64_t v : r.versions) r.rounds += v;
-  r.params = model->num_params();
+  r.params = model.num_params();
   for (int p = 0; p < plan.num_fragments(); ++p) r.theta_checksum ^= exchange::ValuesChecksum(owner(p).theta(p));
   if (o.evaluate) {
-    ATOLL_ASSIGN_OR_RETURN(auto e, model->Evaluate(c.eval_batches));
+    model::Trainer* ev = model.evaluator();
+    if (ev == nullptr) return FailedPreconditionError("cannot evaluate: " + model.no_evaluation());
+    std::vector<std::span<float>> params;
+    for (int i = 0; i < static_cast<int>(ev->tensors().size()); ++i) params.push_back(ev->Parameter(i));
+    for (int p = 0; p < plan.num_fragments(); ++p) {
+      exchange::ScatterFragment(plan.fragments[static_cast<size_t>(p)], owner(p).theta(p), params);
+    }
+    ATOLL_ASSIGN_OR_RETURN(auto e, ev->Evaluate(c.eval_batches));
     r.eval_loss = e.loss;
     r.eval_perplexity = e.perplexity;
   }
-  const std::vector<std::span<const float>> views(params.begin(), params.end());
-  ATOLL_RETURN_IF_ERROR(model::WriteSafetensors(
-      o.out, model->tensors(), views,
-      {{"run_id", c.run_id},
-       {"rounds", std::to_string(r.rounds)},
-       {"versions", nlohmann::json(r.versions).dump()},
-       {"exported_from", S == 1 ? fs::absolute(o.state).string() : r.state}}));
+  ATOLL_RETURN_IF_ERROR(model.WriteModel(o.out, plan, [&](int p) { return owner(p).theta(p); },
+                                         {{"run_id", c.run_id},
+                                          {"rounds", std::to_string(r.rounds)},
+                                          {"versions", nlohmann::json(r.versions).dump()},
+                                          {"exported_from", S == 1 ? fs::absolute(o.state).string() : r.state}}));
   return r;
+}
+
+StatusOr<PresetSpec> WritePresetSpec(const RunConfig& config, const std::string& path) {
+  const RunConfig c = Normalized(config);
+  ATOLL_RETURN_IF_ERROR(ValidateRunConfig(c));
+  auto manifest = model::EnsureDataPrepared(c.data, [](const std::string& m) { std::printf("%s\n", m.c_str()); });
+  if (!manifest.ok()) return manifest.status();
+  ATOLL_ASSIGN_OR_RETURN(auto topts, MakeTrainerOptions(c, 0));
+  ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<model::Trainer> trainer, model::Trainer::Create(topts));
+  const nlohmann::json metadata = {{"atoll.preset", c.preset}, {"atoll.seed", std::to_string(c.seed)},
+                                   {"atoll.seq", std::to_string(c.seq)}, {"atoll.vocab", std::to_string(manifest->vocab_size)}};
+  ATOLL_RETURN_IF_ERROR(model::WriteModelSpec(path, trainer->tensors(), metadata,
+                                              [&](size_t t, int64_t begin, std::span<float> out) {
+                                                const auto values = trainer->Parameter(static_cast<int>(t));
+                                                std::copy(values.begin() + begin, values.begin() + begin + static_cast<int64_t>(out.size()), out.begin());
+                                              }));
+  return PresetSpec{trainer->num_params(), trainer->tensors().size()};
 }
 
 }  // namespace atl::runtime

@@ -237,6 +237,7 @@ class LearnerProcess {
     ::gethostname(host, sizeof(host) - 1);
     ao.host = std::string(host) + ":" + std::to_string(::getpid());
     ao.rejoin = opt_.rejoin;
+    ao.state_dir = out_ + "/learner-" + std::to_string(id_) + "-state";
     ao.schedule = diloco::Schedule::Of(c_.mode, c_.H, c_.fragments, c_.tau);
     ao.uplink = UplinkCodec(c_);  // c_ was validated in Run
     ao.alpha = c_.alpha;
@@ -411,6 +412,7 @@ class LearnerProcess {
         {"joins", k.joins}, {"catchup_fragments", k.catchup_fragments},
         {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
         {"pushes_repeated", k.pushes_repeated}, {"pushes_deferred", k.pushes_deferred},
+        {"state_loaded", k.state_loaded}, {"state_errors", k.state_errors},
         {"first_contribution_s", k.first_contribution_s}, {"startup_s", startup_},
         {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step}, {"precision", trainer_->precision()}};
     (void)WriteFileAtomic(out_ + "/learner-" + std::to_string(id_) + ".json", DumpJson(summary, 2));

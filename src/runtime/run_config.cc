@@ -32,6 +32,8 @@ void VisitFields(Config& c, F&& f) {
   f("model", "warmup", c.warmup);
   f("model", "threads", c.threads);
   f("model", "precision", c.precision);
+  f("model", "spec", c.spec);
+  f("model", "embeddings", c.embeddings);
   f("diloco", "fragments", c.fragments);
   f("diloco", "H", c.H);
   f("diloco", "tau", c.tau);

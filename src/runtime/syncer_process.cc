@@ -23,9 +23,10 @@
 #include "atoll/syncer/syncer_loop.h"
 #include "atoll/transport/credentials.h"
 #include "atoll/transport/grpc.h"
+#include "checkpoint_writer.h"
 #include "global_eval.h"
-#include "jsonl.h"
-#include "round_json.h"
+#include "model_host.h"
+#include "round_log.h"
 
 namespace atl::runtime {
 namespace {
@@ -33,10 +34,13 @@ namespace {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
-std::string Ids(const std::vector<int>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return "[" + s + "]";
+// A file readable by its owner only (it may hold a token).
+Status WriteOwnerOnly(const std::string& path, const std::string& text) {
+  ATOLL_RETURN_IF_ERROR(WriteFileAtomic(path, text));
+  std::error_code ec;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace, ec);
+  return ec ? InternalError("chmod 0600 " + path + ": " + ec.message()) : Status::Ok();
 }
 
 }  // namespace
@@ -98,10 +102,11 @@ StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& c, const std::vector<di
 
 namespace {
 
-// `atoll syncer` in named stages: Setup (model, plan, Θ⁰, core, durable state, start eval),
+// `atoll syncer` in named stages: Setup (model, plan, Θ⁰, core, durable state, start evaluation),
 // Serve (gRPC until Finish or a signal), and the per-round and finish work in between.
-// Everything here runs on the main thread except OnRound (the loop thread), Finish (a gRPC
-// thread, serialised by finish_mu_) and the live evaluator's callback (its own thread).
+// Threads (docs/architecture.md#threading): the main thread runs Run and waits; the loop thread
+// runs OnRound; a gRPC thread may run Finish (serialised by finish_mu_); the live evaluator's
+// thread runs OnGlobalEval; HTTP handler threads read the status document.
 class SyncerProcess {
  public:
   explicit SyncerProcess(const SyncerProcessOptions& opt)
@@ -174,68 +179,66 @@ class SyncerProcess {
     return WriteOwnerOnly(path, ToJson(c_).dump(2));
   }
 
-  static Status WriteOwnerOnly(const std::string& path, const std::string& text) {
-    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(path, text));
-    std::error_code ec;
-    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
-                                 std::filesystem::perm_options::replace, ec);
-    return ec ? InternalError("chmod 0600 " + path + ": " + ec.message()) : Status::Ok();
-  }
-
   int Setup() {
-    auto manifest = model::EnsureDataPrepared(c_.data, [](const std::string& m) { std::printf("%s\n", m.c_str()); });
-    if (!manifest.ok()) return Fail(manifest.status(), 2);
-    auto topts = MakeTrainerOptions(c_, 0);
-    if (!topts.ok()) return Fail(topts.status(), 2);
-    auto trainer = model::Trainer::Create(*topts);  // Θ⁰ (same seed as the learners) and evaluation
-    if (!trainer.ok()) return Fail(trainer.status(), 1);
-    ev_ = std::move(*trainer);
-    auto plan = MakePlan(c_, ev_->tensors());
+    auto host = ModelHost::Open(c_, /*evaluate=*/shard_.count == 1);  // a shard holds only its fragments of Θ
+    if (!host.ok()) return Fail(host.status(), 2);
+    model_ = std::move(*host);
+    if (c_.mode == diloco::Mode::kDdp && model_->evaluator() == nullptr) {
+      return Fail(FailedPreconditionError("ddp mode needs an atoll preset (its optimizer is an atoll Trainer's): " +
+                                          model_->no_evaluation()), 2);
+    }
+    auto plan = MakePlan(c_, model_->tensors());
     if (!plan.ok()) return Fail(plan.status(), 2);
     plan_ = std::move(*plan);
-    for (int i = 0; i < static_cast<int>(ev_->tensors().size()); ++i) params_.push_back(ev_->Parameter(i));
     if (int rc = CreateCore(); rc != 0) return rc;
     if (shard_.count > 1) {
       std::printf("syncer: shard %s: owns the fragments p with p mod %d = %d\n", shard_.ToString().c_str(), shard_.count,
                   shard_.index);
     }
-    std::printf("syncer: run %s, mode %s, %lld params in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, outer step %s (lr %g, momentum %g), up %s down %s\n",
-                c_.run_id.c_str(), diloco::ModeName(c_.mode), static_cast<long long>(ev_->num_params()),
-                plan_.num_fragments(), plan_.peak_to_ideal, c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off",
-                c_.merge.c_str(), c_.outer_step.c_str(), c_.outer_lr.value_or(0), c_.outer_momentum.value_or(0),
-                c_.uplink.c_str(), c_.downlink.c_str());
+    std::printf("syncer: run %s, mode %s, model %s in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, outer step %s (lr %g, momentum %g), up %s down %s\n",
+                c_.run_id.c_str(), diloco::ModeName(c_.mode), model_->Describe().c_str(), plan_.num_fragments(),
+                plan_.peak_to_ideal, c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off", c_.merge.c_str(),
+                c_.outer_step.c_str(), c_.outer_lr.value_or(0), c_.outer_momentum.value_or(0), c_.uplink.c_str(),
+                c_.downlink.c_str());
+    log_ = std::make_unique<RoundLog>(out_ + "/metrics-syncer.jsonl");
+    checkpoints_ = std::make_unique<CheckpointWriter>(*model_, plan_, out_, c_.run_id, shard_.count == 1);
     if (int rc = EvaluateStart(); rc != 0) return rc;
-    metrics_.Open(out_ + "/metrics-syncer.jsonl");
     if (resumed_) {
       std::vector<std::string> sums;
       for (int p = 0; p < plan_.num_fragments(); ++p) sums.push_back(ChecksumHex(exchange::ValuesChecksum(core_->theta(p))));
-      metrics_.Write({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "resumed"}, {"versions", core_->versions()},
-                      {"rounds", core_->rounds_closed()}, {"theta_checksums", sums}});
+      log_->Line({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "resumed"}, {"versions", core_->versions()},
+                  {"rounds", core_->rounds_closed()}, {"theta_checksums", sums}});
     }
-    return StartLiveEval(*topts);
+    return StartLiveEval();
   }
 
   // The parameter server's optimizer (ddp mode): the evaluator trainer's AdamW applied to the
   // averaged gradient. Runs on the syncer's loop thread only.
   syncer::DdpStep MakeDdpStep() {
     return [this](std::span<const float> mean, std::span<float> theta) -> Status {
+      model::Trainer& ev = *model_->evaluator();
       const diloco::Fragment& frag = plan_.fragments[0];
-      std::vector<std::span<float>> grads;
-      for (int i = 0; i < static_cast<int>(ev_->tensors().size()); ++i) grads.push_back(ev_->Gradient(i));
+      std::vector<std::span<float>> grads, params;
+      for (int i = 0; i < static_cast<int>(ev.tensors().size()); ++i) {
+        grads.push_back(ev.Gradient(i));
+        params.push_back(ev.Parameter(i));
+      }
       exchange::ScatterFragment(frag, mean, grads);
-      exchange::ScatterFragment(frag, theta, params_);
-      ATOLL_RETURN_IF_ERROR(ev_->ApplyGradients(model::StepStats{}).status());
-      exchange::GatherFragment(frag, params_, theta);
+      exchange::ScatterFragment(frag, theta, params);
+      ATOLL_RETURN_IF_ERROR(ev.ApplyGradients(model::StepStats{}).status());
+      exchange::GatherFragment(frag, params, theta);
       return Status::Ok();
     };
   }
 
   // The core from Θ⁰, then restored from the durable state if there is one (or that state written).
   int CreateCore() {
-    std::vector<std::vector<float>> initial;
+    std::vector<std::vector<float>> initial(plan_.fragments.size());
     for (const auto& f : plan_.fragments) {
-      initial.emplace_back(static_cast<size_t>(f.numel));
-      exchange::GatherFragment(f, params_, initial.back());
+      if (!shard_.owns(f.index)) continue;  // another shard's: not needed here
+      auto& values = initial[static_cast<size_t>(f.index)];
+      values.resize(static_cast<size_t>(f.numel));
+      if (Status st = model_->Initial(f, values); !st.ok()) return Fail(st.WithContext("initial values"), 2);
     }
     auto sopts = MakeSyncerOptions(c_);
     if (!sopts.ok()) return Fail(sopts.status(), 2);
@@ -261,9 +264,8 @@ class SyncerProcess {
         const char* hint = st.code() == StatusCode::kFailedPrecondition ? " (point --state at a fresh folder to start over)" : "";
         return Fail(Status(st.code(), st.message() + hint).WithContext("resuming from " + durable_->dir()), 2);
       }
-      std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n",
-                  durable_->dir().c_str(), static_cast<long long>(core_->rounds_closed()),
-                  nlohmann::json(core_->versions()).dump().c_str());
+      std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", durable_->dir().c_str(),
+                  static_cast<long long>(core_->rounds_closed()), nlohmann::json(core_->versions()).dump().c_str());
       PrintStateWarnings();
     } else if (Status st = durable_->SaveAll(*core_); !st.ok()) {
       return Fail(st.WithContext("writing the initial state"), 1);
@@ -279,27 +281,31 @@ class SyncerProcess {
   }
 
   // The initial model's eval loss, measured once per run (a restarted syncer reads it back
-  // instead of spending seconds of its downtime re-evaluating).
+  // instead of spending seconds of its downtime re-evaluating). Nothing without an evaluator.
   int EvaluateStart() {
+    if (model_->evaluator() == nullptr) {
+      std::printf("syncer: no evaluation: %s\n", model_->no_evaluation().c_str());
+      return 0;
+    }
     const std::optional<double> saved = resumed_ ? durable_->SavedStartEval() : std::nullopt;
     PrintStateWarnings();  // a damaged file is evaluated again, not a blocked restart
     if (saved) {
       start_eval_loss_ = *saved;
     } else {
-      auto e = ev_->Evaluate(c_.eval_batches);
+      auto e = model_->evaluator()->Evaluate(c_.eval_batches);
       if (!e.ok()) return Fail(e.status(), 1);
       start_eval_loss_ = e->loss;
       (void)durable_->SaveStartEval(e->loss);
     }
-    std::printf("syncer: eval loss of the initial global model %.4f\n", start_eval_loss_);
+    std::printf("syncer: eval loss of the initial global model %.4f\n", *start_eval_loss_);
     std::fflush(stdout);
     return 0;
   }
 
   // The global model's eval loss during the run, off the loop thread (its own Trainer).
-  int StartLiveEval(const model::TrainerOptions& topts) {
-    if (c_.eval_every <= 0 || shard_.count > 1) return 0;  // a shard holds only its fragments of Θ
-    auto trainer = model::Trainer::Create(topts);
+  int StartLiveEval() {
+    if (c_.eval_every <= 0 || shard_.count > 1 || model_->evaluator() == nullptr) return 0;
+    auto trainer = model_->NewTrainer();
     if (!trainer.ok()) return Fail(trainer.status(), 1);
     live_eval_ = std::make_unique<GlobalEvaluator>(std::move(*trainer), plan_, std::max(1, c_.eval_batches / 4),
                                                    [this](const GlobalEvalPoint& e) { OnGlobalEval(e); });
@@ -308,12 +314,7 @@ class SyncerProcess {
 
   // Evaluator thread.
   void OnGlobalEval(const GlobalEvalPoint& e) {
-    metrics_.Write({{"t", e.t}, {"source", "syncer"}, {"kind", "global_eval"}, {"rounds", e.rounds},
-                    {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
-    {
-      std::lock_guard<std::mutex> lock(curve_mu_);
-      curve_.push_back({{"t", e.t}, {"rounds", e.rounds}, {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
-    }
+    log_->Evaluation(e);
     // The evaluator is always stopped before the loop, so this call returns.
     loop_->Call([&e](syncer::SyncerCore& sc, TimePoint) {
       sc.SetGlobalEval(e.loss, e.rounds);
@@ -324,79 +325,48 @@ class SyncerProcess {
   // Loop thread, after each closed round.
   void OfferGlobalEval(const syncer::SyncerCore& sc) {
     if (!live_eval_ || sc.rounds_closed() % c_.eval_every != 0) return;
-    std::vector<std::vector<float>> theta;
-    for (int p = 0; p < sc.plan().num_fragments(); ++p) {
-      auto v = sc.theta(p);
-      theta.emplace_back(v.begin(), v.end());
-    }
-    live_eval_->Offer(std::move(theta), {UnixSeconds(), sc.rounds_closed(), sc.tokens_merged(), 0});
+    live_eval_->Offer(ThetaOf(sc), {UnixSeconds(), sc.rounds_closed(), sc.tokens_merged(), 0});
   }
 
   // Loop thread: commit before the new version becomes visible (docs/failure-semantics.md).
   void Commit(const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
-    if (r.refused) {  // numeric safety: nothing changed, nothing to commit (syncer/guards.h)
-      std::fprintf(stderr, "syncer: round f%d#%lld REFUSED (contributors %s): %s\n", r.fragment,
-                   static_cast<long long>(r.round), Ids(r.contributors).c_str(), r.refusal.c_str());
-      nlohmann::json line = RoundFields(r);
-      line.update({{"t", UnixSeconds()}, {"source", "syncer"}, {"rounds_refused", sc.rounds_refused()}});
-      metrics_.Write(line);
-      return;
+    if (!r.refused) {
+      // The descriptors kept for commits are free while it writes (the gate made sure there was
+      // room on the disk before this round closed).
+      const auto released = headroom_->ReleaseForCommit();
+      // The accounting counters this round moved (tokens merged, rounds joined per learner) are
+      // part of the committed state: a restart must not forget merged work. Written just before
+      // Θ_p: a crash in between counts a round that is then not in Θ_p, whose learners send that
+      // work again (at least once, never lost).
+      if (Status st = durable_->SaveLearners(sc); !st.ok()) {
+        std::fprintf(stderr, "syncer: warning: cannot persist the learner table: %s\n", st.ToString().c_str());
+      }
+      if (Status st = durable_->SaveFragment(sc, r.fragment); !st.ok()) {
+        std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
+        std::abort();  // never publish a version that is not durable
+      }
     }
-    // The descriptors kept for commits are free while it writes (the gate made sure there was
-    // room on the disk before this round closed).
-    const auto released = headroom_->ReleaseForCommit();
-    // The accounting counters this round moved (tokens merged, rounds joined per learner) are part
-    // of the committed state: a restart must not forget merged work. Written just before Θ_p: a
-    // crash in between counts a round that is then not in Θ_p, whose learners send that work again
-    // (at least once, never lost).
-    if (Status st = durable_->SaveLearners(sc); !st.ok()) {
-      std::fprintf(stderr, "syncer: warning: cannot persist the learner table: %s\n", st.ToString().c_str());
-    }
-    if (Status st = durable_->SaveFragment(sc, r.fragment); !st.ok()) {
-      std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
-      std::abort();  // never publish a version that is not durable
-    }
-    nlohmann::json line = RoundFields(r);
-    line.update({{"t", UnixSeconds()}, {"source", "syncer"},
-                 {"theta_checksum", ChecksumHex(exchange::ValuesChecksum(sc.theta(r.fragment)))}});
-    metrics_.Write(line);
-    std::printf("round f%d#%lld -> v%lld from %s (late %s, grace %.2fs, share %.2f): %s\n", r.fragment,
-                static_cast<long long>(r.round), static_cast<long long>(r.version), Ids(r.contributors).c_str(),
-                Ids(r.late).c_str(), r.grace_seconds, r.token_share, r.reason.c_str());
-    std::fflush(stdout);
-    {
-      std::lock_guard<std::mutex> lock(stats_mu_);
-      round_stats_.Observe(static_cast<int>(r.contributors.size()), r.grace_seconds);
-    }
+    log_->Round(sc, r);
     // Counted here, not from rounds_closed(): one Poll may close several rounds before their commits.
-    if (opt_.checkpoint_every > 0 && ++commits_since_checkpoint_ >= opt_.checkpoint_every && !finishing_) {
+    if (!r.refused && opt_.checkpoint_every > 0 && ++commits_since_checkpoint_ >= opt_.checkpoint_every && !finishing_) {
       commits_since_checkpoint_ = 0;
-      WriteCheckpoint(sc);
+      if (CheckpointFits()) checkpoints_->Offer(ThetaOf(sc), SummaryOf(sc, clock_.Now()));
     }
   }
 
-  // Loop thread, every checkpoint_every rounds: the global model and a summary without evaluation,
-  // so a syncer that dies leaves a usable model of at most that many rounds ago. Θ is copied here;
-  // the file is written on a thread of its own so the rounds never wait for the disk. While the
-  // previous one is still being written this one is skipped (the next comes N rounds later).
-  void WriteCheckpoint(const syncer::SyncerCore& sc) {
-    if (checkpoint_.valid() && checkpoint_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
-    // The model file must not take the space the next commits need.
+  // Whether the periodic model write fits on the disk beside the space the next commits need
+  // (otherwise it is skipped with a warning; the next comes N rounds later).
+  bool CheckpointFits() const {
     const uint64_t model_bytes = static_cast<uint64_t>(plan_.total_numel) * sizeof(float) + headroom_->commit_bytes();
-    if (auto free = syncer::CommitHeadroom::FileSystemFreeBytes(out_); !free.ok() || *free < model_bytes) {
-      std::fprintf(stderr, "syncer: warning: the periodic model write is skipped: %s\n",
-                   free.ok() ? fmt::format("{} bytes free in {}, it and the next commits need {}", *free, out_, model_bytes).c_str()
-                             : free.status().ToString().c_str());
-      return;
-    }
-    auto theta = ThetaOf(sc);
-    nlohmann::json summary = SummaryOf(sc, clock_.Now(), theta);
-    summary["final"] = false;
-    checkpoint_ = std::async(std::launch::async, [this, theta = std::move(theta), summary = std::move(summary)]() mutable {
-      WriteModelAndSummary(theta, summary);
-    });
+    auto free = syncer::CommitHeadroom::FileSystemFreeBytes(out_);
+    if (free.ok() && *free >= model_bytes) return true;
+    std::fprintf(stderr, "syncer: warning: the periodic model write is skipped: %s\n",
+                 free.ok() ? fmt::format("{} bytes free in {}, it and the next commits need {}", *free, out_, model_bytes).c_str()
+                           : free.status().ToString().c_str());
+    return false;
   }
 
+  // Θ per fragment (another shard's fragments empty).
   static std::vector<std::vector<float>> ThetaOf(const syncer::SyncerCore& sc) {
     std::vector<std::vector<float>> t;
     for (int p = 0; p < sc.plan().num_fragments(); ++p) {
@@ -408,43 +378,25 @@ class SyncerProcess {
 
   // The summary of the run so far: the status document plus the start evaluation, the eval
   // curve, the model size and Θ's checksum. Any thread that holds `sc` (the loop thread).
-  nlohmann::json SummaryOf(const syncer::SyncerCore& sc, TimePoint now, const std::vector<std::vector<float>>& theta) {
+  nlohmann::json SummaryOf(const syncer::SyncerCore& sc, TimePoint now) {
     nlohmann::json summary = sc.StatusJson(now);
-    summary["eval_loss_start"] = start_eval_loss_;
-    {
-      std::lock_guard<std::mutex> curve_lock(curve_mu_);
-      summary["global_eval_curve"] = curve_;
-    }
+    AddEvaluation(summary);
     summary["params"] = plan_.total_numel;
+    summary["model"] = model_->Describe();
     summary["plan_peak_to_ideal"] = plan_.peak_to_ideal;
     uint64_t theta_sum = 0;
-    for (const auto& f : theta) theta_sum ^= exchange::ValuesChecksum(f);
+    for (int p = 0; p < sc.plan().num_fragments(); ++p) {
+      if (sc.owns(p)) theta_sum ^= exchange::ValuesChecksum(sc.theta(p));
+    }
     summary["theta_checksum"] = ChecksumHex(theta_sum);
     return summary;
   }
 
-  // global.safetensors (Θ scattered into the model's tensors) and syncer-summary.json, both
-  // atomic; serialised, since the loop thread (checkpoints) and Finish may both write.
-  void WriteModelAndSummary(const std::vector<std::vector<float>>& theta, nlohmann::json& summary) {
-    std::lock_guard<std::mutex> lock(model_mu_);
-    if (shard_.count > 1) {  // its fragments of Θ only: `atoll export --state` combines the shards'
-      summary["checkpoint"] = nullptr;
-      (void)WriteFileAtomic(out_ + "/syncer-summary.json", DumpJson(summary, 2));
-      return;
-    }
-    std::vector<std::vector<float>> values;
-    std::vector<std::span<float>> views;
-    for (const auto& t : ev_->tensors()) values.emplace_back(static_cast<size_t>(t.numel));
-    for (auto& v : values) views.emplace_back(v);
-    for (int p = 0; p < plan_.num_fragments(); ++p) {
-      exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], theta[static_cast<size_t>(p)], views);
-    }
-    const std::vector<std::span<const float>> cviews(views.begin(), views.end());
-    Status st = model::WriteSafetensors(out_ + "/global.safetensors", ev_->tensors(), cviews,
-                                        {{"run_id", c_.run_id}, {"rounds", std::to_string(summary.value("rounds", int64_t{0}))}});
-    summary["checkpoint"] = st.ok() ? out_ + "/global.safetensors" : "error: " + st.ToString();
-    if (!st.ok()) std::fprintf(stderr, "syncer: warning: cannot write the global model: %s\n", st.ToString().c_str());
-    (void)WriteFileAtomic(out_ + "/syncer-summary.json", DumpJson(summary, 2));
+  // The start evaluation and the curve, or why there is none.
+  void AddEvaluation(nlohmann::json& doc) const {
+    if (start_eval_loss_) doc["eval_loss_start"] = *start_eval_loss_;
+    if (!model_->no_evaluation().empty()) doc["evaluation"] = "off: " + model_->no_evaluation();
+    doc["global_eval_curve"] = log_->Curve();
   }
 
   // gRPC thread (Finish) or the main thread (a signal, every learner done): merge what is
@@ -455,12 +407,11 @@ class SyncerProcess {
     if (live_eval_) live_eval_->Stop();
     finishing_ = true;  // no periodic checkpoint from now on: this finish writes the model
     loop_->RequestFinish();
+    model::Trainer* ev = shard_.count == 1 ? model_->evaluator() : nullptr;
     // Snapshot Θ and the table and load Θ into the evaluator on the loop thread (in ddp mode the
     // loop thread also steps that trainer's optimizer, so nothing else may touch it), after merging
     // what the learners pushed last (their final sync).
-    std::future<void> pending;  // a periodic checkpoint still being written: it must not land last
     auto [theta, summary] = loop_->Call([&](syncer::SyncerCore& sc, TimePoint now) {
-      pending = std::move(checkpoint_);
       if (Status gate = headroom_->Check(); gate.ok()) {
         for (const auto& r : sc.CloseAllPending(now, clock_)) Commit(sc, r);
       } else {  // nothing committed is lost; what the learners pushed last is not merged
@@ -468,17 +419,18 @@ class SyncerProcess {
                      gate.message().c_str());
       }
       auto t = ThetaOf(sc);
-      for (int p = 0; p < sc.plan().num_fragments(); ++p) {
-        if (!sc.owns(p)) continue;  // a shard holds its own fragments only
-        exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], t[static_cast<size_t>(p)], params_);
+      if (ev != nullptr) {
+        std::vector<std::span<float>> params;
+        for (int i = 0; i < static_cast<int>(ev->tensors().size()); ++i) params.push_back(ev->Parameter(i));
+        for (int p = 0; p < sc.plan().num_fragments(); ++p) {
+          exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], t[static_cast<size_t>(p)], params);
+        }
       }
-      return std::make_pair(t, SummaryOf(sc, now, t));
+      return std::make_pair(t, SummaryOf(sc, now));
     });
-    if (pending.valid()) pending.wait();
-    summary["params"] = ev_->num_params();
     summary["final"] = true;
-    if (evaluate && shard_.count == 1) {  // a shard's Θ is not the global model
-      auto e = ev_->Evaluate(c_.eval_batches);
+    if (evaluate && ev != nullptr) {  // a shard's Θ is not the global model
+      auto e = ev->Evaluate(c_.eval_batches);
       if (e.ok()) {
         summary["eval_loss"] = e->loss;
         summary["eval_perplexity"] = e->perplexity;
@@ -486,7 +438,7 @@ class SyncerProcess {
         summary["eval_error"] = e.status().ToString();
       }
     }
-    WriteModelAndSummary(theta, summary);
+    checkpoints_->Final(theta, summary);
     summary_text_ = DumpJson(summary);
     finished_ = true;
     finish_cv_.notify_all();
@@ -529,11 +481,7 @@ class SyncerProcess {
     nlohmann::json s = loop_->Call([](syncer::SyncerCore& sc, TimePoint now) { return sc.StatusJson(now); });
     s["now"] = UnixSeconds();
     s["uptime_s"] = s["now"].get<double>() - started_;
-    s["eval_loss_start"] = start_eval_loss_;
-    {
-      std::lock_guard<std::mutex> lock(curve_mu_);
-      s["global_eval_curve"] = curve_;
-    }
+    AddEvaluation(s);
     if (const std::string why = loop_->holding(); !why.empty()) s["holding"] = why;  // rounds held: the page says why
     observe::AddDerived(s);
     return s;
@@ -552,8 +500,7 @@ class SyncerProcess {
     h.history = [this]() -> StatusOr<nlohmann::json> { return history_.ToJson(); };
     h.metrics = [this]() -> StatusOr<std::string> {
       ATOLL_ASSIGN_OR_RETURN(nlohmann::json s, StatusDocument());
-      std::lock_guard<std::mutex> lock(stats_mu_);
-      return observe::RenderPrometheus(s, round_stats_);
+      return log_->Prometheus(s);
     };
     ATOLL_ASSIGN_OR_RETURN(http_, observe::HttpStatusServer::Start(ho, std::move(h)));
     std::printf("syncer: status page at %s (metrics at %smetrics)\n", http_->url().c_str(), http_->url().c_str());
@@ -642,30 +589,24 @@ class SyncerProcess {
   syncer::ShardSpec shard_;                     // {0, 1}: the one syncer
   const std::string out_;
   RealClock& clock_ = RealClock::Default();
-  std::unique_ptr<model::Trainer> ev_;
+  std::unique_ptr<ModelHost> model_;
   diloco::FragmentPlan plan_;
-  std::vector<std::span<float>> params_;        // views of ev_'s parameters
   std::optional<syncer::SyncerCore> core_;      // until moved into loop_
   std::unique_ptr<syncer::DurableState> durable_;
   std::unique_ptr<syncer::CommitHeadroom> headroom_;  // loop thread, after Setup
   size_t warnings_printed_ = 0;                 // of durable_->warnings()
   bool resumed_ = false;
-  double start_eval_loss_ = 0;
-  JsonlWriter metrics_;
-  std::mutex curve_mu_;
-  nlohmann::json curve_ = nlohmann::json::array();  // guarded by curve_mu_
+  std::optional<double> start_eval_loss_;       // none without an evaluator
+  std::unique_ptr<RoundLog> log_;
+  std::unique_ptr<CheckpointWriter> checkpoints_;
   std::unique_ptr<GlobalEvaluator> live_eval_;
   std::unique_ptr<syncer::SyncerLoop> loop_;
   std::mutex finish_mu_;
   std::condition_variable finish_cv_;
   bool finished_ = false;                       // guarded by finish_mu_
   std::string summary_text_;                    // guarded by finish_mu_
-  std::mutex model_mu_;                         // serialises writes of global.safetensors
   int commits_since_checkpoint_ = 0;            // loop thread only
-  std::future<void> checkpoint_;                // the periodic write in progress; loop thread only
   std::atomic<bool> finishing_{false};
-  std::mutex stats_mu_;
-  observe::RoundStats round_stats_;             // guarded by stats_mu_
   const double started_ = UnixSeconds();
   observe::StatusHistory history_;              // samples for the status page's curves
   std::unique_ptr<observe::HttpStatusServer> http_;

@@ -19,6 +19,7 @@ StatusOr<model::TrainerOptions> MakeTrainerOptions(const RunConfig& c, int learn
   o.seed = c.seed;  // the same seed everywhere: identical initial weights on every process
   o.threads = c.threads;
   o.precision = c.precision;
+  o.init_weights = c.spec;
   return o;
 }
 

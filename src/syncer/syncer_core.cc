@@ -69,6 +69,7 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
   core.fragments_.resize(static_cast<size_t>(P));
   for (int p = 0; p < P; ++p) {
     auto& f = core.fragments_[static_cast<size_t>(p)];
+    if (!core.owns(p) && initial[p].empty()) continue;  // another shard's: it need not be given
     if (static_cast<int64_t>(initial[p].size()) != core.plan_.fragments[p].numel) {
       return InvalidArgumentError("syncer: fragment " + std::to_string(p) + " initial size " +
                                   std::to_string(initial[p].size()) + " ≠ plan " +
@@ -98,7 +99,10 @@ PublicCopyOptions SyncerCore::CopyOptions(size_t numel) const {
   o.qmax = DownlinkQmax(options_.downlink.encoding);
   o.compression = options_.downlink.compression;
   o.history_versions = options_.history_versions;
-  o.history_bytes = static_cast<size_t>(options_.history_bytes_per_value * static_cast<double>(numel));
+  o.history_bytes = options_.history_bytes_per_value <= 0
+                        ? 0
+                        : std::max(options_.history_min_bytes,
+                                   static_cast<size_t>(options_.history_bytes_per_value * static_cast<double>(numel)));
   o.pool = pool_.get();
   return o;
 }
@@ -761,6 +765,9 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   j["params"] = plan_.total_numel;
   j["rounds"] = rounds_closed_;
   j["rounds_refused"] = rounds_refused_;
+  int64_t saturated = 0;
+  for (const auto& f : fragments_) saturated += f.copy ? f.copy->saturated() : 0;
+  j["public_copy_saturated"] = saturated;  // values held at the lattice's edge (docs/decisions/014)
   j["versions"] = versions();
   j["t_step_s"] = estimates_.step_seconds;
   j["t_sync_s"] = estimates_.sync_seconds;

@@ -347,10 +347,10 @@ Bytes RawDeflate(const Bytes& in) {
 // One raw DEFLATE stream in the segment layout Decode reads (CompressBytes): count 1, the raw and
 // compressed lengths, the stream.
 Bytes OneSegment(const Bytes& stream, size_t raw_len) {
-  Bytes out(12);
+  Bytes out(12 + stream.size());
   const uint32_t words[3] = {1, static_cast<uint32_t>(raw_len), static_cast<uint32_t>(stream.size())};
   std::memcpy(out.data(), words, 12);
-  out.insert(out.end(), stream.begin(), stream.end());
+  if (!stream.empty()) std::memcpy(out.data() + 12, stream.data(), stream.size());
   return out;
 }
 

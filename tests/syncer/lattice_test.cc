@@ -23,7 +23,7 @@ bool SameBits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// The unit of a block is 2^-14 of its largest value's power of two (a zero block: 2^-24), and
+// The unit of a block is 2^-14 of its largest value's power of two (a zero block: 2^-20), and
 // snapping moves a value by at most half a unit.
 TEST(Lattice, UnitsFollowTheInitialValuesAndSnappingMovesHalfAUnitAtMost) {
   std::vector<float> init(20, 0.0f);
@@ -34,7 +34,7 @@ TEST(Lattice, UnitsFollowTheInitialValuesAndSnappingMovesHalfAUnitAtMost) {
   ASSERT_EQ(l->num_blocks(), 3u);
   EXPECT_EQ(l->exp[0], std::ilogb(0.06f) - 14);
   EXPECT_EQ(l->exp[1], 0 - 14);
-  EXPECT_EQ(l->exp[2], -10 - 14);
+  EXPECT_EQ(l->exp[2], -6 - 14);
   std::vector<float> snapped = init;
   SnapToLattice(*l, snapped);
   for (size_t i = 0; i < init.size(); ++i) {
@@ -167,13 +167,11 @@ TEST(Lattice, MalformedDeltasAreRefusedAndChangeNothing) {
   std::vector<float> seven(7, 0.0f);
   EXPECT_EQ(ApplyLatticeDelta(odd_lattice, odd, seven).code(), StatusCode::kDataLoss) << "padding nibble";
   // A delta that would leave the range.
-  std::vector<std::byte> huge = {std::byte{40}, std::byte{32}};
-  for (int i = 0; i < 7; ++i) {
-    const int32_t k = 1 << 30;
-    std::byte b[4];
-    std::memcpy(b, &k, 4);
-    huge.insert(huge.end(), b, b + 4);
-  }
+  std::vector<std::byte> huge(2 + 7 * 4);
+  huge[0] = std::byte{40};
+  huge[1] = std::byte{32};
+  const int32_t k = 1 << 30;
+  for (size_t i = 0; i < 7; ++i) std::memcpy(huge.data() + 2 + 4 * i, &k, 4);
   EXPECT_EQ(ApplyLatticeDelta(odd_lattice, huge, seven).code(), StatusCode::kDataLoss) << "out of range";
   // A full copy with an exponent out of range.
   std::vector<std::byte> full;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "atoll/core/sim_clock.h"
 
 #include <atomic>
@@ -509,6 +511,78 @@ TEST(LearnerAgent, RefusedForAWrongModelSaysWhy) {
   Status st = agent.Start();
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("model signature"), std::string::npos) << st;
+}
+
+// A learner process that restarts with its state folder (AgentOptions::state_dir) offers the
+// public copies its previous process held: the syncer recognises their versions, the catch-up is
+// deltas (no full fetch), and its model starts from those copies, not from the seed.
+TEST(LearnerAgent, ARestartedLearnerResumesFromItsStateWithDeltas) {
+  const int H = 4, P = 4;
+  auto plan = testing::ToyPlan(P);
+  SimClock clock;
+  syncer::SyncerLoop loop(ToyCore(plan, H, 0.0f), clock, nullptr);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("atoll_agent_state_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  testing::ToyLearner first(300), other(301), second(300);
+  learner::AgentCounters before, after;
+  std::vector<std::thread> threads;
+  {
+    ClockThread setup(clock);
+    threads.push_back(StartThread(clock, [&] {  // keeps the global model moving throughout
+      learner::LearnerAgent agent(AgentOpts(1, H, P), plan, other.Views(), loop, clock);
+      ASSERT_TRUE(agent.Start().ok());
+      testing::TrainToy(other, agent, 60, 3, clock);
+      agent.Stop();
+    }));
+    threads.push_back(StartThread(clock, [&] {
+      auto o = AgentOpts(0, H, P);
+      o.state_dir = dir;
+      {
+        learner::LearnerAgent agent(o, plan, first.Views(), loop, clock);
+        ASSERT_TRUE(agent.Start().ok());
+        testing::TrainToy(first, agent, 20, 3, clock);
+        before = agent.counters();
+        agent.Stop();  // "killed": no Leave, no final sync
+      }
+      clock.SleepFor(std::chrono::milliseconds(15));  // a few rounds of the other learner meanwhile
+      o.rejoin = true;
+      learner::LearnerAgent agent(o, plan, second.Views(), loop, clock);  // a new process: seed values
+      ASSERT_TRUE(agent.Start().ok());
+      after = agent.counters();
+      agent.Stop();
+    }));
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GT(before.pulls_delta, 0);
+  EXPECT_EQ(after.state_loaded, P);
+  EXPECT_EQ(after.pulls_full, 0);
+  EXPECT_EQ(after.checksum_mismatches, 0);
+  // The model starts from the global copies, not from the seed's zeros.
+  double moved = 0;
+  for (const auto& t : second.params) {
+    for (float v : t) moved += std::fabs(v);
+  }
+  EXPECT_GT(moved, 0.0);
+  // A damaged state file is ignored: that fragment alone is fetched as usual.
+  {
+    std::fstream f(dir + "/fragment-000.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(48);
+    f.put('\x7f');
+  }
+  testing::ToyLearner third(300);
+  SimClock clock2;
+  syncer::SyncerLoop loop2(ToyCore(plan, H, 0.0f), clock2, nullptr);
+  {
+    ClockThread scope(clock2);
+    auto o = AgentOpts(0, H, P);
+    o.state_dir = dir;
+    learner::LearnerAgent agent(o, plan, third.Views(), loop2, clock2);
+    ASSERT_TRUE(agent.Start().ok());
+    EXPECT_EQ(agent.counters().state_loaded, P - 1);
+    agent.Stop();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

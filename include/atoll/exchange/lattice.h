@@ -6,8 +6,8 @@
 // |k| ≤ kLatticeMax = 2^24 − 1, so every such value is an exact fp32 and the sum of two of them is
 // exact too (IEEE addition of two multiples of u_b whose result is in range returns it exactly).
 // exp[b] comes from the run's initial values Θ⁰ (MakeLattice): the block's largest |value| (at
-// least 2^-10) sets u_b to 2^-14 of its power of two, so a block can grow 1,024-fold before its
-// values leave the range, and its resolution is 6·10⁻⁵ of the block's size.
+// least 2^-6) sets u_b to 2^-14 of its power of two, so a block can grow 1,024-fold (a zero block
+// to 16) before its values leave the range, and its resolution is 6·10⁻⁵ of the block's size.
 //
 // A lattice delta moves Φ by integers: per block a shift s and codes k_i, adding k_i·2^s·u_b.
 // Deltas compose exactly: the sum of any chain of deltas is again one lattice delta (integer

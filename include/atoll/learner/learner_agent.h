@@ -62,6 +62,11 @@ struct AgentOptions {
   // true: the join is refused (FailedPrecondition) unless the syncer's H, τ and mode are this
   // schedule's. `atoll learner` reads both from the same run file; the C API's caller may not.
   bool check_schedule = false;
+  // Where the agent keeps its public copies (one file per fragment, rewritten whenever a pull moved
+  // it; "" = nowhere). A learner process restarted with the same folder loads them, offers their
+  // checksums at its join, and catches up with deltas from the versions it held instead of full
+  // fetches; its model starts from those copies (docs/failure-semantics.md).
+  std::string state_dir;
   // A sharded syncer (docs/decisions/011): this agent talks to shard `shard.index` of
   // `shard.count` and exchanges only the fragments that shard owns (p mod count = index); a
   // learner runs one agent per shard. The join is refused (FailedPrecondition, fatal) when the
@@ -77,6 +82,8 @@ struct AgentCounters {
   int64_t checksum_mismatches = 0;   // pulled copies that disagreed with the syncer's bits
   int64_t pushes_repeated = 0;       // pushes a restarted syncer had not committed (sent again)
   int64_t pushes_deferred = 0;       // scheduled sends skipped: the fragment's last push was not applied yet
+  int64_t state_loaded = 0;          // fragments whose public copy came from the state folder at Start
+  int64_t state_errors = 0;          // state files that could not be written (the run goes on)
   double first_contribution_s = -1;  // seconds from Start() to the first accepted push
   bool joined = false;
   int learner_id = -1;
@@ -173,6 +180,11 @@ class LearnerAgent {
   void NoteExchangeError(const Status& st);
   void HeartbeatLoop();
   Status JoinAndCatchUp();
+  // The state folder (AgentOptions::state_dir): loads the public copies a previous process of
+  // this learner kept (Start; damaged or foreign files are ignored) and writes one after a pull
+  // moved it (exchange thread).
+  void LoadState();
+  void SaveState(int p);
   // After a join: which fragments the learner holds at which version (the syncer matched their
   // checksums), the run's initial values snapped to their lattice where those matched.
   void AdoptHeld(const syncer::JoinReplyData& reply);
@@ -236,6 +248,7 @@ class LearnerAgent {
   std::vector<std::vector<float>> public_;
   std::vector<exchange::Lattice> lattice_;
   std::vector<int64_t> have_;
+  std::vector<bool> loaded_;  // public_[p] came from the state folder (until the first join)
   // The fragments' values when Start() was called, offered at the first join: the syncer sends
   // none of those it already holds bit for bit (same seed). Cleared after the first join.
   std::vector<std::vector<float>> initial_;

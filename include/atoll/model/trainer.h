@@ -103,6 +103,10 @@ struct TrainerOptions {
   // does not train on its shard's beginning again. AdamW moments start fresh (they died with the
   // process; docs/failure-semantics.md).
   int64_t start_step = 0;
+  // A model spec written for this preset (model/model_spec.h, `atoll init`): its values replace
+  // the seed's initial weights. "" = the seed's. Create refuses (FailedPrecondition) a spec of
+  // another model, naming the first tensor that differs.
+  std::string init_weights;
 };
 
 // "fp32" or "bf16" for a TrainerOptions::precision ("auto" decided from this machine's CPU);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "atoll/core/status.h"
+#include "atoll/runtime/run_config.h"
 
 namespace atl::runtime {
 
@@ -49,5 +50,14 @@ struct ExportResult {
 // folder; AlreadyExists for an existing --out without force; FailedPrecondition for the state of
 // another run, model or plan; DataLoss for a truncated or corrupted state file.
 StatusOr<ExportResult> ExportState(const ExportOptions& options);
+
+// `atoll init`: the initial weights of the run's preset (its seed, the data folder's vocabulary,
+// prepared when missing) written as a model spec (model/model_spec.h) at `path`, with the
+// metadata atoll.preset, atoll.seed, atoll.seq and atoll.vocab.
+struct PresetSpec {
+  int64_t params = 0;
+  size_t tensors = 0;
+};
+StatusOr<PresetSpec> WritePresetSpec(const RunConfig& config, const std::string& path);
 
 }  // namespace atl::runtime

@@ -41,6 +41,14 @@ struct RunConfig {
   int64_t warmup = 20;
   int threads = 1;
   std::string precision = "auto";  // training arithmetic: auto | fp32 | bf16 (model/trainer.h)
+  // The run's model as data (model/model_spec.h): a safetensors file of the initial weights, any
+  // architecture. "" = the preset, initialised from the seed. Learners of a spec written for an
+  // atoll preset (`atoll init`) train that preset from those weights; any other spec is trained by
+  // Python or C learners (docs/python.md) and the syncer does not evaluate it.
+  std::string spec;
+  // Glob patterns of the tensor names that are embeddings (merged by weighted mean) when the spec
+  // does not list them itself.
+  std::vector<std::string> embeddings = {"*embed*", "*wte*", "*tok_emb*"};
   // [diloco]
   int fragments = 24;              // P
   int H = 24;

@@ -95,9 +95,11 @@ struct SyncerOptions {
   // blocks of block_size (the lattice's block), with the run's lossless stage.
   diloco::CodecOptions downlink{diloco::Encoding::kInt4, 128};
   // Deltas of the public copy kept per fragment (a learner at most this many versions behind
-  // catches up with one delta), and at most this many bytes of them per parameter (0: no bound).
-  int history_versions = 8;
+  // catches up with one delta), and at most this many bytes of them per parameter — but at least
+  // history_min_bytes per fragment, so that small models keep a long history (0: no bound).
+  int history_versions = 32;
   double history_bytes_per_value = 2.0;
+  size_t history_min_bytes = size_t{1} << 20;
   // Threads that decode, merge and encode a round, over blocks of the fragment (0: one per
   // hardware thread; 1: the loop thread alone). The result is the same bits either way.
   int threads = 0;
@@ -186,8 +188,9 @@ struct RoundReport {
 
 class SyncerCore {
  public:
-  // `initial` holds Θ⁰ per fragment (plan layout). InvalidArgument when sizes mismatch or the
-  // options are inconsistent (H < P, bad codec, quorum < 1).
+  // `initial` holds Θ⁰ per fragment (plan layout; another shard's fragments may be empty).
+  // InvalidArgument when sizes mismatch or the options are inconsistent (H < P, bad codec,
+  // quorum < 1).
   static StatusOr<SyncerCore> Create(SyncerOptions options, diloco::FragmentPlan plan,
                                      std::vector<std::vector<float>> initial);
 
