@@ -66,7 +66,7 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path,
   SyncerCore::FragmentSnapshot s;
   const auto floats = [&](const char* at, std::vector<float>& out) {
     out.resize(n);
-    std::memcpy(out.data(), at, n * sizeof(float));
+    if (n > 0) std::memcpy(out.data(), at, n * sizeof(float));
   };
   if (bytes.size() >= sizeof(FragmentHeader1) && std::memcmp(bytes.data(), kMagic1, 8) == 0) {
     FragmentHeader1 h{};
@@ -114,7 +114,7 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path,
     floats(body, s.public_values);
     body += n * sizeof(float);
     s.lattice_exp.resize(h.lattice_blocks);
-    std::memcpy(s.lattice_exp.data(), body, h.lattice_blocks);
+    if (h.lattice_blocks > 0) std::memcpy(s.lattice_exp.data(), body, h.lattice_blocks);
   }
   return s;
 }
@@ -240,10 +240,10 @@ Status DurableState::WriteFragment(const SyncerCore& core, int p) {
   std::vector<std::byte> buf(sizeof(h) + BodyBytes(h));
   std::byte* body = buf.data() + sizeof(h);
   for (const std::vector<float>* v : {&snap.theta, &snap.momentum, &snap.public_values}) {
-    std::memcpy(body, v->data(), v->size() * sizeof(float));
+    if (!v->empty()) std::memcpy(body, v->data(), v->size() * sizeof(float));  // momentum may be absent
     body += v->size() * sizeof(float);
   }
-  std::memcpy(body, snap.lattice_exp.data(), snap.lattice_exp.size());
+  if (!snap.lattice_exp.empty()) std::memcpy(body, snap.lattice_exp.data(), snap.lattice_exp.size());
   h.body_checksum = Checksum64(buf.data() + sizeof(h), BodyBytes(h));
   h.header_checksum = Checksum64(&h, offsetof(FragmentHeader2, header_checksum));
   std::memcpy(buf.data(), &h, sizeof(h));

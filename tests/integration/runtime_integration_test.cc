@@ -128,5 +128,40 @@ TEST(RuntimeIntegration, BadInputIsRefusedWithAClearMessage) {
   std::filesystem::remove_all(dir);
 }
 
+// `atoll init` writes a preset's model spec; a run that names it (--spec) trains that model from
+// those weights and evaluates it, and the global model has the spec's tensors. Bad inputs: init
+// over an existing file without --force, a spec that does not exist.
+TEST(RuntimeIntegration, ARunOfAModelSpecWrittenByInitTrains) {
+  const std::string dir = testing::TempDir("rt_spec");
+  const std::string data = testing::PrepareSmallData(dir);
+  const std::string spec = dir + "/model.safetensors";
+  auto r = testing::RunAtoll("init --data " + data + " --seq 64 --out " + spec, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + spec), std::string::npos) << r.output;
+  auto written = model::ReadSafetensors(spec);
+  ASSERT_TRUE(written.ok()) << written.status();
+  r = testing::RunAtoll("init --data " + data + " --seq 64 --out " + spec, 60);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("exists (--force overwrites it)"), std::string::npos) << r.output;
+
+  r = testing::RunAtoll("run --data " + data + " --spec " + spec + " --out " + dir + "/run " + kSmallRun, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir + "/run/summary.json");
+  ASSERT_TRUE(s["eval_loss"].is_number()) << s.dump(2);
+  EXPECT_LT(s["eval_loss"].get<double>(), s["eval_loss_start"].get<double>());
+  auto global = model::ReadSafetensors(dir + "/run/global.safetensors");
+  ASSERT_TRUE(global.ok()) << global.status();
+  ASSERT_EQ(global->tensors.size(), written->tensors.size());
+  for (size_t i = 0; i < global->tensors.size(); ++i) {
+    EXPECT_EQ(global->tensors[i].name, written->tensors[i].name);
+    EXPECT_EQ(global->tensors[i].shape, written->tensors[i].shape);
+  }
+
+  r = testing::RunAtoll("run --data " + data + " --spec " + dir + "/missing.safetensors --out " + dir + "/run2 " + kSmallRun, 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("missing.safetensors"), std::string::npos) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace atl

@@ -1,0 +1,243 @@
+// bench_syncer_scale: the syncer's state machine (SyncerCore, the one an `atoll syncer` runs) at
+// model scale, with M learners played in this process: resident memory per parameter and what
+// it is made of, the time a round takes against the cost of copying its fragment once, and the
+// bytes each learner sends and receives per round.
+//
+// Each learner joins and pulls every fragment in full (the public copy Φ_p, once encoded for
+// all of them), then for `--rounds` sweeps over the fragments every learner pushes an int4 outer
+// gradient (one encoded once per fragment and sent by all: the syncer decodes each push on its
+// own, so the work is the same as distinct ones), the round closes with all M (quorum M), and
+// every learner pulls the delta. Nothing crosses a socket: gRPC's costs are in bench_runtime.
+// The model is the default run's options (MakeSyncerOptions of RunConfig{}) over a plan of
+// `--params` parameters in tensors of 4096 × 4096 (and one remainder), P = --fragments.
+//
+// Memory: VmRSS after the setup and after the rounds, VmHWM (peak), and SyncerCore::held_bytes.
+// The bench itself holds one encoded push per fragment (≈ 0.5 bytes per parameter) and the
+// initial values until they are moved into the core (counted in VmHWM, not in VmRSS after).
+//
+//   bench_syncer_scale [--params N] [--learners M] [--fragments P] [--rounds R] [--threads T] [--json]
+// Exit 0; 2 on bad flags.
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "atoll/core/clock.h"
+#include "atoll/core/rng.h"
+#include "atoll/diloco/fragment_plan.h"
+#include "atoll/exchange/fragment_exchange.h"
+#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_config.h"
+#include "atoll/syncer/syncer_core.h"
+
+namespace {
+
+using namespace atl;
+using Wall = std::chrono::steady_clock;
+
+double Seconds(Wall::time_point a, Wall::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// kB → bytes of a /proc/self/status line ("VmRSS:", "VmHWM:").
+double ProcStatusBytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) == 0) return std::strtod(line.c_str() + std::strlen(key), nullptr) * 1024.0;
+  }
+  return 0;
+}
+
+[[noreturn]] void Usage(const std::string& error) {
+  std::fprintf(stderr,
+               "bench_syncer_scale: %s\nusage: bench_syncer_scale [--params N (default 100000000)] "
+               "[--learners M (8)] [--fragments P (24)] [--rounds R (2)] [--threads T (0: one per core)] [--json]\n",
+               error.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t params = 100'000'000;
+  int learners = 8, fragments = 24, rounds = 2, threads = 0;
+  bool json_out = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto next = [&]() -> int64_t {
+      if (i + 1 >= argc) Usage(k + " needs a value");
+      char* end = nullptr;
+      const int64_t v = std::strtoll(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0') Usage(k + " takes an integer, not '" + argv[i] + "'");
+      return v;
+    };
+    if (k == "--params") params = next();
+    else if (k == "--learners") learners = static_cast<int>(next());
+    else if (k == "--fragments") fragments = static_cast<int>(next());
+    else if (k == "--rounds") rounds = static_cast<int>(next());
+    else if (k == "--threads") threads = static_cast<int>(next());
+    else if (k == "--json") json_out = true;
+    else if (k == "-h" || k == "--help") Usage("the syncer's memory and round time at model scale");
+    else Usage("unknown flag " + k);
+  }
+  if (params < 4096 || learners < 1 || fragments < 1 || rounds < 1 || threads < 0 || fragments > params / 4096) {
+    Usage("need --params >= 4096, --learners/--fragments/--rounds >= 1, --threads >= 0, P <= params/4096");
+  }
+
+  // The model: 4096-wide matrices, the first one an embedding.
+  std::vector<diloco::TensorSpec> tensors;
+  for (int64_t left = params, i = 0; left > 0; ++i) {
+    const int64_t rows = std::min<int64_t>(4096, left / 4096 > 0 ? left / 4096 : 1);
+    const int64_t cols = rows * 4096 <= left ? 4096 : left;
+    tensors.push_back({i == 0 ? "tok_embed.weight" : "layers." + std::to_string(i) + ".w", {rows, cols}, rows * cols, i == 0});
+    left -= rows * cols;
+  }
+  diloco::PlanOptions po;
+  po.num_fragments = fragments;
+  auto plan = diloco::MakeFragmentPlan(tensors, po);
+  if (!plan.ok()) Usage(plan.status().ToString());
+  runtime::RunConfig rc;
+  rc.learners = learners;
+  rc.fragments = fragments;
+  auto opt = runtime::MakeSyncerOptions(rc);
+  if (!opt.ok()) Usage(opt.status().ToString());
+  opt->run_id = "bench";
+  opt->round.quorum = learners;
+  opt->round.grace = false;
+  opt->threads = threads;
+
+  const auto t0 = Wall::now();
+  Rng rng(1);
+  std::vector<std::vector<float>> initial;
+  for (const auto& f : plan->fragments) {
+    initial.emplace_back(static_cast<size_t>(f.numel));
+    for (float& v : initial.back()) v = static_cast<float>(rng.Normal(0, 0.02));
+  }
+  // One "trained" copy per fragment and its int4 outer gradient against Θ⁰'s public copy: built
+  // once, pushed by every learner.
+  auto core = syncer::SyncerCore::Create(*opt, *plan, std::move(initial));
+  if (!core.ok()) Usage(core.status().ToString());
+  ManualClock clock;
+  syncer::JoinRequestData req;
+  req.protocol_version = syncer::kProtocolVersion;
+  req.run_id = "bench";
+  req.model_signature = diloco::ModelSignature(plan->tensors);
+  req.host = "bench";
+  double full_pull_bytes = 0;
+  std::vector<std::vector<std::byte>> pushes(static_cast<size_t>(fragments));
+  for (int m = 0; m < learners; ++m) {
+    req.learner_id = m;
+    if (auto j = core->Join(req, clock.Now()); !j.ok()) Usage(j.status().ToString());
+    for (int p = 0; p < fragments; ++p) {
+      auto full = core->Pull(m, p, -1);
+      if (!full.ok()) Usage(full.status().ToString());
+      if (m == 0) full_pull_bytes += static_cast<double>(full->bytes.size());
+    }
+  }
+  for (int p = 0; p < fragments; ++p) {
+    const auto phi = core->public_values(p);
+    std::vector<float> local(phi.begin(), phi.end());
+    for (float& v : local) v -= static_cast<float>(rng.Normal(0.0005, 0.002));
+    if (Status st = exchange::EncodeOuterGradient(opt->uplink, phi, local, pushes[static_cast<size_t>(p)]); !st.ok()) {
+      Usage(st.ToString());
+    }
+  }
+  const double setup_s = Seconds(t0, Wall::now());
+  const double rss_setup = ProcStatusBytes("VmRSS:");
+
+  // The memcpy floor: one copy of each fragment, timed here.
+  double memcpy_s = 0;
+  {
+    std::vector<float> dst(static_cast<size_t>(plan->fragments.front().numel));
+    for (int p = 0; p < fragments; ++p) {
+      const auto src = core->theta(p);
+      dst.resize(src.size());
+      const auto a = Wall::now();
+      std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
+      memcpy_s += Seconds(a, Wall::now());
+    }
+  }
+
+  double push_s = 0, close_s = 0, pull_s = 0, push_bytes = 0, pull_bytes = 0;
+  int closed = 0;
+  std::vector<int64_t> have(static_cast<size_t>(fragments), 0);
+  for (int r = 0; r < rounds; ++r) {
+    for (int p = 0; p < fragments; ++p) {
+      const auto& payload = pushes[static_cast<size_t>(p)];
+      auto a = Wall::now();
+      for (int m = 0; m < learners; ++m) {
+        syncer::PushHeaderData h;
+        h.learner_id = m;
+        h.fragment = p;
+        h.base_version = have[static_cast<size_t>(p)];
+        h.c_tokens = 4096;
+        h.c_steps = 1;
+        h.encoding = opt->uplink.encoding;
+        h.block_size = opt->uplink.block_size;
+        h.compression = opt->uplink.compression;
+        h.num_values = plan->fragments[static_cast<size_t>(p)].numel;
+        auto pushed = core->Push(h, payload, clock.Now());
+        if (!pushed.ok()) Usage("push: " + pushed.status().ToString());
+        push_bytes += static_cast<double>(payload.size());
+      }
+      auto b = Wall::now();
+      push_s += Seconds(a, b);
+      const auto reports = core->Poll(clock.Now(), clock);
+      auto c = Wall::now();
+      close_s += Seconds(b, c);
+      closed += static_cast<int>(reports.size());
+      int64_t version = have[static_cast<size_t>(p)];
+      for (int m = 0; m < learners; ++m) {
+        auto pulled = core->Pull(m, p, have[static_cast<size_t>(p)]);
+        if (!pulled.ok()) Usage("pull: " + pulled.status().ToString());
+        pull_bytes += static_cast<double>(pulled->bytes.size());
+        version = pulled->version;
+      }
+      have[static_cast<size_t>(p)] = version;
+      pull_s += Seconds(c, Wall::now());
+      clock.AdvanceSeconds(0.1);
+    }
+  }
+  const auto held = core->held_bytes();
+  const double rss_end = ProcStatusBytes("VmRSS:"), hwm = ProcStatusBytes("VmHWM:");
+  const double n = static_cast<double>(plan->total_numel);
+  const double model_rounds = static_cast<double>(rounds);
+  nlohmann::json out = {
+      {"params", plan->total_numel}, {"learners", learners}, {"fragments", fragments}, {"threads", threads},
+      {"rounds_closed", closed}, {"setup_seconds", setup_s},
+      {"held_bytes_per_param", static_cast<double>(held.total()) / n},
+      {"held", {{"theta", held.theta}, {"momentum", held.momentum}, {"sweep", held.sweep},
+                {"public_copies", held.public_copies}, {"pending", held.pending}, {"learners", held.learners}}},
+      {"rss_after_setup_bytes_per_param", rss_setup / n}, {"rss_end_bytes_per_param", rss_end / n},
+      {"peak_rss_bytes_per_param", hwm / n},
+      {"memcpy_model_seconds", memcpy_s},
+      {"push_seconds_per_model_round", push_s / model_rounds},
+      {"close_seconds_per_model_round", close_s / model_rounds},
+      {"pull_seconds_per_model_round", pull_s / model_rounds},
+      {"close_over_memcpy", close_s / model_rounds / memcpy_s},
+      {"full_pull_bytes_per_param", full_pull_bytes / n},
+      {"push_bytes_per_param", push_bytes / model_rounds / learners / n},
+      {"pull_delta_bytes_per_param", pull_bytes / model_rounds / learners / n},
+  };
+  if (json_out) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("bench_syncer_scale: %s params, M = %d learners, P = %d fragments, %d rounds of each, threads %d\n",
+              std::to_string(plan->total_numel).c_str(), learners, fragments, rounds, threads);
+  std::printf("  memory per parameter: held by SyncerCore %.2f B (theta %.2f, momentum %.2f, sweep %.2f, public copies "
+              "+ history %.2f, pending %.2f), process RSS %.2f B after setup, %.2f B after the rounds, peak %.2f B\n",
+              static_cast<double>(held.total()) / n, held.theta / n, held.momentum / n, held.sweep / n,
+              held.public_copies / n, held.pending / n, rss_setup / n, rss_end / n, hwm / n);
+  std::printf("  one round of every fragment: pushes admitted %.3f s, rounds closed %.3f s (%.1fx one memcpy of the "
+              "model, %.3f s), pulls served %.3f s\n",
+              push_s / model_rounds, close_s / model_rounds, close_s / model_rounds / memcpy_s, memcpy_s,
+              pull_s / model_rounds);
+  std::printf("  wire per learner per parameter: join pull %.3f B, push %.3f B, pull delta %.3f B per round\n",
+              full_pull_bytes / n, push_bytes / model_rounds / learners / n, pull_bytes / model_rounds / learners / n);
+  return 0;
+}
