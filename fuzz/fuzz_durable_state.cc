@@ -26,10 +26,17 @@ const syncer::SyncerCore& Prototype() {
 }
 
 std::string FixChecksum(int file, std::string bytes) {
-  if (file == 0) {  // fragment file: 40-byte header, checksum of the body at offset 32
-    if (bytes.size() < 40) return bytes;
-    const uint64_t sum = Checksum64(bytes.data() + 40, bytes.size() - 40);
-    std::memcpy(bytes.data() + 32, &sum, 8);
+  if (file == 0) {  // fragment file: format 1 has the body's checksum at offset 32 of a 40-byte
+                    // header; format 2 the body's at 48 and the header's own at 56 of 64 bytes
+    const bool v1 = bytes.compare(0, 8, "ATOLFRG1") == 0;
+    const size_t header = v1 ? 40 : 64, body_sum_at = v1 ? 32 : 48;
+    if (bytes.size() < header) return bytes;
+    const uint64_t sum = Checksum64(bytes.data() + header, bytes.size() - header);
+    std::memcpy(bytes.data() + body_sum_at, &sum, 8);
+    if (!v1) {
+      const uint64_t head = Checksum64(bytes.data(), 56);
+      std::memcpy(bytes.data() + 56, &head, 8);
+    }
     return bytes;
   }
   auto j = nlohmann::json::parse(bytes, nullptr, false);

@@ -104,6 +104,15 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<double>(c, o, "--quarantine-factor", "quarantine_factor", "Quarantine outer gradients above this x the recent median size (default 20; 0 = off)");
   Flag<int>(c, o, "--max-rejects", "max_consecutive_rejects", "Invalid pushes in a row before a learner is disconnected (default 8)");
   Flag<double>(c, o, "--ban-seconds", "ban_seconds", "How long a disconnected learner is refused (default 300)");
+  Flag<int>(c, o, "--max-connections", "max_connections", "Limit: open gRPC connections, never more than ulimit -n - 256 (default 4096)");
+  Flag<int>(c, o, "--max-pushes-per-learner", "max_pushes_per_learner", "Limit: pushes of one learner in flight at once (default 4)");
+  Flag<int>(c, o, "--max-polls-per-learner", "max_polls_per_learner", "Limit: pulls (long polls) of one learner in flight at once (default 4)");
+  Flag<double>(c, o, "--max-heartbeats-per-s", "max_heartbeats_per_s", "Limit: heartbeats per second of one learner (default 20)");
+  Flag<double>(c, o, "--push-timeout", "push_timeout_s", "Limit: seconds a push stream may stay open (default 120)");
+  Flag<double>(c, o, "--commit-reserve-mb", "commit_reserve_mb",
+               "MiB of free space a commit must leave in the state folder beyond its files; below it rounds are held (default 64)");
+  Flag<std::string>(c, o, "--allowed-learners", "allowed_learners",
+                    "Per-learner credentials: the learner ids whose tokens are accepted, e.g. 0-3,7 (default: any; leave an id out to revoke it)");
 }
 
 StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {
@@ -190,6 +199,9 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
                 "Serve the status page, /api/status, /metrics (Prometheus) and /healthz on this address, e.g. 127.0.0.1:0 "
                 "(a free port; the URL is printed). Needs the same token as the gRPC port (Bearer header or ?token=)");
   c->add_option("--http-port-file", p->http_port_file, "Write the bound HTTP port to this file once serving");
+  c->add_option("--http-host", p->http_hosts,
+                "A host name the status page is reached by (repeatable); requests whose Host header is not an IP "
+                "address, localhost, the --http host or one of these are refused (DNS rebinding)");
   c->add_option("--shard", p->shard,
                 "i/S: run shard i of a syncer sharded S ways (0 <= i < S <= P). It owns the fragments p with "
                 "p mod S = i, has its own port and --state folder (default <out>/state: give each shard its own "

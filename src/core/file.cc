@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -58,12 +59,16 @@ Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes
     ::unlink(tmp.c_str());
     return st;
   }
-  int dfd = sync ? ::open(dir.c_str(), O_RDONLY | O_DIRECTORY) : -1;
+  if (sync) SyncFolder(dir.string());
+  return Status::Ok();
+}
+
+void SyncFolder(const std::string& dir) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (dfd >= 0) {
     ::fsync(dfd);  // best effort: some file systems refuse fsync on folders
     ::close(dfd);
   }
-  return Status::Ok();
 }
 
 Status WriteFileAtomic(const std::string& path, std::string_view text) {
@@ -111,6 +116,32 @@ StatusOr<std::vector<std::string>> ListFilesRecursive(const std::string& dir) {
   if (ec) return InvalidArgumentError("cannot read folder " + dir + ": " + ec.message());
   std::sort(files.begin(), files.end());
   return files;
+}
+
+bool IsAtomicWriteTempName(const std::string& name) {
+  static constexpr std::string_view kTmp = ".tmp.";
+  if (name.size() < 1 + 1 + kTmp.size() + 6 || name.front() != '.') return false;
+  const size_t at = name.size() - 6 - kTmp.size();
+  if (name.compare(at, kTmp.size(), kTmp) != 0) return false;
+  return std::all_of(name.end() - 6, name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+}
+
+StatusOr<std::vector<std::string>> RemoveStaleTempFiles(const std::string& dir, const std::vector<std::string>& targets) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return removed;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!IsAtomicWriteTempName(name) || !it->is_regular_file(ec)) continue;
+    const std::string target = name.substr(1, name.size() - 1 - 11);  // without "." and ".tmp.XXXXXX"
+    if (!targets.empty() && std::find(targets.begin(), targets.end(), target) == targets.end()) continue;
+    std::error_code rm;
+    if (fs::remove(it->path(), rm)) removed.push_back(name);
+  }
+  if (ec) return InvalidArgumentError("cannot read folder " + dir + ": " + ec.message());
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 bool FileExists(const std::string& path) {

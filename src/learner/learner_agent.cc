@@ -664,7 +664,12 @@ void LearnerAgent::ExchangeLoop() {
     }
     if (st.ok()) continue;
     NoteExchangeError(st);
-    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) Backoff(delay);
+    // RESOURCE_EXHAUSTED: the syncer's limits refused the call (calls in flight, push budget): retried
+    // after the backoff, not at once.
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded ||
+        st.code() == StatusCode::kResourceExhausted) {
+      Backoff(delay);
+    }
   }
 }
 

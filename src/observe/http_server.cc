@@ -1,124 +1,371 @@
 #include "atoll/observe/http_server.h"
 
-#include <httplib.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "atoll/core/text.h"
+#include "atoll/observe/http_request.h"
 #include "atoll/observe/status_page.h"
 #include "atoll/transport/credentials.h"
 
 namespace atl::observe {
 namespace {
 
-// cpp-httplib's own pool queues without bound; this one makes the accept thread wait while
-// `max_queued` connections are waiting (then the kernel's backlog, then refusals).
-class BoundedPool : public httplib::TaskQueue {
- public:
-  BoundedPool(int threads, int max_queued) : max_queued_(static_cast<size_t>(max_queued)) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
-  }
-  ~BoundedPool() override = default;
+using SteadyTime = std::chrono::steady_clock::time_point;
 
-  void enqueue(std::function<void()> fn) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    room_.wait(lock, [this] { return jobs_.size() < max_queued_ || shutdown_; });
-    jobs_.push_back(std::move(fn));
-    work_.notify_one();
-  }
+SteadyTime After(double seconds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
 
-  // Called once by the listening thread after its accept loop ended: runs what is queued, joins.
-  void shutdown() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      shutdown_ = true;
-    }
-    work_.notify_all();
-    room_.notify_all();
-    for (auto& t : threads_) t.join();
+const char* Reason(int code) {
+  switch (code) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Service Unavailable";
   }
+}
 
- private:
-  void Work() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        work_.wait(lock, [this] { return !jobs_.empty() || shutdown_; });
-        if (jobs_.empty()) return;  // shutdown_ and nothing left
-        fn = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      room_.notify_one();
-      fn();
-    }
-  }
-
-  const size_t max_queued_;
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::condition_variable work_, room_;
-  std::deque<std::function<void()>> jobs_;  // guarded by mu_
-  bool shutdown_ = false;                   // guarded by mu_
+struct Response {
+  int code = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
+Response Text(int code, std::string body) { return {code, "text/plain; charset=utf-8", std::move(body), {}}; }
+
+std::string Serialized(const Response& r) {
+  std::string out = "HTTP/1.1 " + std::to_string(r.code) + " " + Reason(r.code) + "\r\n";
+  out += "Content-Type: " + r.content_type + "\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n";
+  out += "Connection: close\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n";
+  for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
+  out += "\r\n";
+  return out + r.body;
+}
+
+// Writes all of `data` before `deadline` (the socket is non-blocking); false when it cannot.
+bool SendAll(int fd, std::string_view data, SteadyTime deadline) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000))) < 0 && errno != EINTR) return false;
+  }
+  return true;
+}
+
+// Answers a refused request from the event thread: one non-blocking send of a small response
+// (a client that does not read it loses it), then the connection is closed.
+void RefuseAndClose(int fd, const Response& r) {
+  const std::string bytes = Serialized(r);
+  (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+void RefuseAndClose(int fd, int code, const std::string& why) { RefuseAndClose(fd, Text(code, why + "\n")); }
+
 // The presented token: `Authorization: Bearer <t>`, else `?token=<t>`.
-std::string PresentedToken(const httplib::Request& req) {
-  const std::string auth = req.get_header_value("Authorization");
+std::string PresentedToken(const HttpRequestHead& req) {
+  const std::string auth = req.Header("authorization").value_or("");
   if (auth.rfind("Bearer ", 0) == 0) return auth.substr(7);
-  return req.has_param("token") ? req.get_param_value("token") : std::string();
+  return req.QueryParam("token").value_or("");
 }
 
-void Unavailable(httplib::Response& res, const Status& st) {
-  res.status = 503;
-  res.set_content(st.ToString() + "\n", "text/plain; charset=utf-8");
-}
-
-void AddRoutes(httplib::Server& svr, const HttpHandlers& h) {
-  svr.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
-  svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_header("Content-Security-Policy",
-                   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:");
-    res.set_content(std::string(StatusPageHtml()), "text/html; charset=utf-8");
-  });
-  svr.Get("/api/status", [h](const httplib::Request&, httplib::Response& res) {
-    auto st = h.status ? h.status() : StatusOr<nlohmann::json>(UnavailableError("no status source"));
-    if (!st.ok()) return Unavailable(res, st.status());
-    res.set_content(DumpJson(*st), "application/json");
-  });
-  svr.Get("/api/history", [h](const httplib::Request&, httplib::Response& res) {
-    auto st = h.history ? h.history() : StatusOr<nlohmann::json>(UnavailableError("no history"));
-    if (!st.ok()) return Unavailable(res, st.status());
-    res.set_content(DumpJson(*st), "application/json");
-  });
-  svr.Get("/metrics", [h](const httplib::Request&, httplib::Response& res) {
-    auto text = h.metrics ? h.metrics() : StatusOr<std::string>(UnavailableError("no metrics source"));
-    if (!text.ok()) return Unavailable(res, text.status());
-    res.set_content(*text, "text/plain; version=0.0.4; charset=utf-8");
-  });
+Response FromJson(const StatusOr<nlohmann::json>& st) {
+  if (!st.ok()) return Text(503, st.status().ToString() + "\n");
+  return {200, "application/json", DumpJson(*st), {}};
 }
 
 Status CheckOptions(const HttpOptions& o) {
-  if (o.threads < 1 || o.threads > 64 || o.max_queued < 1 || o.read_timeout_s < 1 || o.write_timeout_s < 1 ||
-      o.keep_alive_max_count < 1 || o.keep_alive_timeout_s < 1) {
-    return InvalidArgumentError("HTTP limits: threads in [1, 64], queue, timeouts and keep-alive ≥ 1");
+  if (o.threads < 1 || o.threads > 64 || !(o.read_timeout_s > 0) || !(o.write_timeout_s > 0) ||
+      o.max_connections < 1 || o.max_connections > 4096 || o.max_head_bytes < 256 || o.max_head_bytes > (1 << 20) ||
+      o.max_headers < 1) {
+    return InvalidArgumentError(
+        "HTTP limits: threads in [1, 64], max_connections in [1, 4096], max_head_bytes in [256, 1 MiB], "
+        "header count and timeouts > 0");
   }
   return Status::Ok();
+}
+
+StatusOr<int> Listen(const std::string& host, int port, int* bound_port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port_text = std::to_string(port);
+  if (::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &res) != 0 || !res) {
+    return UnavailableError("cannot resolve the HTTP host '" + host + "'");
+  }
+  int fd = -1;
+  for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int yes = 1;  // SO_REUSEADDR only: a restart binds through TIME_WAIT, no second process shares the port
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) return UnavailableError("cannot bind the HTTP status endpoint to " + host + ":" + port_text);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  *bound_port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return fd;
 }
 
 }  // namespace
 
 struct HttpStatusServer::Impl {
-  httplib::Server server;
-  std::thread listener;
+  // A connection still sending its request head (event thread only).
+  struct Reading {
+    int fd = -1;
+    std::string head;
+    SteadyTime deadline;
+    uint64_t seq = 0;  // accept order: the lowest is the oldest
+  };
+  struct Job {
+    int fd;
+    HttpRequestHead head;
+  };
+
+  HttpOptions o;
+  HttpHandlers h;
+  int listen_fd = -1;
+  int wake[2] = {-1, -1};
+  std::thread events;
+  std::vector<std::thread> workers;
+  std::vector<Reading> reading;    // event thread only
+  uint64_t next_seq = 0;           // event thread only
+  SteadyTime accept_paused_until;  // event thread only: out of descriptors, accept later
+  std::atomic<int> busy{0};        // connections queued for or held by a handler thread
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> jobs;            // guarded by mu
+  std::set<int> serving;           // guarded by mu: fds being answered
+  bool stopping = false;           // guarded by mu
+
+  void EventLoop();
+  void AcceptSome();
+  bool ReadMore(Reading& c);       // false: the connection left the reading set
+  void Dispatch(int fd, std::string_view head);
+  void Work();
+  Response Route(const HttpRequestHead& req) const;
+  Status Authorize(const HttpRequestHead& req) const;
+  void StopAll();
 };
+
+void HttpStatusServer::Impl::EventLoop() {
+  std::vector<pollfd> fds;
+  for (;;) {
+    const SteadyTime now = std::chrono::steady_clock::now();
+    int timeout_ms = 1000;
+    for (const Reading& c : reading) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left + 1, 0, timeout_ms));
+    }
+    const bool accepting = now >= accept_paused_until;
+    fds.assign({{wake[0], POLLIN, 0}, {accepting ? listen_fd : -1, POLLIN, 0}});
+    for (const Reading& c : reading) fds.push_back({c.fd, POLLIN, 0});
+    if (!accepting) timeout_ms = std::min(timeout_ms, 100);
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
+    if (fds[0].revents != 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) break;
+    }
+    const SteadyTime after = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < reading.size(); ++i) {
+      Reading& c = reading[i];
+      if (fds[i + 2].revents != 0 && !ReadMore(c)) {
+        c.fd = -1;
+      } else if (c.fd >= 0 && after >= c.deadline) {  // slow or silent: cut off, whatever its pace
+        RefuseAndClose(c.fd, 408, "the request head did not arrive in time");
+        c.fd = -1;
+      }
+    }
+    std::erase_if(reading, [](const Reading& c) { return c.fd < 0; });
+    if (fds[1].revents != 0) AcceptSome();
+  }
+  for (Reading& c : reading) ::close(c.fd);
+  reading.clear();
+}
+
+void HttpStatusServer::Impl::AcceptSome() {
+  for (int i = 0; i < 32; ++i) {  // then read what arrived before accepting more
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      // Out of descriptors or memory: the listener stays readable, so pause instead of spinning.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) accept_paused_until = After(0.1);
+      return;
+    }
+    if (static_cast<int>(reading.size()) + busy.load() >= o.max_connections) {
+      if (reading.empty()) {  // every slot is being answered: this one waits for nothing
+        RefuseAndClose(fd, 503, "too many connections");
+        continue;
+      }
+      auto oldest = std::min_element(reading.begin(), reading.end(),
+                                     [](const Reading& a, const Reading& b) { return a.seq < b.seq; });
+      RefuseAndClose(oldest->fd, 503, "too many connections: the oldest incomplete request is dropped");
+      reading.erase(oldest);
+    }
+    reading.push_back({fd, {}, After(o.read_timeout_s), next_seq++});
+    if (!ReadMore(reading.back())) reading.pop_back();
+  }
+}
+
+bool HttpStatusServer::Impl::ReadMore(Reading& c) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n <= 0) {  // closed by the client, or an error
+      ::close(c.fd);
+      return false;
+    }
+    const size_t from = c.head.size() < 3 ? 0 : c.head.size() - 3;  // a line end may straddle reads
+    c.head.append(buf, static_cast<size_t>(n));
+    const size_t end = FindHeadEnd(std::string_view(c.head).substr(from));
+    if (end > 0 && from + end <= static_cast<size_t>(o.max_head_bytes)) {
+      Dispatch(c.fd, std::string_view(c.head).substr(0, from + end));
+      return false;
+    }
+    if (c.head.size() >= static_cast<size_t>(o.max_head_bytes)) {
+      RefuseAndClose(c.fd, 431, "the request head exceeds " + std::to_string(o.max_head_bytes) + " bytes");
+      return false;
+    }
+  }
+}
+
+// Everything that needs no handler is decided here, on the event thread.
+void HttpStatusServer::Impl::Dispatch(int fd, std::string_view head) {
+  auto req = ParseRequestHead(head, {static_cast<size_t>(o.max_head_bytes), o.max_headers});
+  if (!req.ok()) return RefuseAndClose(fd, HttpStatusFor(req.status()), req.status().message());
+  if (req->declares_body) return RefuseAndClose(fd, 413, "request bodies are refused: this endpoint is GET only");
+  if (req->method != "GET") return RefuseAndClose(fd, 405, "GET only");
+  if (req->path != "/healthz") {
+    const auto host = req->Header("host");
+    if (host && !HostIsAllowed(*host, o.allowed_hosts)) {
+      return RefuseAndClose(fd, 403, "Host '" + TruncateUtf8(*host, 64) +
+                                         "' is not a name of this syncer (DNS rebinding protection; see --http-host)");
+    }
+    if (Status st = Authorize(*req); !st.ok()) {
+      return RefuseAndClose(fd, {401, "text/plain; charset=utf-8", st.message() + "\n",
+                                 {{"WWW-Authenticate", "Bearer realm=\"atoll\""}}});
+    }
+  }
+  // The queue needs no bound of its own: each job holds one of max_connections connections.
+  std::lock_guard<std::mutex> lock(mu);
+  ++busy;
+  jobs.push_back({fd, std::move(*req)});
+  cv.notify_one();
+}
+
+Status HttpStatusServer::Impl::Authorize(const HttpRequestHead& req) const {
+  if (o.token.empty() || transport::TokensEqual(PresentedToken(req), o.token)) return Status::Ok();
+  return UnauthenticatedError("this syncer needs its token: Authorization: Bearer <token> or ?token=<token>");
+}
+
+Response HttpStatusServer::Impl::Route(const HttpRequestHead& req) const {
+  if (req.path == "/healthz") return Text(200, "ok\n");
+  if (req.path == "/") {
+    return {200, "text/html; charset=utf-8", std::string(StatusPageHtml()),
+            {{"Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                         "connect-src 'self'; img-src data:"}}};
+  }
+  if (req.path == "/api/status") return FromJson(h.status ? h.status() : UnavailableError("no status source"));
+  if (req.path == "/api/history") return FromJson(h.history ? h.history() : UnavailableError("no history"));
+  if (req.path == "/metrics") {
+    auto text = h.metrics ? h.metrics() : StatusOr<std::string>(UnavailableError("no metrics source"));
+    if (!text.ok()) return Text(503, text.status().ToString() + "\n");
+    return {200, "text/plain; version=0.0.4; charset=utf-8", *text, {}};
+  }
+  return Text(404, "not found\n");
+}
+
+void HttpStatusServer::Impl::Work() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [this] { return stopping || !jobs.empty(); });
+      if (stopping) return;  // StopAll closes what is still queued
+      job = std::move(jobs.front());
+      jobs.pop_front();
+      serving.insert(job.fd);
+    }
+    Response r;
+    try {
+      r = Route(job.head);
+    } catch (const std::exception& e) {  // a handler's bug must not end the thread
+      r = Text(503, std::string("status handler failed: ") + e.what() + "\n");
+    }
+    (void)SendAll(job.fd, Serialized(r), After(o.write_timeout_s));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      serving.erase(job.fd);
+      ::shutdown(job.fd, SHUT_WR);
+      ::close(job.fd);
+    }
+    --busy;
+  }
+}
+
+void HttpStatusServer::Impl::StopAll() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return;
+    stopping = true;
+    for (int fd : serving) ::shutdown(fd, SHUT_RDWR);  // a response in progress fails at once
+  }
+  const char byte = 1;
+  (void)!::write(wake[1], &byte, 1);
+  cv.notify_all();
+  if (events.joinable()) events.join();
+  for (auto& t : workers) t.join();
+  for (const Job& j : jobs) ::close(j.fd);
+  jobs.clear();
+  for (int fd : {listen_fd, wake[0], wake[1]}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
 
 std::string QueryEscaped(const std::string& text) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -154,52 +401,20 @@ StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address) 
 StatusOr<std::unique_ptr<HttpStatusServer>> HttpStatusServer::Start(const HttpOptions& o, HttpHandlers handlers) {
   ATOLL_RETURN_IF_ERROR(CheckOptions(o));
   ATOLL_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(o.address));
-  auto impl = std::make_unique<Impl>();
-  httplib::Server& svr = impl->server;
-  const int threads = o.threads, queued = o.max_queued;
-  svr.new_task_queue = [threads, queued] { return new BoundedPool(threads, queued); };
-  svr.set_read_timeout(o.read_timeout_s, 0);
-  svr.set_write_timeout(o.write_timeout_s, 0);
-  svr.set_keep_alive_max_count(static_cast<size_t>(o.keep_alive_max_count));
-  svr.set_keep_alive_timeout(o.keep_alive_timeout_s);
-  svr.set_payload_max_length(1024);
-  // httplib's default also sets SO_REUSEPORT, which lets a second process bind the same port and
-  // take a share of the connections; keep only SO_REUSEADDR (a restart binds through TIME_WAIT).
-  svr.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  svr.set_default_headers({{"Cache-Control", "no-store"}, {"X-Content-Type-Options", "nosniff"}});
-  const std::string token = o.token;
-  svr.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
-    if (token.empty() || req.path == "/healthz" || transport::TokensEqual(PresentedToken(req), token)) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    res.status = 401;
-    res.set_header("WWW-Authenticate", "Bearer realm=\"atoll\"");
-    res.set_content("this syncer needs its token: Authorization: Bearer <token> or ?token=<token>\n", "text/plain");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  AddRoutes(svr, handlers);
   const auto& [host, port] = host_port;
-  int bound = port;
-  if (port == 0) {
-    bound = svr.bind_to_any_port(host);
-  } else if (!svr.bind_to_port(host, port)) {
-    bound = -1;
+  auto impl = std::make_unique<Impl>();
+  impl->o = o;
+  impl->h = std::move(handlers);
+  if (host != "0.0.0.0" && host != "::" && !host.empty()) impl->o.allowed_hosts.push_back(host);
+  int bound = 0;
+  ATOLL_ASSIGN_OR_RETURN(impl->listen_fd, Listen(host, port, &bound));
+  if (::pipe2(impl->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+    ::close(impl->listen_fd);
+    return InternalError(std::string("pipe for the HTTP endpoint: ") + std::strerror(errno));
   }
-  if (bound <= 0) return UnavailableError("cannot bind the HTTP status endpoint to " + o.address);
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  impl->listener = std::thread([&svr, done] {
-    svr.listen_after_bind();
-    *done = true;
-  });
-  // stop() is a no-op until the accept loop runs, so Stop() must not come before it.
-  while (!svr.is_running() && !*done) std::this_thread::yield();
-  if (*done) {
-    impl->listener.join();
-    return UnavailableError("the HTTP status endpoint on " + o.address + " stopped at once");
-  }
+  Impl* raw = impl.get();
+  impl->events = std::thread([raw] { raw->EventLoop(); });
+  for (int i = 0; i < o.threads; ++i) impl->workers.emplace_back([raw] { raw->Work(); });
   return std::unique_ptr<HttpStatusServer>(new HttpStatusServer(std::move(impl), bound, host));
 }
 
@@ -209,9 +424,7 @@ HttpStatusServer::HttpStatusServer(std::unique_ptr<Impl> impl, int port, std::st
 HttpStatusServer::~HttpStatusServer() { Stop(); }
 
 void HttpStatusServer::Stop() {
-  if (!impl_ || !impl_->listener.joinable()) return;
-  impl_->server.stop();
-  impl_->listener.join();
+  if (impl_) impl_->StopAll();
 }
 
 std::string HttpStatusServer::url() const {

@@ -171,6 +171,9 @@ std::string RenderPrometheus(const json& status, const RoundStats& rounds) {
   }
   Family(out, "atoll_rounds_refused_total", "counter", "Rounds refused by the numeric safety checks.")
       .Sample(Num(status, "rounds_refused"));
+  Family(out, "atoll_rounds_held", "gauge",
+         "1 while rounds are held because a commit could not succeed (disk full, out of file descriptors); the status says why.")
+      .Sample(status.contains("holding") ? 1 : 0);
   {
     Family f(out, "atoll_wire_bytes_total", "counter", "Bytes on the wire between learners and syncer, by direction.");
     f.Sample(Num(status, "bytes_up"), Label("direction", "up"));

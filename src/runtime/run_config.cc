@@ -7,6 +7,7 @@
 
 #include "atoll/core/file.h"
 #include "atoll/diloco/merge.h"
+#include "atoll/transport/credentials.h"
 
 namespace atl::runtime {
 namespace {
@@ -71,6 +72,13 @@ void VisitFields(Config& c, F&& f) {
   f("limits", "quarantine_factor", c.quarantine_factor);
   f("limits", "max_consecutive_rejects", c.max_consecutive_rejects);
   f("limits", "ban_seconds", c.ban_seconds);
+  f("limits", "max_connections", c.max_connections);
+  f("limits", "max_pushes_per_learner", c.max_pushes_per_learner);
+  f("limits", "max_polls_per_learner", c.max_polls_per_learner);
+  f("limits", "max_heartbeats_per_s", c.max_heartbeats_per_s);
+  f("limits", "push_timeout_s", c.push_timeout_s);
+  f("limits", "commit_reserve_mb", c.commit_reserve_mb);
+  f("limits", "allowed_learners", c.allowed_learners);
 }
 
 // The section a key lives in ("" for none); "chaos" is a nested table of its own.
@@ -206,6 +214,13 @@ Status ValidateRunConfig(const RunConfig& c) {
     return bad("quarantine_factor must be 0 (off) or in [2, 1e6]");
   if (c.max_consecutive_rejects < 1 || !(c.ban_seconds >= 0 && c.ban_seconds <= 86'400))
     return bad("max_consecutive_rejects must be ≥ 1 and ban_seconds in [0, 86400]");
+  if (c.max_connections < 16 || c.max_connections > 1'000'000 || c.max_pushes_per_learner < 1 ||
+      c.max_pushes_per_learner > 1000 || c.max_polls_per_learner < 1 || c.max_polls_per_learner > 1000)
+    return bad("max_connections must be in [16, 1000000], max_pushes_per_learner and max_polls_per_learner in [1, 1000]");
+  if (!(c.max_heartbeats_per_s >= 1 && c.max_heartbeats_per_s <= 1e6) || !(c.push_timeout_s >= 1 && c.push_timeout_s <= 86'400))
+    return bad("max_heartbeats_per_s must be in [1, 1e6] and push_timeout_s in [1, 86400]");
+  if (!(c.commit_reserve_mb >= 0 && c.commit_reserve_mb <= 1 << 20)) return bad("commit_reserve_mb must be in [0, 1048576]");
+  if (auto ids = transport::LearnerIdSet::Parse(c.allowed_learners); !ids.ok()) return bad("allowed_learners: " + ids.status().message());
   for (const auto& e : c.chaos.events) {
     if (e.kind == chaos::FaultKind::kKillSyncer && e.target >= c.syncer_shards)
       return bad("a kill_syncer event names syncer shard " + std::to_string(e.target) + " (its learner field), but there " +

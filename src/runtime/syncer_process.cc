@@ -1,4 +1,6 @@
 // `atoll syncer`: the global model, the rounds, the gRPC service, the final evaluation.
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include "atoll/observe/http_server.h"
 #include "atoll/observe/prometheus.h"
 #include "atoll/runtime/processes.h"
+#include "atoll/syncer/commit_headroom.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_loop.h"
 #include "atoll/transport/credentials.h"
@@ -80,6 +83,11 @@ transport::ServerLimits MakeServerLimits(const RunConfig& c) {
   l.memory_quota_bytes = static_cast<int64_t>(c.memory_quota_mb * (1 << 20));
   l.handshake_timeout_ms = static_cast<int>(c.handshake_timeout_s * 1000);
   l.max_connection_idle_ms = static_cast<int>(c.idle_timeout_s * 1000);
+  l.max_connections = c.max_connections;
+  l.max_pushes_per_learner = c.max_pushes_per_learner;
+  l.max_polls_per_learner = c.max_polls_per_learner;
+  l.max_heartbeats_per_s = c.max_heartbeats_per_s;
+  l.push_timeout_ms = static_cast<int>(c.push_timeout_s * 1000);
   return l;
 }
 
@@ -119,16 +127,41 @@ class SyncerProcess {
     }
     if (!opt_.http.empty()) {
       if (auto hp = observe::SplitHostPort(opt_.http); !hp.ok()) return Fail(hp.status().WithContext("--http"), 2);
+      if (!IsLoopbackAddress(opt_.http) && c_.token.empty() && opt_.secret_file.empty()) {  // as for --listen
+        return Fail(FailedPreconditionError("refusing to serve the HTTP status endpoint on " + opt_.http +
+                                            " without credentials: anyone who reaches it would see the run's status "
+                                            "(give --secret-file or --token, or a loopback --http address)"), 2);
+      }
     }
     if (Status st = MakeDirs(out_); !st.ok()) return Fail(st, 1);
     if (Status st = WriteRunConfigOnce(); !st.ok()) return Fail(st, 1);
+    RaiseDescriptorLimit();
     if (int rc = Setup(); rc != 0) return rc;
-    loop_ = std::make_unique<syncer::SyncerLoop>(std::move(*core_), clock_,
+    // Rounds close only while a commit can succeed: otherwise they are held (commit_headroom.h).
+    headroom_ = std::make_unique<syncer::CommitHeadroom>(
+        durable_->dir(), syncer::CommitBytes(plan_, static_cast<uint64_t>(c_.commit_reserve_mb * (1 << 20))), kCommitFds);
+    loop_ = std::make_unique<syncer::SyncerLoop>(
+        std::move(*core_), clock_,
         [this](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
           Commit(sc, r);
           OfferGlobalEval(sc);
-        });
+        },
+        std::chrono::milliseconds(50), [this](const syncer::SyncerCore&) { return headroom_->Check(); });
     return Serve();
+  }
+
+  // Descriptors kept for commits (CommitHeadroom): a commit holds at most a temp file and the
+  // folder open at once; the rest is slack for the learner table, copies and metrics.
+  static constexpr int kCommitFds = 16;
+
+  // The soft descriptor limit up to the hard one: connections are capped below the limit
+  // (ServerLimits::max_connections), so a higher one means more of them before any is refused.
+  static void RaiseDescriptorLimit() {
+    rlimit r{};
+    if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+      r.rlim_cur = r.rlim_max;
+      (void)::setrlimit(RLIMIT_NOFILE, &r);
+    }
   }
 
  private:
@@ -216,7 +249,16 @@ class SyncerProcess {
     if (!core.ok()) return Fail(core.status(), 2);
     core_ = std::move(*core);
     durable_ = std::make_unique<syncer::DurableState>(opt_.state_dir.empty() ? out_ + "/state" : opt_.state_dir);
-    resumed_ = durable_->Exists();
+    std::vector<std::string> stale = durable_->RemoveStaleTempFiles();
+    // The run folder's own files (a model write is as large as the model).
+    if (auto out = RemoveStaleTempFiles(out_, {"global.safetensors", "syncer-summary.json", "config.json", "status-url"});
+        out.ok()) {
+      for (const auto& f : *out) stale.push_back(out_ + "/" + f);
+    }
+    for (const std::string& f : stale) std::printf("syncer: removed %s (a write a killed syncer left unfinished)\n", f.c_str());
+    auto contents = durable_->Inspect();  // a damaged or foreign folder is refused, never overwritten
+    if (!contents.ok()) return Fail(contents.status(), 2);
+    resumed_ = *contents == syncer::DurableState::Contents::kSaved;
     if (resumed_) {
       if (Status st = durable_->Restore(*core_, clock_.Now()); !st.ok()) {
         const char* hint = st.code() == StatusCode::kFailedPrecondition ? " (point --state at a fresh folder to start over)" : "";
@@ -224,10 +266,18 @@ class SyncerProcess {
       }
       std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", durable_->dir().c_str(),
                   static_cast<long long>(core_->rounds_closed()), nlohmann::json(core_->versions()).dump().c_str());
+      PrintStateWarnings();
     } else if (Status st = durable_->SaveAll(*core_); !st.ok()) {
       return Fail(st.WithContext("writing the initial state"), 1);
     }
     return 0;
+  }
+
+  // What the durable state ignored or rebuilt at the resume, and what was lost with it.
+  void PrintStateWarnings() {
+    for (; warnings_printed_ < durable_->warnings().size(); ++warnings_printed_) {
+      std::fprintf(stderr, "syncer: warning: %s\n", durable_->warnings()[warnings_printed_].c_str());
+    }
   }
 
   // The initial model's eval loss, measured once per run (a restarted syncer reads it back
@@ -237,14 +287,15 @@ class SyncerProcess {
       std::printf("syncer: no evaluation: %s\n", model_->no_evaluation().c_str());
       return 0;
     }
-    const std::string file = durable_->dir() + "/eval-start.json";
-    if (auto saved = ReadFile(file); resumed_ && saved.ok()) {
-      start_eval_loss_ = nlohmann::json::parse(*saved, nullptr, false).value("loss", 0.0);
+    const std::optional<double> saved = resumed_ ? durable_->SavedStartEval() : std::nullopt;
+    PrintStateWarnings();  // a damaged file is evaluated again, not a blocked restart
+    if (saved) {
+      start_eval_loss_ = *saved;
     } else {
       auto e = model_->evaluator()->Evaluate(c_.eval_batches);
       if (!e.ok()) return Fail(e.status(), 1);
       start_eval_loss_ = e->loss;
-      (void)WriteFileAtomic(file, nlohmann::json({{"loss", e->loss}}).dump());
+      (void)durable_->SaveStartEval(e->loss);
     }
     std::printf("syncer: eval loss of the initial global model %.4f\n", *start_eval_loss_);
     std::fflush(stdout);
@@ -280,6 +331,9 @@ class SyncerProcess {
   // Loop thread: commit before the new version becomes visible (docs/failure-semantics.md).
   void Commit(const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
     if (!r.refused) {
+      // The descriptors kept for commits are free while it writes (the gate made sure there was
+      // room on the disk before this round closed).
+      const auto released = headroom_->ReleaseForCommit();
       // The accounting counters this round moved (tokens merged, rounds joined per learner) are
       // part of the committed state: a restart must not forget merged work. Written just before
       // Θ_p: a crash in between counts a round that is then not in Θ_p, whose learners send that
@@ -296,8 +350,20 @@ class SyncerProcess {
     // Counted here, not from rounds_closed(): one Poll may close several rounds before their commits.
     if (!r.refused && opt_.checkpoint_every > 0 && ++commits_since_checkpoint_ >= opt_.checkpoint_every && !finishing_) {
       commits_since_checkpoint_ = 0;
-      checkpoints_->Offer(ThetaOf(sc), SummaryOf(sc, clock_.Now()));
+      if (CheckpointFits()) checkpoints_->Offer(ThetaOf(sc), SummaryOf(sc, clock_.Now()));
     }
+  }
+
+  // Whether the periodic model write fits on the disk beside the space the next commits need
+  // (otherwise it is skipped with a warning; the next comes N rounds later).
+  bool CheckpointFits() const {
+    const uint64_t model_bytes = static_cast<uint64_t>(plan_.total_numel) * sizeof(float) + headroom_->commit_bytes();
+    auto free = syncer::CommitHeadroom::FileSystemFreeBytes(out_);
+    if (free.ok() && *free >= model_bytes) return true;
+    std::fprintf(stderr, "syncer: warning: the periodic model write is skipped: %s\n",
+                 free.ok() ? fmt::format("{} bytes free in {}, it and the next commits need {}", *free, out_, model_bytes).c_str()
+                           : free.status().ToString().c_str());
+    return false;
   }
 
   // Θ per fragment (another shard's fragments empty).
@@ -346,7 +412,12 @@ class SyncerProcess {
     // loop thread also steps that trainer's optimizer, so nothing else may touch it), after merging
     // what the learners pushed last (their final sync).
     auto [theta, summary] = loop_->Call([&](syncer::SyncerCore& sc, TimePoint now) {
-      for (const auto& r : sc.CloseAllPending(now, clock_)) Commit(sc, r);
+      if (Status gate = headroom_->Check(); gate.ok()) {
+        for (const auto& r : sc.CloseAllPending(now, clock_)) Commit(sc, r);
+      } else {  // nothing committed is lost; what the learners pushed last is not merged
+        std::fprintf(stderr, "syncer: holding rounds: %s: the rounds still open at the finish are not merged\n",
+                     gate.message().c_str());
+      }
       auto t = ThetaOf(sc);
       if (ev != nullptr) {
         std::vector<std::span<float>> params;
@@ -384,6 +455,7 @@ class SyncerProcess {
       ATOLL_ASSIGN_OR_RETURN(so.secret, ReadSecretFile(opt_.secret_file));
     }
     so.limits = MakeServerLimits(c_);
+    so.allowed_learners = c_.allowed_learners;
     so.tls.enabled = !opt_.tls.cert.empty();
     so.tls.cert_file = opt_.tls.cert;
     so.tls.key_file = opt_.tls.key;
@@ -410,6 +482,7 @@ class SyncerProcess {
     s["now"] = UnixSeconds();
     s["uptime_s"] = s["now"].get<double>() - started_;
     AddEvaluation(s);
+    if (const std::string why = loop_->holding(); !why.empty()) s["holding"] = why;  // rounds held: the page says why
     observe::AddDerived(s);
     return s;
   }
@@ -421,10 +494,7 @@ class SyncerProcess {
     observe::HttpOptions ho;
     ho.address = opt_.http;
     ho.token = !so.token.empty() ? so.token : so.secret.empty() ? "" : transport::OperatorToken(so.secret, c_.run_id);
-    if (ho.token.empty() && !IsLoopbackAddress(ho.address)) {
-      std::fprintf(stderr, "syncer: WARNING: HTTP status endpoint on %s without credentials: anyone who reaches it "
-                           "sees the run's status (give --token or --secret-file)\n", ho.address.c_str());
-    }
+    ho.allowed_hosts = opt_.http_hosts;
     observe::HttpHandlers h;
     h.status = [this] { return StatusDocument(); };
     h.history = [this]() -> StatusOr<nlohmann::json> { return history_.ToJson(); };
@@ -502,6 +572,7 @@ class SyncerProcess {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (http_) http_->Stop();
+    loop_->EndLongPolls();  // the server's shutdown waits for no long poll
     (*server)->Shutdown();
     loop_->Stop();
     if (shard_.count > 1) {
@@ -522,6 +593,8 @@ class SyncerProcess {
   diloco::FragmentPlan plan_;
   std::optional<syncer::SyncerCore> core_;      // until moved into loop_
   std::unique_ptr<syncer::DurableState> durable_;
+  std::unique_ptr<syncer::CommitHeadroom> headroom_;  // loop thread, after Setup
+  size_t warnings_printed_ = 0;                 // of durable_->warnings()
   bool resumed_ = false;
   std::optional<double> start_eval_loss_;       // none without an evaluator
   std::unique_ptr<RoundLog> log_;

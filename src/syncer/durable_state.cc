@@ -1,10 +1,15 @@
 #include "atoll/syncer/durable_state.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <regex>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +58,9 @@ size_t BodyBytes(const FragmentHeader2& h) {
 // Reads one fragment file of `n` values; DataLoss naming `path` for anything but a whole, intact file.
 StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path, size_t n) {
   auto read = ReadFile(path);
+  if (!read.ok() && read.status().code() == StatusCode::kNotFound) {
+    return DataLossError(path + " is missing (meta.json says this state holds it)");
+  }
   if (!read.ok()) return read.status();
   const std::string& bytes = *read;
   SyncerCore::FragmentSnapshot s;
@@ -90,6 +98,9 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path,
   }
   const char* body = bytes.data() + sizeof(h);
   if (Checksum64(body, BodyBytes(h)) != h.body_checksum) return DataLossError(path + " is corrupted: checksum mismatch");
+  if (h.version < 0 || h.round < 0) {
+    return DataLossError(path + " is corrupted: version " + std::to_string(h.version) + ", round " + std::to_string(h.round));
+  }
   s.version = h.version;
   s.round = h.round;
   s.sweep_share = h.sweep_share;
@@ -106,6 +117,15 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path,
     if (h.lattice_blocks > 0) std::memcpy(s.lattice_exp.data(), body, h.lattice_blocks);
   }
   return s;
+}
+
+// Every name a syncer writes into its state folder (besides temp files): Inspect tells a damaged
+// state from a folder that is not a state at all by these.
+bool IsStateFileName(const std::string& name) {
+  static const std::regex kFragment(R"(fragment-\d{3,}\.bin)");
+  // (copies/: the per-learner copies earlier versions kept)
+  return name == "meta.json" || name == "learners.json" || name == "eval-start.json" || name == "copies" ||
+         std::regex_match(name, kFragment);
 }
 
 nlohmann::json Meta(const SyncerCore& core) {
@@ -143,6 +163,59 @@ std::string DurableState::FragmentPath(int p) const {
 
 bool DurableState::Exists() const { return FileExists(dir_ + "/meta.json"); }
 
+StatusOr<DurableState::Contents> DurableState::Inspect() const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir_, ec)) return Contents::kEmpty;
+  if (!fs::is_directory(dir_, ec)) return FailedPreconditionError("state folder " + dir_ + " is not a folder");
+  std::vector<std::string> state, other;
+  for (auto it = fs::directory_iterator(dir_, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    (IsStateFileName(name) ? state : other).push_back(name);
+  }
+  if (ec) return InvalidArgumentError("cannot read state folder " + dir_ + ": " + ec.message());
+  if (std::find(state.begin(), state.end(), "meta.json") != state.end()) return Contents::kSaved;
+  if (state.empty() && other.empty()) return Contents::kEmpty;
+  const auto list = [](std::vector<std::string> names) {
+    std::sort(names.begin(), names.end());
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
+    return names.size() > 5 ? out + " and " + std::to_string(names.size() - 5) + " more" : out;
+  };
+  if (!state.empty()) {
+    return FailedPreconditionError("state folder " + dir_ + " holds " + list(state) +
+                                   " but no meta.json: it is damaged or incomplete, and starting over would overwrite "
+                                   "its committed rounds. Put meta.json back (from a backup), or move the folder away "
+                                   "to start a new run");
+  }
+  return FailedPreconditionError("state folder " + dir_ + " holds " + list(other) +
+                                 ", which is not a syncer state: point --state at a new or empty folder");
+}
+
+std::vector<std::string> DurableState::RemoveStaleTempFiles() const {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  for (const std::string& d : {dir_, dir_ + "/copies"}) {  // (copies/: earlier versions)
+    auto names = atl::RemoveStaleTempFiles(d);
+    if (!names.ok()) continue;
+    for (const auto& n : *names) removed.push_back(d + "/" + n);
+  }
+  // An interrupted SaveAll's temp folder: ".<name>.init-XXXXXX" beside the state folder.
+  const fs::path target = fs::path(dir_).lexically_normal();
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = "." + target.filename().string() + ".init-";
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code rm;
+    if (name.rfind(prefix, 0) == 0 && name.size() == prefix.size() + 6 && it->is_directory(rm) &&
+        fs::remove_all(it->path(), rm) > 0) {
+      removed.push_back(it->path().string());
+    }
+  }
+  return removed;
+}
+
 Status DurableState::SaveFragment(const SyncerCore& core, int p) {
   Status st;
   for (int attempt = 0; attempt < kCommitAttempts; ++attempt) {
@@ -177,13 +250,38 @@ Status DurableState::WriteFragment(const SyncerCore& core, int p) {
   return WriteFileAtomic(FragmentPath(p), buf);
 }
 
-Status DurableState::SaveAll(const SyncerCore& core) {
-  ATOLL_RETURN_IF_ERROR(MakeDirs(dir_));
+Status DurableState::WriteAllFiles(const SyncerCore& core) {
   for (int p = 0; p < core.plan().num_fragments(); ++p) {
     if (core.owns(p)) ATOLL_RETURN_IF_ERROR(SaveFragment(core, p));
   }
   ATOLL_RETURN_IF_ERROR(SaveLearners(core));
   return WriteJsonWithChecksum(dir_ + "/meta.json", Meta(core));  // last: marks the state complete
+}
+
+Status DurableState::SaveAll(const SyncerCore& core) {
+  namespace fs = std::filesystem;
+  ATOLL_ASSIGN_OR_RETURN(Contents contents, Inspect());
+  if (contents != Contents::kEmpty) return FailedPreconditionError("state folder " + dir_ + " already holds a state");
+  const fs::path target = fs::path(dir_).lexically_normal();
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  ATOLL_RETURN_IF_ERROR(MakeDirs(parent.string()));
+  std::string tmp = (parent / ("." + target.filename().string() + ".init-XXXXXX")).string();
+  if (::mkdtemp(tmp.data()) == nullptr) return InternalError("mkdtemp " + tmp + ": " + std::strerror(errno));
+  DurableState staged(tmp);
+  Status st = staged.WriteAllFiles(core);
+  std::error_code ec;
+  if (st.ok()) {
+    fs::remove(target, ec);  // an empty folder (rename(2) would replace it too); a mount point stays
+    if (::rename(tmp.c_str(), target.c_str()) == 0) {
+      SyncFolder(parent.string());
+      return Status::Ok();
+    }
+  }
+  fs::remove_all(tmp, ec);
+  if (!st.ok()) return st;
+  // A folder that cannot be replaced (a mount point): in place, meta.json last.
+  ATOLL_RETURN_IF_ERROR(MakeDirs(dir_));
+  return WriteAllFiles(core);
 }
 
 Status DurableState::SaveLearners(const SyncerCore& core) {
@@ -200,7 +298,24 @@ Status DurableState::SaveLearners(const SyncerCore& core) {
                               {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
 }
 
-Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
+// A fragment file beyond the plan means the folder is not what its meta.json describes.
+Status DurableState::CheckNoStrayFragments(int num_fragments) const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir_, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!IsStateFileName(name) || name.rfind("fragment-", 0) != 0) continue;
+    const long p = std::strtol(name.c_str() + 9, nullptr, 10);
+    if (p >= num_fragments || fs::path(FragmentPath(static_cast<int>(p))).filename() != name) {
+      return DataLossError(dir_ + " holds " + name + ", which is not one of the " + std::to_string(num_fragments) +
+                           " fragments its meta.json describes: the folder is inconsistent");
+    }
+  }
+  if (ec) return InvalidArgumentError("cannot read state folder " + dir_ + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status DurableState::Restore(SyncerCore& core, TimePoint now) {
   ATOLL_ASSIGN_OR_RETURN(auto meta, ReadJsonWithChecksum(dir_ + "/meta.json"));
   const auto want = Meta(core);
   for (const char* key : {"run_id", "model_signature", "plan", "fragments", "shard"}) {
@@ -211,58 +326,92 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) const {
                                      " vs this syncer's " + DumpJson(wanted) + ")");
     }
   }
+  ATOLL_RETURN_IF_ERROR(CheckNoStrayFragments(core.plan().num_fragments()));
   // Read and verify everything before changing anything.
   std::vector<SyncerCore::FragmentSnapshot> snaps;
+  int64_t fragment_rounds = 0;
   for (int p = 0; p < core.plan().num_fragments(); ++p) {
     if (!core.owns(p)) continue;  // another shard's
-    const std::string path = FragmentPath(p);
     const size_t n = static_cast<size_t>(core.plan().fragments[static_cast<size_t>(p)].numel);
-    ATOLL_ASSIGN_OR_RETURN(auto snap, ReadFragmentFile(path, n));
+    ATOLL_ASSIGN_OR_RETURN(auto snap, ReadFragmentFile(FragmentPath(p), n));
+    fragment_rounds += snap.round;
     snaps.push_back(std::move(snap));
   }
-  std::map<int, LearnerRecord> table;
-  int64_t rounds_closed = 0;
-  if (auto lj = ReadJsonWithChecksum(dir_ + "/learners.json"); lj.ok()) {
-    try {  // a well-checksummed file with fields of the wrong type is corrupt, not a crash
-      ReadLearnerRows(*lj, table, rounds_closed);
-    } catch (const nlohmann::json::exception& e) {
-      return DataLossError(dir_ + "/learners.json is corrupted: " + e.what());
-    }
-  } else if (lj.status().code() != StatusCode::kNotFound) {
-    return lj.status();
-  }
+  LearnerTable table = ReadLearnerTable(fragment_rounds);
   // RestoreFragment validates everything before it changes a fragment; a failure part-way (a
   // damaged later file's values) leaves earlier fragments restored, so check them all first.
   for (size_t i = 0, p = 0; p < static_cast<size_t>(core.plan().num_fragments()); ++p) {
     if (!core.owns(static_cast<int>(p))) continue;
     ATOLL_RETURN_IF_ERROR(core.RestoreFragment(static_cast<int>(p), std::move(snaps[i++])));
   }
-  core.RestoreLearners(table, now);
-  core.set_rounds_closed(rounds_closed);
+  core.RestoreLearners(table.rows, now);
+  core.set_rounds_closed(table.rounds_closed);
   return Status::Ok();
 }
 
-void DurableState::ReadLearnerRows(const nlohmann::json& lj, std::map<int, LearnerRecord>& table,
-                                   int64_t& rounds_closed) {
-  rounds_closed = lj.value("rounds_closed", int64_t{0});
-    for (const auto& r : lj.value("learners", nlohmann::json::array())) {
-      LearnerRecord l;
-      l.id = r.value("id", -1);
-      l.host = r.value("host", "");
-      l.state = ParseLearnerState(r.value("state", "joining")).value_or(LearnerState::kJoining);
-      l.joins = r.value("joins", 0);
-      l.step = r.value("step", int64_t{0});
-      l.tokens = r.value("tokens", int64_t{0});
-      l.bytes_up = r.value("bytes_up", int64_t{0});
-      l.bytes_down = r.value("bytes_down", int64_t{0});
-      l.pushes = r.value("pushes", int64_t{0});
-      l.pushes_rejected = r.value("pushes_rejected", int64_t{0});
-      l.rounds_joined = r.value("rounds_joined", int64_t{0});
-      l.late_folded = r.value("late_folded", int64_t{0});
-      l.tokens_merged = r.value("tokens_merged", 0.0);
-      l.merged_versions = r.value("merged_versions", std::vector<int64_t>{});
-      if (l.id >= 0) table[l.id] = l;
+DurableState::LearnerTable DurableState::ReadLearnerTable(int64_t fragment_rounds) {
+  const std::string path = dir_ + "/learners.json";
+  auto lj = ReadJsonWithChecksum(path);
+  Status st = lj.status();
+  if (lj.ok()) {
+    try {  // a well-checksummed file with fields of the wrong type is damaged, not a crash
+      return ReadLearnerRows(*lj);
+    } catch (const nlohmann::json::exception& e) {
+      st = DataLossError(path + " holds fields of the wrong type: " + e.what());
     }
+  }
+  if (st.code() != StatusCode::kNotFound) {
+    warnings_.push_back(st.message() + ": ignored; the learner table is rebuilt as learners rejoin. Lost: each learner's "
+                        "accounting (tokens merged, rounds joined, bytes) and which of its pushes were merged, so "
+                        "learners push that work again (counted twice at most); rounds_closed recounted from the "
+                        "fragments (" + std::to_string(fragment_rounds) + ")");
+  }
+  return {{}, fragment_rounds};
+}
+
+DurableState::LearnerTable DurableState::ReadLearnerRows(const nlohmann::json& lj) {
+  LearnerTable t;
+  t.rounds_closed = lj.value("rounds_closed", int64_t{0});
+  for (const auto& r : lj.value("learners", nlohmann::json::array())) {
+    LearnerRecord l;
+    l.id = r.value("id", -1);
+    l.host = r.value("host", "");
+    l.state = ParseLearnerState(r.value("state", "joining")).value_or(LearnerState::kJoining);
+    l.joins = r.value("joins", 0);
+    l.step = r.value("step", int64_t{0});
+    l.tokens = r.value("tokens", int64_t{0});
+    l.bytes_up = r.value("bytes_up", int64_t{0});
+    l.bytes_down = r.value("bytes_down", int64_t{0});
+    l.pushes = r.value("pushes", int64_t{0});
+    l.pushes_rejected = r.value("pushes_rejected", int64_t{0});
+    l.rounds_joined = r.value("rounds_joined", int64_t{0});
+    l.late_folded = r.value("late_folded", int64_t{0});
+    l.tokens_merged = r.value("tokens_merged", 0.0);
+    l.merged_versions = r.value("merged_versions", std::vector<int64_t>{});
+    if (l.id >= 0) t.rows[l.id] = l;
+  }
+  return t;
+}
+
+std::optional<double> DurableState::SavedStartEval() {
+  const std::string path = dir_ + "/eval-start.json";
+  auto j = ReadJsonWithChecksum(path);
+  if (!j.ok() && j.status().code() == StatusCode::kNotFound) return std::nullopt;
+  if (!j.ok() && FileExists(path)) {  // written before it carried a checksum: {"loss": x} alone
+    auto text = ReadFile(path);
+    auto plain = nlohmann::json::parse(text.ok() ? *text : std::string(), nullptr, false);
+    if (plain.is_object() && plain.size() == 1 && plain.contains("loss")) j = plain;
+  }
+  if (j.ok() && j->contains("loss") && (*j)["loss"].is_number() && std::isfinite((*j)["loss"].get<double>())) {
+    return (*j)["loss"].get<double>();
+  }
+  warnings_.push_back((j.ok() ? path + " holds no finite loss" : j.status().message()) +
+                      ": ignored; the initial model is evaluated again");
+  return std::nullopt;
+}
+
+Status DurableState::SaveStartEval(double loss) {
+  return WriteJsonWithChecksum(dir_ + "/eval-start.json", {{"loss", loss}});
 }
 
 }  // namespace atl::syncer

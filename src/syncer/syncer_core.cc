@@ -286,6 +286,12 @@ Status SyncerCore::Reject(LearnerRecord& l, const PushHeaderData& h, Status s, T
   return s.WithContext(ctx);
 }
 
+Status SyncerCore::RecordRejectedPush(const PushHeaderData& h, const Status& why, TimePoint now) {
+  auto it = learners_.find(h.learner_id);
+  if (it == learners_.end()) return NotFoundError(fmt::format("push from learner {} which has not joined", h.learner_id));
+  return Reject(it->second, h, why, now);
+}
+
 Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const {
   if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
     return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));

@@ -32,8 +32,8 @@ void Guarded(const char* what, F&& f) {
 
 }  // namespace
 
-SyncerLoop::SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round, Duration tick)
-    : core_(std::move(core)), clock_(clock), on_round_(std::move(on_round)), tick_(tick) {
+SyncerLoop::SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round, Duration tick, RoundGate gate)
+    : core_(std::move(core)), clock_(clock), on_round_(std::move(on_round)), tick_(tick), gate_(std::move(gate)) {
   thread_ = StartThread(clock_, [this] { Run(); });
 }
 
@@ -54,9 +54,27 @@ void SyncerLoop::RequestFinish() {
   finish_ = true;
 }
 
+void SyncerLoop::EndLongPolls() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    long_polls_ended_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool SyncerLoop::long_polls_ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return long_polls_ended_;
+}
+
 bool SyncerLoop::finish_requested() const {
   std::lock_guard<std::mutex> lock(mu_);
   return finish_;
+}
+
+std::string SyncerLoop::holding() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return holding_;
 }
 
 void SyncerLoop::Post(Task task) {
@@ -69,26 +87,26 @@ void SyncerLoop::Post(Task task) {
 }
 
 void SyncerLoop::Run() {
+  bool held = false;
   for (;;) {
     std::deque<Task> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
       const TimePoint now = clock_.Now();
       Duration wait = tick_;
-      if (auto wake = core_.NextWake(now)) wait = std::clamp(*wake - now, Duration::zero(), tick_);
+      // Held rounds are due now and would wake the loop at once, again and again: while rounds
+      // are held the gate is asked once per tick.
+      if (auto wake = core_.NextWake(now); wake && !held) wait = std::clamp(*wake - now, Duration::zero(), tick_);
       for (const auto& w : waiters_) wait = std::min(wait, std::max(Duration::zero(), w.deadline - now));
+      if (long_polls_ended_ && !waiters_.empty()) wait = Duration::zero();
       clock_.WaitFor(cv_, lock, wait, [&] { return stopping_ || !tasks_.empty(); });
       if (stopping_) break;
       batch.swap(tasks_);
     }
-    // A task or callback that throws must not take the syncer down: the exception is logged, the
-    // caller of a task gets an error (each task catches its own; this is the last resort).
+    // A task that throws must not take the syncer down: the exception is logged, its caller gets
+    // an error (each task catches its own; this is the last resort).
     for (auto& t : batch) Guarded("task", [&] { t(core_, clock_.Now()); });
-    Guarded("round close", [&] {
-      for (const RoundReport& r : core_.Poll(clock_.Now(), clock_)) {
-        if (on_round_) on_round_(core_, r);
-      }
-    });
+    held = CloseDueRounds();
     Guarded("pull wait", [&] { ServeWaiters(clock_.Now(), false); });
   }
   ServeWaiters(clock_.Now(), true);
@@ -97,7 +115,46 @@ void SyncerLoop::Run() {
   tasks_.clear();
 }
 
+bool SyncerLoop::CloseDueRounds() {
+  Status gate;
+  try {
+    if (gate_) gate = gate_(core_);
+  } catch (const std::exception& e) {
+    gate = InternalError(std::string("the commit check failed: ") + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string why = gate.ok() ? "" : gate.message();
+    if (why.empty() != holding_.empty()) {
+      if (why.empty()) {
+        std::fprintf(stderr, "syncer: rounds resume (they were held: %s)\n", holding_.c_str());
+      } else {
+        std::fprintf(stderr, "syncer: holding rounds: %s\n", why.c_str());
+      }
+    }
+    holding_ = why;
+  }
+  if (!gate.ok()) return true;
+  // Not Guarded: CloseRound counts the new version before the commit, so a round that threw
+  // half way must not be served. The committed state is intact; a restart resumes from it.
+  try {
+    for (const RoundReport& r : core_.Poll(clock_.Now(), clock_)) {
+      if (on_round_) on_round_(core_, r);
+    }
+  } catch (const std::exception& e) {
+    CheckFailed(__FILE__, __LINE__, "closing and committing rounds throws nothing",
+                std::string("a round close or its commit threw (") + e.what() +
+                    "); the round may be half closed, so the syncer stops here and a restart resumes from its "
+                    "committed state");
+  } catch (...) {
+    CheckFailed(__FILE__, __LINE__, "closing and committing rounds throws nothing",
+                "a round close or its commit threw an unknown exception; a restart resumes from the committed state");
+  }
+  return false;
+}
+
 void SyncerLoop::ServeWaiters(TimePoint now, bool expire_all) {
+  const bool ended = long_polls_ended();
   auto it = waiters_.begin();
   while (it != waiters_.end()) {
     if (expire_all) {
@@ -107,7 +164,7 @@ void SyncerLoop::ServeWaiters(TimePoint now, bool expire_all) {
     }
     const int64_t v = core_.version(it->fragment);
     const bool newer = v > it->have_version && v >= it->want_version;  // Pull below sends it
-    if (newer || now >= it->deadline) {
+    if (newer || now >= it->deadline || ended) {
       const Waiter w = *it;
       it = waiters_.erase(it);
       Fulfil(*w.reply, [&] { return core_.Pull(w.learner_id, w.fragment, w.have_version, w.want_version); });
@@ -182,7 +239,7 @@ StatusOr<PullPayload> SyncerLoop::Pull(int learner_id, int fragment, int64_t hav
                                           want_version](SyncerCore& core, TimePoint now) {
     try {
       auto r = core.Pull(learner_id, fragment, have_version, want_version);
-      if (!r.ok() || !r->not_modified || wait_seconds <= 0) {
+      if (!r.ok() || !r->not_modified || wait_seconds <= 0 || long_polls_ended()) {
         reply->Set(std::move(r));
         return;
       }

@@ -138,6 +138,7 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
                                                              const PushFault& fault) {
   grpc::ClientContext ctx;
   impl_->Prepare(ctx, impl_->options.push_timeout_s);
+  ctx.AddMetadata(kLearnerKey, std::to_string(header.learner_id));  // checked before the header is read
   atl::v1::PushReply reply;
   auto writer = impl_->stub->Push(&ctx, &reply);
   atl::v1::PushChunk msg;

@@ -1,7 +1,9 @@
 // gRPC server of the atoll.v1 protocol around a SyncerLoop. Handler threads validate and
 // reassemble messages, then hand them to the loop; they never touch syncer state themselves.
 #include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +15,8 @@
 #include "atoll/core/text.h"
 #include "atoll/transport/credentials.h"
 #include "atoll/transport/grpc.h"
+#include "admission.h"
+#include "listener.h"
 #include "wire.h"
 
 namespace atl::transport {
@@ -24,11 +28,17 @@ class Service final : public Syncer::Service {
  public:
   Service(syncer::SyncerLoop& loop, std::string token, ServerLimits limits,
           std::function<std::string(bool)> on_finish)
-      : loop_(loop), token_(std::move(token)), limits_(limits), on_finish_(std::move(on_finish)) {}
-  void UseCredentials(std::string secret, std::string run_id) {
+      : loop_(loop),
+        token_(std::move(token)),
+        limits_(limits),
+        on_finish_(std::move(on_finish)),
+        admission_({limits.max_pushes_per_learner, limits.max_polls_per_learner, std::max(16, limits.max_threads - 64),
+                    limits.max_heartbeats_per_s}) {}
+  void UseCredentials(std::string secret, std::string run_id, LearnerIdSet allowed) {
     operator_token_ = OperatorToken(secret, run_id);
     secret_ = std::move(secret);
     run_id_ = std::move(run_id);
+    allowed_ = std::move(allowed);
   }
 
   grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req,
@@ -53,6 +63,7 @@ class Service final : public Syncer::Service {
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const atl::v1::HeartbeatRequest* req,
                          atl::v1::HeartbeatReply* reply) override {
     if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
+    if (auto st = admission_.Heartbeat(req->learner_id()); !st.ok()) return ToGrpc(st);
     syncer::LearnerProgress p;
     p.step = req->step();
     p.tokens = req->tokens();
@@ -75,20 +86,31 @@ class Service final : public Syncer::Service {
     return grpc::Status::OK;
   }
 
+  // A push is authenticated and admitted from its metadata before its first message is read
+  // (a stream that never sends holds a thread); then its header, the announced size, the
+  // payload. Invalid input from a joined learner counts toward its disconnect.
   grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<atl::v1::PushChunk>* reader,
                     atl::v1::PushReply* reply) override {
-    if (auto st = CheckToken(ctx, kAnyCaller); !st.ok()) return ToGrpc(st);
+    auto who = PushCaller(ctx);
+    if (!who.ok()) return ToGrpc(who.status());
+    Admission::Slot slot = admission_.Enter(Admission::Kind::kPush, *who);
+    if (!slot.status().ok()) return Refuse(slot.status());
+    const auto watch = deadlines_.Add(ctx, std::chrono::steady_clock::now() + std::chrono::milliseconds(limits_.push_timeout_ms));
     atl::v1::PushChunk chunk;
     if (!reader->Read(&chunk) || chunk.kind_case() != atl::v1::PushChunk::kHeader) {
-      return ToGrpc(InvalidArgumentError("push: the first message must be a header"));
+      return ToGrpc(ctx->IsCancelled() ? DeadlineExceededError("push: no header before the push deadline")
+                                       : InvalidArgumentError("push: the first message must be a header"));
+    }
+    if (chunk.header().learner_id() != *who) {
+      return ToGrpc(UnauthenticatedError(fmt::format("push: the header names learner {}, the call learner {}",
+                                                     chunk.header().learner_id(), *who)));
     }
     auto header = ParsePushHeader(chunk.header());
     const int64_t header_bytes = static_cast<int64_t>(chunk.ByteSizeLong());
-    if (!header.ok()) return ToGrpc(header.status());
-    if (auto st = CheckToken(ctx, header->first.learner_id); !st.ok()) return ToGrpc(st);
+    if (!header.ok()) return Rejected(RawHeader(chunk.header()), header.status());
     const int64_t total = chunk.header().payload_bytes();
     // Before any memory is reserved: a joined learner, the exact size, room in the budget.
-    if (atl::Status st = CheckAnnounced(header->first, total); !st.ok()) return ToGrpc(st);
+    if (atl::Status st = CheckAnnounced(header->first, total); !st.ok()) return Rejected(header->first, st);
     InflightBudget budget(inflight_push_bytes_, total, limits_.max_inflight_push_bytes);
     if (!budget.ok()) {
       return Refuse(ResourceExhaustedError(fmt::format(
@@ -96,33 +118,18 @@ class Service final : public Syncer::Service {
           total, limits_.max_inflight_push_bytes)));
     }
     std::vector<std::byte> payload;
-    if (atl::Status st = ReceivePayload(reader, total, payload); !st.ok()) return ToGrpc(st);
+    if (atl::Status st = ReceivePayload(reader, total, payload); !st.ok()) return Rejected(header->first, st);
     if (Checksum64(payload) != header->second) {
-      return ToGrpc(DataLossError("push: payload checksum mismatch"));
+      return Rejected(header->first, DataLossError("push: payload checksum mismatch"));
     }
-    auto out = loop_.Push(header->first, payload);
-    const int id = header->first.learner_id;
-    const int64_t up = total + header_bytes;
-    loop_.Call([id, up](syncer::SyncerCore& core, TimePoint) {
-      core.CountBytes(id, up, 0);
-      return 0;
-    });
-    if (!out.ok()) {
-      if (out.status().code() != StatusCode::kAborted) {
-        std::fprintf(stderr, "syncer: rejected %s\n", out.status().ToString().c_str());
-      }
-      return ToGrpc(out.status());
-    }
-    reply->set_round(out->round);
-    reply->set_merged_version(out->merged_version);
-    reply->set_note(out->note);
-    reply->set_incarnation(out->incarnation);
-    return grpc::Status::OK;
+    return Admit(header->first, payload, total + header_bytes, reply);
   }
 
   grpc::Status Pull(grpc::ServerContext* ctx, const atl::v1::PullRequest* req,
                     grpc::ServerWriter<atl::v1::PullChunk>* writer) override {
     if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
+    Admission::Slot slot = admission_.Enter(Admission::Kind::kPull, req->learner_id());  // a long poll holds a thread
+    if (!slot.status().ok()) return Refuse(slot.status());
     if (!std::isfinite(req->wait_seconds()) || req->wait_seconds() < 0) {
       return ToGrpc(InvalidArgumentError("pull: wait_seconds must be a finite value ≥ 0"));
     }
@@ -191,6 +198,70 @@ class Service final : public Syncer::Service {
     return ToGrpc(st);
   }
 
+  // The learner a push names in its metadata, authenticated: its token must be that learner's
+  // (or the operator's) before anything of the stream is read.
+  StatusOr<int64_t> PushCaller(grpc::ServerContext* ctx) const {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(kLearnerKey);
+    const std::string text = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+    if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos) {
+      return InvalidArgumentError(std::string("push: the call must name its learner id in metadata ") + kLearnerKey);
+    }
+    const int64_t id = std::stoll(text);
+    ATOLL_RETURN_IF_ERROR(CheckToken(ctx, id));
+    return id;
+  }
+
+  // What is known of a header that did not parse, for the disconnect count.
+  static syncer::PushHeaderData RawHeader(const atl::v1::PushHeader& h) {
+    syncer::PushHeaderData d;
+    d.learner_id = h.learner_id();
+    d.fragment = h.fragment();
+    return d;
+  }
+
+  // A push refused before it reached the core: the reason, counted toward the learner's
+  // disconnect when it is the learner's fault (malformed, wrong size, corrupted) — not when the
+  // learner is unknown, banned, routed to the wrong shard or its stream was cut.
+  grpc::Status Rejected(const syncer::PushHeaderData& h, const atl::Status& st) {
+    const bool counts = st.code() == StatusCode::kInvalidArgument ||
+                        (st.code() == StatusCode::kDataLoss && st.message().find("checksum") != std::string::npos);
+    if (!counts) return ToGrpc(st);
+    atl::Status counted = st;
+    try {
+      counted = loop_.Call([&](syncer::SyncerCore& core, TimePoint now) { return core.RecordRejectedPush(h, st, now); });
+      if (counted.code() == StatusCode::kNotFound) counted = st;  // a stranger: nothing to count
+    } catch (const std::exception&) {  // the loop stopped under us (a broken promise)
+    }
+    std::fprintf(stderr, "syncer: rejected %s\n", counted.ToString().c_str());
+    return ToGrpc(counted);
+  }
+
+  // Hands a received push to the loop and answers with the round it joined.
+  grpc::Status Admit(const syncer::PushHeaderData& h, const std::vector<std::byte>& payload, int64_t up,
+                     atl::v1::PushReply* reply) {
+    auto out = loop_.Push(h, payload);
+    const int id = h.learner_id;
+    try {
+      loop_.Call([id, up](syncer::SyncerCore& core, TimePoint) {
+        core.CountBytes(id, up, 0);
+        return 0;
+      });
+    } catch (const std::exception&) {  // the loop stopped under us
+    }
+    if (!out.ok()) {
+      if (out.status().code() != StatusCode::kAborted) {
+        std::fprintf(stderr, "syncer: rejected %s\n", out.status().ToString().c_str());
+      }
+      return ToGrpc(out.status());
+    }
+    reply->set_round(out->round);
+    reply->set_merged_version(out->merged_version);
+    reply->set_note(out->note);
+    reply->set_incarnation(out->incarnation);
+    return grpc::Status::OK;
+  }
+
   // The announced payload must be exactly what this learner's push of that fragment encodes to.
   atl::Status CheckAnnounced(const syncer::PushHeaderData& h, int64_t total) {
     StatusOr<size_t> expected = UnavailableError("syncer is shutting down");
@@ -224,11 +295,11 @@ class Service final : public Syncer::Service {
     return atl::Status::Ok();
   }
 
-  // Who may make a call: learner `id` (with its own token or the operator's), the operator only
-  // (kOperator), or, before the learner id is known, anyone with a token (kAnyCaller). With a
-  // shared token (no secret) every caller holds the same one. Constant-time comparisons.
-  // (Sentinels outside the int32 range of ids on the wire.)
-  static constexpr int64_t kOperator = int64_t{1} << 40, kAnyCaller = kOperator + 1;
+  // Who may make a call: learner `id` (with its own token, if it is an allowed id, or the
+  // operator's), or the operator only (kOperator, a sentinel outside the int32 range of ids on
+  // the wire). With a shared token (no secret) every caller holds the same one. Constant-time
+  // comparisons.
+  static constexpr int64_t kOperator = int64_t{1} << 40;
   atl::Status CheckToken(grpc::ServerContext* ctx, int64_t id) const {
     if (token_.empty() && secret_.empty()) return atl::Status::Ok();
     const auto& md = ctx->client_metadata();
@@ -236,34 +307,56 @@ class Service final : public Syncer::Service {
     if (it == md.end()) return UnauthenticatedError("missing auth token (metadata x-atoll-token)");
     const std::string_view got(it->second.data(), it->second.size());
     if (secret_.empty()) return TokensEqual(got, token_) ? atl::Status::Ok() : UnauthenticatedError("wrong auth token");
-    if (TokensEqual(got, operator_token_) || id == kAnyCaller) return atl::Status::Ok();
+    if (TokensEqual(got, operator_token_)) return atl::Status::Ok();
     if (id == kOperator) return UnauthenticatedError("this call needs the operator's token");
     if (id < 0) return UnauthenticatedError("with per-learner credentials a learner joins with its own id, not -1");
-    if (TokensEqual(got, LearnerToken(secret_, run_id_, static_cast<int>(id)))) return atl::Status::Ok();
-    return UnauthenticatedError("wrong auth token for learner " + std::to_string(id));
+    if (!TokensEqual(got, LearnerToken(secret_, run_id_, static_cast<int>(id)))) {
+      return UnauthenticatedError("wrong auth token for learner " + std::to_string(id));
+    }
+    if (!allowed_.Contains(id)) {
+      return PermissionDeniedError("learner " + std::to_string(id) + " is not among this run's allowed learners (" +
+                                   allowed_.ToString() + ")");
+    }
+    return atl::Status::Ok();
   }
 
   syncer::SyncerLoop& loop_;
   std::string token_;
   std::string secret_, run_id_, operator_token_;  // per-learner credentials (secret_ non-empty)
+  LearnerIdSet allowed_;                          // with a secret: whose tokens are accepted
   transport::ServerLimits limits_;
   std::atomic<int64_t> inflight_push_bytes_{0};
   std::function<std::string(bool)> on_finish_;
+  Admission admission_;
+  PushDeadlines deadlines_;
 };
 
 class ServerImpl final : public GrpcSyncerServer {
  public:
   int port() const override { return port_; }
   void Shutdown() override {
+    if (listener_) listener_->Stop();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
   void Wait() override {
     if (server_) server_->Wait();
   }
+  int64_t connections_refused() const override { return listener_ ? listener_->refused() : 0; }
   std::unique_ptr<Service> service_;
+  std::unique_ptr<GrpcListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };
+
+// The connection cap: `limits.max_connections`, and never more than the process's descriptor
+// limit leaves once kFdHeadroom descriptors are kept for everything else (state files, the HTTP
+// endpoint, gRPC's own).
+int EffectiveMaxConnections(const ServerLimits& l) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return l.max_connections;
+  const int64_t room = static_cast<int64_t>(r.rlim_cur) - kFdHeadroom;
+  return static_cast<int>(std::clamp<int64_t>(room, 16, l.max_connections));
+}
 
 // gRPC's own protections: idle, half-open and slow-handshake connections are closed, streams
 // per connection and handler threads are bounded, and its buffers live within a memory quota.
@@ -286,9 +379,14 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
     std::function<std::string(bool)> on_finish) {
   auto impl = std::make_unique<ServerImpl>();
   impl->service_ = std::make_unique<Service>(loop, options.token, options.limits, std::move(on_finish));
+  ATOLL_ASSIGN_OR_RETURN(LearnerIdSet allowed, LearnerIdSet::Parse(options.allowed_learners));
+  if (!allowed.any() && options.secret.empty()) {
+    return InvalidArgumentError("allowed_learners needs per-learner credentials (a secret): a shared token is every learner's");
+  }
   if (!options.secret.empty()) {
     impl->service_->UseCredentials(options.secret,
-                                   loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.options().run_id; }));
+                                   loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.options().run_id; }),
+                                   std::move(allowed));
   }
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (options.tls.enabled) {
@@ -308,15 +406,20 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
   } else {
     creds = grpc::InsecureServerCredentials();
   }
+  // The port is atoll's own (listener.h): gRPC gets each accepted connection through an external
+  // acceptor with the same credentials, and the number of connections stays bounded.
+  if (options.limits.max_connections < 1) return InvalidArgumentError("max_connections must be ≥ 1");
+  ATOLL_ASSIGN_OR_RETURN(impl->listener_, GrpcListener::Bind(options.address, EffectiveMaxConnections(options.limits)));
+  impl->port_ = impl->listener_->port();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, creds, &impl->port_);
+  auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   builder.RegisterService(impl->service_.get());
   builder.SetMaxReceiveMessageSize(4 << 20);
   ApplyLimits(options.limits, builder);
   impl->server_ = builder.BuildAndStart();
-  if (!impl->server_ || impl->port_ == 0) {
-    return UnavailableError("cannot listen on " + options.address + " (address in use or invalid?)");
-  }
+  if (!impl->server_) return UnavailableError("cannot start the gRPC server for " + options.address);
+  impl->listener_->Start(std::move(acceptor));
   return std::unique_ptr<GrpcSyncerServer>(std::move(impl));
 }
 

@@ -14,6 +14,8 @@
 namespace atl::transport {
 
 inline constexpr const char* kTokenKey = "x-atoll-token";
+// A push's learner id, in decimal: the server checks its token and limits before reading.
+inline constexpr const char* kLearnerKey = "x-atoll-learner";
 
 grpc::Status ToGrpc(const Status& st);
 Status FromGrpc(const grpc::Status& st, const std::string& what);

@@ -1,6 +1,6 @@
 // The HTTP status endpoint in-process on 127.0.0.1 (port 0) with fake handlers: routes, content
 // types, credentials (header, query, none, wrong), handler errors, bad addresses, and that more
-// clients than threads are all answered.
+// clients than threads are all answered. Hostile clients: http_hostile_test.cc.
 #include "atoll/observe/http_server.h"
 
 #include <httplib.h>
@@ -57,7 +57,8 @@ TEST(ObserveHttp, ServesEveryRouteWithoutToken) {
   }
   EXPECT_EQ(page->get_header_value("Cache-Control"), "no-store");
   EXPECT_EQ(cli.Get("/nothing")->status, 404);
-  EXPECT_EQ(cli.Post("/api/status", "x", "text/plain")->status, 404) << "read-only";
+  EXPECT_EQ(cli.Post("/api/status", "x", "text/plain")->status, 413) << "read-only: no bodies";
+  EXPECT_EQ(cli.Post("/api/status")->status, 405) << "read-only: GET only";
   EXPECT_EQ(calls.load(), 1);
 }
 
@@ -122,13 +123,12 @@ TEST(ObserveHttp, BadAddressesAndLimitsAreRefused) {
   EXPECT_EQ(v6->second, 8080);
 }
 
-// More concurrent clients than handler threads and queue slots: every one is answered (the
-// accept thread waits for room instead of dropping or queueing without bound).
+// More concurrent clients than handler threads: every one is answered (complete requests wait
+// for a thread; the connection cap bounds how many may wait).
 TEST(ObserveHttp, MoreClientsThanThreadsAreAllServed) {
   std::atomic<int> calls{0};
   HttpOptions o;
   o.threads = 2;
-  o.max_queued = 2;
   auto server = HttpStatusServer::Start(o, FakeHandlers(&calls));
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();

@@ -76,6 +76,9 @@ TEST(ObservePrometheus, RendersEveryFamilyWithLabelsAndUnits) {
   EXPECT_TRUE(Has(lines, R"(atoll_rounds_total{fragment="0"} 3)")) << text;
   EXPECT_TRUE(Has(lines, R"(atoll_rounds_total{fragment="1"} 4)")) << text;
   EXPECT_TRUE(Has(lines, "atoll_rounds_refused_total 1")) << text;
+  EXPECT_TRUE(Has(lines, "atoll_rounds_held 0")) << text;
+  s["holding"] = "only 1.0 MiB free";
+  EXPECT_TRUE(Has(Samples(RenderPrometheus(s, rounds)), "atoll_rounds_held 1"));
   EXPECT_TRUE(Has(lines, R"(atoll_wire_bytes_total{direction="up"} 1500)")) << text;
   EXPECT_TRUE(Has(lines, R"(atoll_wire_bytes_total{direction="down"} 2500)")) << text;
   EXPECT_TRUE(Has(lines, "atoll_dp_equivalent_bytes_total 120000")) << text;

@@ -155,7 +155,9 @@ TEST(RunConfig, LimitsComeFromTheLimitsSectionAndReachTheSyncerAndItsServer) {
                                    "[limits]\nmax_learners = 16\nmax_inflight_push_mb = 64\nmax_streams = 8\n"
                                    "max_threads = 32\nmemory_quota_mb = 512\nhandshake_timeout_s = 2.5\n"
                                    "idle_timeout_s = 30\nquarantine_factor = 0\nmax_consecutive_rejects = 3\n"
-                                   "ban_seconds = 60\n"));
+                                   "ban_seconds = 60\nmax_connections = 100\nmax_pushes_per_learner = 2\n"
+                                   "max_polls_per_learner = 3\nmax_heartbeats_per_s = 5\npush_timeout_s = 30\n"
+                                   "commit_reserve_mb = 8\nallowed_learners = \"0-3,7\"\n"));
   ASSERT_TRUE(c.ok()) << c.status();
   auto so = MakeSyncerOptions(*c);
   ASSERT_TRUE(so.ok()) << so.status();
@@ -170,6 +172,13 @@ TEST(RunConfig, LimitsComeFromTheLimitsSectionAndReachTheSyncerAndItsServer) {
   EXPECT_EQ(l.memory_quota_bytes, int64_t{512} << 20);
   EXPECT_EQ(l.handshake_timeout_ms, 2500);
   EXPECT_EQ(l.max_connection_idle_ms, 30'000);
+  EXPECT_EQ(l.max_connections, 100);
+  EXPECT_EQ(l.max_pushes_per_learner, 2);
+  EXPECT_EQ(l.max_polls_per_learner, 3);
+  EXPECT_EQ(l.max_heartbeats_per_s, 5.0);
+  EXPECT_EQ(l.push_timeout_ms, 30'000);
+  EXPECT_EQ(c->commit_reserve_mb, 8.0);
+  EXPECT_EQ(c->allowed_learners, "0-3,7");
   // The defaults are the documented ones (docs/security.md).
   const transport::ServerLimits d = MakeServerLimits(RunConfig{});
   const transport::ServerLimits built_in;
@@ -179,6 +188,11 @@ TEST(RunConfig, LimitsComeFromTheLimitsSectionAndReachTheSyncerAndItsServer) {
   EXPECT_EQ(d.memory_quota_bytes, built_in.memory_quota_bytes);
   EXPECT_EQ(d.handshake_timeout_ms, built_in.handshake_timeout_ms);
   EXPECT_EQ(d.max_connection_idle_ms, built_in.max_connection_idle_ms);
+  EXPECT_EQ(d.max_connections, built_in.max_connections);
+  EXPECT_EQ(d.max_pushes_per_learner, built_in.max_pushes_per_learner);
+  EXPECT_EQ(d.max_polls_per_learner, built_in.max_polls_per_learner);
+  EXPECT_EQ(d.max_heartbeats_per_s, built_in.max_heartbeats_per_s);
+  EXPECT_EQ(d.push_timeout_ms, built_in.push_timeout_ms);
 }
 
 TEST(RunConfig, LimitsOutOfRangeAreRefused) {
@@ -193,6 +207,11 @@ TEST(RunConfig, LimitsOutOfRangeAreRefused) {
   EXPECT_NE(refused([](RunConfig& c) { c.handshake_timeout_s = 0; }).message().find("handshake_timeout_s"), std::string::npos);
   EXPECT_NE(refused([](RunConfig& c) { c.quarantine_factor = 1.5; }).message().find("quarantine_factor"), std::string::npos);
   EXPECT_NE(refused([](RunConfig& c) { c.ban_seconds = -1; }).message().find("ban_seconds"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.max_connections = 4; }).message().find("max_connections"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.max_polls_per_learner = 0; }).message().find("max_polls_per_learner"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.push_timeout_s = 0; }).message().find("push_timeout_s"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.commit_reserve_mb = -1; }).message().find("commit_reserve_mb"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.allowed_learners = "3-1"; }).message().find("allowed_learners"), std::string::npos);
   EXPECT_NE(LoadRunConfig(WriteTemp("atoll_rc_limits_bad.toml", "[limits]\nmax_learner = 5\n")).status().message().find("max_learner"),
             std::string::npos);
 }

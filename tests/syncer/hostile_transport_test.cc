@@ -20,96 +20,20 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/transport/credentials.h"
 #include "atoll/transport/grpc.h"
-#include "toy_cluster.h"
+#include "hostile_server.h"
 
 namespace atl {
 namespace {
 
 using diloco::Encoding;
-
-struct Server {
-  RealClock clock;
-  diloco::FragmentPlan plan = testing::ToyPlan(1);
-  std::unique_ptr<syncer::SyncerLoop> loop;
-  std::unique_ptr<transport::GrpcSyncerServer> server;
-  std::string target;
-
-  explicit Server(transport::ServerLimits limits = {}, std::string secret = "") {
-    std::vector<std::vector<float>> init(1, std::vector<float>(static_cast<size_t>(plan.fragments[0].numel), 0.25f));
-    syncer::SyncerOptions o;
-    o.run_id = "grpc";
-    o.H = 2;
-    o.uplink = {Encoding::kInt4, 64};
-    o.downlink = {Encoding::kInt4, 64};
-    auto core = syncer::SyncerCore::Create(o, plan, init);
-    ATOLL_CHECK(core.ok());
-    loop = std::make_unique<syncer::SyncerLoop>(std::move(*core), clock, nullptr);
-    transport::ServerOptions so;
-    so.token = "secret";
-    so.secret = secret;
-    so.limits = limits;
-    auto s = transport::GrpcSyncerServer::Start(so, *loop, [](bool) { return std::string("{}"); });
-    ATOLL_CHECK(s.ok());
-    server = std::move(*s);
-    target = "127.0.0.1:" + std::to_string(server->port());
-  }
-  ~Server() {
-    server->Shutdown();
-    loop->Stop();
-  }
-  uint64_t Committed() {
-    return loop->Call([](syncer::SyncerCore& c, TimePoint) { return exchange::ValuesChecksum(c.theta(0)) ^ c.version(0); });
-  }
-  std::unique_ptr<transport::GrpcSyncerClient> Client(std::string token = "secret") {
-    transport::ClientOptions co;
-    co.target = target;
-    co.token = std::move(token);
-    co.call_timeout_s = 10;
-    co.push_timeout_s = 10;
-    auto c = transport::GrpcSyncerClient::Connect(co);
-    ATOLL_CHECK(c.ok());
-    return std::move(*c);
-  }
-  syncer::JoinRequestData Join(int id, std::string host = "test") const {
-    syncer::JoinRequestData r;
-    r.protocol_version = syncer::kProtocolVersion;
-    r.run_id = "grpc";
-    r.model_signature = diloco::ModelSignature(plan.tensors);
-    r.learner_id = id;
-    r.host = std::move(host);
-    return r;
-  }
-  syncer::PushHeaderData Header(int id) const {
-    syncer::PushHeaderData h;
-    h.learner_id = id;
-    h.fragment = 0;
-    h.base_version = 0;
-    h.c_tokens = 10;
-    h.c_steps = 1;
-    h.encoding = Encoding::kInt4;
-    h.block_size = 64;
-    h.num_values = plan.fragments[0].numel;
-    return h;
-  }
-  // An honest learner joins, fetches, pushes a small update and pulls again.
-  void ExpectServesAnHonestLearner(int id) {
-    auto c = Client();
-    ASSERT_TRUE(c->Join(Join(id)).ok());
-    ASSERT_TRUE(c->Pull(id, 0, -1, 0, -1).ok());
-    std::vector<float> delta(static_cast<size_t>(plan.fragments[0].numel), 0.01f);
-    std::vector<std::byte> payload;
-    ASSERT_TRUE(diloco::Encode({Encoding::kInt4, 64}, delta, payload).ok());
-    auto pushed = c->Push(Header(id), payload);
-    ASSERT_TRUE(pushed.ok()) << pushed.status();
-    EXPECT_TRUE(c->StatusJson().ok());
-  }
-};
+using Server = testing::HostileServer;
 
 // A raw push: a header announcing `payload_bytes`, then nothing.
 grpc::Status RawPush(const std::string& target, int learner_id, int64_t payload_bytes) {
   auto stub = atl::v1::Syncer::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.AddMetadata("x-atoll-token", "secret");
+  ctx.AddMetadata("x-atoll-learner", std::to_string(learner_id));
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   atl::v1::PushReply reply;
   auto writer = stub->Push(&ctx, &reply);

@@ -28,10 +28,23 @@ Status WriteFileAtomic(const std::string& path, std::string_view text);
 // Reads a whole file. NotFound when absent; DataLoss/Internal on read errors.
 StatusOr<std::string> ReadFile(const std::string& path);
 
+// fsync of a folder (after a rename into it), best effort: some file systems refuse it.
+void SyncFolder(const std::string& dir);
+
 // Creates a folder and its parents (like mkdir -p). OK if it exists.
 Status MakeDirs(const std::string& path);
 
 bool FileExists(const std::string& path);
+
+// Removes what a WriteFileAtomic killed mid-write left in `dir` (not below it): files named
+// ".<target>.tmp.XXXXXX" (its temp pattern), for the targets named in `targets`, or for any
+// target when `targets` is empty. Only for a folder no other process writes to at the same time.
+// Returns the names removed (sorted); InvalidArgument when the folder cannot be read (an absent
+// folder holds nothing: OK, none).
+StatusOr<std::vector<std::string>> RemoveStaleTempFiles(const std::string& dir,
+                                                        const std::vector<std::string>& targets = {});
+// Whether `name` is a temp file of WriteFileAtomic (".<target>.tmp.XXXXXX").
+bool IsAtomicWriteTempName(const std::string& name);
 
 // Every regular file below `dir` (recursively), sorted by path, so callers read folders in a
 // deterministic order. InvalidArgument naming the folder when it cannot be walked.

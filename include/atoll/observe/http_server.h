@@ -1,4 +1,4 @@
-// The syncer's HTTP status endpoint (docs/observability.md), on cpp-httplib from Debian:
+// The syncer's HTTP status endpoint (docs/observability.md):
 //   GET /            the status page (self-contained HTML/JS/CSS; polls /api/status)
 //   GET /api/status  the status document as JSON
 //   GET /api/history the bounded history of status samples (StatusHistory) as JSON
@@ -7,17 +7,27 @@
 // Credentials follow the gRPC port's rule: with a token every path but /healthz needs it, as
 // `Authorization: Bearer <token>` or `?token=<token>`, compared in constant time.
 //
-// The server is bounded against hostile clients: a fixed pool of handler threads, a bounded
-// queue of accepted connections (the accept thread waits while it is full, so the kernel's small
-// backlog refuses the rest), read/write timeouts, few requests per connection, 1 KiB bodies.
+// Its own small HTTP/1.1 server, so that every bound holds before authentication
+// (docs/security.md; cpp-httplib 0.11 stores every header line it is sent). One event thread
+// accepts and reads request heads: at most `max_connections` open (a new connection beyond them
+// closes the oldest one still sending its head), each head at most `max_head_bytes` and
+// `max_headers` lines (431) and complete within `read_timeout_s` of the accept, whatever the
+// client's pace (slow clients are cut off, not waited for). Bodies are refused (413: the endpoint
+// is GET only), as are other methods (405), malformed heads (400) and a Host that is not an IP
+// literal, "localhost", the bound host or one of `allowed_hosts` (403: DNS rebinding). Complete
+// requests wait for one of `threads` handler threads (the queue is bounded by the connection cap);
+// a response must be written within `write_timeout_s`; every connection closes after one response.
+// Memory is bounded by max_connections × max_head_bytes; Stop() returns within write_timeout_s
+// plus the slowest handler call, whatever the clients do.
 // It never touches syncer state itself: the handlers are callbacks.
-// Thread-safety: handlers are called on the pool's threads, concurrently; Stop() from any one
+// Thread-safety: handlers are called on the handler threads, concurrently; Stop() from any one
 // thread, once (the destructor calls it).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,12 +38,15 @@ namespace atl::observe {
 struct HttpOptions {
   std::string address = "127.0.0.1:0";  // host:port or [v6]:port; port 0 = a free port
   std::string token;                    // "" = no credentials required
+  // Host names (beyond IP literals, "localhost" and the host of `address`) a request's Host
+  // header may carry: the names the page is reached by through DNS.
+  std::vector<std::string> allowed_hosts;
   int threads = 4;                      // handler threads
-  int max_queued = 16;                  // accepted connections waiting for a thread
-  int read_timeout_s = 5;
-  int write_timeout_s = 5;
-  int keep_alive_max_count = 20;        // requests per connection
-  int keep_alive_timeout_s = 5;
+  int max_connections = 64;             // open connections, reading or being answered
+  int max_head_bytes = 8192;            // request line and header lines together
+  int max_headers = 64;                 // header lines
+  double read_timeout_s = 5;            // from accept until the request head is complete
+  double write_timeout_s = 5;           // to write one response
 };
 
 struct HttpHandlers {

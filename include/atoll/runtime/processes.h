@@ -42,6 +42,10 @@ struct SyncerProcessOptions {
   // Same credentials as the gRPC port (the shared token, or the operator token of --secret-file).
   std::string http;
   std::string http_port_file;  // written (atomically) with the bound HTTP port, before port_file
+  // Host names the HTTP endpoint answers to beyond IP addresses, localhost and the --http host
+  // (observe::HttpOptions::allowed_hosts). An --http address that is not loopback needs
+  // credentials (the shared token or --secret-file): without, the syncer refuses to start.
+  std::vector<std::string> http_hosts;
   // "i/S": shard i of a syncer sharded S ways (docs/decisions/011); "" = the one syncer. A shard
   // owns the fragments p ≡ i (mod S); it evaluates nothing and writes no global.safetensors
   // (it holds only its fragments of Θ): `atoll export --state s0,...` combines the shards'.

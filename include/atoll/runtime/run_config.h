@@ -93,6 +93,13 @@ struct RunConfig {
   double quarantine_factor = 20;       // outer-gradient size above this × the recent median: quarantined (0 = off)
   int max_consecutive_rejects = 8;     // invalid pushes in a row before a learner is disconnected
   double ban_seconds = 300;            // how long it stays disconnected
+  int max_connections = 4096;          // open gRPC connections (and never more than ulimit -n − 256)
+  int max_pushes_per_learner = 4;      // pushes of one learner in flight at once
+  int max_polls_per_learner = 4;       // pulls (long polls) of one learner in flight at once
+  double max_heartbeats_per_s = 20;    // heartbeats one learner may send per second
+  double push_timeout_s = 120;         // a push stream still open after this is cancelled
+  double commit_reserve_mb = 64;       // free space a commit must leave beyond its files, else rounds are held
+  std::string allowed_learners;        // per-learner credentials: ids whose tokens are accepted ("" = any; "0-3,7")
   // [chaos]
   chaos::ChaosConfig chaos;
 

@@ -225,6 +225,11 @@ class SyncerCore {
   StatusOr<size_t> ExpectedPushBytes(const PushHeaderData& header, TimePoint now) const;
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
   void CountBytes(int learner_id, int64_t up, int64_t down);
+  // A push of a joined learner that the transport refused before it reached Push (a malformed
+  // header, a size that is not the announced one, a corrupted chunk): counted like a push that
+  // Push rejects, toward the disconnect rule. Returns `why` with the push's context (and the
+  // disconnect, when this one caused it); NotFound for a learner that has not joined.
+  Status RecordRejectedPush(const PushHeaderData& header, const Status& why, TimePoint now);
   // The newest evaluation of the global model made during the run (shown in StatusJson).
   void SetGlobalEval(double loss, int64_t at_rounds) {
     global_eval_loss_ = loss;

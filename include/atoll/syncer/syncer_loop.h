@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,11 +28,20 @@ namespace atl::syncer {
 class SyncerLoop final : public SyncerApi {
  public:
   using RoundCallback = std::function<void(const SyncerCore&, const RoundReport&)>;
+  // Consulted on the loop thread before any round is closed (the syncer: CommitHeadroom). A
+  // non-OK status holds every round: none closes, they stay open and keep taking pushes, pulls
+  // and heartbeats are served from the last committed state, and the gate is asked again at the
+  // next tick. Its message is the reason (holding(), logged once when the hold starts and once
+  // when it ends).
+  using RoundGate = std::function<Status(const SyncerCore&)>;
 
   // `on_round` runs on the loop thread after every closed round and before the new version is
   // visible to any caller (log, metrics, persistence); it must not call back into the loop.
+  // Closing a round and its `on_round` must not throw: an exception there may leave a round half
+  // closed (its version counted, not committed), so the loop reports it as a bug and aborts;
+  // the restarted syncer resumes from the committed state.
   SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round,
-             Duration tick = std::chrono::milliseconds(50));
+             Duration tick = std::chrono::milliseconds(50), RoundGate gate = nullptr);
   ~SyncerLoop() override;
   SyncerLoop(const SyncerLoop&) = delete;
   SyncerLoop& operator=(const SyncerLoop&) = delete;
@@ -65,6 +75,11 @@ class SyncerLoop final : public SyncerApi {
   // Asks learners to stop (heartbeat replies carry finish = true from now on).
   void RequestFinish();
   bool finish_requested() const;
+  // Long polls waiting now and later are answered at once (what the fragment holds, or
+  // not_modified), so that a server shutting down waits for no poll (the syncer, on its way out).
+  void EndLongPolls();
+  // Why rounds are held ("" while they close normally). Any thread.
+  std::string holding() const;
   // Stops the loop thread; pending pulls get Unavailable. Idempotent.
   void Stop();
 
@@ -108,17 +123,24 @@ class SyncerLoop final : public SyncerApi {
   template <typename R, typename F>
   R Ask(F fn);
   void Run();
+  // Asks the gate, then closes due rounds and runs on_round for each (or aborts: see above).
+  // Returns whether rounds are held.
+  bool CloseDueRounds();
   void ServeWaiters(TimePoint now, bool expire_all);
+  bool long_polls_ended() const;
 
   SyncerCore core_;
   Clock& clock_;
   RoundCallback on_round_;
   Duration tick_;
+  RoundGate gate_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> tasks_;      // guarded by mu_
   bool stopping_ = false;       // guarded by mu_
   bool finish_ = false;         // guarded by mu_
+  bool long_polls_ended_ = false;  // guarded by mu_
+  std::string holding_;         // guarded by mu_: why rounds are held, "" when they are not
   std::vector<Waiter> waiters_; // loop thread only
   std::thread thread_;
 };

@@ -8,8 +8,27 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
+
+#include "atoll/core/status.h"
 
 namespace atl::transport {
+
+// The learner ids a syncer with per-learner credentials accepts tokens for (run-file key
+// `allowed_learners`, docs/security.md): "" = any id, else ids and ranges, e.g. "0-3,7". A
+// learner left out — a revoked credential — is refused (PERMISSION_DENIED) whatever its token.
+class LearnerIdSet {
+ public:
+  // InvalidArgument for anything but comma-separated ids and a-b ranges (a ≤ b) in [0, 1000000].
+  static StatusOr<LearnerIdSet> Parse(std::string_view text);
+  bool any() const { return ranges_.empty(); }
+  bool Contains(int64_t id) const;
+  std::string ToString() const;  // "" for any
+
+ private:
+  std::vector<std::pair<int64_t, int64_t>> ranges_;  // inclusive
+};
 
 std::string LearnerToken(std::string_view secret, std::string_view run_id, int learner_id);
 std::string OperatorToken(std::string_view secret, std::string_view run_id);
