@@ -30,7 +30,8 @@ void Flag(CLI::App* c, Overrides& o, const std::string& names, const char* key, 
   c->add_option_function<T>(names, [&o, key](const T& v) { o.values[key] = v; }, help);
 }
 
-void AddRunFlags(CLI::App* c, Overrides& o) {
+// The run: its config, mode, size, folders, credentials and model.
+void AddRunShapeFlags(CLI::App* c, Overrides& o) {
   c->add_option("-c,--config", o.config_file,
                 "Run file (TOML, see configs/run.toml) or a run folder's config.json; flags override it")
       ->check(CLI::ExistingFile);
@@ -52,6 +53,10 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<std::vector<std::string>>(c, o, "--embeddings", "embeddings",
                                  "Glob patterns of embedding tensors in a spec that does not list them (default *embed* "
                                  "*wte* *tok_emb*)");
+}
+
+// Inner training: batch, sequence, learning rate, threads, precision.
+void AddTrainingFlags(CLI::App* c, Overrides& o) {
   Flag<int>(c, o, "--batch", "batch", "Sequences per inner step (default 16)");
   Flag<int>(c, o, "--seq", "seq", "Sequence length (default 256)");
   Flag<double>(c, o, "--lr", "lr", "Inner AdamW peak learning rate (default 3e-3)");
@@ -60,6 +65,10 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<std::string>(c, o, "--precision", "precision",
                     "Training arithmetic: auto (default: bf16 where the CPU has AMX or AVX-512-BF16, else fp32) | fp32 | "
                     "bf16 (matrix products in bf16, fp32 weights, gradients and optimizer; evaluation in fp32)");
+}
+
+// The method: fragments, schedule, rounds, merge and outer step.
+void AddMethodFlags(CLI::App* c, Overrides& o) {
   Flag<int>(c, o, "-P,--fragments", "fragments", "Fragments P (default 24)");
   Flag<int>(c, o, "-H,--inner-steps", "H", "Inner steps between two syncs of a fragment, H ≥ P (default 24)");
   Flag<int>(c, o, "--tau", "tau", "Overlap: a merged fragment is applied tau steps after it was sent (default 2)");
@@ -78,6 +87,10 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<bool>(c, o, "--keep-progress", "keep_progress", "Keep the steps trained since a fragment was sent when its merge arrives (default true)");
   Flag<std::string>(c, o, "--weights", "weights",
                     "Merge weights: tokens (default: c_tokens^2/c_steps, the paper's) | uniform (ablation)");
+}
+
+// Links: the plan, encodings, per-learner speeds, the emulated WAN, liveness and evaluation.
+void AddLinkFlags(CLI::App* c, Overrides& o) {
   Flag<std::string>(c, o, "--plan", "plan", "Fragment plan: balanced (default) | strided");
   Flag<std::string>(c, o, "--uplink", "uplink", "Outer-gradient encoding: int4 (default) | int8 | bf16 | fp32 | int2 (3 levels: the paper's 2-bit ablation)");
   Flag<std::string>(c, o, "--downlink", "downlink", "Global-fragment encoding: int4 (default) | int8 | bf16 | fp32 | int2");
@@ -90,10 +103,13 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<double>(c, o, "--bandwidth-mbps", "bandwidth_mbps", "Emulated WAN bandwidth per learner link, Mbit/s (0 = unlimited)");
   Flag<double>(c, o, "--latency-ms", "latency_ms", "Emulated added latency per call, ms (default 0)");
   Flag<double>(c, o, "--loss", "loss", "Emulated probability that a call is dropped (default 0)");
-  Flag<double>(c, o, "--learner-timeout", "learner_timeout", "Seconds without heartbeat before a learner stops counting as live (default 10)");
+  Flag<double>(c, o, "--learner-timeout", "learner_timeout", "Seconds without heartbeat before a learner stops counting as live and must rejoin (default 10)");
   Flag<int>(c, o, "--eval-batches", "eval_batches", "Validation batches for eval loss (default 16)");
   Flag<int>(c, o, "--eval-every", "eval_every", "Rounds between evaluations of the global model during the run (default 48; 0 = off)");
-  // [limits]: the syncer's protection against hostile or broken clients (docs/security.md).
+}
+
+// [limits]: the syncer's protection against hostile or broken clients (docs/security.md).
+void AddLimitFlags(CLI::App* c, Overrides& o) {
   Flag<int>(c, o, "--max-learners", "max_learners", "Limit: rows in the syncer's learner table (default 4096)");
   Flag<double>(c, o, "--max-inflight-push-mb", "max_inflight_push_mb", "Limit: MiB of push payload being received at once (default 2048)");
   Flag<int>(c, o, "--max-streams", "max_streams", "Limit: concurrent streams per connection (default 64)");
@@ -101,7 +117,7 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
   Flag<double>(c, o, "--memory-quota-mb", "memory_quota_mb", "Limit: MiB of gRPC buffers (default 4096)");
   Flag<double>(c, o, "--handshake-timeout", "handshake_timeout_s", "Limit: seconds a connection has to finish its handshake (default 10)");
   Flag<double>(c, o, "--idle-timeout", "idle_timeout_s", "Limit: seconds without calls before a connection is closed (default 120)");
-  Flag<double>(c, o, "--quarantine-factor", "quarantine_factor", "Quarantine outer gradients above this x the recent median size (default 20; 0 = off)");
+  Flag<double>(c, o, "--quarantine-factor", "quarantine_factor", "Quarantine outer gradients above this x the other learners' typical size (default 20; 0 = off)");
   Flag<int>(c, o, "--max-rejects", "max_consecutive_rejects", "Invalid pushes in a row before a learner is disconnected (default 8)");
   Flag<double>(c, o, "--ban-seconds", "ban_seconds", "How long a disconnected learner is refused (default 300)");
   Flag<int>(c, o, "--max-connections", "max_connections", "Limit: open gRPC connections, never more than ulimit -n - 256 (default 4096)");
@@ -113,6 +129,14 @@ void AddRunFlags(CLI::App* c, Overrides& o) {
                "MiB of free space a commit must leave in the state folder beyond its files; below it rounds are held (default 64)");
   Flag<std::string>(c, o, "--allowed-learners", "allowed_learners",
                     "Per-learner credentials: the learner ids whose tokens are accepted, e.g. 0-3,7 (default: any; leave an id out to revoke it)");
+}
+
+void AddRunFlags(CLI::App* c, Overrides& o) {
+  AddRunShapeFlags(c, o);
+  AddTrainingFlags(c, o);
+  AddMethodFlags(c, o);
+  AddLinkFlags(c, o);
+  AddLimitFlags(c, o);
 }
 
 StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {

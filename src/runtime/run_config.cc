@@ -151,7 +151,10 @@ Status Take(const nlohmann::json& j, const std::string& key, diloco::Mode& out) 
 
 }  // namespace
 
-Status ValidateRunConfig(const RunConfig& c) {
+namespace {
+
+// The run's size and inner training.
+Status ValidateTraining(const RunConfig& c) {
   auto bad = [](const std::string& m) { return InvalidArgumentError("run config: " + m); };
   if (c.learners < 1 || c.learners > 256) return bad("learners must be in [1, 256]");
   if (c.steps < 1) return bad("steps must be ≥ 1");
@@ -161,6 +164,12 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (c.threads < 1) return bad("threads must be ≥ 1");
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
     return bad("precision must be auto, fp32 or bf16 (got '" + c.precision + "')");
+  return Status::Ok();
+}
+
+// Fragments, shards, the schedule, rounds, the merge and the outer step.
+Status ValidateMethod(const RunConfig& c) {
+  auto bad = [](const std::string& m) { return InvalidArgumentError("run config: " + m); };
   if (c.fragments < 1) return bad("fragments (P) must be ≥ 1");
   if (c.syncer_shards > 1 && c.mode == diloco::Mode::kDdp) return bad("ddp mode runs one syncer (syncer_shards = 1)");
   if (c.syncer_shards < 1 || c.syncer_shards > c.fragments)
@@ -182,6 +191,12 @@ Status ValidateRunConfig(const RunConfig& c) {
       (c.outer_momentum && !(*c.outer_momentum >= 0 && *c.outer_momentum < 1)))
     return bad("outer_lr must be ≥ 0 and outer_momentum in [0, 1)");
   if (!(c.alpha >= 0 && c.alpha < 1)) return bad("alpha must be in [0, 1)");
+  return Status::Ok();
+}
+
+// The plan, encodings, per-learner speeds and batches, the emulated WAN, liveness, evaluation.
+Status ValidateLinks(const RunConfig& c) {
+  auto bad = [](const std::string& m) { return InvalidArgumentError("run config: " + m); };
   if (c.plan != "balanced" && c.plan != "strided") return bad("plan must be balanced or strided");
   for (const auto* e : {&c.uplink, &c.downlink})
     if (*e != "fp32" && *e != "bf16" && *e != "int8" && *e != "int4" && *e != "int2")
@@ -202,6 +217,12 @@ Status ValidateRunConfig(const RunConfig& c) {
     return bad("bandwidth_mbps and latency_ms must be ≥ 0 and loss in [0, 1)");
   if (c.eval_batches < 1) return bad("eval_batches must be ≥ 1");
   if (c.eval_every < 0) return bad("eval_every must be ≥ 0 (0 = no evaluation during the run)");
+  return Status::Ok();
+}
+
+// [limits].
+Status ValidateLimits(const RunConfig& c) {
+  auto bad = [](const std::string& m) { return InvalidArgumentError("run config: " + m); };
   if (c.max_learners < c.learners || c.max_learners > 1'000'000)
     return bad("max_learners must be in [learners, 1000000]");
   if (!(c.max_inflight_push_mb >= 1 && c.max_inflight_push_mb <= 1 << 20) || !(c.memory_quota_mb >= 16 && c.memory_quota_mb <= 1 << 20))
@@ -221,6 +242,17 @@ Status ValidateRunConfig(const RunConfig& c) {
     return bad("max_heartbeats_per_s must be in [1, 1e6] and push_timeout_s in [1, 86400]");
   if (!(c.commit_reserve_mb >= 0 && c.commit_reserve_mb <= 1 << 20)) return bad("commit_reserve_mb must be in [0, 1048576]");
   if (auto ids = transport::LearnerIdSet::Parse(c.allowed_learners); !ids.ok()) return bad("allowed_learners: " + ids.status().message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateRunConfig(const RunConfig& c) {
+  auto bad = [](const std::string& m) { return InvalidArgumentError("run config: " + m); };
+  ATOLL_RETURN_IF_ERROR(ValidateTraining(c));
+  ATOLL_RETURN_IF_ERROR(ValidateMethod(c));
+  ATOLL_RETURN_IF_ERROR(ValidateLinks(c));
+  ATOLL_RETURN_IF_ERROR(ValidateLimits(c));
   for (const auto& e : c.chaos.events) {
     if (e.kind == chaos::FaultKind::kKillSyncer && e.target >= c.syncer_shards)
       return bad("a kill_syncer event names syncer shard " + std::to_string(e.target) + " (its learner field), but there " +

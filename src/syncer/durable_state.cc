@@ -284,6 +284,36 @@ Status DurableState::SaveAll(const SyncerCore& core) {
   return WriteAllFiles(core);
 }
 
+namespace {
+
+// A learner's latest push per fragment, as [version, size, steps, tokens per step, weight] rows.
+nlohmann::json SamplesJson(const std::vector<PushSample>& samples) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const PushSample& s : samples) rows.push_back({s.version, s.size, s.steps, s.tokens_per_step, s.weight});
+  return rows;
+}
+
+// The rows back; a malformed row (a file from before the robust references, or damaged) is no
+// push: the references then rebuild from the next pushes.
+std::vector<PushSample> ParseSamples(const nlohmann::json& rows) {
+  std::vector<PushSample> out;
+  if (!rows.is_array()) return out;
+  for (const auto& r : rows) {
+    PushSample s;
+    const bool ok = r.is_array() && r.size() == 5 && r[0].is_number_integer() && r[1].is_number() &&
+                    r[2].is_number() && r[3].is_number() && r[4].is_number();
+    if (ok) s = {r[0].get<int64_t>(), r[1].get<double>(), r[2].get<double>(), r[3].get<double>(), r[4].get<double>()};
+    const auto fine = [](double x) { return std::isfinite(x) && x >= 0; };
+    if (!(fine(s.size) && fine(s.steps) && fine(s.tokens_per_step) && fine(s.weight))) {
+      s = PushSample{};
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
 Status DurableState::SaveLearners(const SyncerCore& core) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [id, l] : core.learners()) {
@@ -292,7 +322,7 @@ Status DurableState::SaveLearners(const SyncerCore& core) {
                     {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
                     {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
                     {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
-                    {"merged_versions", l.merged_versions}});
+                    {"merged_versions", l.merged_versions}, {"samples", SamplesJson(l.samples)}});
   }
   return WriteJsonWithChecksum(dir_ + "/learners.json",
                               {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
@@ -388,6 +418,7 @@ DurableState::LearnerTable DurableState::ReadLearnerRows(const nlohmann::json& l
     l.late_folded = r.value("late_folded", int64_t{0});
     l.tokens_merged = r.value("tokens_merged", 0.0);
     l.merged_versions = r.value("merged_versions", std::vector<int64_t>{});
+    l.samples = ParseSamples(r.value("samples", nlohmann::json::array()));
     if (l.id >= 0) t.rows[l.id] = l;
   }
   return t;

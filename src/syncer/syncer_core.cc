@@ -379,18 +379,95 @@ StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHead
   return c;
 }
 
-Status SyncerCore::CheckQuarantine(const FragmentState& f, double size) const {
-  if (!rule_->Quarantines() || options_.quarantine_factor <= 0 ||
-      static_cast<int>(f.recent_norms.size()) < options_.quarantine_min_history) {
-    return Status::Ok();
+namespace {
+
+// The upper median (the larger middle value of an even count): one value of k ≥ 2 that is
+// lowered to zero never lowers it below the others' middle.
+double UpperMedian(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+SyncerCore::RobustRefs SyncerCore::RefsFor(int p, int id, TimePoint now) const {
+  // A live learner's latest push counts however many rounds others closed since (a flood of
+  // rounds must not age the honest references out); a departed learner's for the window.
+  const int64_t oldest = fragments_[static_cast<size_t>(p)].version - options_.quarantine_window;
+  const Duration timeout = FromSeconds(options_.learner_timeout_s);
+  std::vector<double> sizes, steps, tps, weights;
+  for (const auto& [other, l] : learners_) {
+    if (other == id || static_cast<int>(l.samples.size()) <= p) continue;
+    const PushSample& s = l.samples[static_cast<size_t>(p)];
+    const bool live = l.state != LearnerState::kDone && now - l.last_seen <= timeout;
+    if (s.version < 0 || (!live && s.version < oldest)) continue;
+    sizes.push_back(s.size);
+    steps.push_back(s.steps);
+    tps.push_back(s.tokens_per_step);
+    weights.push_back(s.weight);
   }
-  std::vector<double> sorted = f.recent_norms;
-  std::nth_element(sorted.begin(), sorted.begin() + static_cast<ptrdiff_t>(sorted.size() / 2), sorted.end());
-  const double median = sorted[sorted.size() / 2];
-  if (size <= options_.quarantine_factor * median || size <= 1e-12) return Status::Ok();
+  RobustRefs r;
+  if (static_cast<int>(sizes.size()) < std::max(1, options_.quarantine_min_learners)) return r;
+  r.others = static_cast<int>(sizes.size());
+  r.size = UpperMedian(sizes);
+  r.steps = UpperMedian(steps);
+  r.tokens_per_step = UpperMedian(tps);
+  r.weight = UpperMedian(weights);
+  return r;
+}
+
+PushSample SyncerCore::BoundCounters(const RobustRefs& refs, Contribution& c, std::string& note) const {
+  // The tokens it is credited with: at most max_tokens_per_step_factor × the others' rate per step.
+  if (refs.others > 0 && options_.max_tokens_per_step_factor > 0 && c.c_steps > 0) {
+    const double max_tps = options_.max_tokens_per_step_factor * refs.tokens_per_step;
+    if (static_cast<double>(c.c_tokens) > max_tps * static_cast<double>(c.c_steps)) {
+      const auto tokens = static_cast<int64_t>(std::floor(max_tps * static_cast<double>(c.c_steps)));
+      note += fmt::format("; c_tokens {} bounded to {}", c.c_tokens, tokens);
+      c.c_tokens = tokens;
+    }
+  }
+  // The steps its size is divided by and its weight computed with: at most max_steps_factor × the
+  // others' (or × H). A learner back from an outage honestly claims many; its credited tokens stay.
+  int64_t steps = c.c_steps;
+  const double step_ref = refs.others > 0 ? refs.steps : static_cast<double>(options_.H);
+  if (options_.max_steps_factor > 0) {
+    const auto max_steps = static_cast<int64_t>(std::max(1.0, std::floor(options_.max_steps_factor * step_ref)));
+    if (steps > max_steps) {
+      note += fmt::format("; c_steps {} counted as {} for its size and weight", steps, max_steps);
+      steps = max_steps;
+    }
+  }
+  const double tokens_at_steps =
+      c.c_steps > 0 ? static_cast<double>(c.c_tokens) * static_cast<double>(steps) / static_cast<double>(c.c_steps) : 0;
+  double weight = diloco::ContributionWeight(options_.weight_rule, static_cast<int64_t>(std::floor(tokens_at_steps)), steps);
+  if (refs.others > 0 && options_.max_weight_factor > 0 && weight > options_.max_weight_factor * refs.weight) {
+    weight = options_.max_weight_factor * refs.weight;
+    note += fmt::format("; merge weight bounded to {:.4g}", weight);
+  }
+  c.max_weight = weight;
+  double norm2 = 0;
+  for (double n : c.slice_norms) norm2 += n * n;
+  PushSample sample;
+  sample.size = std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, steps)));
+  sample.steps = static_cast<double>(steps);
+  sample.tokens_per_step = c.c_steps > 0 ? static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps) : 0.0;
+  sample.weight = weight;
+  return sample;
+}
+
+Status SyncerCore::CheckQuarantine(const FragmentState& f, double size, const RobustRefs& refs) const {
+  if (!rule_->Quarantines() || options_.quarantine_factor <= 0 || size <= 1e-12) return Status::Ok();
+  double reference = refs.size;
+  const char* of = "the upper median of the other learners' latest sizes";
+  if (refs.others == 0) {
+    if (static_cast<int>(f.recent_norms.size()) < options_.quarantine_min_history) return Status::Ok();
+    reference = UpperMedian(f.recent_norms);
+    of = "the recent median";
+  }
+  if (size <= options_.quarantine_factor * reference) return Status::Ok();
   return InvalidArgumentError(fmt::format(
-      "quarantined: outer-gradient size {:.4g} (norm/sqrt(steps)) is {:.1f}x the recent median {:.4g} (limit {:.1f}x)",
-      size, size / std::max(median, 1e-30), median, options_.quarantine_factor));
+      "quarantined: outer-gradient size {:.4g} (norm/sqrt(steps)) is {:.1f}x {} {:.4g} (limit {:.1f}x)", size,
+      size / std::max(reference, 1e-30), of, reference, options_.quarantine_factor));
 }
 
 StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const std::byte> payload,
@@ -407,24 +484,34 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   auto c = DecodeContribution(h, payload, now);
   if (!c.ok()) return Reject(l, h, c.status(), now);
-  double norm2 = 0;
-  for (double n : c->slice_norms) norm2 += n * n;
-  const double size = std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, c->c_steps)));
-  if (Status st = CheckQuarantine(f, size); !st.ok()) {
+  const RobustRefs refs = RefsFor(h.fragment, h.learner_id, now);
+  std::string bounded;
+  PushSample sample = BoundCounters(refs, *c, bounded);
+  const double size = sample.size;
+  if (size > 1e-12) {  // zero pushes never lower anyone's reference
+    sample.version = f.version;
+    l.samples.resize(fragments_.size());
+    l.samples[static_cast<size_t>(h.fragment)] = sample;
+  }
+  if (Status st = CheckQuarantine(f, size, refs); !st.ok()) {
     l.quarantined += 1;
     l.consecutive_rejects -= 1;  // Reject counts it; quarantine alone never disconnects
     return Reject(l, h, st, now);
   }
   // Validated: now change state.
-  f.recent_norms.push_back(size);
-  if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
-  return Admit(l, f, h, std::move(*c), now);
+  if (size > 1e-12) {
+    f.recent_norms.push_back(size);
+    if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
+  }
+  PushResult r = Admit(l, f, h, std::move(*c), now);
+  r.note += bounded;
+  return r;
 }
 
 PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now) {
   l.consecutive_rejects = 0;
-  if (h.c_steps > 0) {
-    l.tokens_per_step = Ema(l.tokens_per_step, static_cast<double>(h.c_tokens) / static_cast<double>(h.c_steps));
+  if (c.c_steps > 0) {
+    l.tokens_per_step = Ema(l.tokens_per_step, static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps));
   }
   l.last_seen = now;
   l.pushes += 1;
@@ -518,7 +605,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
 
   std::vector<RoundInput> inputs;
   for (const Contribution& c : f.pending) {
-    inputs.push_back({c.c_tokens, c.c_steps, c.slice_norms});
+    inputs.push_back({c.c_tokens, c.c_steps, c.slice_norms, c.max_weight});
     report.contributors.push_back(c.learner);
     report.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
   }
@@ -734,6 +821,11 @@ void SyncerCore::RestoreLearners(const std::map<int, LearnerRecord>& learners, T
     r.merged_versions.resize(fragments_.size(), -1);
     for (size_t p = 0; p < fragments_.size(); ++p) {
       if (r.merged_versions[p] > fragments_[p].version) r.merged_versions[p] = -1;
+    }
+    // Its latest pushes, for the robust references: none from a version the fragment never reached.
+    r.samples.resize(fragments_.size());
+    for (size_t p = 0; p < fragments_.size(); ++p) {
+      if (r.samples[p].version > fragments_[p].version) r.samples[p] = PushSample{};
     }
     learners_[id] = r;
   }

@@ -68,7 +68,7 @@ class OuterRule final : public UpdateRule {
                RoundMath& math, ThreadPool* pool) const override {
     std::vector<std::vector<double>> norms;
     for (const RoundInput& in : inputs) {
-      math.weights.push_back(diloco::ContributionWeight(weights_, in.c_tokens, in.c_steps));
+      math.weights.push_back(std::min(in.max_weight, diloco::ContributionWeight(weights_, in.c_tokens, in.c_steps)));
       norms.push_back(in.slice_norms);
     }
     std::vector<float> merged(s.theta.size(), 0.0f);

@@ -8,8 +8,14 @@
 
 namespace atl::transport {
 
+double PayloadDeadlineSeconds(double base_s, int64_t bytes, double mbps) {
+  if (!(mbps > 0) || bytes <= 0) return base_s;
+  return base_s + static_cast<double>(bytes) * 8.0 / (mbps * 1e6);
+}
+
 struct GrpcSyncerClient::Impl {
   ClientOptions options;
+  std::atomic<int64_t> largest_pull_bytes{0};  // from the join: the largest fragment in fp32
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<atl::v1::Syncer::Stub> stub;
 
@@ -88,6 +94,9 @@ StatusOr<syncer::JoinReplyData> GrpcSyncerClient::Join(const syncer::JoinRequest
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
   if (!st.ok()) return FromGrpc(st, "join");
   bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
+  for (int64_t n : reply.fragment_numel()) {
+    if (n * 4 > impl_->largest_pull_bytes.load()) impl_->largest_pull_bytes = n * 4;
+  }
   return ParseJoinReply(reply);
 }
 
@@ -137,7 +146,8 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
                                                              std::span<const std::byte> payload,
                                                              const PushFault& fault) {
   grpc::ClientContext ctx;
-  impl_->Prepare(ctx, impl_->options.push_timeout_s);
+  impl_->Prepare(ctx, PayloadDeadlineSeconds(impl_->options.push_timeout_s, static_cast<int64_t>(payload.size()),
+                                             impl_->options.min_link_mbps));
   ctx.AddMetadata(kLearnerKey, std::to_string(header.learner_id));  // checked before the header is read
   atl::v1::PushReply reply;
   auto writer = impl_->stub->Push(&ctx, &reply);
@@ -172,7 +182,9 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
 StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragment, int64_t have_version,
                                                      double wait_seconds, int64_t want_version) {
   grpc::ClientContext ctx;
-  impl_->Prepare(ctx, wait_seconds + impl_->options.push_timeout_s);
+  impl_->Prepare(ctx, wait_seconds + PayloadDeadlineSeconds(impl_->options.push_timeout_s,
+                                                            impl_->largest_pull_bytes.load(),
+                                                            impl_->options.min_link_mbps));
   atl::v1::PullRequest req;
   req.set_learner_id(learner_id);
   req.set_fragment(fragment);

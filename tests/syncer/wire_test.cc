@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "atoll/core/checksum.h"
+#include "atoll/transport/grpc.h"
 
 namespace atl::transport {
 namespace {
@@ -162,6 +163,18 @@ TEST(Wire, StatusCodesMapBothWays) {
     EXPECT_NE(back.message().find("why"), std::string::npos) << back;
   }
   EXPECT_TRUE(FromGrpc(ToGrpc(Status::Ok()), "call").ok());
+}
+
+}  // namespace
+}  // namespace atl::transport
+
+namespace atl::transport {
+namespace {
+
+TEST(GrpcDeadlines, APayloadGetsTheTimeItsBytesTakeAtTheSlowestLinkRate) {
+  EXPECT_DOUBLE_EQ(PayloadDeadlineSeconds(60, 0, 10), 60);
+  EXPECT_DOUBLE_EQ(PayloadDeadlineSeconds(60, 125'000'000, 10), 160);  // 1 Gbit at 10 Mbit/s: 100 s more
+  EXPECT_DOUBLE_EQ(PayloadDeadlineSeconds(60, 125'000'000, 0), 60);    // no allowance
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <optional>
@@ -106,13 +107,24 @@ struct SyncerOptions {
   double learner_timeout_s = 10.0;  // silent this long → no longer live
   uint64_t incarnation = 0;         // changes on every (re)start of the syncer
   // Hostile or broken input. An outer gradient whose size ‖v‖/√c_steps (an outer gradient grows
-  // with the inner steps behind it) exceeds quarantine_factor × the median of the fragment's
-  // recent accepted sizes (once `quarantine_min_history` are known) is quarantined: not merged,
+  // with the inner steps behind it) exceeds quarantine_factor × its reference (below) is quarantined: not merged,
   // logged, counted. Honest learners vary by a few × over a run (warm-up, decay); garbage is
   // orders of magnitude off. 0 turns the check off.
   double quarantine_factor = 20.0;
   int quarantine_window = 32;
   int quarantine_min_history = 8;
+  // Robust references against one compromised learner (docs/security.md). Once at least
+  // quarantine_min_learners other learners pushed the fragment (live ones at any time, others
+  // within the last quarantine_window versions), a push is judged against the upper median of their latest pushes only (its own never
+  // move its reference): its size against their sizes, its c_steps bounded by max_steps_factor ×
+  // theirs and its tokens per step by max_tokens_per_step_factor × theirs (the tokens it is
+  // credited with), its merge weight by max_weight_factor × theirs (the weight alone). With fewer,
+  // c_steps is bounded by max_steps_factor × H and the size is judged against the fragment's recent
+  // accepted non-zero sizes. The latest push of every learner is persisted with the learner table.
+  int quarantine_min_learners = 2;
+  double max_steps_factor = 16.0;
+  double max_tokens_per_step_factor = 4.0;
+  double max_weight_factor = 4.0;
   // A learner whose pushes are rejected as invalid this many times in a row (not counting
   // ABORTED, which only asks for a full fetch, nor quarantine) is disconnected for ban_seconds: its joins, heartbeats and pushes
   // are refused with PERMISSION_DENIED (pulls change no state and are still served).
@@ -136,6 +148,15 @@ struct SyncerOptions {
   // (FailedPrecondition for another shard's), and refuses a learner that names another shard.
   // The default {0, 1} is the one unsharded syncer.
   ShardSpec shard;
+};
+
+// A learner's latest push of one fragment as the robust references see it (bounded counters).
+struct PushSample {
+  int64_t version = -1;  // the fragment's version when it arrived (-1: no push yet)
+  double size = 0;       // ‖v‖ / √steps
+  double steps = 0;      // c_steps, bounded
+  double tokens_per_step = 0;  // c_tokens / c_steps, bounded
+  double weight = 0;     // merge weight, bounded
 };
 
 struct LearnerRecord {
@@ -162,6 +183,10 @@ struct LearnerRecord {
   // A learner that rejoins a restarted syncer compares it with the version it was promised, to
   // tell a push the old process committed from one it lost.
   std::vector<int64_t> merged_versions;
+  // Per fragment, its latest push that passed the header and decoding checks (quarantined ones
+  // too: after a real change of Θ every honest size moves, and they must lift each other's
+  // reference). Zero-size pushes are not recorded.
+  std::vector<PushSample> samples;
 };
 
 // One closed round, for the log and metrics.
@@ -284,7 +309,8 @@ class SyncerCore {
  private:
   struct Contribution {
     int learner = -1;
-    int64_t c_tokens = 0, c_steps = 0;
+    int64_t c_tokens = 0, c_steps = 0;  // as claimed, then bounded (BoundCounters)
+    double max_weight = std::numeric_limits<double>::infinity();  // its merge weight's bound
     int64_t base_version = 0;
     bool final_sync = false;  // the learner's end-of-training push: a whole span of work (TokenShare)
     std::vector<std::byte> payload;     // as it arrived; decoded again when the round closes
@@ -319,7 +345,19 @@ class SyncerCore {
                   std::span<float> out) const;
   StatusOr<Contribution> DecodeContribution(const PushHeaderData& h, std::span<const std::byte> payload,
                                             TimePoint now) const;
-  Status CheckQuarantine(const FragmentState& f, double size) const;
+  // The robust references of a push of fragment p by learner `id` (RobustRefs::others == 0: too
+  // few other learners pushed it recently).
+  struct RobustRefs {
+    int others = 0;
+    double size = 0, steps = 0, tokens_per_step = 0, weight = 0;  // upper medians of the others' latest pushes
+  };
+  RobustRefs RefsFor(int p, int id, TimePoint now) const;
+  // Bounds the push's claimed counters by `refs` (c_tokens through the rate per step; the steps
+  // its size and merge weight count, into c.max_weight) and returns what it records of the push
+  // (its size ‖v‖/√steps, bounded steps, rate and weight; no version); `note` says what was bounded.
+  PushSample BoundCounters(const RobustRefs& refs, Contribution& c, std::string& note) const;
+  // INVALID_ARGUMENT (quarantined) when `size` exceeds quarantine_factor × the reference.
+  Status CheckQuarantine(const FragmentState& f, double size, const RobustRefs& refs) const;
   PushResult Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now);
   // Join: per fragment, the version of the public copy whose checksum the learner sent (-1: none),
   // and whether it holds the run's initial values instead (then version 0, once snapped).

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -33,6 +34,7 @@ struct SyncerOptions;
 struct RoundInput {
   int64_t c_tokens = 0, c_steps = 0;
   std::vector<double> slice_norms;
+  double max_weight = std::numeric_limits<double>::infinity();  // its merge weight's bound (robust references)
 };
 // Writes contribution m's vector (Vectorize of its payload) into `out` (fragment-sized).
 using ContributionSource = std::function<Status(size_t m, std::span<float> out)>;

@@ -94,8 +94,14 @@ struct ClientOptions {
   std::string token;
   TlsOptions tls;
   double call_timeout_s = 10.0;   // deadline for join/heartbeat/status
-  double push_timeout_s = 60.0;   // deadline for one push
+  double push_timeout_s = 60.0;   // deadline for one push (and what a pull may take beyond its wait)
+  // Pushes and pulls get push_timeout_s plus the time their payload takes at this rate: a push
+  // its own size, a pull the largest fragment a full copy can be (fp32, from the join's sizes).
+  double min_link_mbps = 10.0;
 };
+
+// push_timeout_s + the seconds `bytes` take at `mbps` (mbps ≤ 0: no allowance).
+double PayloadDeadlineSeconds(double base_s, int64_t bytes, double mbps);
 
 class GrpcSyncerClient final : public syncer::SyncerApi {
  public:

@@ -1,0 +1,314 @@
+// bench_syncer_grpc: a real `atoll syncer` process started from a model spec of `--params`
+// parameters, loaded over gRPC on 127.0.0.1 by M learner clients in this process: the syncer's
+// resident memory per parameter (its peak, read from /proc while it runs), the wall time of a
+// round of every fragment against one memcpy of the model in this process, and the bytes on the
+// wire per learner per parameter.
+//
+// The spec is written first (tensors of 4096 × 4096, the first an embedding; N(0, 0.02) values)
+// into --dir. Every learner joins and pulls every fragment in full; then, for --rounds sweeps over
+// the fragments, every learner pushes an int4 outer gradient of fragment p against the public
+// copy it holds (one payload encoded once and sent by all M: the syncer decodes each on its own),
+// the round closes with all M (quorum M, no grace), and every learner long-polls the new version
+// (a delta). One copy of Φ is kept by the bench (learner 0's); the others' pulls are received and
+// counted, not decoded, so the bench itself holds ≈ 4 bytes per parameter whatever M is.
+//
+//   bench_syncer_grpc [--params N] [--learners M] [--fragments P] [--rounds R] [--dir D] [--json]
+// Exit 0; 1 when the syncer fails; 2 on bad flags.
+#include <sys/types.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "atoll/core/child_process.h"
+#include "atoll/core/file.h"
+#include "atoll/core/rng.h"
+#include "atoll/diloco/fragment_plan.h"
+#include "atoll/exchange/fragment_exchange.h"
+#include "atoll/model/model_spec.h"
+#include "atoll/syncer/api.h"
+#include "atoll/transport/grpc.h"
+
+namespace {
+
+using namespace atl;
+using Wall = std::chrono::steady_clock;
+
+double Seconds(Wall::time_point a, Wall::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// kB → bytes of a /proc/<pid>/status line ("VmRSS:", "VmHWM:").
+double ProcStatusBytes(const std::string& pid, const char* key) {
+  std::ifstream in("/proc/" + pid + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) == 0) return std::strtod(line.c_str() + std::strlen(key), nullptr) * 1024.0;
+  }
+  return 0;
+}
+
+std::string TextOf(const std::string& path, const std::string& missing) {
+  auto text = ReadFile(path);
+  return text.ok() ? *text : missing;
+}
+
+[[noreturn]] void Usage(const std::string& error) {
+  std::fprintf(stderr,
+               "bench_syncer_grpc: %s\nusage: bench_syncer_grpc [--params N (default 100000000)] [--learners M (8)] "
+               "[--fragments P (24)] [--rounds R (2)] [--dir D (default a fresh folder under /tmp)] [--json]\n",
+               error.c_str());
+  std::exit(2);
+}
+
+[[noreturn]] void Fail(const std::string& what, const Status& st, const std::string& log) {
+  std::fprintf(stderr, "bench_syncer_grpc: %s: %s\n--- syncer log (%s) ---\n%s\n", what.c_str(), st.ToString().c_str(),
+               log.c_str(), TextOf(log, "(none)").c_str());
+  std::exit(1);
+}
+
+std::vector<diloco::TensorSpec> Tensors(int64_t params) {
+  std::vector<diloco::TensorSpec> tensors;
+  for (int64_t left = params, i = 0; left > 0; ++i) {
+    const int64_t rows = std::min<int64_t>(4096, left / 4096 > 0 ? left / 4096 : 1);
+    const int64_t cols = rows * 4096 <= left ? 4096 : left;
+    tensors.push_back({i == 0 ? "tok_embed.weight" : "layers." + std::to_string(i) + ".w", {rows, cols}, rows * cols, i == 0});
+    left -= rows * cols;
+  }
+  return tensors;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t params = 100'000'000;
+  int learners = 8, fragments = 24, rounds = 2;
+  std::string dir;
+  bool json_out = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) Usage(k + " needs a value");
+      return argv[++i];
+    };
+    auto next = [&]() -> int64_t {
+      const std::string v = value();
+      char* end = nullptr;
+      const int64_t n = std::strtoll(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0') Usage(k + " takes an integer, not '" + v + "'");
+      return n;
+    };
+    if (k == "--params") params = next();
+    else if (k == "--learners") learners = static_cast<int>(next());
+    else if (k == "--fragments") fragments = static_cast<int>(next());
+    else if (k == "--rounds") rounds = static_cast<int>(next());
+    else if (k == "--dir") dir = value();
+    else if (k == "--json") json_out = true;
+    else if (k == "-h" || k == "--help") Usage("a real atoll syncer at model scale over gRPC");
+    else Usage("unknown flag " + k);
+  }
+  if (params < 4096 || learners < 1 || learners > 256 || fragments < 1 || rounds < 1 || fragments > params / 4096) {
+    Usage("need --params >= 4096, 1 <= --learners <= 256, --fragments/--rounds >= 1, P <= params/4096");
+  }
+  if (dir.empty()) dir = (std::filesystem::temp_directory_path() / ("bench-syncer-grpc-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string spec = dir + "/model.safetensors", log = dir + "/syncer.log";
+
+  // The spec, written tensor by tensor (never whole in memory).
+  const auto tensors = Tensors(params);
+  const auto t0 = Wall::now();
+  {
+    Rng rng(1);
+    Status st = model::WriteModelSpec(spec, tensors, nlohmann::json::object(), [&](size_t, int64_t, std::span<float> out) {
+      for (float& v : out) v = static_cast<float>(rng.Normal(0, 0.02));
+    });
+    if (!st.ok()) Usage("writing the spec: " + st.ToString());
+  }
+  const double spec_s = Seconds(t0, Wall::now());
+
+  const std::string token = "bench-token", P = std::to_string(fragments), M = std::to_string(learners);
+  std::vector<std::string> argv_s = {ATOLL_BIN, "syncer", "--spec", spec, "--out", dir + "/run", "-M", M, "-P", P, "-H", P,
+                                     "--tau", "1", "--quorum", M, "--grace", "false", "--eval-every", "0",
+                                     "--steps", "1000000", "--token", token, "--listen", "127.0.0.1:0",
+                                     "--port-file", dir + "/port", "--run-id", "bench", "--data", dir + "/data"};
+  std::filesystem::remove(dir + "/port");
+  auto syncer = ChildProcess::Start(argv_s, log);
+  if (!syncer.ok()) Usage("starting the syncer: " + syncer.status().ToString());
+  const std::string pid = std::to_string(syncer->pid());
+  std::string port;
+  for (int i = 0; i < 6000 && port.empty(); ++i) {
+    if (!syncer->running()) Fail("the syncer exited before listening", UnavailableError("exited"), log);
+    port = TextOf(dir + "/port", "");
+    if (port.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (port.empty()) Fail("the syncer did not listen within 600 s", DeadlineExceededError("no port"), log);
+  const double start_s = Seconds(t0, Wall::now()) - spec_s;
+  const double rss_idle = ProcStatusBytes(pid, "VmRSS:");
+
+  transport::ClientOptions co;
+  co.target = "127.0.0.1:" + port;
+  co.token = token;
+  co.call_timeout_s = 600;
+  co.push_timeout_s = 600;
+  std::vector<std::unique_ptr<transport::GrpcSyncerClient>> clients;
+  for (int m = 0; m < learners; ++m) {
+    auto c = transport::GrpcSyncerClient::Connect(co);
+    if (!c.ok()) Fail("connect", c.status(), log);
+    clients.push_back(std::move(*c));
+  }
+  syncer::JoinRequestData req;
+  req.protocol_version = syncer::kProtocolVersion;
+  req.run_id = "bench";
+  req.model_signature = diloco::ModelSignature(tensors);
+  req.host = "bench";
+  std::vector<int64_t> numel;
+  for (int m = 0; m < learners; ++m) {
+    req.learner_id = m;
+    auto j = clients[static_cast<size_t>(m)]->Join(req);
+    if (!j.ok()) Fail("join", j.status(), log);
+    numel = j->fragment_numel;
+  }
+  // Learner 0's public copies (the bench's one copy of Φ); everyone pulls in full.
+  std::vector<std::vector<float>> phi(static_cast<size_t>(fragments));
+  std::vector<exchange::Lattice> lattice(static_cast<size_t>(fragments));
+  std::vector<int64_t> have(static_cast<size_t>(fragments), -1);
+  std::atomic<int64_t> join_bytes{0};
+  const auto tj = Wall::now();
+  auto each_learner = [&](auto&& fn) {
+    std::vector<std::thread> threads;
+    for (int m = 0; m < learners; ++m) threads.emplace_back([&, m] { fn(m); });
+    for (auto& t : threads) t.join();
+  };
+  each_learner([&](int m) {
+    for (int p = 0; p < fragments; ++p) {
+      auto full = clients[static_cast<size_t>(m)]->Pull(m, p, -1, 0.0, 0);
+      if (!full.ok()) Fail("full pull", full.status(), log);
+      join_bytes += static_cast<int64_t>(full->bytes.size());
+      if (m != 0) continue;
+      Status st = syncer::ApplyPulled(*full, -1, static_cast<size_t>(numel[static_cast<size_t>(p)]),
+                                      phi[static_cast<size_t>(p)], lattice[static_cast<size_t>(p)]);
+      if (!st.ok()) Fail("applying a full pull", st, log);
+      have[static_cast<size_t>(p)] = full->version;
+    }
+  });
+  const double join_s = Seconds(tj, Wall::now());
+
+  // The memcpy floor: one copy of every fragment, in this process.
+  double memcpy_s = 0;
+  {
+    std::vector<float> dst;
+    for (const auto& f : phi) {
+      dst.resize(f.size());
+      const auto a = Wall::now();
+      std::memcpy(dst.data(), f.data(), f.size() * sizeof(float));
+      memcpy_s += Seconds(a, Wall::now());
+    }
+  }
+
+  const diloco::CodecOptions uplink{diloco::Encoding::kInt4, 256, diloco::Compression::kDeflate};
+  Rng rng(7);
+  std::atomic<int64_t> push_bytes{0}, pull_bytes{0};
+  double push_s = 0, pull_s = 0, encode_s = 0;
+  const int64_t wire_up0 = [&] { int64_t s = 0; for (auto& c : clients) s += c->bytes_sent(); return s; }();
+  const int64_t wire_down0 = [&] { int64_t s = 0; for (auto& c : clients) s += c->bytes_received(); return s; }();
+  const auto tr = Wall::now();
+  for (int r = 0; r < rounds; ++r) {
+    for (int p = 0; p < fragments; ++p) {
+      const auto ps = static_cast<size_t>(p);
+      const auto te = Wall::now();
+      std::vector<float> local(phi[ps]);
+      for (float& v : local) v -= static_cast<float>(rng.Normal(0.0005, 0.002));
+      std::vector<std::byte> payload;
+      if (Status st = exchange::EncodeOuterGradient(uplink, phi[ps], local, payload); !st.ok()) Fail("encode", st, log);
+      local = {};
+      const auto a = Wall::now();
+      encode_s += Seconds(te, a);
+      each_learner([&](int m) {
+        syncer::PushHeaderData h;
+        h.learner_id = m;
+        h.fragment = p;
+        h.base_version = have[ps];
+        h.c_tokens = 4096;
+        h.c_steps = 1;
+        h.encoding = uplink.encoding;
+        h.block_size = uplink.block_size;
+        h.compression = uplink.compression;
+        h.num_values = numel[ps];
+        auto pushed = clients[static_cast<size_t>(m)]->Push(h, payload);
+        if (!pushed.ok()) Fail("push", pushed.status(), log);
+        push_bytes += static_cast<int64_t>(payload.size());
+      });
+      const auto b = Wall::now();
+      push_s += Seconds(a, b);
+      int64_t version = have[ps];
+      each_learner([&](int m) {
+        auto pulled = clients[static_cast<size_t>(m)]->Pull(m, p, have[ps], 600.0, have[ps] + 1);
+        if (!pulled.ok() || pulled->not_modified) Fail("pull of the new version", pulled.ok() ? DeadlineExceededError("not modified") : pulled.status(), log);
+        pull_bytes += static_cast<int64_t>(pulled->bytes.size());
+        if (m != 0) return;
+        Status st = syncer::ApplyPulled(*pulled, have[ps], static_cast<size_t>(numel[ps]), phi[ps], lattice[ps]);
+        if (!st.ok()) Fail("applying a delta", st, log);
+        version = pulled->version;
+      });
+      have[ps] = version;
+      pull_s += Seconds(b, Wall::now());
+    }
+  }
+  const double rounds_s = Seconds(tr, Wall::now());
+  int64_t wire_up = -wire_up0, wire_down = -wire_down0;
+  for (auto& c : clients) {
+    wire_up += c->bytes_sent();
+    wire_down += c->bytes_received();
+  }
+  const double rss_end = ProcStatusBytes(pid, "VmRSS:"), hwm = ProcStatusBytes(pid, "VmHWM:");
+  const double self_hwm = ProcStatusBytes("self", "VmHWM:");
+  auto finished = clients[0]->Finish(false);
+  clients.clear();
+  const int rc = syncer->WaitThenStop(60, 10);
+  if (!finished.ok()) Fail("finish", finished.status(), log);
+
+  const double n = static_cast<double>(params), R = static_cast<double>(rounds);
+  const double model_round_s = (push_s + pull_s) / R;
+  nlohmann::json out = {
+      {"params", params}, {"learners", learners}, {"fragments", fragments}, {"rounds", rounds},
+      {"spec_write_seconds", spec_s}, {"syncer_start_seconds", start_s}, {"join_pull_seconds", join_s},
+      {"syncer_rss_idle_bytes_per_param", rss_idle / n}, {"syncer_rss_end_bytes_per_param", rss_end / n},
+      {"syncer_peak_rss_bytes_per_param", hwm / n}, {"bench_peak_rss_bytes_per_param", self_hwm / n},
+      {"memcpy_model_seconds", memcpy_s}, {"encode_seconds_per_model_round", encode_s / R},
+      {"push_seconds_per_model_round", push_s / R}, {"pull_seconds_per_model_round", pull_s / R},
+      {"model_round_seconds", model_round_s}, {"model_round_over_memcpy", model_round_s / memcpy_s},
+      {"rounds_wall_seconds", rounds_s},
+      {"join_bytes_per_param", static_cast<double>(join_bytes.load()) / learners / n},
+      {"push_payload_bytes_per_param", static_cast<double>(push_bytes.load()) / R / learners / n},
+      {"pull_payload_bytes_per_param", static_cast<double>(pull_bytes.load()) / R / learners / n},
+      {"wire_up_bytes_per_param", static_cast<double>(wire_up) / R / learners / n},
+      {"wire_down_bytes_per_param", static_cast<double>(wire_down) / R / learners / n},
+      {"syncer_exit", rc},
+  };
+  if (json_out) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("bench_syncer_grpc: atoll syncer from a %lld-parameter spec, M = %d gRPC learners, P = %d, %d rounds "
+                "of each fragment\n", static_cast<long long>(params), learners, fragments, rounds);
+    std::printf("  syncer memory per parameter: %.2f B idle after start, %.2f B after the rounds, peak %.2f B "
+                "(the bench: peak %.2f B)\n", rss_idle / n, rss_end / n, hwm / n, self_hwm / n);
+    std::printf("  a round of every fragment: %.2f s (pushes %.2f s, pulls of the new versions %.2f s) = %.0fx one "
+                "memcpy of the model (%.4f s); start %.1f s, every learner's full join pull %.1f s\n",
+                model_round_s, push_s / R, pull_s / R, model_round_s / memcpy_s, memcpy_s, start_s, join_s);
+    std::printf("  per learner per parameter: join %.3f B, push %.3f B, pull %.3f B per round (wire %.3f up, %.3f down)\n",
+                static_cast<double>(join_bytes.load()) / learners / n,
+                static_cast<double>(push_bytes.load()) / R / learners / n,
+                static_cast<double>(pull_bytes.load()) / R / learners / n,
+                static_cast<double>(wire_up) / R / learners / n, static_cast<double>(wire_down) / R / learners / n);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,143 @@
+// One compromised learner among honest ones, with only its own credential: its pushes are judged
+// against the other learners' latest pushes (upper medians), its claimed counters are bounded by
+// theirs, and the references survive a restart (docs/security.md).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+#include "atoll/core/clock.h"
+#include "atoll/syncer/durable_state.h"
+#include "small_core.h"
+
+namespace atl::syncer {
+namespace {
+
+using testing::Fp32Values;
+using testing::SmallCore;
+using testing::SmallHeader;
+using testing::SmallJoin;
+using testing::SmallOptions;
+
+constexpr int kAttacker = 3;
+constexpr float kHonest = 0.01f;  // every value of an honest push: size 0.02 at c_steps 1
+
+class RobustMerge : public ::testing::Test {
+ protected:
+  RobustMerge() : core_(SmallCore(SmallOptions())) {
+    for (int id = 0; id < 4; ++id) EXPECT_TRUE(core_.Join(SmallJoin(id), clock_.Now()).ok());
+  }
+  // Learner `id` pushes fragment 0 with every value `v` and the given counters; the round closes.
+  StatusOr<PushResult> Push(int id, float v, int64_t c_tokens = 100, int64_t c_steps = 1) {
+    PushHeaderData h = SmallHeader(id, 0, core_.version(0));
+    h.c_tokens = c_tokens;
+    h.c_steps = c_steps;
+    auto r = core_.Push(h, Fp32Values(v), clock_.Now());
+    last_rounds_ = core_.Poll(clock_.Now(), clock_);
+    return r;
+  }
+  void HonestRound() {
+    for (int id = 0; id < 3; ++id) { auto r = Push(id, kHonest); ASSERT_TRUE(r.ok()) << "learner " << id << r.status(); }
+  }
+  static bool Quarantined(const StatusOr<PushResult>& r) {
+    return !r.ok() && r.status().message().find("quarantined") != std::string::npos;
+  }
+
+  ManualClock clock_;
+  SyncerCore core_;
+  std::vector<RoundReport> last_rounds_;
+};
+
+TEST_F(RobustMerge, ZeroPushesNeverFreezeTheHonestLearners) {
+  HonestRound();
+  // 40 rounds of zero outer gradients (more than the 32-version window): what remains of each is
+  // the public copy's rounding, orders of magnitude below an honest push.
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(Push(kAttacker, 0.0f).ok());
+  for (int i = 0; i < 3; ++i) HonestRound();
+  EXPECT_EQ(core_.learners().at(0).quarantined, 0);
+  EXPECT_EQ(core_.learners().at(1).quarantined, 0);
+  EXPECT_EQ(core_.learners().at(2).quarantined, 0);
+}
+
+TEST_F(RobustMerge, AClaimedStepCountDoesNotHideALargePush) {
+  HonestRound();
+  // 100x an honest push, its size divided by √(2⁴⁰) if c_steps were believed: bounded to 16x the
+  // others' steps, it is 25x their size.
+  auto r = Push(kAttacker, 1.0f, 100, int64_t{1} << 40);
+  EXPECT_TRUE(Quarantined(r)) << r.status();
+  EXPECT_NE(r.status().message().find("other learners"), std::string::npos) << r.status();
+  EXPECT_EQ(core_.learners().at(kAttacker).samples.at(0).steps, 16.0);  // counted as 16 steps
+}
+
+TEST_F(RobustMerge, TheReferenceDoesNotFollowTheAttacker) {
+  HonestRound();
+  // Just inside the limit (19x the honest size) is merged, as often as it is sent; 19x that is
+  // judged against the honest learners again, not against the attacker's own history.
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Push(kAttacker, kHonest * 19).ok());
+  EXPECT_TRUE(Quarantined(Push(kAttacker, kHonest * 19 * 19)));
+  EXPECT_EQ(core_.learners().at(kAttacker).quarantined, 1);
+}
+
+TEST_F(RobustMerge, HonestLearnersAfterARealChangeLiftEachOthersReference) {
+  HonestRound();
+  // Every honest outer gradient grows 50x at once (a change of Θ, a learning-rate jump): the
+  // first is judged against its peers' old sizes; its size is recorded all the same, so the
+  // others pass, and so does the first at its next push. Nothing stays frozen.
+  EXPECT_TRUE(Quarantined(Push(0, kHonest * 50)));
+  EXPECT_TRUE(Push(1, kHonest * 50).ok());
+  EXPECT_TRUE(Push(2, kHonest * 50).ok());
+  EXPECT_TRUE(Push(0, kHonest * 50).ok());
+}
+
+TEST(RobustMergeWeights, ClaimedTokensCannotOutvoteTheOthers) {
+  SyncerOptions o = SmallOptions();
+  o.round.quorum = 4;  // one round holds all four pushes
+  SyncerCore core = SmallCore(o);
+  ManualClock clock;
+  for (int id = 0; id < 4; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+  auto push = [&](int id, int64_t c_tokens) {
+    PushHeaderData h = SmallHeader(id, 0, core.version(0));
+    h.c_tokens = c_tokens;
+    return core.Push(h, Fp32Values(kHonest), clock.Now());
+  };
+  for (int id = 0; id < 3; ++id) ASSERT_TRUE(push(id, 100).ok());
+  ASSERT_EQ(core.Poll(clock.Now(), clock).size(), 0u);
+  auto r = push(kAttacker, int64_t{1} << 40);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->note.find("c_tokens 1099511627776 bounded to 400"), std::string::npos) << r->note;  // 4x their rate
+  EXPECT_NE(r->note.find("merge weight bounded"), std::string::npos) << r->note;
+  auto rounds = core.Poll(clock.Now(), clock);
+  ASSERT_EQ(rounds.size(), 1u);
+  ASSERT_EQ(rounds[0].weights.size(), 4u);
+  EXPECT_DOUBLE_EQ(rounds[0].weights[3], 4 * rounds[0].weights[0]);  // the weight bound: 4x the others'
+  EXPECT_DOUBLE_EQ(core.tokens_merged(), (3 * 100 + 400) / 2.0);  // the claimed 2⁴⁰ tokens are not counted
+}
+
+TEST_F(RobustMerge, TheReferencesSurviveARestart) {
+  HonestRound();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("atoll-robust-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  DurableState state(dir);
+  ASSERT_TRUE(state.SaveAll(core_).ok());
+  SyncerCore restarted = SmallCore(SmallOptions());
+  ASSERT_TRUE(state.Restore(restarted, clock_.Now()).ok());
+  const PushSample& s = restarted.learners().at(1).samples.at(0);
+  EXPECT_EQ(s.version, core_.learners().at(1).samples.at(0).version);
+  EXPECT_DOUBLE_EQ(s.size, core_.learners().at(1).samples.at(0).size);
+  // The first push after the restart is judged at once, not after a new history has built up.
+  JoinRequestData again = SmallJoin(kAttacker);
+  again.rejoin = true;
+  ASSERT_TRUE(restarted.Join(again, clock_.Now()).ok());
+  PushHeaderData h = SmallHeader(kAttacker, 0, restarted.version(0));
+  auto r = restarted.Push(h, Fp32Values(kHonest * 100), clock_.Now());
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("quarantined"), std::string::npos) << r.status();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace atl::syncer
