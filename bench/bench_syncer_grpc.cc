@@ -9,12 +9,14 @@
 // the fragments, every learner pushes an int4 outer gradient of fragment p against the public
 // copy it holds (one payload encoded once and sent by all M: the syncer decodes each on its own),
 // the round closes with all M (quorum M, no grace), and every learner long-polls the new version
-// (a delta). One copy of Φ is kept by the bench (learner 0's); the others' pulls are received and
+// (a delta); every learner heartbeats each second. One copy of Φ is kept by the bench (learner 0's); the others' pulls are received and
 // counted, not decoded, so the bench itself holds ≈ 4 bytes per parameter whatever M is.
 //
 //   bench_syncer_grpc [--params N] [--learners M] [--fragments P] [--rounds R] [--dir D] [--json]
 // Exit 0; 1 when the syncer fails; 2 on bad flags.
 #include <sys/types.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <atomic>
@@ -38,6 +40,7 @@
 #include "atoll/model/model_spec.h"
 #include "atoll/syncer/api.h"
 #include "atoll/transport/grpc.h"
+#include "scale_model.h"
 
 namespace {
 
@@ -45,15 +48,6 @@ using namespace atl;
 using Wall = std::chrono::steady_clock;
 
 double Seconds(Wall::time_point a, Wall::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// kB → bytes of a /proc/<pid>/status line ("VmRSS:", "VmHWM:").
-double ProcStatusBytes(const std::string& pid, const char* key) {
-  std::ifstream in("/proc/" + pid + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(key, 0) == 0) return std::strtod(line.c_str() + std::strlen(key), nullptr) * 1024.0;
-  }
-  return 0;
-}
 
 std::string TextOf(const std::string& path, const std::string& missing) {
   auto text = ReadFile(path);
@@ -72,17 +66,6 @@ std::string TextOf(const std::string& path, const std::string& missing) {
   std::fprintf(stderr, "bench_syncer_grpc: %s: %s\n--- syncer log (%s) ---\n%s\n", what.c_str(), st.ToString().c_str(),
                log.c_str(), TextOf(log, "(none)").c_str());
   std::exit(1);
-}
-
-std::vector<diloco::TensorSpec> Tensors(int64_t params) {
-  std::vector<diloco::TensorSpec> tensors;
-  for (int64_t left = params, i = 0; left > 0; ++i) {
-    const int64_t rows = std::min<int64_t>(4096, left / 4096 > 0 ? left / 4096 : 1);
-    const int64_t cols = rows * 4096 <= left ? 4096 : left;
-    tensors.push_back({i == 0 ? "tok_embed.weight" : "layers." + std::to_string(i) + ".w", {rows, cols}, rows * cols, i == 0});
-    left -= rows * cols;
-  }
-  return tensors;
 }
 
 }  // namespace
@@ -122,7 +105,7 @@ int main(int argc, char** argv) {
   const std::string spec = dir + "/model.safetensors", log = dir + "/syncer.log";
 
   // The spec, written tensor by tensor (never whole in memory).
-  const auto tensors = Tensors(params);
+  const auto tensors = bench::ScaleTensors(params);
   const auto t0 = Wall::now();
   {
     Rng rng(1);
@@ -150,7 +133,7 @@ int main(int argc, char** argv) {
   }
   if (port.empty()) Fail("the syncer did not listen within 600 s", DeadlineExceededError("no port"), log);
   const double start_s = Seconds(t0, Wall::now()) - spec_s;
-  const double rss_idle = ProcStatusBytes(pid, "VmRSS:");
+  const double rss_idle = bench::ProcStatusBytes(pid, "VmRSS:");
 
   transport::ClientOptions co;
   co.target = "127.0.0.1:" + port;
@@ -175,6 +158,17 @@ int main(int argc, char** argv) {
     if (!j.ok()) Fail("join", j.status(), log);
     numel = j->fragment_numel;
   }
+  // Every learner heartbeats every second from its own thread, as a real learner does (a learner
+  // the syncer has not heard from for its learner timeout must rejoin).
+  std::atomic<bool> stop_heartbeats{false};
+  std::thread heartbeats([&] {
+    syncer::LearnerProgress progress;
+    progress.state = syncer::LearnerState::kTraining;
+    while (!stop_heartbeats.load()) {
+      for (int m = 0; m < learners && !stop_heartbeats.load(); ++m) (void)clients[static_cast<size_t>(m)]->Heartbeat(m, progress);
+      for (int i = 0; i < 10 && !stop_heartbeats.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
   // Learner 0's public copies (the bench's one copy of Φ); everyone pulls in full.
   std::vector<std::vector<float>> phi(static_cast<size_t>(fragments));
   std::vector<exchange::Lattice> lattice(static_cast<size_t>(fragments));
@@ -267,12 +261,15 @@ int main(int argc, char** argv) {
     wire_up += c->bytes_sent();
     wire_down += c->bytes_received();
   }
-  const double rss_end = ProcStatusBytes(pid, "VmRSS:"), hwm = ProcStatusBytes(pid, "VmHWM:");
-  const double self_hwm = ProcStatusBytes("self", "VmHWM:");
-  auto finished = clients[0]->Finish(false);
+  const double rss_end = bench::ProcStatusBytes(pid, "VmRSS:"), hwm = bench::ProcStatusBytes(pid, "VmHWM:");
+  const double self_hwm = bench::ProcStatusBytes("self", "VmHWM:");
+  stop_heartbeats = true;
+  heartbeats.join();
+  // Done: the syncer is stopped as an operator stops it (SIGTERM); its final model write is not
+  // part of what is measured.
   clients.clear();
-  const int rc = syncer->WaitThenStop(60, 10);
-  if (!finished.ok()) Fail("finish", finished.status(), log);
+  syncer->Signal(SIGTERM);
+  const int rc = syncer->WaitOrKill(600);
 
   const double n = static_cast<double>(params), R = static_cast<double>(rounds);
   const double model_round_s = (push_s + pull_s) / R;

@@ -35,6 +35,7 @@
 #include "atoll/runtime/processes.h"
 #include "atoll/runtime/run_config.h"
 #include "atoll/syncer/syncer_core.h"
+#include "scale_model.h"
 
 namespace {
 
@@ -42,15 +43,6 @@ using namespace atl;
 using Wall = std::chrono::steady_clock;
 
 double Seconds(Wall::time_point a, Wall::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// kB → bytes of a /proc/self/status line ("VmRSS:", "VmHWM:").
-double ProcStatusBytes(const char* key) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(key, 0) == 0) return std::strtod(line.c_str() + std::strlen(key), nullptr) * 1024.0;
-  }
-  return 0;
-}
 
 [[noreturn]] void Usage(const std::string& error) {
   std::fprintf(stderr,
@@ -89,13 +81,7 @@ int main(int argc, char** argv) {
   }
 
   // The model: 4096-wide matrices, the first one an embedding.
-  std::vector<diloco::TensorSpec> tensors;
-  for (int64_t left = params, i = 0; left > 0; ++i) {
-    const int64_t rows = std::min<int64_t>(4096, left / 4096 > 0 ? left / 4096 : 1);
-    const int64_t cols = rows * 4096 <= left ? 4096 : left;
-    tensors.push_back({i == 0 ? "tok_embed.weight" : "layers." + std::to_string(i) + ".w", {rows, cols}, rows * cols, i == 0});
-    left -= rows * cols;
-  }
+  const std::vector<diloco::TensorSpec> tensors = bench::ScaleTensors(params);
   diloco::PlanOptions po;
   po.num_fragments = fragments;
   auto plan = diloco::MakeFragmentPlan(tensors, po);
@@ -147,7 +133,7 @@ int main(int argc, char** argv) {
     }
   }
   const double setup_s = Seconds(t0, Wall::now());
-  const double rss_setup = ProcStatusBytes("VmRSS:");
+  const double rss_setup = bench::ProcStatusBytes("self", "VmRSS:");
 
   // The memcpy floor: one copy of each fragment, timed here.
   double memcpy_s = 0;
@@ -203,7 +189,7 @@ int main(int argc, char** argv) {
     }
   }
   const auto held = core->held_bytes();
-  const double rss_end = ProcStatusBytes("VmRSS:"), hwm = ProcStatusBytes("VmHWM:");
+  const double rss_end = bench::ProcStatusBytes("self", "VmRSS:"), hwm = bench::ProcStatusBytes("self", "VmHWM:");
   const double n = static_cast<double>(plan->total_numel);
   const double model_rounds = static_cast<double>(rounds);
   nlohmann::json out = {
