@@ -161,14 +161,17 @@ int main(int argc, char** argv) {
   // Every learner heartbeats every second from its own thread, as a real learner does (a learner
   // the syncer has not heard from for its learner timeout must rejoin).
   std::atomic<bool> stop_heartbeats{false};
-  std::thread heartbeats([&] {
-    syncer::LearnerProgress progress;
-    progress.state = syncer::LearnerState::kTraining;
-    while (!stop_heartbeats.load()) {
-      for (int m = 0; m < learners && !stop_heartbeats.load(); ++m) (void)clients[static_cast<size_t>(m)]->Heartbeat(m, progress);
-      for (int i = 0; i < 10 && !stop_heartbeats.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
+  std::vector<std::thread> heartbeats;
+  for (int m = 0; m < learners; ++m) {
+    heartbeats.emplace_back([&, m] {
+      syncer::LearnerProgress progress;
+      progress.state = syncer::LearnerState::kTraining;
+      while (!stop_heartbeats.load()) {
+        (void)clients[static_cast<size_t>(m)]->Heartbeat(m, progress);
+        for (int i = 0; i < 10 && !stop_heartbeats.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
   // Learner 0's public copies (the bench's one copy of Φ); everyone pulls in full.
   std::vector<std::vector<float>> phi(static_cast<size_t>(fragments));
   std::vector<exchange::Lattice> lattice(static_cast<size_t>(fragments));
@@ -264,7 +267,7 @@ int main(int argc, char** argv) {
   const double rss_end = bench::ProcStatusBytes(pid, "VmRSS:"), hwm = bench::ProcStatusBytes(pid, "VmHWM:");
   const double self_hwm = bench::ProcStatusBytes("self", "VmHWM:");
   stop_heartbeats = true;
-  heartbeats.join();
+  for (auto& t : heartbeats) t.join();
   // Done: the syncer is stopped as an operator stops it (SIGTERM); its final model write is not
   // part of what is measured.
   clients.clear();

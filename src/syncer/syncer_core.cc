@@ -247,14 +247,15 @@ SyncerCore::HeldMatch SyncerCore::MatchHeld(const std::vector<uint64_t>& checksu
   return out;
 }
 
-Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, TimePoint now) {
+Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, TimePoint now,
+                             std::optional<TimePoint> arrived) {
   auto it = learners_.find(learner_id);
   if (it == learners_.end()) {
     return NotFoundError("learner " + std::to_string(learner_id) + " has not joined (join first)");
   }
   LearnerRecord& l = it->second;
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
-  ATOLL_RETURN_IF_ERROR(CheckInContact(l, now));
+  ATOLL_RETURN_IF_ERROR(CheckInContact(l, arrived.value_or(now)));
   // Out-of-range telemetry is ignored (the previous value kept) and counted: it must not steer
   // the grace window (guards.h).
   LearnerProgress progress = reported;
@@ -329,7 +330,6 @@ StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoin
     return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
   }
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(it->second, now));
-  ATOLL_RETURN_IF_ERROR(CheckInContact(it->second, now));
   if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
     return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
   }
@@ -457,10 +457,16 @@ PushSample SyncerCore::BoundCounters(const RobustRefs& refs, Contribution& c, st
 
 Status SyncerCore::CheckQuarantine(const FragmentState& f, double size, const RobustRefs& refs) const {
   if (!rule_->Quarantines() || options_.quarantine_factor <= 0 || size <= 1e-12) return Status::Ok();
+  // A fragment's first versions are not judged: in the learning-rate warm-up an honest size grows
+  // many-fold between a learner's first push and its next (the version is persisted: a restarted
+  // syncer judges at once).
+  if (f.version < options_.quarantine_min_history) return Status::Ok();
   double reference = refs.size;
   const char* of = "the upper median of the other learners' latest sizes";
   if (refs.others == 0) {
-    if (static_cast<int>(f.recent_norms.size()) < options_.quarantine_min_history) return Status::Ok();
+    if (f.recent_norms.empty() || static_cast<int>(f.recent_norms.size()) < options_.quarantine_min_history) {
+      return Status::Ok();
+    }
     reference = UpperMedian(f.recent_norms);
     of = "the recent median";
   }
@@ -471,14 +477,14 @@ Status SyncerCore::CheckQuarantine(const FragmentState& f, double size, const Ro
 }
 
 StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const std::byte> payload,
-                                      TimePoint now) {
+                                      TimePoint now, std::optional<TimePoint> arrived) {
   auto lit = learners_.find(h.learner_id);
   if (lit == learners_.end()) {
     return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
   }
   LearnerRecord& l = lit->second;
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
-  ATOLL_RETURN_IF_ERROR(CheckInContact(l, now));
+  ATOLL_RETURN_IF_ERROR(CheckInContact(l, arrived.value_or(now)));
   if (h.fragment >= 0 && h.fragment < plan_.num_fragments()) ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
   if (Status st = CheckPushHeader(h, payload.size()); !st.ok()) return Reject(l, h, st, now);
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];

@@ -214,9 +214,10 @@ Status SyncerLoop::Leave(int learner_id) {
 
 StatusOr<HeartbeatReplyData> SyncerLoop::Heartbeat(int learner_id, const LearnerProgress& progress) {
   const bool finish = finish_requested();
+  const TimePoint arrived = clock_.Now();
   return Ask<StatusOr<HeartbeatReplyData>>(
-      [learner_id, progress, finish](SyncerCore& core, TimePoint now) -> StatusOr<HeartbeatReplyData> {
-        ATOLL_RETURN_IF_ERROR(core.Heartbeat(learner_id, progress, now));
+      [learner_id, progress, finish, arrived](SyncerCore& core, TimePoint now) -> StatusOr<HeartbeatReplyData> {
+        ATOLL_RETURN_IF_ERROR(core.Heartbeat(learner_id, progress, now, arrived));
         HeartbeatReplyData r;
         r.versions = core.versions();
         r.finish = finish;
@@ -227,8 +228,10 @@ StatusOr<HeartbeatReplyData> SyncerLoop::Heartbeat(int learner_id, const Learner
 
 StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<const std::byte> payload) {
   // The payload outlives the call: Ask waits for the loop.
-  return Ask<StatusOr<PushResult>>(
-      [header, payload](SyncerCore& core, TimePoint now) { return core.Push(header, payload, now); });
+  const TimePoint arrived = clock_.Now();  // silence is measured to here, not to when the loop gets to it
+  return Ask<StatusOr<PushResult>>([header, payload, arrived](SyncerCore& core, TimePoint now) {
+    return core.Push(header, payload, now, arrived);
+  });
 }
 
 StatusOr<PullPayload> SyncerLoop::Pull(int learner_id, int fragment, int64_t have_version,

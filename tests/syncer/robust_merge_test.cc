@@ -23,11 +23,18 @@ using testing::SmallJoin;
 using testing::SmallOptions;
 
 constexpr int kAttacker = 3;
+
+// Judged from the first push on (the run's default waits for the fragment's 8th version).
+SyncerOptions RobustOptions() {
+  SyncerOptions o = SmallOptions();
+  o.quarantine_min_history = 0;
+  return o;
+}
 constexpr float kHonest = 0.01f;  // every value of an honest push: size 0.02 at c_steps 1
 
 class RobustMerge : public ::testing::Test {
  protected:
-  RobustMerge() : core_(SmallCore(SmallOptions())) {
+  RobustMerge() : core_(SmallCore(RobustOptions())) {
     for (int id = 0; id < 4; ++id) EXPECT_TRUE(core_.Join(SmallJoin(id), clock_.Now()).ok());
   }
   // Learner `id` pushes fragment 0 with every value `v` and the given counters; the round closes.
@@ -81,6 +88,26 @@ TEST_F(RobustMerge, TheReferenceDoesNotFollowTheAttacker) {
   EXPECT_EQ(core_.learners().at(kAttacker).quarantined, 1);
 }
 
+TEST(RobustMergeWarmUp, AFragmentsFirstVersionsAreNotJudged) {
+  SyncerCore core = SmallCore(SmallOptions());  // quarantine_min_history 8
+  ManualClock clock;
+  for (int id = 0; id < 3; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+  auto push = [&](int id, float v) { return core.Push(SmallHeader(id, 0, core.version(0)), Fp32Values(v), clock.Now()); };
+  for (int id = 0; id < 3; ++id) {
+    ASSERT_TRUE(push(id, kHonest).ok());
+    core.Poll(clock.Now(), clock);
+  }
+  EXPECT_TRUE(push(0, kHonest * 50).ok());  // version 3: a warm-up's growth passes
+  for (int i = 0; core.version(0) < 8; ++i) {
+    core.Poll(clock.Now(), clock);
+    ASSERT_TRUE(push(1 + i % 2, kHonest).ok());
+  }
+  core.Poll(clock.Now(), clock);
+  auto late = push(0, kHonest * 1000);
+  EXPECT_FALSE(late.ok());
+  EXPECT_NE(late.status().message().find("quarantined"), std::string::npos) << late.status();
+}
+
 TEST_F(RobustMerge, HonestLearnersAfterARealChangeLiftEachOthersReference) {
   HonestRound();
   // Every honest outer gradient grows 50x at once (a change of Θ, a learning-rate jump): the
@@ -93,7 +120,7 @@ TEST_F(RobustMerge, HonestLearnersAfterARealChangeLiftEachOthersReference) {
 }
 
 TEST(RobustMergeWeights, ClaimedTokensCannotOutvoteTheOthers) {
-  SyncerOptions o = SmallOptions();
+  SyncerOptions o = RobustOptions();
   o.round.quorum = 4;  // one round holds all four pushes
   SyncerCore core = SmallCore(o);
   ManualClock clock;
@@ -123,7 +150,7 @@ TEST_F(RobustMerge, TheReferencesSurviveARestart) {
   std::filesystem::remove_all(dir);
   DurableState state(dir);
   ASSERT_TRUE(state.SaveAll(core_).ok());
-  SyncerCore restarted = SmallCore(SmallOptions());
+  SyncerCore restarted = SmallCore(RobustOptions());
   ASSERT_TRUE(state.Restore(restarted, clock_.Now()).ok());
   const PushSample& s = restarted.learners().at(1).samples.at(0);
   EXPECT_EQ(s.version, core_.learners().at(1).samples.at(0).version);

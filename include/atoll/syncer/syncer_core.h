@@ -121,6 +121,7 @@ struct SyncerOptions {
   // credited with), its merge weight by max_weight_factor × theirs (the weight alone). With fewer,
   // c_steps is bounded by max_steps_factor × H and the size is judged against the fragment's recent
   // accepted non-zero sizes. The latest push of every learner is persisted with the learner table.
+  // Nothing is quarantined before the fragment's version quarantine_min_history (the warm-up).
   int quarantine_min_learners = 2;
   double max_steps_factor = 16.0;
   double max_tokens_per_step_factor = 4.0;
@@ -220,13 +221,16 @@ class SyncerCore {
                                      std::vector<std::vector<float>> initial);
 
   StatusOr<JoinReplyData> Join(const JoinRequestData& request, TimePoint now);
-  // Updates the learner's progress row. NotFound for an unknown learner.
-  Status Heartbeat(int learner_id, const LearnerProgress& progress, TimePoint now);
+  // Updates the learner's progress row. NotFound for an unknown learner, or for one silent past
+  // the learner timeout when the call `arrived` (default: now; SyncerLoop passes the time the
+  // call reached it, so that a busy loop does not make its queued callers look silent).
+  Status Heartbeat(int learner_id, const LearnerProgress& progress, TimePoint now,
+                   std::optional<TimePoint> arrived = std::nullopt);
   // The learner leaves (done): no longer live. NotFound for an unknown learner.
   Status Leave(int learner_id, TimePoint now);
   // Accepts one decoded push. Validates everything first; on error nothing changes.
   StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload,
-                            TimePoint now);
+                            TimePoint now, std::optional<TimePoint> arrived = std::nullopt);
   // Runs the round policy of every fragment with an open round; closes those it says to close.
   // `clock` times the merge for the t_sync estimate. Returns the closed rounds.
   std::vector<RoundReport> Poll(TimePoint now, const Clock& clock);
