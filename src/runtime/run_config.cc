@@ -12,6 +12,28 @@
 namespace atl::runtime {
 namespace {
 
+// [limits]: the syncer's protection against hostile or broken clients.
+template <typename Config, typename F>
+void VisitLimitFields(Config& c, F&& f) {
+  f("limits", "max_learners", c.max_learners);
+  f("limits", "max_inflight_push_mb", c.max_inflight_push_mb);
+  f("limits", "max_streams", c.max_streams);
+  f("limits", "max_threads", c.max_threads);
+  f("limits", "memory_quota_mb", c.memory_quota_mb);
+  f("limits", "handshake_timeout_s", c.handshake_timeout_s);
+  f("limits", "idle_timeout_s", c.idle_timeout_s);
+  f("limits", "quarantine_factor", c.quarantine_factor);
+  f("limits", "max_consecutive_rejects", c.max_consecutive_rejects);
+  f("limits", "ban_seconds", c.ban_seconds);
+  f("limits", "max_connections", c.max_connections);
+  f("limits", "max_pushes_per_learner", c.max_pushes_per_learner);
+  f("limits", "max_polls_per_learner", c.max_polls_per_learner);
+  f("limits", "max_heartbeats_per_s", c.max_heartbeats_per_s);
+  f("limits", "push_timeout_s", c.push_timeout_s);
+  f("limits", "commit_reserve_mb", c.commit_reserve_mb);
+  f("limits", "allowed_learners", c.allowed_learners);
+}
+
 // Every field of RunConfig, once: its TOML section, its key (the JSON form is flat) and the
 // member. ToJson, FromJson and the TOML section check are all this one list.
 template <typename Config, typename F>
@@ -62,23 +84,7 @@ void VisitFields(Config& c, F&& f) {
   f("learners", "loss", c.loss);
   f("eval", "eval_batches", c.eval_batches);
   f("eval", "eval_every", c.eval_every);
-  f("limits", "max_learners", c.max_learners);
-  f("limits", "max_inflight_push_mb", c.max_inflight_push_mb);
-  f("limits", "max_streams", c.max_streams);
-  f("limits", "max_threads", c.max_threads);
-  f("limits", "memory_quota_mb", c.memory_quota_mb);
-  f("limits", "handshake_timeout_s", c.handshake_timeout_s);
-  f("limits", "idle_timeout_s", c.idle_timeout_s);
-  f("limits", "quarantine_factor", c.quarantine_factor);
-  f("limits", "max_consecutive_rejects", c.max_consecutive_rejects);
-  f("limits", "ban_seconds", c.ban_seconds);
-  f("limits", "max_connections", c.max_connections);
-  f("limits", "max_pushes_per_learner", c.max_pushes_per_learner);
-  f("limits", "max_polls_per_learner", c.max_polls_per_learner);
-  f("limits", "max_heartbeats_per_s", c.max_heartbeats_per_s);
-  f("limits", "push_timeout_s", c.push_timeout_s);
-  f("limits", "commit_reserve_mb", c.commit_reserve_mb);
-  f("limits", "allowed_learners", c.allowed_learners);
+  VisitLimitFields(c, f);
 }
 
 // The section a key lives in ("" for none); "chaos" is a nested table of its own.
@@ -240,7 +246,7 @@ Status ValidateLimits(const RunConfig& c) {
     return bad("max_connections must be in [16, 1000000], max_pushes_per_learner and max_polls_per_learner in [1, 1000]");
   if (!(c.max_heartbeats_per_s >= 1 && c.max_heartbeats_per_s <= 1e6) || !(c.push_timeout_s >= 1 && c.push_timeout_s <= 86'400))
     return bad("max_heartbeats_per_s must be in [1, 1e6] and push_timeout_s in [1, 86400]");
-  if (!(c.commit_reserve_mb >= 0 && c.commit_reserve_mb <= 1 << 20)) return bad("commit_reserve_mb must be in [0, 1048576]");
+  if (!(c.commit_reserve_mb >= 0 && c.commit_reserve_mb <= 1 << 30)) return bad("commit_reserve_mb must be in [0, 1073741824]");
   if (auto ids = transport::LearnerIdSet::Parse(c.allowed_learners); !ids.ok()) return bad("allowed_learners: " + ids.status().message());
   return Status::Ok();
 }

@@ -55,33 +55,32 @@ size_t BodyBytes(const FragmentHeader2& h) {
   return vectors * n * sizeof(float) + ((h.flags & kHasPublicCopy) ? h.lattice_blocks : 0);
 }
 
-// Reads one fragment file of `n` values; DataLoss naming `path` for anything but a whole, intact file.
-StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path, size_t n) {
-  auto read = ReadFile(path);
-  if (!read.ok() && read.status().code() == StatusCode::kNotFound) {
-    return DataLossError(path + " is missing (meta.json says this state holds it)");
+// `n` floats at `at` into `out`.
+void ReadFloats(const char* at, size_t n, std::vector<float>& out) {
+  out.resize(n);
+  if (n > 0) std::memcpy(out.data(), at, n * sizeof(float));
+}
+
+// A version-1 file (ATOLFRG1: Θ and momentum, header without a checksum), as written before the
+// public copy was saved.
+StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile1(const std::string& path, const std::string& bytes, size_t n) {
+  FragmentHeader1 h{};
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (h.numel != static_cast<int64_t>(n) || bytes.size() != sizeof(h) + 2 * n * sizeof(float)) {
+    return DataLossError(path + " holds " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(n) + " values");
   }
-  if (!read.ok()) return read.status();
-  const std::string& bytes = *read;
+  const char* body = bytes.data() + sizeof(h);
+  if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum) return DataLossError(path + " is corrupted: checksum mismatch");
   SyncerCore::FragmentSnapshot s;
-  const auto floats = [&](const char* at, std::vector<float>& out) {
-    out.resize(n);
-    if (n > 0) std::memcpy(out.data(), at, n * sizeof(float));
-  };
-  if (bytes.size() >= sizeof(FragmentHeader1) && std::memcmp(bytes.data(), kMagic1, 8) == 0) {
-    FragmentHeader1 h{};
-    std::memcpy(&h, bytes.data(), sizeof(h));
-    if (h.numel != static_cast<int64_t>(n) || bytes.size() != sizeof(h) + 2 * n * sizeof(float)) {
-      return DataLossError(path + " holds " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(n) + " values");
-    }
-    const char* body = bytes.data() + sizeof(h);
-    if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum) return DataLossError(path + " is corrupted: checksum mismatch");
-    s.version = h.version;
-    s.round = h.round;
-    floats(body, s.theta);
-    floats(body + n * sizeof(float), s.momentum);
-    return s;
-  }
+  s.version = h.version;
+  s.round = h.round;
+  ReadFloats(body, n, s.theta);
+  ReadFloats(body + n * sizeof(float), n, s.momentum);
+  return s;
+}
+
+// The checked header of a version-2 file.
+StatusOr<FragmentHeader2> ReadHeader2(const std::string& path, const std::string& bytes, size_t n) {
   FragmentHeader2 h{};
   if (bytes.size() < sizeof(h)) return DataLossError(path + " is truncated (" + std::to_string(bytes.size()) + " bytes)");
   std::memcpy(&h, bytes.data(), sizeof(h));
@@ -96,22 +95,40 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path,
     return DataLossError(path + " is truncated: " + std::to_string(bytes.size()) + " bytes, expected " +
                          std::to_string(sizeof(h) + BodyBytes(h)));
   }
-  const char* body = bytes.data() + sizeof(h);
-  if (Checksum64(body, BodyBytes(h)) != h.body_checksum) return DataLossError(path + " is corrupted: checksum mismatch");
+  if (Checksum64(bytes.data() + sizeof(h), BodyBytes(h)) != h.body_checksum) {
+    return DataLossError(path + " is corrupted: checksum mismatch");
+  }
   if (h.version < 0 || h.round < 0) {
     return DataLossError(path + " is corrupted: version " + std::to_string(h.version) + ", round " + std::to_string(h.round));
   }
+  return h;
+}
+
+// Reads one fragment file of `n` values; DataLoss naming `path` for anything but a whole, intact file.
+StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path, size_t n) {
+  auto read = ReadFile(path);
+  if (!read.ok() && read.status().code() == StatusCode::kNotFound) {
+    return DataLossError(path + " is missing (meta.json says this state holds it)");
+  }
+  if (!read.ok()) return read.status();
+  const std::string& bytes = *read;
+  if (bytes.size() >= sizeof(FragmentHeader1) && std::memcmp(bytes.data(), kMagic1, 8) == 0) {
+    return ReadFragmentFile1(path, bytes, n);
+  }
+  ATOLL_ASSIGN_OR_RETURN(const FragmentHeader2 h, ReadHeader2(path, bytes, n));
+  SyncerCore::FragmentSnapshot s;
   s.version = h.version;
   s.round = h.round;
   s.sweep_share = h.sweep_share;
-  floats(body, s.theta);
+  const char* body = bytes.data() + sizeof(h);
+  ReadFloats(body, n, s.theta);
   body += n * sizeof(float);
   if (h.flags & kHasMomentum) {
-    floats(body, s.momentum);
+    ReadFloats(body, n, s.momentum);
     body += n * sizeof(float);
   }
   if (h.flags & kHasPublicCopy) {
-    floats(body, s.public_values);
+    ReadFloats(body, n, s.public_values);
     body += n * sizeof(float);
     s.lattice_exp.resize(h.lattice_blocks);
     if (h.lattice_blocks > 0) std::memcpy(s.lattice_exp.data(), body, h.lattice_blocks);

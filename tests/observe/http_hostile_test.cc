@@ -21,6 +21,7 @@
 
 #include "atoll/observe/http_request.h"
 #include "atoll/observe/http_server.h"
+#include "../loopback_socket.h"
 
 namespace atl::observe {
 namespace {
@@ -37,18 +38,7 @@ int64_t RssBytes() {
 }
 
 // A blocking loopback connection whose sends and receives give up after 20 s (the tests' bound).
-int Connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
-  timeval tv{20, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
+int Connect(int port) { return atl::testing::ConnectLoopback(port, 20); }
 
 // Sends `prefix`, then `filler` again and again, until the server cuts the connection or
 // `max_bytes` went out. The bytes sent; -1 when the server neither read nor cut (a send timed out).
