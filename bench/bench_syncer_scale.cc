@@ -24,6 +24,8 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <algorithm>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -89,7 +91,8 @@ int main(int argc, char** argv) {
   runtime::RunConfig rc;
   rc.learners = learners;
   rc.fragments = fragments;
-  auto opt = runtime::MakeSyncerOptions(rc);
+  rc.H = std::max(rc.H, fragments);
+  auto opt = runtime::MakeSyncerOptions(runtime::Normalized(rc));
   if (!opt.ok()) Usage(opt.status().ToString());
   opt->run_id = "bench";
   opt->round.quorum = learners;
@@ -135,26 +138,43 @@ int main(int argc, char** argv) {
   const double setup_s = Seconds(t0, Wall::now());
   const double rss_setup = bench::ProcStatusBytes("self", "VmRSS:");
 
-  // The memcpy floor: one copy of each fragment, timed here.
-  double memcpy_s = 0;
-  {
-    std::vector<float> dst(static_cast<size_t>(plan->fragments.front().numel));
-    for (int p = 0; p < fragments; ++p) {
-      const auto src = core->theta(p);
-      dst.resize(src.size());
-      const auto a = Wall::now();
-      std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
-      memcpy_s += Seconds(a, Wall::now());
+  // The memory-traffic floor of each round, timed right after it: one memcpy of half the bytes the
+  // round must read and write (a memcpy of X bytes reads X and writes X) — the M pushes in the
+  // quantiser's layout, Θ_p and Φ_p (and the momentum, when kept) read; Θ_p, Φ_p and the delta written.
+  std::vector<std::byte> floor_src, floor_dst;
+  const auto floor_copy = [&](size_t bytes) {
+    if (floor_src.size() < bytes) {
+      floor_src.assign(bytes, std::byte{1});
+      floor_dst.assign(bytes, std::byte{0});
     }
-  }
+    const auto a = Wall::now();
+    std::memcpy(floor_dst.data(), floor_src.data(), bytes);
+    return Seconds(a, Wall::now());
+  };
+  double memcpy_s = 0;
+  for (int p = 0; p < fragments; ++p) memcpy_s += floor_copy(core->theta(p).size() * sizeof(float));
 
-  double push_s = 0, close_s = 0, pull_s = 0, push_bytes = 0, pull_bytes = 0;
+  double prepare_s = 0, admit_s = 0, close_s = 0, pull_s = 0, push_bytes = 0, pull_bytes = 0, floor_s = 0;
   int closed = 0;
+  std::vector<double> round_ratio, close_ratio;
   std::vector<int64_t> have(static_cast<size_t>(fragments), 0);
+  const bool momentum = opt->outer.momentum > 0;
   for (int r = 0; r < rounds; ++r) {
     for (int p = 0; p < fragments; ++p) {
       const auto& payload = pushes[static_cast<size_t>(p)];
+      const size_t numel = static_cast<size_t>(plan->fragments[static_cast<size_t>(p)].numel);
+      // The M payloads are prepared on M threads at once, as a syncer's gRPC handler threads do.
       auto a = Wall::now();
+      std::vector<syncer::PreparedPush> prepared(static_cast<size_t>(learners));
+      {
+        std::vector<std::thread> handlers;
+        for (int m = 0; m < learners; ++m) {
+          handlers.emplace_back([&, m] { prepared[static_cast<size_t>(m)] = syncer::PreparePush(opt->uplink, payload, numel); });
+        }
+        for (auto& t : handlers) t.join();
+      }
+      auto b = Wall::now();
+      const size_t raw_bytes = prepared.front().raw.size();
       for (int m = 0; m < learners; ++m) {
         syncer::PushHeaderData h;
         h.learner_id = m;
@@ -165,17 +185,25 @@ int main(int argc, char** argv) {
         h.encoding = opt->uplink.encoding;
         h.block_size = opt->uplink.block_size;
         h.compression = opt->uplink.compression;
-        h.num_values = plan->fragments[static_cast<size_t>(p)].numel;
-        auto pushed = core->Push(h, payload, clock.Now());
+        h.num_values = static_cast<int64_t>(numel);
+        auto pushed = core->Push(h, std::move(prepared[static_cast<size_t>(m)]), clock.Now());
         if (!pushed.ok()) Usage("push: " + pushed.status().ToString());
         push_bytes += static_cast<double>(payload.size());
       }
-      auto b = Wall::now();
-      push_s += Seconds(a, b);
-      const auto reports = core->Poll(clock.Now(), clock);
       auto c = Wall::now();
-      close_s += Seconds(b, c);
+      const auto reports = core->Poll(clock.Now(), clock);
+      auto d = Wall::now();
       closed += static_cast<int>(reports.size());
+      const size_t delta_bytes = core->public_copy(p)->HeldBytes() > 0 ? numel / 2 : 0;  // the delta: ≈ half a byte a value
+      const size_t read = static_cast<size_t>(learners) * raw_bytes + numel * sizeof(float) * (momentum ? 3 : 2);
+      const size_t written = numel * sizeof(float) * (momentum ? 3 : 2) + delta_bytes;
+      const double fl = floor_copy((read + written) / 2);
+      prepare_s += Seconds(a, b);
+      admit_s += Seconds(b, c);
+      close_s += Seconds(c, d);
+      floor_s += fl;
+      round_ratio.push_back(Seconds(a, d) / fl);
+      close_ratio.push_back(Seconds(c, d) / fl);
       int64_t version = have[static_cast<size_t>(p)];
       for (int m = 0; m < learners; ++m) {
         auto pulled = core->Pull(m, p, have[static_cast<size_t>(p)]);
@@ -184,10 +212,15 @@ int main(int argc, char** argv) {
         version = pulled->version;
       }
       have[static_cast<size_t>(p)] = version;
-      pull_s += Seconds(c, Wall::now());
+      pull_s += Seconds(d, Wall::now());
       clock.AdvanceSeconds(0.1);
     }
   }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  const double push_s = prepare_s + admit_s;
   const auto held = core->held_bytes();
   const double rss_end = bench::ProcStatusBytes("self", "VmRSS:"), hwm = bench::ProcStatusBytes("self", "VmHWM:");
   const double n = static_cast<double>(plan->total_numel);
@@ -202,6 +235,12 @@ int main(int argc, char** argv) {
       {"peak_rss_bytes_per_param", hwm / n},
       {"memcpy_model_seconds", memcpy_s},
       {"push_seconds_per_model_round", push_s / model_rounds},
+      {"prepare_seconds_per_model_round", prepare_s / model_rounds},
+      {"admit_seconds_per_model_round", admit_s / model_rounds},
+      {"floor_seconds_per_model_round", floor_s / model_rounds},
+      {"round_over_floor_median", median(round_ratio)},
+      {"close_over_floor_median", median(close_ratio)},
+      {"fragment_rounds_per_second", closed / (push_s + close_s)},
       {"close_seconds_per_model_round", close_s / model_rounds},
       {"pull_seconds_per_model_round", pull_s / model_rounds},
       {"close_over_memcpy", close_s / model_rounds / memcpy_s},
@@ -219,10 +258,13 @@ int main(int argc, char** argv) {
               "+ history %.2f, pending %.2f), process RSS %.2f B after setup, %.2f B after the rounds, peak %.2f B\n",
               static_cast<double>(held.total()) / n, held.theta / n, held.momentum / n, held.sweep / n,
               held.public_copies / n, held.pending / n, rss_setup / n, rss_end / n, hwm / n);
-  std::printf("  one round of every fragment: pushes admitted %.3f s, rounds closed %.3f s (%.1fx one memcpy of the "
-              "model, %.3f s), pulls served %.3f s\n",
-              push_s / model_rounds, close_s / model_rounds, close_s / model_rounds / memcpy_s, memcpy_s,
-              pull_s / model_rounds);
+  std::printf("  one round of every fragment: pushes prepared %.3f s (M threads) and admitted %.3f s, rounds closed "
+              "%.3f s (%.1fx one memcpy of the model, %.3f s), pulls served %.3f s\n",
+              prepare_s / model_rounds, admit_s / model_rounds, close_s / model_rounds,
+              close_s / model_rounds / memcpy_s, memcpy_s, pull_s / model_rounds);
+  std::printf("  a fragment's round (prepare + admit + close) / its memory-traffic floor, median of %zu: %.2fx "
+              "(close alone %.2fx); %.2f fragment rounds per second\n",
+              round_ratio.size(), median(round_ratio), median(close_ratio), closed / (push_s + close_s));
   std::printf("  wire per learner per parameter: join pull %.3f B, push %.3f B, pull delta %.3f B per round\n",
               full_pull_bytes / n, push_bytes / model_rounds / learners / n, pull_bytes / model_rounds / learners / n);
   return 0;

@@ -1,5 +1,7 @@
 #include "atoll/diloco/outer_optimizer.h"
 
+#include "atoll/diloco/reduce.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -18,50 +20,151 @@ Status CheckOptions(const OuterOptimizerOptions& options) {
   return Status::Ok();
 }
 
-// The running sweep (see the header): Θ = Θ_s − lr·(ĝ + μ·(μ·b + ĝ)) between rounds, ĝ = a/S; at
-// S ≥ 1 b ← μ·b + a and Θ = Θ_s − lr·(a + μ·b), then Θ_s ← Θ.
-SweepResult RunningSweepStep(double lr, double mu, std::span<const float> merged, double rho, SweepState& state,
-                             std::span<float> momentum_buffer, std::span<float> theta) {
-  const size_t n = theta.size();
-  if (state.start.size() != n) state.start.assign(theta.begin(), theta.end());
-  for (size_t i = 0; i < n; ++i) {
-    state.accum[i] = static_cast<float>(static_cast<double>(state.accum[i]) + rho * static_cast<double>(merged[i]));
+constexpr size_t kLanes = 8;
+
+// Runs step(i) — which moves value i and returns (Θ_after − Θ_before)² — over [begin, end) and
+// sums the squares in 8 lanes, as SumSquares does (reduce.h).
+template <typename Step>
+double LaneSum(size_t begin, size_t end, Step step) {
+  double acc[kLanes] = {};
+  size_t i = begin;
+  for (; i + kLanes <= end; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) acc[k] += step(i + k);
   }
-  state.share += rho;
-  const double S = state.share;
-  const bool complete = S >= 1.0 - 1e-9;
-  double moved2 = 0;
-  float* b = momentum_buffer.data();
-  float* t = theta.data();
-  const float* t0 = state.start.data();
-  for (size_t i = 0; i < n; ++i) {
-    const double g = static_cast<double>(state.accum[i]) / S;
-    const float before = t[i];
-    if (complete) {
-      const double bi = mu * static_cast<double>(b[i]) + S * g;
-      b[i] = static_cast<float>(bi);
-      t[i] = static_cast<float>(static_cast<double>(t0[i]) - lr * (S * g + mu * bi));
-    } else {
-      const double bi = mu * static_cast<double>(b[i]) + g;  // not stored: the estimate only
-      t[i] = static_cast<float>(static_cast<double>(t0[i]) - lr * (g + mu * bi));
-    }
-    const double d = static_cast<double>(t[i]) - before;
-    moved2 += d * d;
-  }
-  SweepResult result;
-  result.step_norm = std::sqrt(moved2);
-  if (complete) {
-    std::fill(state.accum.begin(), state.accum.end(), 0.0f);
-    state.share = 0;
-    state.sweeps += 1;
-    state.start.assign(theta.begin(), theta.end());
-    result.sweep_completed = true;
-  }
-  return result;
+  double tail = 0;
+  for (; i < end; ++i) tail += step(i);
+  double sum = 0;
+  for (double x : acc) sum += x;
+  return sum + tail;
+}
+
+inline double Moved(float after, float before) {
+  const double d = static_cast<double>(after) - static_cast<double>(before);
+  return d * d;
 }
 
 }  // namespace
 
+
+StatusOr<OuterStepKernel> OuterStepKernel::Create(const OuterOptimizerOptions& options, OuterStepKind kind,
+                                                  double rho, double share, bool momentum) {
+  ATOLL_RETURN_IF_ERROR(CheckOptions(options));
+  if (kind != OuterStepKind::kRound && !(rho > 0 && rho <= 1)) {
+    return InvalidArgumentError("sweep outer step: token share must be in (0, 1], got " + std::to_string(rho));
+  }
+  OuterStepKernel k;
+  k.kind_ = kind;
+  k.lr_ = options.lr;
+  k.mu_ = options.momentum;
+  k.nesterov_ = options.nesterov;
+  k.momentum_ = momentum;
+  k.rho_ = rho;
+  // μ = 0 without extrapolation needs no state: no momentum, and a sweep's completing step is 0.
+  k.stateless_ = options.momentum == 0 && !momentum && kind != OuterStepKind::kRunning;
+  if (!k.stateless_ && !momentum) return InvalidArgumentError("outer step: this step needs a momentum buffer");
+  if (kind != OuterStepKind::kRound) {
+    k.share_after_ = share + rho;
+    k.complete_ = k.share_after_ >= 1.0 - 1e-9;
+  }
+  return k;
+}
+
+double OuterStepKernel::Apply(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const {
+  switch (kind_) {
+    case OuterStepKind::kRound: return RoundStep(begin, end, merged, s);
+    case OuterStepKind::kSweep: return SweepStep(begin, end, merged, s);
+    case OuterStepKind::kRunning: return RunningStep(begin, end, merged, s);
+  }
+  return 0;
+}
+
+// Intermediates in double; the stored state is fp32. The Nesterov update uses the new momentum
+// before it is rounded, so plain SGD (μ = 0) is exactly θ − lr·Δ rounded once.
+double OuterStepKernel::RoundStep(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const {
+  const float* d = merged - begin;
+  const double lr = lr_, mu = mu_;
+  if (stateless_) {  // θ − lr·Δ: what both updates below compute at μ = 0
+    return LaneSum(begin, end, [&](size_t i) {
+      const float before = s.theta[i];
+      s.theta_out[i] = static_cast<float>(static_cast<double>(before) - lr * static_cast<double>(d[i]));
+      return Moved(s.theta_out[i], before);
+    });
+  }
+  return LaneSum(begin, end, [&](size_t i) {
+    const float before = s.theta[i];
+    const double di = static_cast<double>(d[i]);
+    const double bi = mu * static_cast<double>(s.momentum[i]) + di;
+    s.momentum_out[i] = static_cast<float>(bi);
+    s.theta_out[i] = static_cast<float>(static_cast<double>(before) - lr * (nesterov_ ? di + mu * bi : bi));
+    return Moved(s.theta_out[i], before);
+  });
+}
+
+// The round's own share at once; at a sweep's end the momentum takes the sweep's sum (S·ĝ = a) and
+// adds its Nesterov look-ahead (none at μ = 0, decoupled mode's default).
+double OuterStepKernel::SweepStep(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const {
+  const float* m = merged - begin;
+  const double lr = lr_, mu = mu_, rho = rho_;
+  return LaneSum(begin, end, [&](size_t i) {
+    const double g = rho * static_cast<double>(m[i]);
+    const float before = s.theta[i];
+    float t = static_cast<float>(static_cast<double>(before) - lr * g);
+    if (!stateless_) {
+      const float a = static_cast<float>(static_cast<double>(s.accum != nullptr ? s.accum[i] : 0.0f) + g);
+      if (complete_) {
+        const double bi = mu * static_cast<double>(s.momentum[i]) + static_cast<double>(a);
+        s.momentum_out[i] = static_cast<float>(bi);
+        t = static_cast<float>(static_cast<double>(t) - lr * mu * bi);
+        s.accum_out[i] = 0.0f;
+      } else {
+        s.accum_out[i] = a;
+        if (s.momentum_out != s.momentum) s.momentum_out[i] = s.momentum[i];
+      }
+    }
+    s.theta_out[i] = t;
+    return Moved(t, before);
+  });
+}
+
+// Θ = Θ_s − lr·(ĝ + μ·(μ·b + ĝ)) between rounds, ĝ = a/S; at S ≥ 1 b ← μ·b + a and
+// Θ = Θ_s − lr·(a + μ·b), then Θ_s ← Θ.
+double OuterStepKernel::RunningStep(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const {
+  const float* m = merged - begin;
+  const double lr = lr_, mu = mu_, rho = rho_, S = share_after_;
+  return LaneSum(begin, end, [&](size_t i) {
+    const float a = static_cast<float>(static_cast<double>(s.accum != nullptr ? s.accum[i] : 0.0f) +
+                                       rho * static_cast<double>(m[i]));
+    const double g = static_cast<double>(a) / S;
+    const float before = s.theta[i];
+    const float t0 = s.start != nullptr ? s.start[i] : before;
+    float t;
+    if (complete_) {
+      const double bi = mu * static_cast<double>(s.momentum[i]) + S * g;
+      s.momentum_out[i] = static_cast<float>(bi);
+      t = static_cast<float>(static_cast<double>(t0) - lr * (S * g + mu * bi));
+      s.accum_out[i] = 0.0f;
+      s.start_out[i] = t;
+    } else {
+      const double bi = mu * static_cast<double>(s.momentum[i]) + g;  // not stored: the estimate only
+      t = static_cast<float>(static_cast<double>(t0) - lr * (g + mu * bi));
+      if (s.momentum_out != s.momentum) s.momentum_out[i] = s.momentum[i];
+      s.accum_out[i] = a;
+      s.start_out[i] = t0;
+    }
+    s.theta_out[i] = t;
+    return Moved(t, before);
+  });
+}
+
+void OuterStepKernel::Finish(SweepState& state) const {
+  if (kind_ == OuterStepKind::kRound) return;
+  if (complete_) {
+    state.share = 0;
+    state.sweeps += 1;
+  } else {
+    state.share = share_after_;
+  }
+}
 
 Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> delta,
                  std::span<float> momentum_buffer, std::span<float> theta) {
@@ -72,36 +175,15 @@ Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> de
                                 ", momentum " + std::to_string(momentum_buffer.size()) +
                                 ", theta " + std::to_string(theta.size()) + ")");
   }
-  ATOLL_RETURN_IF_ERROR(CheckOptions(options));
-  // Intermediates in double; the stored state is fp32. The Nesterov update uses the new momentum
-  // before it is rounded, so plain SGD (μ = 0) is exactly θ − lr·Δ rounded once.
-  const double lr = options.lr;
-  const double mu = options.momentum;
-  const size_t n = theta.size();
-  const float* d = delta.data();
-  float* b = momentum_buffer.data();
-  float* t = theta.data();
-  if (no_momentum) {  // θ − lr·Δ: what both updates below compute at μ = 0
-    for (size_t i = 0; i < n; ++i) t[i] = static_cast<float>(static_cast<double>(t[i]) - lr * static_cast<double>(d[i]));
-    return Status::Ok();
-  }
-  if (options.nesterov) {
-    for (size_t i = 0; i < n; ++i) {
-      const double di = static_cast<double>(d[i]);
-      const double bi = mu * static_cast<double>(b[i]) + di;
-      b[i] = static_cast<float>(bi);
-      t[i] = static_cast<float>(static_cast<double>(t[i]) - lr * (di + mu * bi));
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      const double bi = mu * static_cast<double>(b[i]) + static_cast<double>(d[i]);
-      b[i] = static_cast<float>(bi);
-      t[i] = static_cast<float>(static_cast<double>(t[i]) - lr * bi);
-    }
+  ATOLL_ASSIGN_OR_RETURN(OuterStepKernel k,
+                         OuterStepKernel::Create(options, OuterStepKind::kRound, 1.0, 0.0, !momentum_buffer.empty()));
+  OuterStepSpans s{.theta = theta.data(), .theta_out = theta.data(),
+                   .momentum = momentum_buffer.data(), .momentum_out = momentum_buffer.data()};
+  for (size_t b = 0; b < theta.size(); b += kReduceChunk) {
+    k.Apply(b, std::min(theta.size(), b + kReduceChunk), delta.data() + b, s);
   }
   return Status::Ok();
 }
-
 
 StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const Fragment& fragment,
                                      std::span<const float> merged, double rho, SweepState& state,
@@ -114,47 +196,25 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
                                 ", momentum " + std::to_string(momentum_buffer.size()) + ", theta " +
                                 std::to_string(n) + ", fragment " + std::to_string(fragment.numel) + ")");
   }
-  ATOLL_RETURN_IF_ERROR(CheckOptions(options));
-  if (!(rho > 0 && rho <= 1)) {
-    return InvalidArgumentError("sweep outer step: token share must be in (0, 1], got " + std::to_string(rho));
-  }
-  if (!stateless && state.accum.size() != n) {
+  const OuterStepKind kind = extrapolate ? OuterStepKind::kRunning : OuterStepKind::kSweep;
+  const bool sized = stateless || state.accum.size() == n;
+  ATOLL_ASSIGN_OR_RETURN(OuterStepKernel k, OuterStepKernel::Create(options, kind, rho, sized ? state.share : 0.0,
+                                                                    !momentum_buffer.empty()));
+  if (!sized) {
     state.accum.assign(n, 0.0f);
     state.share = 0;
   }
-  const double lr = options.lr;
-  const double mu = options.momentum;
-  if (extrapolate) return RunningSweepStep(lr, mu, merged, rho, state, momentum_buffer, theta);
+  const bool first_use = extrapolate && state.start.size() != n;
+  if (first_use) state.start.assign(theta.begin(), theta.end());
+  OuterStepSpans s{.theta = theta.data(), .theta_out = theta.data(),
+                   .momentum = momentum_buffer.data(), .momentum_out = momentum_buffer.data(),
+                   .accum = stateless ? nullptr : state.accum.data(), .accum_out = stateless ? nullptr : state.accum.data(),
+                   .start = extrapolate ? state.start.data() : nullptr, .start_out = extrapolate ? state.start.data() : nullptr};
   double moved2 = 0;
-  // The round's own share, applied at once.
-  for (size_t i = 0; i < n; ++i) {
-    const double g = rho * static_cast<double>(merged[i]);
-    const float before = theta[i];
-    theta[i] = static_cast<float>(static_cast<double>(theta[i]) - lr * g);
-    if (!stateless) state.accum[i] = static_cast<float>(static_cast<double>(state.accum[i]) + g);
-    const double d = static_cast<double>(theta[i]) - before;
-    moved2 += d * d;
-  }
-  state.share += rho;
+  for (size_t b = 0; b < n; b += kReduceChunk) moved2 += k.Apply(b, std::min(n, b + kReduceChunk), merged.data() + b, s);
+  k.Finish(state);
   SweepResult result;
-  if (state.share < 1.0 - 1e-9) {
-    result.step_norm = std::sqrt(moved2);
-    return result;
-  }
-  // A sweep: the rounds moved Θ by lr·a already; the momentum takes the sweep's sum (S·ĝ = a) and
-  // adds its Nesterov look-ahead (none at μ = 0, decoupled mode's default).
-  for (size_t i = 0; i < n && !stateless; ++i) {
-    const double bi = mu * static_cast<double>(momentum_buffer[i]) + static_cast<double>(state.accum[i]);
-    momentum_buffer[i] = static_cast<float>(bi);
-    const float before = theta[i];
-    theta[i] = static_cast<float>(static_cast<double>(theta[i]) - lr * mu * bi);
-    const double d = static_cast<double>(theta[i]) - before;
-    moved2 += d * d;
-  }
-  std::fill(state.accum.begin(), state.accum.end(), 0.0f);
-  state.share = 0;
-  state.sweeps += 1;
-  result.sweep_completed = true;
+  result.sweep_completed = k.completes_sweep();
   result.step_norm = std::sqrt(moved2);
   return result;
 }

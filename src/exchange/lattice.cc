@@ -1,5 +1,7 @@
 #include "atoll/exchange/lattice.h"
 
+#include "atoll/core/simd.h"
+
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -240,6 +242,130 @@ void SnapToLattice(const Lattice& l, std::span<float> values) {
   }
 }
 
+namespace {
+
+// One block of a round's delta (EncodeLatticeStep), exactly: integer codes in int64, values held
+// at the range's edge. Returns the values held there.
+int64_t StepBlockExact(const Lattice& l, int qmax, size_t b, const float* theta, const float* phi, float* phi_out,
+                       std::vector<std::byte>& out) {
+  thread_local std::vector<int64_t> codes;
+  thread_local std::vector<double> d;
+  const size_t start = b * static_cast<size_t>(l.block), n = BlockSize(l, b);
+  codes.resize(n);
+  d.resize(n);
+  const float unit = Unit(l.exp[b]), inv = Unit(-l.exp[b]);
+  double absmax = 0;
+  for (size_t i = 0; i < n; ++i) {
+    d[i] = (static_cast<double>(theta[start + i]) - phi[start + i]) * inv;  // Θ − Φ in units
+    absmax = std::max(absmax, std::fabs(d[i]));
+  }
+  int shift = 0;
+  while (qmax > 0 && shift < kMaxShift && static_cast<double>(qmax) * std::ldexp(1.0, shift) < absmax) ++shift;
+  const int64_t step = int64_t{1} << shift;
+  int64_t held_at_edge = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t held = Code(phi[start + i], inv);
+    const double q = std::clamp(d[i] / static_cast<double>(step), -4.0 * kLatticeMax, 4.0 * kLatticeMax);
+    int64_t k = static_cast<int64_t>(std::nearbyint(q));
+    if (qmax > 0) k = std::clamp<int64_t>(k, -qmax, qmax);
+    int64_t next = held + k * step;
+    if (next > kLatticeMax || next < -kLatticeMax) {  // Θ left the range: hold Φ at its edge
+      k = ((next > 0 ? kLatticeMax : -kLatticeMax) - held) / step;
+      next = held + k * step;
+      ++held_at_edge;
+    }
+    codes[i] = k;
+    phi_out[start + i] = static_cast<float>(next) * unit;
+  }
+  WriteBlock(shift, std::span<int64_t>(codes.data(), n), out);
+  return held_at_edge;
+}
+
+// (Θ − Φ) in units of the block, in double (exact), into d; returns the largest |d|.
+ATOLL_SIMD_CLONES double UnitDifferences(const float* theta, const float* phi, double inv, size_t n, double* d) {
+  double absmax = 0;
+  for (size_t i = 0; i < n; ++i) {
+    d[i] = (static_cast<double>(theta[i]) - static_cast<double>(phi[i])) * inv;
+    absmax = std::max(absmax, std::fabs(d[i]));
+  }
+  return absmax;
+}
+
+// The codes k = round(d / 2^shift) within ±qmax (ties to even, as nearbyint: |q| ≤ qmax + 1 < 2^51
+// makes the magic-number rounding exact), and the next values (held + k·2^shift)·unit, in double
+// (every integer involved is below 2^53). Returns whether every next value is within the range.
+ATOLL_SIMD_CLONES bool StepCodes(const double* d, const float* phi, double inv, double unit, double step, double inv_step,
+                                 double qmax, size_t n, int8_t* k, float* next) {
+  constexpr double kMagic = 6755399441055744.0;  // 1.5·2^52
+  constexpr double kMax = static_cast<double>(kLatticeMax);
+  bool in_range = true;
+  for (size_t i = 0; i < n; ++i) {
+    const double q = std::clamp(d[i] * inv_step, -(qmax + 1), qmax + 1);
+    const double code = std::clamp((q + kMagic) - kMagic, -qmax, qmax);
+    const double held = static_cast<double>(phi[i]) * inv;
+    const double v = held + code * step;
+    in_range &= v <= kMax && v >= -kMax;
+    k[i] = static_cast<int8_t>(code);
+    next[i] = static_cast<float>(v * unit);
+  }
+  return in_range;
+}
+
+// Header and two's-complement nibbles of a block whose codes are within ±7 (width 0 when all are 0).
+void WriteNibbleBlock(int shift, const int8_t* k, size_t n, std::vector<std::byte>& out) {
+  int8_t any = 0;
+  for (size_t i = 0; i < n; ++i) any |= k[i];
+  const int width = any == 0 ? 0 : 4;
+  out.push_back(static_cast<std::byte>(static_cast<int8_t>(width == 0 ? 0 : shift)));
+  out.push_back(static_cast<std::byte>(static_cast<uint8_t>(width)));
+  if (width == 0) return;
+  const size_t at = out.size();
+  out.resize(at + (n + 1) / 2);
+  auto* o = reinterpret_cast<uint8_t*>(out.data() + at);
+  for (size_t j = 0; j < n / 2; ++j) {
+    o[j] = static_cast<uint8_t>((static_cast<uint8_t>(k[2 * j]) & 0xFu) | ((static_cast<uint8_t>(k[2 * j + 1]) & 0xFu) << 4));
+  }
+  if (n % 2 == 1) o[n / 2] = static_cast<uint8_t>(static_cast<uint8_t>(k[n - 1]) & 0xFu);
+}
+
+// One block by the fast path (qmax ≤ 7): false, writing nothing, when a value would leave the
+// range (the exact path then holds it at the edge). The same codes and values as StepBlockExact.
+bool StepBlockFast(const Lattice& l, int qmax, size_t b, const float* theta, const float* phi, float* phi_out,
+                   std::vector<std::byte>& out) {
+  thread_local std::vector<double> d;
+  thread_local std::vector<int8_t> k;
+  thread_local std::vector<float> next;
+  const size_t start = b * static_cast<size_t>(l.block), n = BlockSize(l, b);
+  d.resize(n);
+  k.resize(n);
+  next.resize(n);
+  const double inv = std::ldexp(1.0, -l.exp[b]), unit = std::ldexp(1.0, l.exp[b]);
+  const double absmax = UnitDifferences(theta + start, phi + start, inv, n, d.data());
+  int shift = 0;
+  while (shift < kMaxShift && static_cast<double>(qmax) * std::ldexp(1.0, shift) < absmax) ++shift;
+  if (!StepCodes(d.data(), phi + start, inv, unit, std::ldexp(1.0, shift), std::ldexp(1.0, -shift),
+                 static_cast<double>(qmax), n, k.data(), next.data())) {
+    return false;
+  }
+  std::copy(next.begin(), next.end(), phi_out + start);
+  WriteNibbleBlock(shift, k.data(), n, out);
+  return true;
+}
+
+}  // namespace
+
+void EncodeLatticeStepBlocks(const Lattice& l, int qmax, size_t first, size_t last, std::span<const float> theta,
+                             std::span<const float> phi, std::span<float> phi_out, std::vector<std::byte>& out,
+                             int64_t* saturated) {
+  int64_t held_at_edge = 0;
+  const bool fast = qmax >= 1 && qmax <= 7;
+  for (size_t b = first; b < last; ++b) {
+    if (fast && StepBlockFast(l, qmax, b, theta.data(), phi.data(), phi_out.data(), out)) continue;
+    held_at_edge += StepBlockExact(l, qmax, b, theta.data(), phi.data(), phi_out.data(), out);
+  }
+  if (saturated != nullptr) *saturated += held_at_edge;
+}
+
 Status EncodeLatticeStep(const Lattice& l, int qmax, std::span<const float> theta, std::span<float> phi,
                          std::vector<std::byte>& raw, LatticeStepStats* stats, ThreadPool* pool) {
   ATOLL_RETURN_IF_ERROR(CheckSize(l, theta.size(), "lattice step"));
@@ -251,36 +377,8 @@ Status EncodeLatticeStep(const Lattice& l, int qmax, std::span<const float> thet
   raw.clear();
   std::atomic<int64_t> saturated{0};
   ATOLL_RETURN_IF_ERROR(ForBlockRanges(pool, l.num_blocks(), raw, [&](size_t first, size_t last, std::vector<std::byte>& out) {
-    std::vector<int64_t> codes(static_cast<size_t>(l.block));
-    std::vector<double> d(static_cast<size_t>(l.block));
     int64_t held_at_edge = 0;
-    for (size_t b = first; b < last; ++b) {
-      const size_t start = b * static_cast<size_t>(l.block), n = BlockSize(l, b);
-      const float unit = Unit(l.exp[b]), inv = Unit(-l.exp[b]);
-      double absmax = 0;
-      for (size_t i = 0; i < n; ++i) {
-        d[i] = (static_cast<double>(theta[start + i]) - phi[start + i]) * inv;  // Θ − Φ in units
-        absmax = std::max(absmax, std::fabs(d[i]));
-      }
-      int shift = 0;
-      while (qmax > 0 && shift < kMaxShift && static_cast<double>(qmax) * std::ldexp(1.0, shift) < absmax) ++shift;
-      const int64_t step = int64_t{1} << shift;
-      for (size_t i = 0; i < n; ++i) {
-        const int64_t held = Code(phi[start + i], inv);
-        const double q = std::clamp(d[i] / static_cast<double>(step), -4.0 * kLatticeMax, 4.0 * kLatticeMax);
-        int64_t k = static_cast<int64_t>(std::nearbyint(q));
-        if (qmax > 0) k = std::clamp<int64_t>(k, -qmax, qmax);
-        int64_t next = held + k * step;
-        if (next > kLatticeMax || next < -kLatticeMax) {  // Θ left the range: hold Φ at its edge
-          k = ((next > 0 ? kLatticeMax : -kLatticeMax) - held) / step;
-          next = held + k * step;
-          ++held_at_edge;
-        }
-        codes[i] = k;
-        phi[start + i] = static_cast<float>(next) * unit;
-      }
-      WriteBlock(shift, std::span<int64_t>(codes.data(), n), out);
-    }
+    EncodeLatticeStepBlocks(l, qmax, first, last, theta, phi, phi, out, &held_at_edge);
     saturated += held_at_edge;
     return Status::Ok();
   }));

@@ -1,16 +1,13 @@
 #include "atoll/syncer/guards.h"
 
+#include "atoll/diloco/reduce.h"
+
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 
 namespace atl::syncer {
 namespace {
-
-double Norm(std::span<const float> x) {
-  double s = 0;
-  for (float v : x) s += static_cast<double>(v) * v;
-  return std::sqrt(s);
-}
 
 bool Finite(std::span<const float> x) {
   for (float v : x) {
@@ -23,15 +20,8 @@ bool InRange(double v, double lo, double hi) { return std::isfinite(v) && v >= l
 
 }  // namespace
 
-Status CheckOuterGradientBound(std::span<const float> theta, std::span<const float> values,
-                               bool against_current, double max_ratio) {
-  if (max_ratio <= 0 || theta.size() != values.size()) return Status::Ok();
-  double v2 = 0;
-  for (size_t i = 0; i < values.size(); ++i) {
-    const double v = against_current ? static_cast<double>(theta[i]) - values[i] : values[i];
-    v2 += v * v;
-  }
-  const double norm = std::sqrt(v2), theta_norm = Norm(theta);
+Status CheckOuterGradientBound(double norm, double theta_norm, double max_ratio) {
+  if (max_ratio <= 0) return Status::Ok();
   const double limit = max_ratio * (theta_norm + 1);
   if (std::isfinite(norm) && norm <= limit) return Status::Ok();
   return InvalidArgumentError(fmt::format(
@@ -39,28 +29,58 @@ Status CheckOuterGradientBound(std::span<const float> theta, std::span<const flo
       norm, theta_norm, limit, max_ratio));
 }
 
+Status CheckOuterGradientBound(std::span<const float> theta, std::span<const float> values,
+                               bool against_current, double max_ratio) {
+  if (max_ratio <= 0 || theta.size() != values.size()) return Status::Ok();
+  double v2 = 0;
+  if (against_current) {
+    for (size_t b = 0; b < values.size(); b += diloco::kReduceChunk) {
+      v2 += diloco::SumSquaredDifferences(theta.data() + b, values.data() + b,
+                                          std::min(diloco::kReduceChunk, values.size() - b));
+    }
+  } else {
+    v2 = diloco::ChunkedSumSquares(values);
+  }
+  return CheckOuterGradientBound(std::sqrt(v2), std::sqrt(diloco::ChunkedSumSquares(theta)), max_ratio);
+}
+
+RoundNorms MeasureRound(std::span<const float> theta_before, std::span<const float> theta_after,
+                        std::span<const float> momentum, const diloco::SweepState& sweep) {
+  RoundNorms n;
+  n.theta_finite = Finite(theta_after);
+  n.momentum_finite = Finite(momentum);
+  n.sweep_finite = Finite(sweep.accum) && Finite(sweep.start) && std::isfinite(sweep.share);
+  n.theta_before = std::sqrt(diloco::ChunkedSumSquares(theta_before));
+  double step2 = 0;
+  if (theta_before.size() == theta_after.size()) {
+    for (size_t b = 0; b < theta_after.size(); b += diloco::kReduceChunk) {
+      step2 += diloco::SumSquaredDifferences(theta_after.data() + b, theta_before.data() + b,
+                                             std::min(diloco::kReduceChunk, theta_after.size() - b));
+    }
+  }
+  n.step = std::sqrt(step2);
+  n.momentum = std::sqrt(diloco::ChunkedSumSquares(momentum));
+  return n;
+}
+
 Status CheckRoundResult(std::span<const float> theta_before, std::span<const float> theta_after,
                         std::span<const float> momentum, const diloco::SweepState& sweep, double max_ratio) {
-  if (!Finite(theta_after)) return FailedPreconditionError("the outer step made the fragment non-finite");
-  if (!Finite(momentum)) return FailedPreconditionError("the outer step made the momentum buffer non-finite");
-  if (!Finite(sweep.accum) || !Finite(sweep.start) || !std::isfinite(sweep.share)) {
-    return FailedPreconditionError("the outer step made the sweep accumulator non-finite");
-  }
-  if (max_ratio <= 0 || theta_before.size() != theta_after.size()) return Status::Ok();
-  double step2 = 0;
-  for (size_t i = 0; i < theta_after.size(); ++i) {
-    const double d = static_cast<double>(theta_after[i]) - theta_before[i];
-    step2 += d * d;
-  }
-  const double step = std::sqrt(step2), before = Norm(theta_before), mom = Norm(momentum);
-  const double limit = max_ratio * (before + 1);
-  if (!std::isfinite(step) || step > limit) {
+  return CheckRoundResult(MeasureRound(theta_before, theta_after, momentum, sweep), max_ratio);
+}
+
+Status CheckRoundResult(const RoundNorms& n, double max_ratio) {
+  if (!n.theta_finite) return FailedPreconditionError("the outer step made the fragment non-finite");
+  if (!n.momentum_finite) return FailedPreconditionError("the outer step made the momentum buffer non-finite");
+  if (!n.sweep_finite) return FailedPreconditionError("the outer step made the sweep accumulator non-finite");
+  if (max_ratio <= 0) return Status::Ok();
+  const double limit = max_ratio * (n.theta_before + 1);
+  if (!std::isfinite(n.step) || n.step > limit) {
     return FailedPreconditionError(fmt::format("step norm {:.4g} exceeds {:.4g} = {:g} x (|theta| {:.4g} + 1)",
-                                               step, limit, max_ratio, before));
+                                               n.step, limit, max_ratio, n.theta_before));
   }
-  if (!std::isfinite(mom) || mom > limit) {
+  if (!std::isfinite(n.momentum) || n.momentum > limit) {
     return FailedPreconditionError(fmt::format("momentum norm {:.4g} exceeds {:.4g} = {:g} x (|theta| {:.4g} + 1)",
-                                               mom, limit, max_ratio, before));
+                                               n.momentum, limit, max_ratio, n.theta_before));
   }
   return Status::Ok();
 }

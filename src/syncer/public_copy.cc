@@ -47,21 +47,28 @@ StatusOr<PublicCopy> PublicCopy::Restore(exchange::Lattice lattice, std::vector<
 
 Status PublicCopy::Advance(std::span<const float> theta, int64_t version) {
   ATOLL_CHECK(version == version_ + 1);
-  Past past;
-  past.version = version;
   exchange::LatticeStepStats stats;
   std::vector<float> next = phi_;
-  ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeStep(lattice_, options_.qmax, theta, next, past.delta, &stats, options_.pool));
+  std::vector<std::byte> delta;
+  ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeStep(lattice_, options_.qmax, theta, next, delta, &stats, options_.pool));
+  Commit(next, std::move(delta), version, stats.saturated);
+  return Status::Ok();
+}
+
+void PublicCopy::Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated) {
+  ATOLL_CHECK(version == version_ + 1 && next.size() == phi_.size());
+  Past past;
+  past.version = version;
+  past.delta = std::move(delta);
   if (history_.empty()) base_checksum_ = checksum_;
   phi_.swap(next);
   checksum_ = past.checksum = exchange::ValuesChecksum(phi_);
   version_ = version;
-  saturated_ += stats.saturated;
+  saturated_ += saturated;
   history_.push_back(std::move(past));
   cache_.clear();
   cache_held_ = 0;
   Evict();
-  return Status::Ok();
 }
 
 size_t PublicCopy::HistoryBytes() const {

@@ -79,10 +79,8 @@ PushSample SyncerCore::BoundCounters(const RobustRefs& refs, Contribution& c, st
     note += fmt::format("; merge weight bounded to {:.4g}", weight);
   }
   c.max_weight = weight;
-  double norm2 = 0;
-  for (double n : c.slice_norms) norm2 += n * n;
   PushSample sample;
-  sample.size = std::sqrt(norm2) / std::sqrt(static_cast<double>(std::max<int64_t>(1, steps)));
+  sample.size = c.delta_norm / std::sqrt(static_cast<double>(std::max<int64_t>(1, steps)));
   sample.steps = static_cast<double>(steps);
   sample.tokens_per_step = c.c_steps > 0 ? static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps) : 0.0;
   sample.weight = weight;

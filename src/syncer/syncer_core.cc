@@ -16,15 +16,15 @@ namespace {
 
 constexpr double kEmaAlpha = 0.2;
 
-double Ema(double old_value, double sample) {
+}  // namespace
+
+double SyncerCore::Ema(double old_value, double sample) {
   // An unchanged sample leaves the value as it is, bit for bit (0.8·x + 0.2·x may round off x).
   // A learner's tokens per step is constant, and a syncer shard sees only its fragments' pushes:
   // so every shard holds the same value as one syncer would (docs/decisions/011).
   if (old_value == sample) return sample;
   return old_value <= 0 ? sample : (1 - kEmaAlpha) * old_value + kEmaAlpha * sample;
 }
-
-}  // namespace
 
 SyncerCore::SyncerCore(SyncerOptions options, diloco::FragmentPlan plan)
     : options_(std::move(options)),
@@ -84,6 +84,7 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
                                                                core.CopyOptions(initial[p].size())));
     f.copy.emplace(std::move(copy));
     f.theta = std::move(initial[p]);
+    f.theta_norm = diloco::L2Norm(f.theta);
     if (core.KeepsMomentum()) f.momentum.assign(f.theta.size(), 0.0f);
   }
   return core;
@@ -346,27 +347,27 @@ StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoin
   return diloco::MaxPayloadSize(options_.uplink, n);
 }
 
-Status SyncerCore::VectorOf(const FragmentState& f, const PushHeaderData& h, std::span<const std::byte> payload,
-                            std::span<float> out) const {
-  std::vector<float> base;
-  if (rule_->NeedsBase() && h.base_version != f.version) {
-    if (Status st = f.copy->ValuesAt(h.base_version, base); !st.ok()) {
-      return AbortedError(fmt::format("the syncer no longer holds version {} of this fragment (it holds {}..{}): "
-                                      "pull the fragment in full", h.base_version, f.copy->oldest(), f.version));
-    }
-  }
-  const std::span<const float> base_values = !rule_->NeedsBase()          ? std::span<const float>{}
-                                             : h.base_version == f.version ? f.copy->values()
-                                                                           : std::span<const float>(base);
-  return rule_->Vectorize(payload, base_values, rule_->Reference(f.theta, f.sweep), f.theta, out, pool_.get());
+PreparedPush PreparePush(const diloco::CodecOptions& uplink, std::span<const std::byte> payload, size_t numel,
+                         ThreadPool* pool) {
+  PreparedPush p;
+  p.payload_bytes = payload.size();
+  p.status = diloco::InflatePayload(uplink, payload, numel, p.raw, &p.sum_squares, pool);
+  if (!p.status.ok()) p.raw = {};
+  return p;
 }
 
-StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHeaderData& h,
-                                                                  std::span<const std::byte> payload,
-                                                                  TimePoint now) const {
+StatusOr<SyncerCore::Contribution> SyncerCore::MakeContribution(const PushHeaderData& h, PreparedPush prepared,
+                                                                TimePoint now) const {
   const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
-  std::vector<float> v(f.theta.size());
-  ATOLL_RETURN_IF_ERROR(VectorOf(f, h, payload, v));
+  ATOLL_RETURN_IF_ERROR(prepared.status);
+  if (prepared.raw.size() != diloco::EncodedSize(options_.uplink, f.theta.size())) {
+    return DataLossError(fmt::format("payload prepared for another size: {} bytes, the fragment's is {}",
+                                     prepared.raw.size(), diloco::EncodedSize(options_.uplink, f.theta.size())));
+  }
+  if (rule_->NeedsBase() && h.base_version < f.copy->oldest()) {
+    return AbortedError(fmt::format("the syncer no longer holds version {} of this fragment (it holds {}..{}): "
+                                    "pull the fragment in full", h.base_version, f.copy->oldest(), f.version));
+  }
   Contribution c;
   c.learner = h.learner_id;
   c.c_tokens = h.c_tokens;
@@ -374,13 +375,37 @@ StatusOr<SyncerCore::Contribution> SyncerCore::DecodeContribution(const PushHead
   c.final_sync = h.final_sync;
   c.base_version = h.base_version;
   c.arrived = now;
-  c.payload.assign(payload.begin(), payload.end());
-  c.slice_norms = diloco::FragmentMerger::SliceNorms(plan_.fragments[static_cast<size_t>(h.fragment)], v);
+  c.delta_norm = std::sqrt(prepared.sum_squares);
+  // The learner's own progress Δ̂ against the fragment's size (the exact outer gradient's norm is
+  // checked again when the round closes: decisions/017).
+  ATOLL_RETURN_IF_ERROR(CheckOuterGradientBound(c.delta_norm, f.theta_norm, options_.max_gradient_ratio));
+  c.raw = std::move(prepared.raw);
   return c;
+}
+
+int64_t SyncerCore::PendingBytes() const {
+  int64_t n = 0;
+  for (const FragmentState& f : fragments_) {
+    for (const Contribution& c : f.pending) n += static_cast<int64_t>(c.raw.size());
+  }
+  return n;
 }
 
 StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const std::byte> payload,
                                       TimePoint now, std::optional<TimePoint> arrived) {
+  const bool known = h.fragment >= 0 && h.fragment < plan_.num_fragments() && owns(h.fragment) &&
+                     h.encoding == options_.uplink.encoding && h.block_size == options_.uplink.block_size &&
+                     h.compression == options_.uplink.compression;
+  PreparedPush prepared;
+  prepared.payload_bytes = payload.size();
+  if (known) {
+    prepared = PreparePush(options_.uplink, payload, fragments_[static_cast<size_t>(h.fragment)].theta.size(), pool_.get());
+  }
+  return Push(h, std::move(prepared), now, arrived);
+}
+
+StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prepared, TimePoint now,
+                                      std::optional<TimePoint> arrived) {
   auto lit = learners_.find(h.learner_id);
   if (lit == learners_.end()) {
     return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
@@ -389,10 +414,14 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const s
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
   ATOLL_RETURN_IF_ERROR(CheckInContact(l, arrived.value_or(now)));
   if (h.fragment >= 0 && h.fragment < plan_.num_fragments()) ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
-  if (Status st = CheckPushHeader(h, payload.size()); !st.ok()) return Reject(l, h, st, now);
+  if (Status st = CheckPushHeader(h, prepared.payload_bytes); !st.ok()) return Reject(l, h, st, now);
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
-  auto c = DecodeContribution(h, payload, now);
+  auto c = MakeContribution(h, std::move(prepared), now);
   if (!c.ok()) return Reject(l, h, c.status(), now);
+  if (options_.max_pending_bytes > 0 && PendingBytes() + static_cast<int64_t>(c->raw.size()) > options_.max_pending_bytes) {
+    return ResourceExhaustedError(fmt::format("the open rounds hold {} bytes of pushes (limit {}): push again later",
+                                              PendingBytes(), options_.max_pending_bytes));
+  }
   const RobustRefs refs = RefsFor(h.fragment, h.learner_id, now);
   std::string bounded;
   PushSample sample = BoundCounters(refs, *c, bounded);
@@ -500,88 +529,6 @@ std::optional<TimePoint> SyncerCore::NextWake(TimePoint now) const {
   return wake;
 }
 
-RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now, const Clock& clock) {
-  const TimePoint t0 = clock.Now();
-  FragmentState& f = fragments_[static_cast<size_t>(p)];
-  RoundReport report;
-  report.fragment = p;
-  report.round = f.round;
-  report.grace_seconds = d.grace_seconds;
-  report.late = d.missing;
-  report.reason = d.reason;
-  report.closed_at = now;
-  RoundBackup backup{f.theta, f.momentum, f.sweep};  // numeric safety: restored if the round is refused
-
-  std::vector<RoundInput> inputs;
-  for (const Contribution& c : f.pending) {
-    inputs.push_back({c.c_tokens, c.c_steps, c.slice_norms, c.max_weight});
-    report.contributors.push_back(c.learner);
-    report.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
-  }
-  // Contributions are decoded again, one at a time, as the merge reads them (their payloads were
-  // vetted when they arrived, against the same Θ_p and public copy: neither moved since).
-  const ContributionSource source = [&](size_t m, std::span<float> out) {
-    const Contribution& c = f.pending[m];
-    PushHeaderData h;
-    h.learner_id = c.learner;
-    h.fragment = p;
-    h.base_version = c.base_version;
-    return VectorOf(f, h, c.payload, out);
-  };
-  RoundMath math;
-  Status st = rule_->Apply(plan_.fragments[static_cast<size_t>(p)], inputs, source, TokenShare(f, LiveLearners(now)),
-                           {f.theta, f.momentum, f.sweep}, math, pool_.get());
-  report.weights = std::move(math.weights);
-  report.merged_norm = math.merged_norm;
-  report.token_share = math.token_share;
-  report.sweep_completed = math.sweep_completed;
-  report.step_norm = math.step_norm;
-  // Numeric safety before anything is committed (syncer/guards.h).
-  if (st.ok()) st = CheckRoundResult(backup.theta, f.theta, f.momentum, f.sweep, options_.max_step_ratio);
-  // The new version's public copy: Φ_p moves by one lattice delta toward Θ_p (error feedback).
-  if (st.ok()) st = f.copy->Advance(f.theta, f.version + 1);
-  if (!st.ok()) return RefuseRound(p, std::move(backup), std::move(report), st);
-  f.version += 1;
-  report.version = f.version;
-
-  for (const auto& c : f.pending) {
-    auto it = learners_.find(c.learner);
-    if (it == learners_.end()) continue;
-    it->second.rounds_joined += 1;
-    it->second.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
-    it->second.merged_versions.resize(fragments_.size(), -1);
-    it->second.merged_versions[static_cast<size_t>(p)] = f.version;
-  }
-  f.pending.clear();
-  f.opened_at.reset();
-  f.quorum_at.reset();
-  f.round += 1;
-  rounds_closed_ += 1;
-  estimates_.sync_seconds = Ema(estimates_.sync_seconds, ToSeconds(clock.Now() - t0));
-  return report;
-}
-
-RoundReport SyncerCore::RefuseRound(int p, RoundBackup before, RoundReport report, const Status& why) {
-  FragmentState& f = fragments_[static_cast<size_t>(p)];
-  f.theta = std::move(before.theta);
-  f.momentum = std::move(before.momentum);
-  f.sweep = std::move(before.sweep);
-  // Its contributions are dropped: kept, they would make the next close fail the same way.
-  for (const auto& c : f.pending) {
-    auto it = learners_.find(c.learner);
-    if (it != learners_.end()) it->second.contributions_refused += 1;
-  }
-  f.pending.clear();
-  f.opened_at.reset();
-  f.quorum_at.reset();
-  rounds_refused_ += 1;
-  report.version = f.version;
-  report.refused = true;
-  report.refusal = why.message();
-  report.reason = "refused: " + why.message() + " (" + report.reason + ")";
-  return report;
-}
-
 double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& live) const {
   // Tokens per step of every learner a full round would hold: the live ones and this round's.
   double round_tokens = 0, round_tps = 0;
@@ -685,8 +632,10 @@ SyncerCore::HeldBytes SyncerCore::held_bytes() const {
     b.momentum += f.momentum.capacity() * sizeof(float);
     b.sweep += (f.sweep.accum.capacity() + f.sweep.start.capacity()) * sizeof(float);
     if (f.copy) b.public_copies += f.copy->HeldBytes();
-    for (const Contribution& c : f.pending) b.pending += c.payload.capacity() + c.slice_norms.capacity() * sizeof(double);
+    for (const Contribution& c : f.pending) b.pending += c.raw.capacity();
   }
+  b.scratch = (scratch_.theta.capacity() + scratch_.momentum.capacity() + scratch_.accum.capacity() +
+               scratch_.start.capacity() + scratch_.phi.capacity()) * sizeof(float);
   for (const auto& [id, l] : learners_) b.learners += sizeof(l) + l.host.capacity() + l.merged_versions.capacity() * sizeof(int64_t);
   return b;
 }

@@ -34,6 +34,8 @@ void Guarded(const char* what, F&& f) {
 
 SyncerLoop::SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round, Duration tick, RoundGate gate)
     : core_(std::move(core)), clock_(clock), on_round_(std::move(on_round)), tick_(tick), gate_(std::move(gate)) {
+  uplink_ = core_.options().uplink;
+  for (int p = 0; p < core_.plan().num_fragments(); ++p) numel_.push_back(core_.owns(p) ? core_.theta(p).size() : 0);
   thread_ = StartThread(clock_, [this] { Run(); });
 }
 
@@ -227,10 +229,23 @@ StatusOr<HeartbeatReplyData> SyncerLoop::Heartbeat(int learner_id, const Learner
 }
 
 StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<const std::byte> payload) {
-  // The payload outlives the call: Ask waits for the loop.
   const TimePoint arrived = clock_.Now();  // silence is measured to here, not to when the loop gets to it
-  return Ask<StatusOr<PushResult>>([header, payload, arrived](SyncerCore& core, TimePoint now) {
-    return core.Push(header, payload, now, arrived);
+  // The payload is inflated and checked here, on the caller's thread (pure work on its bytes), so
+  // that M pushes arriving together are prepared in parallel and the loop only admits them. A
+  // header the core will refuse anyway is passed on unprepared (its own error comes first).
+  const bool known = header.fragment >= 0 && header.fragment < static_cast<int>(numel_.size()) &&
+                     header.encoding == uplink_.encoding && header.block_size == uplink_.block_size &&
+                     header.compression == uplink_.compression &&
+                     header.num_values == static_cast<int64_t>(numel_[static_cast<size_t>(header.fragment)]);
+  if (!known) {  // the payload outlives the call: Ask waits for the loop
+    return Ask<StatusOr<PushResult>>([header, payload, arrived](SyncerCore& core, TimePoint now) {
+      return core.Push(header, payload, now, arrived);
+    });
+  }
+  auto prepared = std::make_shared<PreparedPush>(
+      PreparePush(uplink_, payload, numel_[static_cast<size_t>(header.fragment)]));
+  return Ask<StatusOr<PushResult>>([header, prepared, arrived](SyncerCore& core, TimePoint now) {
+    return core.Push(header, std::move(*prepared), now, arrived);
   });
 }
 

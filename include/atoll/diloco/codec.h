@@ -93,6 +93,19 @@ Status Encode(const CodecOptions& options, std::span<const float> values, std::v
 Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std::span<float> out,
               ThreadPool* pool = nullptr);
 
+// A payload read in pieces, for a receiver that keeps it encoded and decodes the part it needs when
+// it needs it (the syncer's rounds, docs/decisions/017).
+// InflatePayload: the quantiser's bytes of a payload of n values (the layout above) into `raw` —
+// the payload itself without compression, else inflated — checked as Decode checks it (DataLoss,
+// InvalidArgument for invalid options), and when `sum_squares` is given the decoded values' Σx²
+// (reduce.h's chunked form: the same bits at any thread count).
+Status InflatePayload(const CodecOptions& options, std::span<const std::byte> payload, size_t n,
+                      std::vector<std::byte>& raw, double* sum_squares = nullptr, ThreadPool* pool = nullptr);
+// Values [begin, end) of a raw payload of n values that InflatePayload accepted (not checked
+// again) into out[0, end − begin): the bits Decode writes there.
+void DecodeRawRange(const CodecOptions& options, std::span<const std::byte> raw, size_t n, size_t begin, size_t end,
+                    float* out);
+
 // The lossless stage alone, for payloads that are not a codec's values (the downlink's lattice
 // deltas, exchange/lattice.h). Layout: uint32 segment count S, then S × (uint32 raw length,
 // uint32 compressed length), then the S raw-DEFLATE segments (Huffman only, like Encode's). Each

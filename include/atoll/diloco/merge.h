@@ -52,47 +52,13 @@ Status RdaMerge(std::span<const std::span<const float>> inputs, std::span<const 
 // Merges one fragment: inputs[m] is learner m's outer gradient for the whole fragment, laid out
 // as the fragment's slices concatenated in order. Each slice is merged separately: RDA for
 // non-embedding slices under kRda, for every slice under kRdaAll, weighted mean otherwise.
+// Norms are formed per segment (reduce.h); this is diloco::FragmentMerger over the spans, so a
+// merge of encoded contributions decoded tile by tile gives the same bits.
 Status MergeFragment(const Fragment& fragment, MergeRule rule,
                      std::span<const std::span<const float>> inputs,
                      std::span<const double> weights, std::span<float> out);
 
-// L2 norm in double.
+// L2 norm in double: the square root of ChunkedSumSquares (reduce.h).
 double L2Norm(std::span<const float> x);
-
-// MergeFragment in streaming form, for a round whose contributions are decoded one at a time: the
-// weights and every contribution's slice norms are given up front (they are known when the round
-// closes), then each contribution's values are added once, in order, then Finish writes the
-// merged fragment. Holds one double accumulator of the fragment's size. Bit-identical to
-// MergeFragment on the same inputs (MergeFragment is this).
-class FragmentMerger {
- public:
-  // slice_norms[m][s]: L2Norm of contribution m's slice s (SliceNorms). InvalidArgument for a
-  // weight that is negative or not finite, weights that sum to infinity, a wrong number of norms.
-  // `pool` (may be null) spreads Add and Finish over threads: the result is the same bits.
-  static StatusOr<FragmentMerger> Create(const Fragment& fragment, MergeRule rule, std::vector<double> weights,
-                                         std::vector<std::vector<double>> slice_norms, ThreadPool* pool = nullptr);
-  // The L2 norm of each slice of a fragment-sized buffer.
-  static std::vector<double> SliceNorms(const Fragment& fragment, std::span<const float> values);
-  // Whether contribution m's values are read at all (a zero weight never is).
-  bool Reads(size_t m) const { return weights_[m] > 0; }
-  // Adds contribution m (m = 0, 1, … in order; those that Reads() says no to may be skipped).
-  void Add(size_t m, std::span<const float> values);
-  // The merged fragment into `out` (fragment-sized).
-  void Finish(std::span<float> out);
-
- private:
-  FragmentMerger() = default;
-  bool Rda(size_t slice) const;
-  Fragment fragment_;
-  MergeRule rule_ = MergeRule::kRda;
-  std::vector<double> weights_;
-  std::vector<std::vector<double>> coef_;  // [m][slice]: the factor of m's values in that slice
-  std::vector<double> radius_;             // per slice (RDA)
-  std::vector<bool> any_direction_;        // per slice (RDA)
-  double sum_ = 0;
-  size_t next_ = 0;
-  std::vector<double> acc_;
-  ThreadPool* pool_ = nullptr;
-};
 
 }  // namespace atl::diloco

@@ -90,4 +90,51 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
                                      SweepState& state, std::span<float> momentum_buffer,
                                      std::span<float> theta, bool extrapolate = false);
 
+// The outer step one range of values at a time, for a caller that fuses it into a pass over
+// tiles (the syncer merges, steps and advances the public copy in one pass). OuterStep and
+// SweepOuterStep are this kernel over the whole fragment, so both give the same bits.
+enum class OuterStepKind { kRound, kSweep, kRunning };
+
+// Whole-fragment buffers, read at [begin, end) of Apply; each *_out is written there and may be
+// its input. Null when the step keeps no such state (see the kernel's keeps_*).
+struct OuterStepSpans {
+  const float* theta = nullptr;
+  float* theta_out = nullptr;
+  const float* momentum = nullptr;
+  float* momentum_out = nullptr;
+  const float* accum = nullptr;  // the sweep's a (null while it has not been sized: zeros)
+  float* accum_out = nullptr;
+  const float* start = nullptr;  // the running sweep's Θ_s (null on first use: Θ itself)
+  float* start_out = nullptr;
+};
+
+class OuterStepKernel {
+ public:
+  // `kind` kRound is OuterStep (ρ, share unused); kSweep/kRunning are SweepOuterStep without and
+  // with extrapolation, `share` being the sweep's S before this round (0 when its accumulator is
+  // still unsized). `momentum`: whether a momentum buffer is kept (at μ = 0 it may not be).
+  // InvalidArgument for invalid options, a missing momentum buffer that the step needs, or (sweeps)
+  // ρ ∉ (0, 1].
+  static StatusOr<OuterStepKernel> Create(const OuterOptimizerOptions& options, OuterStepKind kind, double rho,
+                                          double share, bool momentum);
+  bool keeps_momentum() const { return momentum_; }
+  bool keeps_accum() const { return kind_ != OuterStepKind::kRound && !stateless_; }
+  bool keeps_start() const { return kind_ == OuterStepKind::kRunning; }
+  bool completes_sweep() const { return complete_; }
+  // Moves values [begin, end); merged[i − begin] is value i's merged outer gradient. Returns
+  // Σ (Θ_after − Θ_before)² over the range, with SumSquares' 8 lanes.
+  double Apply(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const;
+  // The sweep's S and count after this round (kRound: nothing).
+  void Finish(SweepState& state) const;
+
+ private:
+  double RoundStep(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const;
+  double SweepStep(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const;
+  double RunningStep(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const;
+
+  OuterStepKind kind_ = OuterStepKind::kRound;
+  double lr_ = 0, mu_ = 0, rho_ = 1, share_after_ = 0;
+  bool nesterov_ = true, momentum_ = false, stateless_ = false, complete_ = false;
+};
+
 }  // namespace atl::diloco

@@ -66,6 +66,13 @@ struct LatticeStepStats {
 // ApplyLatticeDelta would. InvalidArgument on a size mismatch or non-finite Θ.
 Status EncodeLatticeStep(const Lattice& lattice, int qmax, std::span<const float> theta, std::span<float> phi,
                          std::vector<std::byte>& raw, LatticeStepStats* stats = nullptr, ThreadPool* pool = nullptr);
+// EncodeLatticeStep for blocks [first, last) alone, Θ finite (not checked): reads Θ and Φ there,
+// writes the advanced values into phi_out there (which may be phi) and appends the blocks' delta
+// to `out`; adds the values held at the range's edge to *saturated. The blocks of a fragment coded
+// range by range and joined in order are EncodeLatticeStep's bytes.
+void EncodeLatticeStepBlocks(const Lattice& lattice, int qmax, size_t first, size_t last, std::span<const float> theta,
+                             std::span<const float> phi, std::span<float> phi_out, std::vector<std::byte>& out,
+                             int64_t* saturated);
 // Φ ← Φ + sign·delta (sign ±1). DataLoss for a malformed delta or a result out of range; Φ is
 // unchanged then.
 Status ApplyLatticeDelta(const Lattice& lattice, std::span<const std::byte> raw, std::span<float> phi, int sign = 1,

@@ -52,6 +52,12 @@ class PublicCopy {
 
   // Round `version` (= version() + 1) moved Θ: Φ ← Φ + Q(Θ − Φ), the delta kept in the history.
   Status Advance(std::span<const float> theta, int64_t version);
+  // The same advance coded by the caller (exchange::EncodeLatticeStepBlocks over every block, as
+  // the syncer's tiled round does): `next` holds the new values and is swapped in (it then holds
+  // the old ones), `delta` is the round's raw delta.
+  void Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated);
+  // The options the copy codes with (its lattice quantiser, the pool).
+  const PublicCopyOptions& options() const { return options_; }
 
   int64_t version() const { return version_; }
   std::span<const float> values() const { return phi_; }

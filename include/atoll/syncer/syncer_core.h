@@ -23,9 +23,10 @@
 // closed is folded into the next round of that fragment, never dropped (docs/decisions/003).
 // Only a base the syncer no longer holds is refused (Aborted: pull the fragment in full).
 //
-// Pushes of an open round are kept as they arrived (encoded), with the norms measured when they
-// arrived; the round decodes them again one at a time when it closes, so it holds one decoded
-// contribution at a time, not M.
+// Pushes of an open round are kept in the quantiser's layout (inflated, checked, with the size of
+// their decoded values); the round that closes decodes them tile by tile, in a pass over the
+// fragment on the core's pool that merges, steps Θ_p and advances Φ_p (docs/decisions/017): it
+// holds no decoded contribution, only a few tiles per thread.
 //
 // Thread-safety: none. The syncer's event-loop thread owns the one instance
 // (docs/architecture.md#threading).
@@ -101,9 +102,13 @@ struct SyncerOptions {
   int history_versions = 32;
   double history_bytes_per_value = 2.0;
   size_t history_min_bytes = size_t{1} << 20;
-  // Threads that decode, merge and encode a round, over blocks of the fragment (0: one per
+  // Threads that decode, merge and encode a round, over tiles of the fragment (0: one per
   // hardware thread; 1: the loop thread alone). The result is the same bits either way.
   int threads = 0;
+  // The open rounds hold at most this many bytes of pushes (in the quantiser's layout, about half a
+  // byte per value for int4); a push beyond is refused with RESOURCE_EXHAUSTED (the learner backs
+  // off and pushes again). 0: no bound.
+  int64_t max_pending_bytes = int64_t{4} << 30;
   double learner_timeout_s = 10.0;  // silent this long → no longer live
   uint64_t incarnation = 0;         // changes on every (re)start of the syncer
   // Hostile or broken input. An outer gradient whose size ‖v‖/√c_steps (an outer gradient grows
@@ -212,6 +217,19 @@ struct RoundReport {
   std::string refusal;
 };
 
+// A push's payload made ready for Push: inflated into the quantiser's layout and checked, with
+// Σ Δ̂² of its decoded values. Pure work on the payload alone, so a transport does it on its own
+// thread before the call reaches the syncer's loop. `status` is DataLoss for a corrupt payload
+// (Push reports it after the header's own checks).
+struct PreparedPush {
+  size_t payload_bytes = 0;          // as it arrived (checked against the header)
+  Status status;
+  std::vector<std::byte> raw;
+  double sum_squares = 0;
+};
+PreparedPush PreparePush(const diloco::CodecOptions& uplink, std::span<const std::byte> payload, size_t numel,
+                         ThreadPool* pool = nullptr);
+
 class SyncerCore {
  public:
   // `initial` holds Θ⁰ per fragment (plan layout; another shard's fragments may be empty).
@@ -228,9 +246,13 @@ class SyncerCore {
                    std::optional<TimePoint> arrived = std::nullopt);
   // The learner leaves (done): no longer live. NotFound for an unknown learner.
   Status Leave(int learner_id, TimePoint now);
-  // Accepts one decoded push. Validates everything first; on error nothing changes.
+  // Accepts one push. Validates everything first; on error nothing changes.
   StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload,
                             TimePoint now, std::optional<TimePoint> arrived = std::nullopt);
+  // The same with its payload prepared by the caller (PreparePush with this core's uplink codec
+  // and the fragment's size; a preparation for another size is refused as a bad payload).
+  StatusOr<PushResult> Push(const PushHeaderData& header, PreparedPush prepared, TimePoint now,
+                            std::optional<TimePoint> arrived = std::nullopt);
   // Runs the round policy of every fragment with an open round; closes those it says to close.
   // `clock` times the merge for the t_sync estimate. Returns the closed rounds.
   std::vector<RoundReport> Poll(TimePoint now, const Clock& clock);
@@ -287,7 +309,8 @@ class SyncerCore {
   // open rounds' pushes, and per-learner rows. What the memory bound is checked against (tests).
   struct HeldBytes {
     size_t theta = 0, momentum = 0, sweep = 0, public_copies = 0, pending = 0, learners = 0;
-    size_t total() const { return theta + momentum + sweep + public_copies + pending + learners; }
+    size_t scratch = 0;  // the round pass's next values (sized for the largest fragment)
+    size_t total() const { return theta + momentum + sweep + public_copies + pending + learners + scratch; }
   };
   HeldBytes held_bytes() const;
 
@@ -317,8 +340,8 @@ class SyncerCore {
     double max_weight = std::numeric_limits<double>::infinity();  // its merge weight's bound
     int64_t base_version = 0;
     bool final_sync = false;  // the learner's end-of-training push: a whole span of work (TokenShare)
-    std::vector<std::byte> payload;     // as it arrived; decoded again when the round closes
-    std::vector<double> slice_norms;    // of its vector (UpdateRule::Vectorize), per fragment slice
+    std::vector<std::byte> raw;         // the payload in the quantiser's layout; decoded when the round closes
+    double delta_norm = 0;              // ‖Δ̂‖ of its decoded values
     TimePoint arrived{};
   };
   struct FragmentState {
@@ -332,6 +355,7 @@ class SyncerCore {
     std::vector<Contribution> pending;
     std::optional<TimePoint> opened_at, quorum_at;
     std::vector<double> recent_norms;  // accepted outer-gradient norms, oldest first (bounded)
+    double theta_norm = 0;             // ‖Θ_p‖, as the last round left it (the gradient bound's scale)
     diloco::SweepState sweep;          // kSweep: the partial sweep (its share is persisted)
   };
   // ρ of a round: its tokens ÷ H · Σ tokens-per-step of the live learners and its contributors. A
@@ -344,11 +368,9 @@ class SyncerCore {
   // push's base, the quarantine of outliers, and admission into the fragment's open round.
   Status Reject(LearnerRecord& l, const PushHeaderData& h, Status s, TimePoint now);
   Status CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const;
-  // The vector a contribution stands for (UpdateRule::Vectorize), decoded from its payload.
-  Status VectorOf(const FragmentState& f, const PushHeaderData& h, std::span<const std::byte> payload,
-                  std::span<float> out) const;
-  StatusOr<Contribution> DecodeContribution(const PushHeaderData& h, std::span<const std::byte> payload,
-                                            TimePoint now) const;
+  // A checked push as a contribution of fragment h.fragment's open round: its base is one the
+  // core still holds (else Aborted: pull in full), its size within the gradient bound.
+  StatusOr<Contribution> MakeContribution(const PushHeaderData& h, PreparedPush prepared, TimePoint now) const;
   // The robust references of a push of fragment p by learner `id` (RobustRefs::others == 0: too
   // few other learners pushed it recently).
   struct RobustRefs {
@@ -389,13 +411,17 @@ class SyncerCore {
   PublicCopyOptions CopyOptions(size_t numel) const;
 
   SyncerCore(SyncerOptions options, diloco::FragmentPlan plan);
+  // The round's tiled pass and its commit (round_close.cc).
+  struct RoundPass;
   RoundReport CloseRound(int p, const RoundDecision& decision, TimePoint now, const Clock& clock);
-  // Numeric safety refused the round: restores `before` and drops the pending contributions.
-  struct RoundBackup {
-    std::vector<float> theta, momentum;
-    diloco::SweepState sweep;
-  };
-  RoundReport RefuseRound(int p, RoundBackup before, RoundReport report, const Status& why);
+  Status RunRoundPass(int p, RoundPass& pass, RoundReport& report);
+  void CommitRoundPass(int p, RoundPass& pass);
+  // Numeric safety refused the round: Θ_p and its state stay as they were; the pending
+  // contributions are dropped.
+  RoundReport RefuseRound(int p, RoundReport report, const Status& why);
+  int64_t PendingBytes() const;
+  // An exponential moving average that leaves an unchanged sample's value as it is, bit for bit.
+  static double Ema(double old_value, double sample);
   // Poll (force = false) and CloseAllPending (force = true).
   std::vector<RoundReport> CloseRounds(TimePoint now, const Clock& clock, bool force);
 
@@ -403,6 +429,13 @@ class SyncerCore {
   diloco::FragmentPlan plan_;
   std::shared_ptr<const UpdateRule> rule_;  // what the mode does with pushes (update_rule.h)
   std::shared_ptr<ThreadPool> pool_;        // the round's threads (options_.threads)
+  // The next values a round's pass writes (Θ_p, momentum, the sweep's buffers, Φ_p): swapped with
+  // the fragment's on commit, so a refused round changes nothing. Sized for the largest fragment
+  // once; they hold the previous values of the last fragment committed.
+  struct Scratch {
+    std::vector<float> theta, momentum, accum, start, phi;
+  };
+  Scratch scratch_;
   std::vector<FragmentState> fragments_;
   std::map<int, LearnerRecord> learners_;
   RoundEstimates estimates_;

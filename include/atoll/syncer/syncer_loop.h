@@ -130,6 +130,9 @@ class SyncerLoop final : public SyncerApi {
   bool long_polls_ended() const;
 
   SyncerCore core_;
+  // What Push prepares a payload with on the caller's thread (fixed when the core was made).
+  diloco::CodecOptions uplink_;
+  std::vector<size_t> numel_;  // per fragment (0: another shard's)
   Clock& clock_;
   RoundCallback on_round_;
   Duration tick_;
