@@ -294,26 +294,32 @@ Status SyncerCore::RecordRejectedPush(const PushHeaderData& h, const Status& why
   return Reject(it->second, h, why, now);
 }
 
+Status SyncerCore::CheckPushingLearner(const LearnerRecord& l, const PushHeaderData& h, TimePoint now,
+                                       std::optional<TimePoint> arrived) const {
+  ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
+  ATOLL_RETURN_IF_ERROR(CheckInContact(l, arrived.value_or(now)));
+  if (h.fragment >= 0 && h.fragment < plan_.num_fragments()) ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
+  return Status::Ok();
+}
+
 Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const {
   if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
     return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
   }
   const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size ||
-      h.compression != options_.uplink.compression) {
-    return InvalidArgumentError(fmt::format("encoding {}/{}/{} but the run uses {}/{}/{}", diloco::EncodingName(h.encoding),
-                                            h.block_size, diloco::CompressionName(h.compression),
+      h.compression != options_.uplink.compression || h.num_values != static_cast<int64_t>(f.theta.size())) {
+    return InvalidArgumentError(fmt::format("encoding {}/{}/{} with {} values, but the run uses {}/{}/{} and the fragment has {}",
+                                            diloco::EncodingName(h.encoding), h.block_size,
+                                            diloco::CompressionName(h.compression), h.num_values,
                                             diloco::EncodingName(options_.uplink.encoding), options_.uplink.block_size,
-                                            diloco::CompressionName(options_.uplink.compression)));
-  }
-  if (h.num_values != static_cast<int64_t>(f.theta.size())) {
-    return InvalidArgumentError(fmt::format("num_values {} ≠ fragment size {}", h.num_values, f.theta.size()));
+                                            diloco::CompressionName(options_.uplink.compression), f.theta.size()));
   }
   const size_t expected = diloco::MaxPayloadSize(options_.uplink, f.theta.size());
   if (diloco::ExactPayloadSize(options_.uplink) ? payload_bytes != expected
                                                 : payload_bytes == 0 || payload_bytes > expected) {
-    return InvalidArgumentError(fmt::format("payload has {} bytes, expected {}{}", payload_bytes,
-                                            diloco::ExactPayloadSize(options_.uplink) ? "" : "1 to ", expected));
+    return InvalidArgumentError(fmt::format("the push announces {} payload bytes, a push of fragment {} is {}{} bytes", payload_bytes,
+                                            h.fragment, diloco::ExactPayloadSize(options_.uplink) ? "" : "1 to ", expected));
   }
   if (h.c_tokens < 0 || h.c_steps < 0 || (h.c_steps == 0 && h.c_tokens > 0)) {
     return InvalidArgumentError(fmt::format("bad counters c_tokens={} c_steps={}", h.c_tokens, h.c_steps));
@@ -325,26 +331,14 @@ Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes
   return rule_->CheckBase(h.base_version, f.version);
 }
 
-StatusOr<size_t> SyncerCore::ExpectedPushBytes(const PushHeaderData& h, TimePoint now) const {
+Status SyncerCore::CheckPush(const PushHeaderData& h, size_t payload_bytes, TimePoint now,
+                             std::optional<TimePoint> arrived) const {
   auto it = learners_.find(h.learner_id);
   if (it == learners_.end()) {
     return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
   }
-  ATOLL_RETURN_IF_ERROR(CheckNotBanned(it->second, now));
-  if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
-    return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
-  }
-  ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
-  const size_t n = fragments_[static_cast<size_t>(h.fragment)].theta.size();
-  if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size ||
-      h.compression != options_.uplink.compression || h.num_values != static_cast<int64_t>(n)) {
-    return InvalidArgumentError(fmt::format("encoding {}/{}/{} with {} values, but the run uses {}/{}/{} and the fragment has {}",
-                                            diloco::EncodingName(h.encoding), h.block_size,
-                                            diloco::CompressionName(h.compression), h.num_values,
-                                            diloco::EncodingName(options_.uplink.encoding), options_.uplink.block_size,
-                                            diloco::CompressionName(options_.uplink.compression), n));
-  }
-  return diloco::MaxPayloadSize(options_.uplink, n);
+  ATOLL_RETURN_IF_ERROR(CheckPushingLearner(it->second, h, now, arrived));
+  return CheckPushHeader(h, payload_bytes);
 }
 
 PreparedPush PreparePush(const diloco::CodecOptions& uplink, std::span<const std::byte> payload, size_t numel,
@@ -411,9 +405,8 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
     return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
   }
   LearnerRecord& l = lit->second;
-  ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
-  ATOLL_RETURN_IF_ERROR(CheckInContact(l, arrived.value_or(now)));
-  if (h.fragment >= 0 && h.fragment < plan_.num_fragments()) ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
+  l.bytes_up += std::max<int64_t>(0, h.wire_bytes);
+  ATOLL_RETURN_IF_ERROR(CheckPushingLearner(l, h, now, arrived));
   if (Status st = CheckPushHeader(h, prepared.payload_bytes); !st.ok()) return Reject(l, h, st, now);
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   auto c = MakeContribution(h, std::move(prepared), now);

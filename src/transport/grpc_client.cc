@@ -207,7 +207,9 @@ StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragmen
         break;
       }
       have_header = true;
-      bad = ParsePullHeader(msg.header(), out, total, checksum);
+      // No payload of this run is larger than a full copy of its largest fragment: about 4 bytes a
+      // value, and a little more once compressed (before the join: 1 MiB).
+      bad = ParsePullHeader(msg.header(), 2 * impl_->largest_pull_bytes.load() + (int64_t{1} << 20), out, total, checksum);
       if (!bad.ok()) break;
       out.bytes.reserve(static_cast<size_t>(total));
     } else {

@@ -238,17 +238,10 @@ class Service final : public Syncer::Service {
   }
 
   // Hands a received push to the loop and answers with the round it joined.
-  grpc::Status Admit(const syncer::PushHeaderData& h, const std::vector<std::byte>& payload, int64_t up,
+  grpc::Status Admit(syncer::PushHeaderData h, const std::vector<std::byte>& payload, int64_t up,
                      atl::v1::PushReply* reply) {
+    h.wire_bytes = up;  // counted by the call that admits it
     auto out = loop_.Push(h, payload);
-    const int id = h.learner_id;
-    try {
-      loop_.Call([id, up](syncer::SyncerCore& core, TimePoint) {
-        core.CountBytes(id, up, 0);
-        return 0;
-      });
-    } catch (const std::exception&) {  // the loop stopped under us
-    }
     if (!out.ok()) {
       if (out.status().code() != StatusCode::kAborted) {
         std::fprintf(stderr, "syncer: rejected %s\n", out.status().ToString().c_str());
@@ -262,20 +255,18 @@ class Service final : public Syncer::Service {
     return grpc::Status::OK;
   }
 
-  // The announced payload must be exactly what this learner's push of that fragment encodes to.
+  // The announced payload must be exactly what this learner's push of that fragment encodes to:
+  // the core's one admission check, before any memory is reserved for it.
   atl::Status CheckAnnounced(const syncer::PushHeaderData& h, int64_t total) {
-    StatusOr<size_t> expected = UnavailableError("syncer is shutting down");
+    if (total < 0) return InvalidArgumentError("push: a negative payload size");
+    atl::Status st = UnavailableError("syncer is shutting down");
     try {
-      expected = loop_.Call([&h](syncer::SyncerCore& core, TimePoint now) { return core.ExpectedPushBytes(h, now); });
+      st = loop_.Call([&h, total](syncer::SyncerCore& core, TimePoint now) {
+        return core.CheckPush(h, static_cast<size_t>(total), now);
+      });
     } catch (const std::exception&) {  // the loop stopped under us (a broken promise)
     }
-    if (!expected.ok()) return expected.status().WithContext("push");
-    const bool exact = h.compression == diloco::Compression::kNone;
-    if (exact ? total != static_cast<int64_t>(*expected) : total < 1 || total > static_cast<int64_t>(*expected)) {
-      return InvalidArgumentError(fmt::format("push: header announces {} payload bytes, a push of fragment {} is {}{} bytes",
-                                              total, h.fragment, exact ? "" : "1 to ", *expected));
-    }
-    return atl::Status::Ok();
+    return st.WithContext("push");
   }
 
   static atl::Status ReceivePayload(grpc::ServerReader<atl::v1::PushChunk>* reader, int64_t total,

@@ -39,7 +39,8 @@ StatusOr<std::pair<syncer::PushHeaderData, uint64_t>> ParsePushHeader(const atl:
   auto comp = ParseWireCompression(h.compression());
   if (!comp.ok()) return comp.status().WithContext("push header");
   d.compression = *comp;
-  if (h.num_values() < 0 || h.payload_bytes() < 0 || h.payload_bytes() > kMaxPayloadBytes) {
+  // The size is bounded by the plan (SyncerCore::CheckPush, before any memory is reserved).
+  if (h.num_values() < 0 || h.payload_bytes() < 0) {
     return InvalidArgumentError("push header: sizes out of range (num_values " +
                                 std::to_string(h.num_values()) + ", payload_bytes " +
                                 std::to_string(h.payload_bytes()) + ")");
@@ -120,7 +121,7 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
   return sent;
 }
 
-Status ParsePullHeader(const atl::v1::PullHeader& h, syncer::PullPayload& out, int64_t& payload_bytes,
+Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out, int64_t& payload_bytes,
                        uint64_t& payload_checksum) {
   out.fragment = h.fragment();
   out.version = h.version();
@@ -136,8 +137,9 @@ Status ParsePullHeader(const atl::v1::PullHeader& h, syncer::PullPayload& out, i
   ATOLL_ASSIGN_OR_RETURN(out.compression, ParseWireCompression(h.compression()));
   payload_bytes = h.payload_bytes();
   payload_checksum = h.payload_checksum();
-  if (payload_bytes < 0 || payload_bytes > kMaxPayloadBytes || h.raw_bytes() < 0) {
-    return DataLossError("pull: payload size out of range");
+  if (payload_bytes < 0 || payload_bytes > max_payload_bytes || h.raw_bytes() < 0) {
+    return DataLossError("pull: payload size " + std::to_string(payload_bytes) + " out of range (at most " +
+                         std::to_string(max_payload_bytes) + " for this run's largest fragment)");
   }
   out.raw_bytes = static_cast<uint64_t>(h.raw_bytes());
   return Status::Ok();

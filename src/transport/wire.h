@@ -37,7 +37,7 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
 // size and checksum. InvalidArgument for an encoding other than the lattice's or an unknown
 // compression; DataLoss for sizes out of range.
 inline constexpr const char* kLatticeEncoding = "lattice";
-Status ParsePullHeader(const atl::v1::PullHeader& h, syncer::PullPayload& out, int64_t& payload_bytes,
+Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out, int64_t& payload_bytes,
                        uint64_t& payload_checksum);
 
 void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out);

@@ -166,10 +166,9 @@ TEST(ShardedCore, AnotherShardsFragmentIsRefusedAndChangesNothing) {
   h.encoding = diloco::Encoding::kInt4;
   h.block_size = 128;
   h.num_values = 64;
-  auto expected = core.ExpectedPushBytes(h, TimePoint{});
-  ASSERT_FALSE(expected.ok());
-  EXPECT_EQ(expected.status().code(), StatusCode::kFailedPrecondition);
   std::vector<std::byte> payload(diloco::EncodedSize(core.options().uplink, 64));
+  const Status announced = core.CheckPush(h, payload.size(), TimePoint{});
+  EXPECT_EQ(announced.code(), StatusCode::kFailedPrecondition);
   auto push = core.Push(h, payload, TimePoint{});
   ASSERT_FALSE(push.ok());
   EXPECT_EQ(push.status().code(), StatusCode::kFailedPrecondition) << push.status();

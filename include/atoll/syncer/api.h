@@ -102,6 +102,9 @@ struct PushHeaderData {
   // The learner's end-of-training sync: everything it trained on this fragment since its last
   // receipt, c_steps < H steps of it. Its round counts it as a whole span of work (TokenShare).
   bool final_sync = false;
+  // Bytes the transport received for this push (header and payload), counted in the learner's
+  // bytes_up by the same call that admits it; 0 in process.
+  int64_t wire_bytes = 0;
 };
 
 struct PushResult {

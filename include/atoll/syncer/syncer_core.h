@@ -269,11 +269,16 @@ class SyncerCore {
   // not_modified: intermediate versions are not worth a download.
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
 
-  // The payload size a push with this header must carry — exactly this many bytes without
-  // compression, 1 to this many with deflate (diloco::MaxPayloadSize) — checked before the
-  // transport reserves any memory for it: NotFound for a learner that has not joined, PermissionDenied
-  // while it is disconnected, InvalidArgument for a bad fragment, codec or value count.
-  StatusOr<size_t> ExpectedPushBytes(const PushHeaderData& header, TimePoint now) const;
+  // The one admission check of a push: a joined learner that is not disconnected and has been
+  // in contact (NotFound, PermissionDenied: not counted against it), then its header — a fragment
+  // this core owns (FailedPrecondition), the run's codec and the fragment's size, a payload of
+  // `payload_bytes` (exactly the encoded size without compression, 1 to diloco::MaxPayloadSize
+  // with deflate), sane counters, a base version this syncer produced (InvalidArgument; Aborted
+  // for a base the rule cannot use). The transport calls it with the size a header announces,
+  // before it reserves any memory for the payload; Push calls it with the payload's. Changes no
+  // state (the refusal of a bad header is counted by RecordRejectedPush or Push).
+  Status CheckPush(const PushHeaderData& header, size_t payload_bytes, TimePoint now,
+                   std::optional<TimePoint> arrived = std::nullopt) const;
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
   void CountBytes(int learner_id, int64_t up, int64_t down);
   // A push of a joined learner that the transport refused before it reached Push (a malformed
@@ -367,6 +372,8 @@ class SyncerCore {
   // Push, in stages: header checks (no state change), decoding against the public copy at the
   // push's base, the quarantine of outliers, and admission into the fragment's open round.
   Status Reject(LearnerRecord& l, const PushHeaderData& h, Status s, TimePoint now);
+  Status CheckPushingLearner(const LearnerRecord& l, const PushHeaderData& h, TimePoint now,
+                             std::optional<TimePoint> arrived) const;
   Status CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const;
   // A checked push as a contribution of fragment h.fragment's open round: its base is one the
   // core still holds (else Aborted: pull in full), its size within the gradient bound.

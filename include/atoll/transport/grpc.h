@@ -19,7 +19,6 @@
 namespace atl::transport {
 
 inline constexpr size_t kMaxChunkBytes = 1 << 20;          // 1 MiB (gRPC's default limit is 4 MiB)
-inline constexpr int64_t kMaxPayloadBytes = int64_t{1} << 32;  // 4 GiB per fragment message
 
 struct TlsOptions {
   bool enabled = false;
