@@ -56,12 +56,17 @@ Status PublicCopy::Advance(std::span<const float> theta, int64_t version) {
 }
 
 void PublicCopy::Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated) {
-  ATOLL_CHECK(version == version_ + 1 && next.size() == phi_.size());
+  ATOLL_CHECK(next.size() == phi_.size());
+  phi_.swap(next);
+  CommitInPlace(std::move(delta), version, saturated);
+}
+
+void PublicCopy::CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated) {
+  ATOLL_CHECK(version == version_ + 1);
   Past past;
   past.version = version;
   past.delta = std::move(delta);
   if (history_.empty()) base_checksum_ = checksum_;
-  phi_.swap(next);
   checksum_ = past.checksum = exchange::ValuesChecksum(phi_);
   version_ = version;
   saturated_ += saturated;

@@ -1,7 +1,7 @@
 // Closing a round of fragment p: one tiled pass over the fragment on the core's pool that decodes
-// the pushes, merges them, takes the outer step and advances the public copy Φ_p, writing the next
-// values into the core's scratch buffers; numeric safety then commits them (swapped in) or
-// refuses the round (nothing changed). docs/decisions/017.
+// the pushes, merges them, takes the outer step and advances the public copy Φ_p in place, the old
+// values of every tile saved first into the core's scratch buffers; numeric safety then commits
+// the round or refuses it (the old values are put back: nothing changed). docs/decisions/017.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -31,15 +31,15 @@ bool Finite(const float* x, size_t n) {
   return ok;
 }
 
-// `v` sized n for this round, keeping the capacity of the largest fragment (so that the buffers a
-// commit swaps between fragments are reallocated at most once each).
+// A scratch buffer of n values: reserved for the largest fragment once (pages are touched only as
+// the rounds use them), so a round never allocates.
 void Size(std::vector<float>& v, size_t n, size_t capacity) {
-  if (v.capacity() < capacity) {
-    std::vector<float> fresh;
-    fresh.reserve(capacity);
-    v.swap(fresh);
-  }
+  if (v.capacity() < capacity) v.reserve(capacity);
   v.resize(n);
+}
+
+void Save(const float* from, size_t begin, size_t end, std::vector<float>& to) {
+  std::copy(from + begin, from + end, to.begin() + static_cast<std::ptrdiff_t>(begin));
 }
 
 }  // namespace
@@ -50,7 +50,7 @@ struct SyncerCore::RoundPass {
   std::map<int64_t, std::vector<float>> bases;   // Φ_p at older versions that contributions were computed against
   std::vector<std::span<const float>> base_of;   // per contribution (empty: kBase or ddp)
   std::optional<diloco::OuterStepKernel> kernel;  // outer rules; ddp moves Θ whole
-  bool accum_sized = false, writes_momentum = false, fuse_lattice = false;
+  bool accum_sized = false, start_sized = false, writes_momentum = false, fuse_lattice = false;
   size_t vetted_out = 0;
   // Per reduction chunk of the fragment: Σ Θ_before², Σ Θ_after², Σ (Θ_after − Θ_before)², Σ momentum².
   std::vector<double> before2, after2, step2, momentum2;
@@ -59,6 +59,7 @@ struct SyncerCore::RoundPass {
   std::vector<char> finite;                         // per tile: kThetaFinite | kMomentumFinite | kSweepFinite
   std::vector<float> merged;                        // ddp and the unfused lattice step only
   std::vector<std::byte> delta;
+  bool started = false, lattice_unfused = false;  // the pass has moved values / the lattice step ran whole
   RoundNorms norms;
   double merged_norm = 0;
 };
@@ -85,7 +86,10 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   report.step_norm = pass.norms.step;
   // Numeric safety before anything is committed (syncer/guards.h).
   if (st.ok()) st = CheckRoundResult(pass.norms, options_.max_step_ratio);
-  if (!st.ok()) return RefuseRound(p, std::move(report), st);
+  if (!st.ok()) {
+    RestoreRoundPass(p, pass);
+    return RefuseRound(p, std::move(report), st);
+  }
   if (pass.kernel) report.sweep_completed = pass.kernel->completes_sweep();
   CommitRoundPass(p, pass);
   report.version = f.version;
@@ -109,13 +113,13 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   return report;
 }
 
-Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
+Status SyncerCore::PrepareRoundPass(int p, RoundPass& pass, RoundReport& report) {
   FragmentState& f = fragments_[static_cast<size_t>(p)];
-  const diloco::Fragment& fragment = plan_.fragments[static_cast<size_t>(p)];
   const size_t n = f.theta.size();
   size_t capacity = 0;
   for (const diloco::Fragment& g : plan_.fragments) capacity = std::max(capacity, static_cast<size_t>(g.numel));
-  // Φ_p at the versions late pushes were computed against (each once): exact, from the history.
+  // Φ_p at the versions late pushes were computed against (each once, a copy: Φ_p itself moves in
+  // the pass): exact, from the history.
   for (const Contribution& c : f.pending) {
     std::span<const float> base;
     if (rule_->NeedsBase()) {
@@ -134,39 +138,86 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
     pass.kernel = std::move(**kernel);
     pass.accum_sized = f.sweep.accum.size() == n;
     if (pass.kernel->keeps_accum() && !pass.accum_sized) {  // a sweep's first round: S starts at 0
-      diloco::SweepState fresh;
-      auto again = rule_->Kernel(report.token_share, fresh, !f.momentum.empty());
+      auto again = rule_->Kernel(report.token_share, diloco::SweepState{}, !f.momentum.empty());
       if (!again->ok()) return again->status();
       pass.kernel = std::move(**again);
     }
-    // The momentum moves every round under kRound, at a sweep's end otherwise (else it is read in place).
+    // The momentum moves every round under kRound, at a sweep's end otherwise (else it is only read).
     pass.writes_momentum = pass.kernel->keeps_momentum() &&
                            (options_.outer_step == OuterStepRule::kRound || pass.kernel->completes_sweep());
+    pass.start_sized = f.sweep.start.size() == n;
+    // Buffers a sweep's first round creates (a refused round drops them again).
+    if (pass.kernel->keeps_accum() && !pass.accum_sized) f.sweep.accum.assign(n, 0.0f);
+    if (pass.kernel->keeps_start() && !pass.start_sized) f.sweep.start.assign(f.theta.begin(), f.theta.end());
   }
   Size(scratch_.theta, n, capacity);
+  Size(scratch_.phi, n, capacity);
   if (pass.writes_momentum) Size(scratch_.momentum, n, capacity);
   if (pass.kernel && pass.kernel->keeps_accum()) Size(scratch_.accum, n, capacity);
   if (pass.kernel && pass.kernel->keeps_start()) Size(scratch_.start, n, capacity);
-  Size(scratch_.phi, n, capacity);
-  const size_t block = static_cast<size_t>(f.copy->lattice().block);
-  auto merger = diloco::FragmentMerger::Create(fragment, rule_->merge_rule(), pass.weights, pool_.get());
+  return Status::Ok();
+}
+
+// The outer step, numeric safety's sums and the lattice step of one tile whose merged values are
+// `merged`, in place (old values saved first).
+void SyncerCore::ApplyTile(int p, RoundPass& pass, size_t t, size_t b, size_t e, std::span<const float> merged) {
+  FragmentState& f = fragments_[static_cast<size_t>(p)];
+  const diloco::OuterStepSpans spans = {
+      .theta = f.theta.data(), .theta_out = f.theta.data(),
+      .momentum = f.momentum.empty() ? nullptr : f.momentum.data(),
+      .momentum_out = f.momentum.empty() ? nullptr : f.momentum.data(),
+      .accum = pass.kernel->keeps_accum() ? f.sweep.accum.data() : nullptr,
+      .accum_out = pass.kernel->keeps_accum() ? f.sweep.accum.data() : nullptr,
+      .start = pass.kernel->keeps_start() ? f.sweep.start.data() : nullptr,
+      .start_out = pass.kernel->keeps_start() ? f.sweep.start.data() : nullptr};
+  Save(f.theta.data(), b, e, scratch_.theta);
+  if (pass.writes_momentum) Save(f.momentum.data(), b, e, scratch_.momentum);
+  if (spans.accum != nullptr) Save(spans.accum, b, e, scratch_.accum);
+  if (spans.start != nullptr) Save(spans.start, b, e, scratch_.start);
+  bool theta = true, momentum = true, sweep = true;
+  for (size_t c = b; c < e; c += diloco::kReduceChunk) {
+    const size_t ce = std::min(e, c + diloco::kReduceChunk), k = c / diloco::kReduceChunk;
+    pass.step2[k] = pass.kernel->Apply(c, ce, merged.data() + (c - b), spans);
+    pass.before2[k] = diloco::SumSquares(scratch_.theta.data() + c, ce - c);
+    pass.after2[k] = diloco::SumSquares(f.theta.data() + c, ce - c);
+    theta &= std::isfinite(pass.after2[k]) && Finite(f.theta.data() + c, ce - c);
+    if (pass.writes_momentum) {
+      pass.momentum2[k] = diloco::SumSquares(f.momentum.data() + c, ce - c);
+      momentum &= Finite(f.momentum.data() + c, ce - c);
+    }
+    if (spans.accum != nullptr) sweep &= Finite(spans.accum + c, ce - c);
+    if (spans.start != nullptr) sweep &= Finite(spans.start + c, ce - c);
+  }
+  pass.finite[t] = static_cast<char>((theta ? kThetaFinite : 0) | (momentum ? kMomentumFinite : 0) | (sweep ? kSweepFinite : 0));
+  if (theta && pass.fuse_lattice) {
+    const std::span<float> phi = f.copy->values_for_advance();
+    Save(phi.data(), b, e, scratch_.phi);
+    const size_t block = static_cast<size_t>(f.copy->lattice().block);
+    exchange::EncodeLatticeStepBlocks(f.copy->lattice(), f.copy->options().qmax, b / block, (e + block - 1) / block,
+                                      f.theta, phi, phi, pass.delta_parts[t], &pass.saturated[t]);
+  }
+}
+
+Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
+  FragmentState& f = fragments_[static_cast<size_t>(p)];
+  const size_t n = f.theta.size();
+  ATOLL_RETURN_IF_ERROR(PrepareRoundPass(p, pass, report));
+  auto merger = diloco::FragmentMerger::Create(plan_.fragments[static_cast<size_t>(p)], rule_->merge_rule(),
+                                               pass.weights, pool_.get());
   if (!merger.ok()) return merger.status().WithContext("merge");
   const diloco::SegmentGrid& grid = merger->grid();
-  pass.fuse_lattice = pass.kernel.has_value() && grid.tile_values() % block == 0;
+  pass.fuse_lattice = pass.kernel.has_value() && grid.tile_values() % static_cast<size_t>(f.copy->lattice().block) == 0;
   const size_t chunks = (n + diloco::kReduceChunk - 1) / diloco::kReduceChunk;
-  pass.before2.assign(chunks, 0.0);
-  pass.after2.assign(chunks, 0.0);
-  pass.step2.assign(chunks, 0.0);
-  pass.momentum2.assign(chunks, 0.0);
+  for (auto* v : {&pass.before2, &pass.after2, &pass.step2, &pass.momentum2}) v->assign(chunks, 0.0);
   pass.delta_parts.assign(grid.num_tiles(), {});
   pass.saturated.assign(grid.num_tiles(), 0);
   pass.finite.assign(grid.num_tiles(), kThetaFinite | kMomentumFinite | kSweepFinite);
   if (!pass.kernel || !pass.fuse_lattice) pass.merged.resize(n);
+  pass.started = true;
 
   const std::span<const float> reference = rule_->Reference(f.theta, f.sweep);
   const diloco::FragmentMerger::Source source = [&](size_t m, size_t b, size_t e, float* out) {
-    const Contribution& c = f.pending[m];
-    diloco::DecodeRawRange(options_.uplink, c.raw, n, b, e, out);
+    diloco::DecodeRawRange(options_.uplink, f.pending[m].raw, n, b, e, out);
     rule_->VectorizeRange(pass.base_of[m], reference, b, e, out);
   };
   diloco::FragmentMerger::Vet vet;
@@ -177,45 +228,26 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
       return ok;
     };
   }
-  const diloco::OuterStepSpans spans = {
-      .theta = f.theta.data(), .theta_out = scratch_.theta.data(),
-      .momentum = f.momentum.empty() ? nullptr : f.momentum.data(),
-      .momentum_out = pass.writes_momentum ? scratch_.momentum.data() : (f.momentum.empty() ? nullptr : f.momentum.data()),
-      .accum = pass.accum_sized ? f.sweep.accum.data() : nullptr,
-      .accum_out = scratch_.accum.empty() || !pass.kernel || !pass.kernel->keeps_accum() ? nullptr : scratch_.accum.data(),
-      .start = f.sweep.start.size() == n ? f.sweep.start.data() : nullptr,
-      .start_out = pass.kernel && pass.kernel->keeps_start() ? scratch_.start.data() : nullptr};
-  const diloco::FragmentMerger::Sink sink = [&](size_t t, size_t b, size_t e, std::span<const float> merged) {
-    if (!pass.kernel || !pass.fuse_lattice) std::copy(merged.begin(), merged.end(), pass.merged.begin() + static_cast<std::ptrdiff_t>(b));
-    if (!pass.kernel) return;
-    bool theta = true, momentum = true, sweep = true;
-    for (size_t c = b; c < e; c += diloco::kReduceChunk) {
-      const size_t ce = std::min(e, c + diloco::kReduceChunk), k = c / diloco::kReduceChunk;
-      pass.step2[k] = pass.kernel->Apply(c, ce, merged.data() + (c - b), spans);
-      pass.before2[k] = diloco::SumSquares(f.theta.data() + c, ce - c);
-      pass.after2[k] = diloco::SumSquares(scratch_.theta.data() + c, ce - c);
-      theta &= std::isfinite(pass.after2[k]) && Finite(scratch_.theta.data() + c, ce - c);
-      if (pass.writes_momentum) {
-        pass.momentum2[k] = diloco::SumSquares(scratch_.momentum.data() + c, ce - c);
-        momentum &= Finite(scratch_.momentum.data() + c, ce - c);
-      }
-      if (spans.accum_out != nullptr) sweep &= Finite(spans.accum_out + c, ce - c);
-      if (spans.start_out != nullptr) sweep &= Finite(spans.start_out + c, ce - c);
-    }
-    pass.finite[t] = static_cast<char>((theta ? kThetaFinite : 0) | (momentum ? kMomentumFinite : 0) | (sweep ? kSweepFinite : 0));
-    if (theta && pass.fuse_lattice) {
-      exchange::EncodeLatticeStepBlocks(f.copy->lattice(), f.copy->options().qmax, b / block, (e + block - 1) / block,
-                                        scratch_.theta, f.copy->values(), scratch_.phi, pass.delta_parts[t],
-                                        &pass.saturated[t]);
-    }
-  };
-  merger->Run(source, sink, vet);
+  merger->Run(source,
+              [&](size_t t, size_t b, size_t e, std::span<const float> merged) {
+                if (!pass.merged.empty()) std::copy(merged.begin(), merged.end(), pass.merged.begin() + static_cast<std::ptrdiff_t>(b));
+                if (pass.kernel) ApplyTile(p, pass, t, b, e, merged);
+              },
+              vet);
   report.weights = merger->weights();
   pass.merged_norm = merger->merged_norm();
-  if (!pass.kernel) {  // ddp: the optimizer hook moves Θ whole
+  return FinishRoundPass(p, pass);
+}
+
+// What the tiles leave to do: the ddp step (the hook moves Θ whole), numeric safety's norms, the
+// lattice step when it could not be fused (a block that does not divide the tiles).
+Status SyncerCore::FinishRoundPass(int p, RoundPass& pass) {
+  FragmentState& f = fragments_[static_cast<size_t>(p)];
+  const size_t n = f.theta.size();
+  if (!pass.kernel) {
     std::copy(f.theta.begin(), f.theta.end(), scratch_.theta.begin());
-    ATOLL_RETURN_IF_ERROR(rule_->Step(pass.merged, std::span<float>(scratch_.theta.data(), n)));
-    pass.norms = MeasureRound(f.theta, std::span<const float>(scratch_.theta.data(), n), {}, f.sweep);
+    ATOLL_RETURN_IF_ERROR(rule_->Step(pass.merged, f.theta));
+    pass.norms = MeasureRound(std::span<const float>(scratch_.theta.data(), n), f.theta, {}, f.sweep);
   } else {
     pass.norms.theta_before = std::sqrt(diloco::SegmentGrid::Total(pass.before2));
     pass.norms.step = std::sqrt(diloco::SegmentGrid::Total(pass.step2));
@@ -231,28 +263,54 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
     for (auto& part : pass.delta_parts) pass.delta.insert(pass.delta.end(), part.begin(), part.end());
     return Status::Ok();
   }
-  std::copy(f.copy->values().begin(), f.copy->values().end(), scratch_.phi.begin());
+  const std::span<float> phi = f.copy->values_for_advance();
+  std::copy(phi.begin(), phi.end(), scratch_.phi.begin());
   exchange::LatticeStepStats stats;
-  ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeStep(f.copy->lattice(), f.copy->options().qmax,
-                                                    std::span<const float>(scratch_.theta.data(), n),
-                                                    std::span<float>(scratch_.phi.data(), n), pass.delta, &stats,
-                                                    pool_.get()));
+  pass.lattice_unfused = true;
+  ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeStep(f.copy->lattice(), f.copy->options().qmax, f.theta, phi,
+                                                    pass.delta, &stats, pool_.get()));
   pass.saturated.assign(1, stats.saturated);
   return Status::Ok();
 }
 
 void SyncerCore::CommitRoundPass(int p, RoundPass& pass) {
   FragmentState& f = fragments_[static_cast<size_t>(p)];
-  f.theta.swap(scratch_.theta);
-  if (pass.writes_momentum) f.momentum.swap(scratch_.momentum);
-  if (pass.kernel && pass.kernel->keeps_accum()) f.sweep.accum.swap(scratch_.accum);
-  if (pass.kernel && pass.kernel->keeps_start()) f.sweep.start.swap(scratch_.start);
   if (pass.kernel) pass.kernel->Finish(f.sweep);
   int64_t saturated = 0;
   for (int64_t s : pass.saturated) saturated += s;
-  f.copy->Commit(scratch_.phi, std::move(pass.delta), f.version + 1, saturated);
+  f.copy->CommitInPlace(std::move(pass.delta), f.version + 1, saturated);
   f.version += 1;
   f.theta_norm = pass.kernel ? std::sqrt(diloco::SegmentGrid::Total(pass.after2)) : diloco::L2Norm(f.theta);
+}
+
+// A refused round: the saved values go back where the pass moved them.
+void SyncerCore::RestoreRoundPass(int p, RoundPass& pass) {
+  if (!pass.started) return;
+  FragmentState& f = fragments_[static_cast<size_t>(p)];
+  const size_t n = f.theta.size();
+  const auto back = [n](const std::vector<float>& saved, float* to) { std::copy(saved.begin(), saved.begin() + static_cast<std::ptrdiff_t>(n), to); };
+  back(scratch_.theta, f.theta.data());
+  if (pass.writes_momentum) back(scratch_.momentum, f.momentum.data());
+  if (pass.kernel && pass.kernel->keeps_accum()) {
+    if (pass.accum_sized) back(scratch_.accum, f.sweep.accum.data());
+    else f.sweep.accum.clear();
+  }
+  if (pass.kernel && pass.kernel->keeps_start()) {
+    if (pass.start_sized) back(scratch_.start, f.sweep.start.data());
+    else f.sweep.start.clear();
+  }
+  // Φ moved in the tiles whose Θ stayed finite (or whole, when not fused); the others kept theirs.
+  const std::span<float> phi = f.copy->values_for_advance();
+  if (pass.lattice_unfused) {
+    back(scratch_.phi, phi.data());
+  } else if (pass.fuse_lattice) {
+    const size_t tile = diloco::kTileValues;
+    for (size_t t = 0; t < pass.finite.size(); ++t) {
+      if ((pass.finite[t] & kThetaFinite) == 0) continue;
+      const size_t b = t * tile, e = std::min(n, b + tile);
+      std::copy(scratch_.phi.begin() + static_cast<std::ptrdiff_t>(b), scratch_.phi.begin() + static_cast<std::ptrdiff_t>(e), phi.begin() + static_cast<std::ptrdiff_t>(b));
+    }
+  }
 }
 
 RoundReport SyncerCore::RefuseRound(int p, RoundReport report, const Status& why) {

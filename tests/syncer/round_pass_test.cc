@@ -169,6 +169,50 @@ TEST(RoundPass, EqualsTheStepByStepMathAtAnyThreadCount) {
   }
 }
 
+TEST(RoundPass, ARefusedRoundPutsBackEveryValueItMoved) {
+  for (const double mu : {0.0, 0.9}) {
+    SyncerOptions o = Options(4, 0.7, mu);
+    o.round.quorum = 1;
+    o.max_step_ratio = 1e-9;  // every step is "absurd": numeric safety refuses the round
+    const diloco::FragmentPlan plan = Plan();
+    Rng rng(3);
+    std::vector<std::vector<float>> initial;
+    for (const auto& f : plan.fragments) {
+      initial.emplace_back(static_cast<size_t>(f.numel));
+      for (float& x : initial.back()) x = static_cast<float>(rng.Normal(0, 0.05));
+    }
+    auto core = SyncerCore::Create(o, plan, initial);
+    ASSERT_TRUE(core.ok());
+    ManualClock clock;
+    JoinRequestData j;
+    j.protocol_version = kProtocolVersion;
+    j.run_id = "r";
+    j.model_signature = diloco::ModelSignature(plan.tensors);
+    j.learner_id = 0;
+    j.host = "t";
+    ASSERT_TRUE(core->Join(j, clock.Now()).ok());
+    const std::vector<float> theta(core->theta(0).begin(), core->theta(0).end());
+    const std::vector<float> phi(core->public_values(0).begin(), core->public_values(0).end());
+    const auto snapshot = core->SnapshotFragment(0);
+    std::vector<float> local(phi);
+    for (float& x : local) x -= static_cast<float>(rng.Normal(0.01, 0.02));
+    std::vector<std::byte> payload;
+    ASSERT_TRUE(exchange::EncodeOuterGradient(o.uplink, phi, local, payload).ok());
+    ASSERT_TRUE(core->Push(Header(o, 0, 0, 0, plan.fragments[0].numel), payload, clock.Now()).ok());
+    auto reports = core->Poll(clock.Now(), clock);
+    ASSERT_EQ(reports.size(), 1u);
+    EXPECT_TRUE(reports[0].refused);
+    EXPECT_NE(reports[0].refusal.find("step norm"), std::string::npos) << reports[0].refusal;
+    EXPECT_EQ(core->version(0), 0);
+    EXPECT_EQ(std::memcmp(core->theta(0).data(), theta.data(), theta.size() * 4), 0) << mu;
+    EXPECT_EQ(std::memcmp(core->public_values(0).data(), phi.data(), phi.size() * 4), 0) << mu;
+    const auto after = core->SnapshotFragment(0);
+    EXPECT_EQ(after.momentum, snapshot.momentum);
+    EXPECT_EQ(after.sweep_share, snapshot.sweep_share);
+    EXPECT_EQ(core->public_copy(0)->checksum(), exchange::ValuesChecksum(phi));
+  }
+}
+
 TEST(RoundPass, PushesBeyondThePendingBoundAreRefusedAndChangeNothing) {
   SyncerOptions o = Options(1, 1.0, 0.0);
   const diloco::FragmentPlan plan = Plan();

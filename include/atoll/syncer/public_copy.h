@@ -56,6 +56,10 @@ class PublicCopy {
   // the syncer's tiled round does): `next` holds the new values and is swapped in (it then holds
   // the old ones), `delta` is the round's raw delta.
   void Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated);
+  // The advance done in place by the caller: a round's pass writes Φ's new values into
+  // values_for_advance() (restoring them itself if the round is refused), then commits its delta.
+  std::span<float> values_for_advance() { return phi_; }
+  void CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated);
   // The options the copy codes with (its lattice quantiser, the pool).
   const PublicCopyOptions& options() const { return options_; }
 

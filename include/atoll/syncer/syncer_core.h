@@ -422,7 +422,11 @@ class SyncerCore {
   struct RoundPass;
   RoundReport CloseRound(int p, const RoundDecision& decision, TimePoint now, const Clock& clock);
   Status RunRoundPass(int p, RoundPass& pass, RoundReport& report);
+  Status PrepareRoundPass(int p, RoundPass& pass, RoundReport& report);
+  void ApplyTile(int p, RoundPass& pass, size_t tile, size_t begin, size_t end, std::span<const float> merged);
+  Status FinishRoundPass(int p, RoundPass& pass);
   void CommitRoundPass(int p, RoundPass& pass);
+  void RestoreRoundPass(int p, RoundPass& pass);
   // Numeric safety refused the round: Θ_p and its state stay as they were; the pending
   // contributions are dropped.
   RoundReport RefuseRound(int p, RoundReport report, const Status& why);
@@ -436,9 +440,9 @@ class SyncerCore {
   diloco::FragmentPlan plan_;
   std::shared_ptr<const UpdateRule> rule_;  // what the mode does with pushes (update_rule.h)
   std::shared_ptr<ThreadPool> pool_;        // the round's threads (options_.threads)
-  // The next values a round's pass writes (Θ_p, momentum, the sweep's buffers, Φ_p): swapped with
-  // the fragment's on commit, so a refused round changes nothing. Sized for the largest fragment
-  // once; they hold the previous values of the last fragment committed.
+  // The values a round's pass moves in place (Θ_p, momentum, the sweep's buffers, Φ_p), saved
+  // tile by tile before they move, so that a refused round puts them back. Reserved for the
+  // largest fragment.
   struct Scratch {
     std::vector<float> theta, momentum, accum, start, phi;
   };
