@@ -274,6 +274,31 @@ int main(int argc, char** argv) {
   syncer->Signal(SIGTERM);
   const int rc = syncer->WaitOrKill(600);
 
+  // The syncer's own timing of each round's pass and commit (its metrics' close_s), against the
+  // memory-traffic floor of such a round measured here: one memcpy of half the bytes it reads and
+  // writes (M pushes in the quantiser's layout, Θ_p and Φ_p read; Θ_p, Φ_p and the delta written).
+  std::vector<double> closes;
+  {
+    std::ifstream metrics(dir + "/run/metrics-syncer.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("kind", "") == "round") closes.push_back(j.value("close_s", 0.0));
+    }
+  }
+  std::sort(closes.begin(), closes.end());
+  const double close_median = closes.empty() ? 0.0 : closes[closes.size() / 2];
+  double floor_s = 0;
+  {
+    const size_t numel0 = static_cast<size_t>(numel.front());
+    const size_t bytes = (static_cast<size_t>(learners) * diloco::EncodedSize(uplink, numel0) + 16 * numel0 + numel0 / 2) / 2;
+    std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes, std::byte{0});
+    floor_s = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto a = Wall::now();
+      std::memcpy(dst.data(), src.data(), bytes);
+      floor_s = std::min(floor_s, Seconds(a, Wall::now()));
+    }
+  }
   const double n = static_cast<double>(params), R = static_cast<double>(rounds);
   const double model_round_s = (push_s + pull_s) / R;
   nlohmann::json out = {
@@ -290,6 +315,8 @@ int main(int argc, char** argv) {
       {"pull_payload_bytes_per_param", static_cast<double>(pull_bytes.load()) / R / learners / n},
       {"wire_up_bytes_per_param", static_cast<double>(wire_up) / R / learners / n},
       {"wire_down_bytes_per_param", static_cast<double>(wire_down) / R / learners / n},
+      {"syncer_close_seconds_median", close_median}, {"round_floor_seconds", floor_s},
+      {"syncer_close_over_floor", close_median / floor_s},
       {"syncer_exit", rc},
   };
   if (json_out) {
@@ -302,6 +329,8 @@ int main(int argc, char** argv) {
     std::printf("  a round of every fragment: %.2f s (pushes %.2f s, pulls of the new versions %.2f s) = %.0fx one "
                 "memcpy of the model (%.4f s); start %.1f s, every learner's full join pull %.1f s\n",
                 model_round_s, push_s / R, pull_s / R, model_round_s / memcpy_s, memcpy_s, start_s, join_s);
+    std::printf("  the syncer's pass and commit of a fragment's round (its metrics): median %.4f s over %zu rounds = %.2fx "
+                "the round's memory-traffic floor (%.4f s)\n", close_median, closes.size(), close_median / floor_s, floor_s);
     std::printf("  per learner per parameter: join %.3f B, push %.3f B, pull %.3f B per round (wire %.3f up, %.3f down)\n",
                 static_cast<double>(join_bytes.load()) / learners / n,
                 static_cast<double>(push_bytes.load()) / R / learners / n,

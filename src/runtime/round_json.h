@@ -17,7 +17,7 @@ inline nlohmann::json RoundFields(const syncer::RoundReport& r) {
           {"contributors", r.contributors}, {"weights", r.weights}, {"late", r.late},
           {"grace_s", r.grace_seconds}, {"merged_norm", r.merged_norm}, {"tokens_merged", r.tokens_merged},
           {"token_share", r.token_share}, {"sweep", r.sweep_completed}, {"step_norm", r.step_norm},
-          {"reason", r.reason}};
+          {"close_s", r.close_seconds}, {"reason", r.reason}};
 }
 
 }  // namespace atl::runtime

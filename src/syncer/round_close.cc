@@ -109,7 +109,8 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   f.quorum_at.reset();
   f.round += 1;
   rounds_closed_ += 1;
-  estimates_.sync_seconds = Ema(estimates_.sync_seconds, ToSeconds(clock.Now() - t0));
+  report.close_seconds = ToSeconds(clock.Now() - t0);
+  estimates_.sync_seconds = Ema(estimates_.sync_seconds, report.close_seconds);
   return report;
 }
 

@@ -209,6 +209,7 @@ struct RoundReport {
   double token_share = 1;          // ρ: the round's tokens ÷ a full round's (1 under kRound)
   bool sweep_completed = true;     // momentum updated by this round (always under kRound)
   double step_norm = 0;            // ‖Θ_p after − before‖
+  double close_seconds = 0;        // the round's pass and commit, on the clock Poll was given
   std::string reason;
   TimePoint closed_at{};
   // Numeric safety refused the round: Θ_p, momentum, sweep, version and round are as before it,
