@@ -139,7 +139,11 @@ StatusOr<PullPayload> PublicCopy::Serve(int64_t have) {
     for (const Past& p : history_) {
       if (p.version > have) chain.emplace_back(p.delta);
     }
-    ATOLL_RETURN_IF_ERROR(exchange::SumLatticeDeltas(lattice_, chain, raw, options_.pool));
+    if (chain.size() == 1) {
+      raw.assign(chain.front().begin(), chain.front().end());  // one round behind: that round's delta
+    } else {
+      ATOLL_RETURN_IF_ERROR(exchange::SumLatticeDeltas(lattice_, chain, raw, options_.pool));
+    }
   } else {
     ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeFull(lattice_, phi_, raw, options_.pool));
   }

@@ -552,6 +552,8 @@ TEST(SyncerCore, HeldMemoryDoesNotGrowWithTheNumberOfLearners) {
   EXPECT_EQ(two.theta, sixteen.theta);
   EXPECT_EQ(two.momentum, sixteen.momentum);
   EXPECT_EQ(two.public_copies, sixteen.public_copies);  // the pull cache: one payload per version asked
+  EXPECT_EQ(two.scratch, sixteen.scratch);              // the round pass's saved values: one fragment's
+  EXPECT_GT(two.scratch, 0u);
   EXPECT_EQ(two.pending, 0u);
   EXPECT_EQ(sixteen.pending, 0u);
   EXPECT_GT(sixteen.learners, two.learners);
