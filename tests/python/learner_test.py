@@ -82,14 +82,14 @@ class LearnerTest(unittest.TestCase):
         learner = atoll.Learner(self.syncer.target, params, **OPTS)
         self.assertTrue(all(learner.shared.values()), learner.shared)
         # The C API reads and writes the tensors' own memory...
-        self.assertEqual(learner._impl.addresses(), [params[n].data_ptr() for n, _ in SHAPES])
+        self.assertEqual(learner._core.impl.addresses(), [params[n].data_ptr() for n, _ in SHAPES])
         # ...so the join's global model is already in them (they held -3, the syncer never did).
         for t in params.values():
             self.assertFalse(torch.any(t == -3.0), t)
         applied = train(learner, params, 24)
         self.assertGreater(applied, 0)
         self.assertEqual({n: t.data_ptr() for n, t in params.items()}, ptrs)
-        self.assertEqual(learner._impl.addresses(), list(ptrs.values()))
+        self.assertEqual(learner._core.impl.addresses(), list(ptrs.values()))
         k = learner.counters()
         self.assertGreater(k["pushes"], 0)
         self.assertGreaterEqual(k["steps"], 24)
@@ -100,7 +100,7 @@ class LearnerTest(unittest.TestCase):
     def test_numpy_buffers_are_shared(self):
         params = numpy_params(-3.0)
         with atoll.Learner(self.syncer.target, params, **OPTS) as learner:
-            self.assertEqual(learner._impl.addresses(), [params[n].ctypes.data for n, _ in SHAPES])
+            self.assertEqual(learner._core.impl.addresses(), [params[n].ctypes.data for n, _ in SHAPES])
             self.assertFalse(np.any(params["layers.1.w"] == -3.0))
             self.assertGreater(train(learner, params, 16), 0)
 
