@@ -24,10 +24,13 @@
  * Staged buffers (version 2, atoll_learner_open_ex with atoll_learner_settings.staged): a
  * parameter that lives elsewhere (a GPU, bf16) is handed over as a host float32 buffer the caller
  * stages. atoll then reads it only in open and close, so the caller copies only the fragments that
- * move: after each step, atoll_learner_pending lists the fragments whose send waits for their
- * staged values (atoll_learner_send), and atoll_learner_receipts the fragments the step wrote,
- * with what the caller must do to its live values (atoll_receipt). atoll_learner_fragment_slices
- * says which element ranges of which parameters make up a fragment.
+ * move. A fragment due to be sent gets its staged values from atoll_learner_send: before the step
+ * (atoll_learner_due lists the fragments the next step will send; it sends them at once), or after
+ * it (the step parks a due fragment whose values were not given; atoll_learner_pending lists them;
+ * the caller copies them while training goes on). atoll_learner_receipts lists the fragments the
+ * step wrote, with what the caller must do to its live values (atoll_receipt).
+ * atoll_learner_fragment_slices says which element ranges of which parameters make up a fragment.
+ * In "diloco" mode give the values before the step: the barrier waits only for sends it has.
  *
  * State (version 2, atoll_learner_settings.state_dir): the learner keeps its public copies and a
  * learner.json (its id, step, tokens, held fragment versions and checksums, counters) in a folder;
@@ -41,7 +44,7 @@
  * Versions: ATOLL_C_API_VERSION. Version 2 added, without changing any version-1 type or
  * function: the statuses ATOLL_ALREADY_EXISTS and ATOLL_RESOURCE_EXHAUSTED (an "id already held"
  * refusal was ATOLL_OTHER before), atoll_learner_settings and atoll_learner_open_ex, the fragment,
- * send and receipt queries, atoll_learner_state_json. Options alpha must now be < 1 (1 was
+ * send and receipt functions, atoll_learner_state_json. Options alpha must now be < 1 (1 was
  * accepted and aborted at the first merge).
  */
 #ifndef ATOLL_C_API_H_
@@ -191,15 +194,19 @@ int atoll_learner_num_fragments(const atoll_learner* learner);  /* P (0 for NULL
 atoll_status atoll_learner_fragment_slices(const atoll_learner* learner, int fragment, atoll_slice* out,
                                            size_t capacity, size_t* count);
 
+/* The fragments the next atoll_learner_step will send, as things stand (a join or rejoin in the
+ * background may change that; a due fragment whose staged values were not given is then parked). */
+atoll_status atoll_learner_due(const atoll_learner* learner, int* out, size_t capacity, size_t* count);
 /* The fragments the last atoll_learner_step scheduled for sending. */
 atoll_status atoll_learner_sends(const atoll_learner* learner, int* out, size_t capacity, size_t* count);
 /* The scheduled sends that wait for their staged values, ascending. Each must be completed with
  * atoll_learner_send before the next atoll_learner_step (which refuses otherwise). */
 atoll_status atoll_learner_pending(const atoll_learner* learner, int* out, size_t capacity, size_t* count);
-/* The staged values of pending fragment `fragment`: its slices of staged parameters, concatenated
- * in slice order, as they were after the step that scheduled it (before that step's receipts are
- * applied). `count` must be atoll_learner_staged_count. ATOLL_INVALID_ARGUMENT otherwise, or when
- * the fragment is not pending. The values are copied; the buffer is the caller's again on return. */
+/* A fragment's staged values: its slices of staged parameters, concatenated in slice order — of a
+ * pending fragment as they were after the step that scheduled it (before that step's receipts are
+ * applied); of a due fragment as they are now, before the step that sends it. `count` must be
+ * atoll_learner_staged_count. ATOLL_INVALID_ARGUMENT for another count or a fragment neither
+ * pending nor due (nothing changes). The values are copied: the buffer is the caller's on return. */
 atoll_status atoll_learner_send(atoll_learner* learner, int fragment, const float* values, size_t count);
 int64_t atoll_learner_staged_count(const atoll_learner* learner, int fragment);  /* -1 for bad arguments */
 

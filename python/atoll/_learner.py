@@ -84,7 +84,7 @@ class _Core:
                 slots.append(slot)
                 views.append((name, slot.host.reshape(tuple(value.shape)), name in embeddings, True))
                 self.shared[name] = False
-        self.staging = Staging(slots, alpha, async_sends)
+        self.staging = Staging(slots, alpha, async_sends, options.get("mode") == "diloco")
         self.lock = threading.Lock()
         try:
             self.staging.load_all()  # the join reads the initial values
@@ -95,6 +95,7 @@ class _Core:
         self.plan = [self.impl.fragment_slices(p) for p in range(self.impl.num_fragments())]
         self.staging.set_plan(self.plan)
         self.opened: Receipts = self.impl.receipts()  # the join's global model
+        self.sends: List[int] = []
         self.staging.receive(self.opened)
 
     def _send(self, p: int, values: np.ndarray) -> None:
@@ -103,8 +104,14 @@ class _Core:
 
     def step(self, tokens: int, loss: float) -> Tuple[int, Receipts]:
         self.staging.before_step()
+        if self.staging.slots and not self.staging.asynchronous:
+            with self.lock:
+                due = self.impl.due()
+            for p in due:  # given before the step, which sends them at once
+                self.staging.send(p, self._send)
         with self.lock:
             applied = self.impl.step(tokens, loss)
+            self.sends = self.impl.sends()
             pending = self.impl.pending()
             receipts = self.impl.receipts()
         for p in pending:  # this step's values, before its receipts change them
@@ -155,6 +162,8 @@ class Learner:
         self._core: Optional[_Core] = None
         self._finish = False
         self._closed = False
+        self._applied: List[int] = []
+        self._sent: List[int] = []
         options = dict(syncer=syncer, run_id=run_id, learner_id=learner_id, token=token,
                        token_file=token_file, tls_ca=tls_ca, tls_server_name=tls_server_name,
                        tls_cert=tls_cert, tls_key=tls_key, mode=mode, plan=plan, fragments=fragments,
@@ -166,6 +175,7 @@ class Learner:
         if self._unit is None:
             self._core = _Core(items, embeddings, options, settings, float(alpha), async_sends)
             self._plan = self._core.plan
+            self._applied = [p for p, _ in self._core.opened]
         else:
             self._open_unit(items, embeddings, options, settings, float(alpha), async_sends)
         self._refresh.all()
@@ -209,8 +219,24 @@ class Learner:
         if self._unit is None:
             applied, receipts = self._core.step(int(tokens), float(loss))
             self._refresh.fragments(receipts, self._plan)
+            self._applied, self._sent = [p for p, _ in receipts], list(self._core.sends)
             return applied
         return self._unit_step(int(tokens), float(loss))
+
+    @property
+    def plan(self) -> List[List[Tuple[str, int, int]]]:
+        """The fragment plan: per fragment its slices (parameter name, first element, count)."""
+        return [[(self._items[i][0], off, cnt) for i, off, cnt in slices] for slices in self._plan]
+
+    @property
+    def applied_fragments(self) -> List[int]:
+        """The fragments the last step (or the constructor's join) wrote into the parameters."""
+        return list(self._applied)
+
+    @property
+    def sent_fragments(self) -> List[int]:
+        """The fragments the last step scheduled for sending (rank 0 of a unit; [] elsewhere)."""
+        return list(self._sent)
 
     def _unit_step(self, tokens: int, loss: float) -> int:
         unit = self._unit
@@ -231,6 +257,8 @@ class Learner:
             raise RuntimeError("rank 0 of this unit failed in step(); see its error")
         self._finish = bool(header[1])
         fragments = header[4:4 + header[3]]
+        self._applied = list(fragments)
+        self._sent = list(self._core.sends) if self._core is not None else []
         views = [self._items[i][1].detach().view(-1)[off:off + cnt] for p in fragments for i, off, cnt in self._plan[p]]
         unit.broadcast_views(views)
         self._refresh.fragments([(p, False) for p in fragments], self._plan)

@@ -95,12 +95,16 @@ class Slot:
 
     # ---- device values (CUDA) ----
     def snapshot(self, off: int, cnt: int, side: Any) -> Any:
-        """Queues the copy of [off, off + cnt) into the pinned send buffer on `side`; returns it."""
+        """Queues the copy of [off, off + cnt) into the pinned send buffer on `side` (None: copies
+        now, on the current stream); returns the pinned buffer."""
         v = self.value.detach()
         live = (v.view(-1) if self.contiguous else v.reshape(-1))[off:off + cnt]
+        dst = self.send_t[off:off + cnt]
+        if side is None:
+            dst.copy_(live)
+            return dst
         snap = live.clone()  # on the current stream: the values of this step, before any receipt
         side.wait_stream(_torch.cuda.current_stream(v.device))
-        dst = self.send_t[off:off + cnt]
         with _torch.cuda.stream(side):
             dst.copy_(snap, non_blocking=True)
         snap.record_stream(side)  # the allocator keeps snap until the side stream has read it
@@ -152,7 +156,7 @@ class Copier:
 class Staging:
     """The staged parameters of one learner and the copies of the fragments that move."""
 
-    def __init__(self, slots: Sequence[Slot], alpha: float, async_sends: Optional[bool]) -> None:
+    def __init__(self, slots: Sequence[Slot], alpha: float, async_sends: Optional[bool], synchronous_mode: bool) -> None:
         self.slots = list(slots)
         self.alpha = alpha
         self.bytes_to_host = 0
@@ -165,8 +169,10 @@ class Staging:
         self.device = next(iter(devices)) if devices else None
         self._side = _torch.cuda.Stream(device=self.device) if self.device is not None else None
         self._h2d_done: Any = None
+        # Asynchronous hand-overs by default on CUDA; never at diloco's barrier, which waits only
+        # for the sends it has when the step ends.
         use_thread = self.device is not None if async_sends is None else bool(async_sends)
-        self._copier = Copier() if use_thread and self.slots else None
+        self._copier = Copier() if use_thread and self.slots and not synchronous_mode else None
 
     def set_plan(self, plan: Sequence[Sequence[Tuple[int, int, int]]]) -> None:
         """plan[p]: fragment p's (parameter index, offset, count) slices; keeps the staged ones."""
@@ -204,15 +210,26 @@ class Staging:
             self._h2d_done.synchronize()
             self._h2d_done = None
 
+    @property
+    def asynchronous(self) -> bool:
+        """Whether sends are handed over after the step, by the copier thread."""
+        return self._copier is not None
+
     def send(self, p: int, send: SendFn) -> None:
-        """Fragment p's staged values, as they are now, to `send` (at once, or via the copier)."""
+        """Fragment p's staged values, as they are now, to `send`: at once, or (asynchronous)
+        copied on the side stream and handed over by the copier thread."""
         pieces = self._slices.get(p, [])
+        if not pieces:
+            return
         n = sum(c for _, _, c in pieces)
         self.bytes_to_host += sum(c * s.elem for s, _, c in pieces)
+        side = self._side if self.asynchronous else None
         if self.device is not None and any(s.cuda for s, _, _ in pieces):
-            views = [(s.snapshot(o, c, self._side) if s.cuda else s.read(o, c)) for s, o, c in pieces]
-            done = _torch.cuda.Event()
-            done.record(self._side)
+            views = [(s.snapshot(o, c, side) if s.cuda else s.read(o, c)) for s, o, c in pieces]
+            done = None
+            if side is not None:
+                done = _torch.cuda.Event()
+                done.record(side)
             job = lambda: send(p, _gather(views, n, done))  # noqa: E731
         else:
             values = _gather([s.read(o, c) for s, o, c in pieces], n, None)

@@ -187,6 +187,7 @@ class Learner {
     return out;
   }
 
+  std::vector<int> Due() { return Fragments(atoll_learner_due); }
   std::vector<int> Sends() { return Fragments(atoll_learner_sends); }
   std::vector<int> Pending() { return Fragments(atoll_learner_pending); }
 
@@ -219,12 +220,17 @@ class Learner {
   }
 
   std::string State() {
-    size_t n = 0;
-    atoll_learner_state_json(Handle(), nullptr, 0, &n);
-    std::string text(n + 1, '\0');
-    if (atoll_status st = atoll_learner_state_json(Handle(), text.data(), text.size(), &n); st != ATOLL_OK) Raise(st);
-    text.resize(n);
-    return text;
+    std::string text(4096, '\0');
+    for (;;) {  // the counters may grow the text between two calls
+      size_t n = 0;
+      const atoll_status st = atoll_learner_state_json(Handle(), text.data(), text.size(), &n);
+      if (st == ATOLL_OK) {
+        text.resize(n);
+        return text;
+      }
+      if (n + 1 <= text.size()) Raise(st);
+      text.assign(n + 256, '\0');
+    }
   }
 
   bool closed() const { return handle_ == nullptr; }
@@ -310,6 +316,7 @@ PYBIND11_MODULE(_atoll, m) {
       .def("step", &Learner::Step, py::arg("tokens"), py::arg("loss"))
       .def("num_fragments", &Learner::NumFragments)
       .def("fragment_slices", &Learner::FragmentSlices, py::arg("fragment"))
+      .def("due", &Learner::Due)
       .def("sends", &Learner::Sends)
       .def("pending", &Learner::Pending)
       .def("staged_count", &Learner::StagedCount, py::arg("fragment"))

@@ -54,6 +54,11 @@ atoll_status atoll_learner_sends(const atoll_learner* l, int* out, size_t capaci
   return ListOut(l->agent->sent_at_last_step(), out, capacity, count, Same);
 }
 
+atoll_status atoll_learner_due(const atoll_learner* l, int* out, size_t capacity, size_t* count) {
+  if (l == nullptr) return Report(atl::InvalidArgumentError("learner is NULL"));
+  return ListOut(l->agent->DueAt(l->step), out, capacity, count, Same);
+}
+
 atoll_status atoll_learner_pending(const atoll_learner* l, int* out, size_t capacity, size_t* count) {
   if (l == nullptr) return Report(atl::InvalidArgumentError("learner is NULL"));
   return ListOut(l->agent->PendingSends(), out, capacity, count, Same);
@@ -66,7 +71,7 @@ int64_t atoll_learner_staged_count(const atoll_learner* l, int fragment) {
 atoll_status atoll_learner_send(atoll_learner* l, int fragment, const float* values, size_t count) {
   if (Status st = CheckFragment(l, fragment); !st.ok()) return Report(st);
   if (values == nullptr && count > 0) return Report(atl::InvalidArgumentError("values must not be NULL"));
-  return Report(l->agent->Send(fragment, std::span<const float>(values, count)));
+  return Report(l->agent->Send(fragment, std::span<const float>(values, count), l->step));
 }
 
 atoll_status atoll_learner_receipts(const atoll_learner* l, atoll_receipt* out, size_t capacity, size_t* count) {

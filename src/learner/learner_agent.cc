@@ -197,12 +197,14 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
       continue;
     }
     sent_at_last_step_.push_back(p);
-    if (staged_numel_[static_cast<size_t>(p)] > 0) {
-      ParkPushLocked(p, step);  // its staged values come with Send
-    } else {
+    if (staged_numel_[static_cast<size_t>(p)] == 0) {
       QueuePushLocked(p, step);
+      continue;
     }
+    ParkPushLocked(p, step);  // its staged values were provided, or come with Send
+    if (auto it = provided_.find(p); it != provided_.end()) CompletePushLocked(p, it->second);
   }
+  provided_.clear();
   cv_.notify_all();
 }
 

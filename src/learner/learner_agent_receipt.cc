@@ -79,17 +79,46 @@ std::vector<int> LearnerAgent::PendingSends() const {
   return out;
 }
 
-Status LearnerAgent::Send(int fragment, std::span<const float> staged_values) {
+std::vector<int> LearnerAgent::DueAt(int64_t step) const {
+  std::vector<int> due;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = pending_.find(fragment);
-  if (it == pending_.end()) {
-    return InvalidArgumentError("fragment " + std::to_string(fragment) + " is not waiting for its staged values");
+  if (!counters_.joined) return due;
+  for (int p : options_.schedule.FragmentsAt(step)) {
+    if (Mine(p) && !PushOutstandingLocked(p)) due.push_back(p);
   }
+  return due;
+}
+
+Status LearnerAgent::Send(int fragment, std::span<const float> staged_values, int64_t next_step) {
   const size_t pi = static_cast<size_t>(fragment);
+  if (fragment < 0 || fragment >= plan_.num_fragments()) {
+    return InvalidArgumentError("fragment " + std::to_string(fragment) + " does not exist");
+  }
   if (static_cast<int64_t>(staged_values.size()) != staged_numel_[pi]) {
     return InvalidArgumentError("fragment " + std::to_string(fragment) + " has " + std::to_string(staged_numel_[pi]) +
                                 " staged values, not " + std::to_string(staged_values.size()));
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.count(fragment) > 0) {
+      CompletePushLocked(fragment, staged_values);
+      cv_.notify_all();
+      return Status::Ok();
+    }
+  }
+  const std::vector<int> due = DueAt(next_step);
+  if (staged_numel_[pi] == 0 || std::find(due.begin(), due.end(), fragment) == due.end()) {
+    return InvalidArgumentError("fragment " + std::to_string(fragment) + " is neither waiting for its staged values nor due at step " +
+                                std::to_string(next_step));
+  }
+  provided_[fragment].assign(staged_values.begin(), staged_values.end());
+  return Status::Ok();
+}
+
+void LearnerAgent::CompletePushLocked(int p, std::span<const float> staged_values) {
+  const size_t pi = static_cast<size_t>(p);
+  auto it = pending_.find(p);
+  ATOLL_CHECK(it != pending_.end());
   PushJob job = std::move(it->second);
   pending_.erase(it);
   size_t pos = 0, from = 0;
@@ -102,10 +131,8 @@ Status LearnerAgent::Send(int fragment, std::span<const float> staged_values) {
     }
     pos += n;
   }
-  if (options_.keep_progress) sent_[fragment] = {job.local, job.c_tokens, job.c_steps};
+  if (options_.keep_progress) sent_[p] = {job.local, job.c_tokens, job.c_steps};
   push_queue_.push_back(std::move(job));
-  cv_.notify_all();
-  return Status::Ok();
 }
 
 void LearnerAgent::UnstageAll() {

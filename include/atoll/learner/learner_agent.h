@@ -148,12 +148,16 @@ class LearnerAgent {
   const std::vector<Receipt>& receipts() const { return receipts_; }
   // The fragments the last OnStep scheduled for sending (pushed, or pending their staged values).
   const std::vector<int>& sent_at_last_step() const { return sent_at_last_step_; }
+  // The fragments OnStep(step) would schedule now. A join or rejoin in between may change that;
+  // a scheduled fragment whose staged values were not provided is then parked (PendingSends).
+  std::vector<int> DueAt(int64_t step) const;
   // Scheduled sends waiting for Send, ascending.
   std::vector<int> PendingSends() const;
-  // The staged values of a pending fragment (its staged slices concatenated in slice order, as
-  // they were after the step that scheduled it): completes the snapshot and queues the push.
-  // InvalidArgument (nothing changes) when p is not pending or the count is not staged_numel(p).
-  Status Send(int fragment, std::span<const float> staged_values);
+  // The staged values of a fragment (its staged slices concatenated in slice order): of a pending
+  // one, as they were after the step that scheduled it (completes the snapshot, queues the push);
+  // of one in DueAt(next_step), as they are before OnStep(next_step), which then sends it at once.
+  // InvalidArgument (nothing changes) for any other fragment or a count other than staged_numel(p).
+  Status Send(int fragment, std::span<const float> staged_values, int64_t next_step);
   int64_t staged_numel(int fragment) const { return staged_numel_[static_cast<size_t>(fragment)]; }
   // The caller wrote every staged tensor's live values into its buffer: from now on they are
   // shared (the end of training: FlushAll reads them, receipts land as final values).
@@ -204,6 +208,8 @@ class LearnerAgent {
   bool Staged(int tensor) const { return !staged_.empty() && staged_[static_cast<size_t>(tensor)]; }
   // The fragment's snapshot of shared slices (staged positions left 0), parked until Send (mu_ held).
   void ParkPushLocked(int p, int64_t step);
+  // Fills a parked snapshot's staged positions and queues its push (mu_ held).
+  void CompletePushLocked(int p, std::span<const float> staged_values);
   // The held copy of p as the exchange thread now has it (exchange thread).
   void NoteHeld(int p, uint64_t checksum);
 
@@ -274,6 +280,7 @@ class LearnerAgent {
   std::vector<int64_t> staged_numel_;     // per fragment: its values in staged slices
   std::vector<Receipt> receipts_;
   std::vector<int> sent_at_last_step_;
+  std::map<int, std::vector<float>> provided_;  // staged values given before OnStep
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
