@@ -158,6 +158,32 @@ class LearnerTest(unittest.TestCase):
             atoll.Learner(t, wrong, **OPTS)
         self.assertIn("layers.0.w [4,16]", str(e.exception))
 
+    def test_refusals_settings_and_state(self):
+        t = self.syncer.target
+        with atoll.Learner(t, numpy_params(0), learner_id=3, **OPTS) as first:
+            # The id a live learner holds: refused, distinctly.
+            with self.assertRaises(atoll.RefusedError) as e:
+                atoll.Learner(t, numpy_params(0), learner_id=3, **OPTS)
+            self.assertEqual(e.exception.code, "ALREADY_EXISTS")
+            self.assertIn("held by a live learner", str(e.exception))
+            state = first.state_dict()
+            self.assertEqual(state["learner_id"], 3)
+            self.assertEqual(len(state["fragments"]), 4)
+            self.assertEqual(state["fragments_count"], 4)
+            self.assertEqual(sum(c for f in first.plan for _, _, c in f), 64 + 64 + 64 + 8)
+            self.assertEqual(sorted({n for f in first.plan for n, _, _ in f}), sorted(n for n, _ in SHAPES))
+        with self.assertRaises(atoll.AccessRefusedError) as e:
+            atoll.Learner(t, numpy_params(0), **dict(OPTS, token="wrong"))
+        self.assertIsInstance(e.exception, PermissionError)
+        self.assertIsInstance(e.exception, atoll.RefusedError)
+        for key, value in (("push_timeout_s", 0.0), ("call_timeout_s", -1.0), ("min_link_mbps", -5.0),
+                           ("heartbeat_s", 0.0), ("backoff_max_s", 0.01)):
+            with self.subTest(setting=key):
+                with self.assertRaisesRegex(ValueError, key):
+                    atoll.Learner(t, numpy_params(0), **dict(OPTS, **{key: value}))
+        with self.assertRaisesRegex(ValueError, "alpha"):
+            atoll.Learner(t, numpy_params(0), **dict(OPTS, alpha=1.0))
+
     def test_syncer_gone_raises_connection_error(self):
         own = ToySyncer()
         params = numpy_params(0)
