@@ -29,6 +29,7 @@ def descend(params, eta=0.05):
 
 
 class StagingTest(unittest.TestCase):
+    DEVICE = "cpu"  # tests/python/gpu_check.py runs these on "cuda"
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="atoll_staging_")
         self.spec = os.path.join(self.dir, "model.safetensors")
@@ -52,7 +53,7 @@ class StagingTest(unittest.TestCase):
 
     def bf16_run(self, async_sends):
         target = self.start("-M", "1")
-        params = {n: torch.from_numpy(v).to(torch.bfloat16) for n, v in self.values.items()}
+        params = {n: torch.from_numpy(v).to(self.DEVICE, torch.bfloat16) for n, v in self.values.items()}
         model_bytes = sum(t.numel() * t.element_size() for t in params.values())
         with self.assertRaises(ValueError) as e:
             atoll.Learner(target, params, **OPTS)  # bf16 needs master copies or an explicit choice
@@ -101,8 +102,8 @@ class StagingTest(unittest.TestCase):
         θ + (Θ − θ_sent) instead of Θ + (θ − θ_sent)."""
         target = self.start("-M", "2", "--mode", "diloco", "-K", "2")
         shared = {n: torch.from_numpy(v.copy()) for n, v in self.values.items()}
-        staged = {n: torch.from_numpy(np.ascontiguousarray(v.T)).t() for n, v in self.values.items()}
-        staged["w0"] = staged["w0"].contiguous()  # one tensor shared, the others staged
+        staged = {n: torch.from_numpy(np.ascontiguousarray(v.T)).to(self.DEVICE).t() for n, v in self.values.items()}
+        staged["w0"] = staged["w0"].contiguous()  # one tensor shared (on the CPU), the others staged
         results, errors = {}, []
 
         def run(learner_id, params, **extra):
@@ -124,21 +125,22 @@ class StagingTest(unittest.TestCase):
             t.join(timeout=120)
         self.assertEqual(errors, [])
         self.assertTrue(all(results[0][0].values()))
-        self.assertEqual(results[1][0], {"w0": True, "w1": False, "w2": False, "w3": False})
+        self.assertEqual(results[1][0], {"w0": self.DEVICE == "cpu", "w1": False, "w2": False, "w3": False})
         self.assertEqual(results[0][1]["fragments_applied"], results[1][1]["fragments_applied"])
         self.assertGreaterEqual(results[1][1]["fragments_applied"], 3 * P)
         for n in shared:
             moved = float((shared[n] - torch.from_numpy(self.values[n])).abs().max())
             self.assertGreater(moved, 0.01, n)
-            diff = float((shared[n] - staged[n]).abs().max())
+            diff = float((shared[n] - staged[n].cpu()).abs().max())
             self.assertLess(diff, 1e-5, "%s: staged and shared learners differ by %g" % (n, diff))
 
     def test_merges_reach_the_fp32_master_weights(self):
         target = self.start("-M", "1")
-        model = {n: torch.from_numpy(v).to(torch.bfloat16) for n, v in self.values.items()}
+        model = {n: torch.from_numpy(v).to(self.DEVICE, torch.bfloat16) for n, v in self.values.items()}
         master = {n: t.float() for n, t in model.items()}  # what a mixed-precision optimizer keeps
         learner = atoll.Learner(target, master, refresh=model, **OPTS)
-        self.assertTrue(all(learner.shared.values()), "CPU fp32 master copies are shared")
+        if self.DEVICE == "cpu":
+            self.assertTrue(all(learner.shared.values()), "CPU fp32 master copies are shared")
         fragment_of = {name: p for p, slices in enumerate(learner.plan) for name, _, _ in slices}
         for n in model:
             self.assertTrue(torch.equal(model[n], master[n].to(torch.bfloat16)), n)

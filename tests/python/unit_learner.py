@@ -3,7 +3,8 @@ synchronous DiLoCo. Under torchrun (WORLD_SIZE > 1) it is a DDP job over Gloo th
 learner (atoll.Learner(process_group=...)): rank r trains on rows [s·R·B + r·B, s·R·B + (r+1)·B)
 of step s. With --micro M it is one process that takes the same M·B rows as M micro-batches,
 accumulating their gradients and dividing by M — the arithmetic of DDP's all-reduce. Writes its
-counters and a checksum of its parameters per rank to OUT.rank<r>.json.
+counters and a checksum of its parameters per rank to OUT.rank<r>.json. --device cuda puts the
+model on the rank's GPU (the unit then uses NCCL; tests/python/gpu_check.py).
 
     unit_learner.py spec OUT.safetensors                          (writes the spec)
     unit_learner.py train TARGET SPEC OUT --id ID --steps N --batch B --seed S [--micro M]
@@ -36,7 +37,7 @@ def data(seed, rows):
 def checksum(model):
     h = hashlib.sha256()
     for _, p in model.named_parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -44,21 +45,27 @@ def train(a):
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = 0
+    cuda = a.device == "cuda"
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     if world > 1:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if cuda else "gloo")
         rank = dist.get_rank()
     model = make_model()
     values, _ = atoll.read_spec(a.spec)
     with torch.no_grad():
         for n, p in model.named_parameters():
             p.copy_(torch.from_numpy(values[n]))
-    wrapped = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    model = model.to(device)
+    wrapped = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if cuda else None)
+               if world > 1 else model)
     opt = torch.optim.AdamW(model.parameters(), lr=0.01, foreach=False)
     learner = atoll.Learner(a.target, model.named_parameters(), run_id="r", token="tok", learner_id=a.id,
                             mode="diloco", fragments=2, H=4, tau=1,
                             process_group=dist.group.WORLD if world > 1 else None)
     group = world if world > 1 else a.micro  # rows of one learner step = group · batch
-    x, y = data(a.seed, a.steps * group * a.batch)
+    x, y = (t.to(device) for t in data(a.seed, a.steps * group * a.batch))
     for s in range(a.steps):
         opt.zero_grad(set_to_none=True)
         if world > 1:
@@ -92,6 +99,7 @@ def main():
     for name in ("--id", "--steps", "--batch", "--seed"):
         t.add_argument(name, type=int, required=True)
     t.add_argument("--micro", type=int, default=1)
+    t.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = ap.parse_args()
     if a.cmd == "spec":
         atoll.write_spec(make_model(), a.out)

@@ -23,6 +23,8 @@ FLAGS = ["-M", "2", "--mode", "diloco", "-K", "2", "-P", "2", "-H", "4", "--tau"
 
 
 class UnitTest(unittest.TestCase):
+    DEVICE = "cpu"  # tests/python/gpu_check.py runs this on "cuda" (NCCL)
+    EXACT = True
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="atoll_unit_")
         self.procs, self.logs = [], []
@@ -45,7 +47,7 @@ class UnitTest(unittest.TestCase):
 
     def train_argv(self, target, spec, out, learner_id, seed, micro=1):
         return ["train", target, spec, out, "--id", str(learner_id), "--steps", str(STEPS), "--batch", str(BATCH),
-                "--seed", str(seed), "--micro", str(micro)]
+                "--seed", str(seed), "--micro", str(micro), "--device", self.DEVICE]
 
     def run_once(self, name, spec, unit):
         """One run: learner 0 is the 2-rank unit (or one process with 2 micro-batches), learner 1 a
@@ -89,15 +91,20 @@ class UnitTest(unittest.TestCase):
         self.assertGreater(unit_reports[0]["counters"]["fragments_applied"], 0)
         self.assertEqual(sorted(unit_model), sorted(one_model))
         start, _ = atoll.read_spec(spec)
+        worst = 0.0
         for n in unit_model:
             self.assertFalse(np.array_equal(unit_model[n], start[n]), "%s: the global model moved" % n)
-            self.assertTrue(np.array_equal(unit_model[n], one_model[n]),
-                            "%s: max difference %g" % (n, np.abs(unit_model[n] - one_model[n]).max()))
-        self.assertEqual(unit_reports[0]["checksum"], one_reports[0]["checksum"], "the learner's own models")
+            worst = max(worst, float(np.abs(unit_model[n] - one_model[n]).max()))
+        if self.EXACT:
+            self.assertEqual(worst, 0.0, "the global models differ by up to %g" % worst)
+            self.assertEqual(unit_reports[0]["checksum"], one_reports[0]["checksum"], "the learner's own models")
+        else:  # GPU kernels need not sum in the same order for batch 8 and 2 x 8
+            self.assertLess(worst, 1e-4, "the global models differ by up to %g" % worst)
         self.assertEqual(unit_rows[0]["tokens_merged"], one_rows[0]["tokens_merged"])
         self.assertGreater(unit_rows[1]["rounds_joined"], 0)
-        print("global model after %d steps: bit-identical (unit of 2 ranks x batch %d, one process 2 x %d); "
-              "tokens merged of learner 0: %d" % (STEPS, BATCH, BATCH, unit_rows[0]["tokens_merged"]))
+        print("global model after %d steps on %s: largest difference %g (unit of 2 ranks x batch %d, one process "
+              "2 x %d); tokens merged of learner 0: %d" % (STEPS, self.DEVICE, worst, BATCH, BATCH,
+                                                         unit_rows[0]["tokens_merged"]))
 
 
 if __name__ == "__main__":
