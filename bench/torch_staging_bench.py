@@ -77,41 +77,8 @@ def main():
             t.copy_(torch.from_numpy(host[n]))
         frag = atoll.Learner(target, frag_params, learner_id=1, low_precision="round", **opts)
         k0 = frag.counters()
-        whole_bytes = frag_bytes = 0
-        whole_s = frag_s = 0.0
-        for _ in range(a.steps):
-            descend(whole_params)
-            descend(frag_params)
-            time.sleep(a.step_ms / 1000)
-            t0 = time.perf_counter()
-            for n, t in whole_params.items():  # before every step: the whole model to the host
-                host[n][...] = t.float().numpy()
-            applied = whole.step(tokens=4096, loss=1.0)
-            whole_bytes += model_bytes
-            if applied:  # after a step that applied merges: the whole model back
-                for n, t in whole_params.items():
-                    t.copy_(torch.from_numpy(host[n]))
-                whole_bytes += model_bytes
-            t1 = time.perf_counter()
-            frag.step(tokens=4096, loss=1.0)
-            t2 = time.perf_counter()
-            whole_s += t1 - t0
-            frag_s += t2 - t1
-        k1 = frag.counters()
-        frag_bytes = (k1["bytes_to_host"] - k0["bytes_to_host"]) + (k1["bytes_to_device"] - k0["bytes_to_device"])
-        applied_whole = whole.counters()["fragments_applied"]
-        applied_frag = k1["fragments_applied"] - k0["fragments_applied"]
-        whole.close(0)
-        frag.close(0)
-        n = a.steps
-        print("model: %d bf16 parameters (%.1f MB), P = H = %d, tau 2, %d steps of %.0f ms compute"
-              % (model_bytes // 2, model_bytes / 1e6, P, n, a.step_ms))
-        print("fragments applied: whole %d, fragments %d" % (applied_whole, applied_frag))
-        print("device<->host bytes per step: whole %.0f, fragments %.0f (%.1fx less; bound (1/H + applied/P) x "
-              "model = %.0f)" % (whole_bytes / n, frag_bytes / n, whole_bytes / max(1, frag_bytes),
-                                 (1.0 / H + applied_frag / n / P) * model_bytes))
-        print("ms per step in copies + learner.step(): whole %.2f, fragments %.2f (%.1fx)"
-              % (1e3 * whole_s / n, 1e3 * frag_s / n, whole_s / max(frag_s, 1e-9)))
+        whole_bytes, whole_s, frag_s = run_steps(a, whole, whole_params, host, frag, frag_params, model_bytes)
+        report(a, whole, frag, k0, whole_bytes, whole_s, frag_s, model_bytes, P, H)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -120,6 +87,48 @@ def main():
             proc.kill()
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_steps(a, whole, whole_params, host, frag, frag_params, model_bytes):
+    """The two learners' steps in turn; returns the whole-model bytes and both learners' seconds."""
+    whole_bytes, whole_s, frag_s = 0, 0.0, 0.0
+    for _ in range(a.steps):
+        descend(whole_params)
+        descend(frag_params)
+        time.sleep(a.step_ms / 1000)
+        t0 = time.perf_counter()
+        for n, t in whole_params.items():  # before every step: the whole model to the host
+            host[n][...] = t.float().numpy()
+        applied = whole.step(tokens=4096, loss=1.0)
+        whole_bytes += model_bytes
+        if applied:  # after a step that applied merges: the whole model back
+            for n, t in whole_params.items():
+                t.copy_(torch.from_numpy(host[n]))
+            whole_bytes += model_bytes
+        t1 = time.perf_counter()
+        frag.step(tokens=4096, loss=1.0)
+        t2 = time.perf_counter()
+        whole_s += t1 - t0
+        frag_s += t2 - t1
+    return whole_bytes, whole_s, frag_s
+
+
+def report(a, whole, frag, k0, whole_bytes, whole_s, frag_s, model_bytes, P, H):
+    k1 = frag.counters()
+    frag_bytes = (k1["bytes_to_host"] - k0["bytes_to_host"]) + (k1["bytes_to_device"] - k0["bytes_to_device"])
+    applied_whole = whole.counters()["fragments_applied"]
+    applied_frag = k1["fragments_applied"] - k0["fragments_applied"]
+    whole.close(0)
+    frag.close(0)
+    n = a.steps
+    print("model: %d bf16 parameters (%.1f MB), P = H = %d, tau 2, %d steps of %.0f ms compute"
+          % (model_bytes // 2, model_bytes / 1e6, P, n, a.step_ms))
+    print("fragments applied: whole %d, fragments %d" % (applied_whole, applied_frag))
+    print("device<->host bytes per step: whole %.0f, fragments %.0f (%.1fx less; bound (1/H + applied/P) x "
+          "model = %.0f)" % (whole_bytes / n, frag_bytes / n, whole_bytes / max(1, frag_bytes),
+                             (1.0 / H + applied_frag / n / P) * model_bytes))
+    print("ms per step in copies + learner.step(): whole %.2f, fragments %.2f (%.1fx)"
+          % (1e3 * whole_s / n, 1e3 * frag_s / n, whole_s / max(frag_s, 1e-9)))
 
 
 if __name__ == "__main__":

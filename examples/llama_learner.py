@@ -184,6 +184,15 @@ def cmd_eval(a):
     print(json.dumps({"weights": a.weights, "eval_loss": loss}) if a.json else "eval loss %.4f (%s)" % (loss, a.weights))
 
 
+def model_and_master(spec, device, precision):
+    """The model on `device`; in bf16 also the fp32 master weights the optimizer keeps."""
+    model = load_model(spec).to(device)
+    if precision != "bf16":
+        return model, None
+    master = {n: p.detach().float().clone() for n, p in model.named_parameters()}
+    return model.to(torch.bfloat16), master
+
+
 def cmd_train(a):
     with open(os.path.join(a.run, "config.json")) as f:
         c = json.load(f)
@@ -197,11 +206,7 @@ def cmd_train(a):
         torch.distributed.init_process_group("nccl" if cuda else "gloo")
         group = torch.distributed.group.WORLD
     torch.set_num_threads(max(1, c.get("threads", 1)))
-    model = load_model(a.spec or c["spec"]).to(device)
-    master = None
-    if a.precision == "bf16":  # a bf16 model; the optimizer keeps fp32 master weights
-        master = {n: p.detach().float().clone() for n, p in model.named_parameters()}
-        model = model.to(torch.bfloat16)
+    model, master = model_and_master(a.spec or c["spec"], device, a.precision)
     trained = master if master is not None else dict(model.named_parameters())
     opt = torch.optim.AdamW(list(trained.values()), lr=c["lr"], betas=(0.9, 0.95), weight_decay=0.1)
     learner = atoll.Learner(

@@ -185,6 +185,8 @@ static void check_syncer_gone(toy_syncer* s, const char* target) {
   CHECK(strlen(atoll_last_error()) > 0);
 }
 
+static void check_id_held(atoll_learner* l, const char* target);
+
 /* Version 2: settings are checked; the plan's slices cover every parameter once; lists refuse a
  * small capacity but say the count. */
 static void check_settings_and_plan(const char* target) {
@@ -237,7 +239,12 @@ static void check_settings_and_plan(const char* target) {
   CHECK(atoll_learner_fragment_slices(l, 0, &one, 0, &n) == ATOLL_INVALID_ARGUMENT && n >= 1);
   CHECK(strstr(atoll_last_error(), "capacity") != NULL);
   CHECK(atoll_learner_staged_count(l, 9) == -1);
-  /* The id it holds is refused to a second learner while the first is live: a distinct status. */
+  check_id_held(l, target);
+  CHECK(atoll_learner_close(l, 0) == ATOLL_OK);
+}
+
+/* The id a live learner holds is refused to a second one: a distinct status. */
+static void check_id_held(atoll_learner* l, const char* target) {
   atoll_learner_counters k;
   CHECK(atoll_learner_counters_get(l, &k) == ATOLL_OK && k.learner_id >= 0);
   atoll_learner_options o2 = toy_options(target);
@@ -247,7 +254,43 @@ static void check_settings_and_plan(const char* target) {
   toy_init(&m2, 0.0f);
   CHECK(atoll_learner_open(&o2, m2.params, kTensors, &l2) == ATOLL_ALREADY_EXISTS && l2 == NULL);
   CHECK(strstr(atoll_last_error(), "held by a live learner") != NULL);
-  CHECK(atoll_learner_close(l, 0) == ATOLL_OK);
+}
+
+/* The staged values of due fragment p (its staged slices, in slice order) from `live`. */
+static void give_due(atoll_learner* l, int p, const toy_model* live, const int* staged) {
+  float values[128];
+  size_t count = 0, ns = 0;
+  atoll_slice slices[8];
+  CHECK(atoll_learner_fragment_slices(l, p, slices, 8, &ns) == ATOLL_OK);
+  for (size_t j = 0; j < ns; ++j) {
+    if (!staged[slices[j].param]) continue;
+    memcpy(values + count, live->params[slices[j].param].data + slices[j].offset, (size_t)slices[j].count * sizeof(float));
+    count += (size_t)slices[j].count;
+  }
+  CHECK((int64_t)count == atoll_learner_staged_count(l, p));
+  if (count > 0) CHECK(atoll_learner_send(l, p, values, count) == ATOLL_OK);
+}
+
+/* Applies the receipts of the last step (or the open) to `live`; returns how many were additive. */
+static int apply_receipts(atoll_learner* l, toy_model* live, const toy_model* host, const int* staged, int* applied) {
+  atoll_receipt r[8];
+  size_t nr = 0;
+  int additive = 0;
+  CHECK(atoll_learner_receipts(l, r, 8, &nr) == ATOLL_OK);
+  for (size_t i = 0; i < nr; ++i) {
+    atoll_slice slices[8];
+    size_t ns = 0;
+    CHECK(atoll_learner_fragment_slices(l, r[i].fragment, slices, 8, &ns) == ATOLL_OK);
+    for (size_t j = 0; j < ns; ++j) {
+      if (!staged[slices[j].param]) continue;
+      float* dst = live->params[slices[j].param].data + slices[j].offset;
+      const float* src = host->params[slices[j].param].data + slices[j].offset;
+      for (int64_t e = 0; e < slices[j].count; ++e) dst[e] = r[i].kind == ATOLL_RECEIPT_ADD ? dst[e] + src[e] : src[e];
+    }
+    additive += r[i].kind == ATOLL_RECEIPT_ADD;
+  }
+  *applied += (int)nr;
+  return additive;
 }
 
 /* Staged buffers: the caller keeps its live values apart (as a GPU learner would), gives the due
@@ -268,49 +311,19 @@ static void check_staged(toy_syncer* s, const char* target) {
   int64_t staged_total = 0;
   for (int p = 0; p < 4; ++p) staged_total += atoll_learner_staged_count(l, p);
   CHECK(staged_total == 128);
-  int applied_total = 0, additive = 0;
+  int applied_total = 0, additive = apply_receipts(l, &live, &host, staged, &applied_total);  /* the join */
   for (int step = 0; step < 2000 && (step < 40 || additive == 0); ++step) {
-    if (step > 0) toy_step(&live);
+    toy_step(&live);
     int due[4];
     size_t n = 0;
     CHECK(atoll_learner_due(l, due, 4, &n) == ATOLL_OK && n <= 1);
-    for (size_t i = 0; i < n; ++i) {
-      float values[128];
-      size_t count = 0;
-      atoll_slice slices[8];
-      size_t ns = 0;
-      CHECK(atoll_learner_fragment_slices(l, due[i], slices, 8, &ns) == ATOLL_OK);
-      for (size_t j = 0; j < ns; ++j) {
-        if (!staged[slices[j].param]) continue;
-        memcpy(values + count, live.params[slices[j].param].data + slices[j].offset, (size_t)slices[j].count * sizeof(float));
-        count += (size_t)slices[j].count;
-      }
-      CHECK((int64_t)count == atoll_learner_staged_count(l, due[i]));
-      if (count > 0) CHECK(atoll_learner_send(l, due[i], values, count) == ATOLL_OK);
-    }
-    if (step > 0) {
-      const struct timespec compute = {0, 10 * 1000 * 1000};
-      nanosleep(&compute, NULL);
-      CHECK(atoll_learner_step(l, 128, 1.0, NULL) == ATOLL_OK);
-      size_t np = 9;
-      CHECK(atoll_learner_pending(l, NULL, 0, &np) == ATOLL_OK && np == 0); /* all given before the step */
-    }
-    atoll_receipt r[8];
-    size_t nr = 0;
-    CHECK(atoll_learner_receipts(l, r, 8, &nr) == ATOLL_OK);
-    for (size_t i = 0; i < nr; ++i) {
-      atoll_slice slices[8];
-      size_t ns = 0;
-      CHECK(atoll_learner_fragment_slices(l, r[i].fragment, slices, 8, &ns) == ATOLL_OK);
-      for (size_t j = 0; j < ns; ++j) {
-        if (!staged[slices[j].param]) continue;
-        float* dst = live.params[slices[j].param].data + slices[j].offset;
-        const float* src = host.params[slices[j].param].data + slices[j].offset;
-        for (int64_t e = 0; e < slices[j].count; ++e) dst[e] = r[i].kind == ATOLL_RECEIPT_ADD ? dst[e] + src[e] : src[e];
-      }
-      additive += r[i].kind == ATOLL_RECEIPT_ADD;
-    }
-    applied_total += (int)nr;
+    for (size_t i = 0; i < n; ++i) give_due(l, due[i], &live, staged);
+    const struct timespec compute = {0, 10 * 1000 * 1000};
+    nanosleep(&compute, NULL);
+    CHECK(atoll_learner_step(l, 128, 1.0, NULL) == ATOLL_OK);
+    size_t np = 9;
+    CHECK(atoll_learner_pending(l, NULL, 0, &np) == ATOLL_OK && np == 0); /* all given before the step */
+    additive += apply_receipts(l, &live, &host, staged, &applied_total);
   }
   CHECK(live.w0[0] != -3.0f && live.w1[63] != -3.0f); /* the join's model reached the live values */
   CHECK(applied_total > 0 && additive > 0);
