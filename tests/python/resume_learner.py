@@ -3,7 +3,10 @@
 its catch-up) and at the end, and its step count after every step (so the test knows when to kill
 it).
 
-    resume_learner.py TARGET SPEC OUT_JSON --id ID --steps N [--state DIR] [--progress FILE]
+    resume_learner.py TARGET SPEC OUT_JSON --id ID --steps N [--state DIR] [--progress FILE] [--hold FILE]
+
+--hold FILE: before each step, while FILE holds a number ≤ the steps done, wait (the heartbeats go
+on): the test decides exactly how many steps this learner makes.
 """
 import argparse
 import json
@@ -22,6 +25,14 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
+def held(path, done):
+    try:
+        with open(path) as f:
+            return int(f.read()) <= done
+    except (OSError, ValueError):
+        return False
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("target")
@@ -31,6 +42,7 @@ def main():
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--state")
     ap.add_argument("--progress")
+    ap.add_argument("--hold")
     a = ap.parse_args()
     values, _ = atoll.read_spec(a.spec)
     params = {n: torch.from_numpy(v.copy()) for n, v in values.items()}
@@ -39,6 +51,8 @@ def main():
     report = {"open": learner.counters()}
     write_json(a.out, report)
     for step in range(a.steps):
+        while a.hold and held(a.hold, step):
+            time.sleep(0.02)
         with torch.no_grad():
             for t in params.values():
                 t.sub_(0.05 * (t - 1.0))

@@ -2,12 +2,11 @@
 by the folder, the restart asks for none), its public copies loaded, a catch-up of deltas that
 downloads at most a quarter of a full fp32 fetch of the model, and no new row in the syncer's
 learner table. Against a real `atoll syncer --spec` (ATOLL_BIN) on 127.0.0.1, with a second
-learner moving the global model on while the first one is down. Bounded: every process is waited
+learner moving the global model on by exactly 20 steps while the first one is down. Bounded: every process is waited
 for with a timeout and killed past it."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -41,13 +40,15 @@ class ResumeTest(unittest.TestCase):
             f.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def learner(self, name, target, spec, learner_id, steps, state=None):
+    def learner(self, name, target, spec, learner_id, steps, state=None, hold=None):
         out = os.path.join(self.dir, name + ".json")
         progress = os.path.join(self.dir, name + ".progress")
         argv = [PYTHON, os.path.join(HERE, "resume_learner.py"), target, spec, out, "--id", str(learner_id),
                 "--steps", str(steps), "--progress", progress]
         if state:
             argv += ["--state", state]
+        if hold:
+            argv += ["--hold", hold]
         log = open(os.path.join(self.dir, name + ".log"), "w")
         self.logs.append(log)
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -61,6 +62,11 @@ class ResumeTest(unittest.TestCase):
             self.assertLess(time.time(), deadline, "%s: timed out\n%s" % (what, log_tail(log)))
             time.sleep(0.05)
 
+    def set_hold(self, path, steps):
+        with open(path + ".tmp", "w") as f:
+            f.write(str(steps))
+        os.replace(path + ".tmp", path)
+
     def steps_of(self, progress):
         p = read_json(progress)
         return p["steps"] if p else 0
@@ -72,27 +78,30 @@ class ResumeTest(unittest.TestCase):
         syncer = Syncer(self.dir, spec, ["-M", "2", "-P", "4", "-H", "4", "--tau", "1"])
         try:
             state = os.path.join(self.dir, "state-a")
-            other, _, other_progress = self.learner("b", syncer.target, spec, 1, 100000)
+            hold = os.path.join(self.dir, "hold-b")
+            b_log = os.path.join(self.dir, "b.log")
+            other, _, other_progress = self.learner("b", syncer.target, spec, 1, 100000, hold=hold)
             first, _, first_progress = self.learner("a1", syncer.target, spec, -1, 100000, state)
             a1_log = os.path.join(self.dir, "a1.log")
-            self.wait_for("first run of a", lambda: self.steps_of(first_progress) >= 30, first, a1_log)
+            copies = [os.path.join(state, "fragment-%03d.bin" % p) for p in range(4)]
+            self.wait_for("first run of a: 30 steps and a public copy of every fragment kept",
+                          lambda: self.steps_of(first_progress) >= 30 and all(map(os.path.exists, copies)),
+                          first, a1_log)
             saved = read_json(os.path.join(state, "learner.json"))
             self.assertIsNotNone(saved, "learner.json was written")
-            first.kill()  # SIGKILL: no goodbye, no final sync
+            self.set_hold(hold, 0)  # the other learner stops at its next step...
+            first.kill()  # ...and this one is SIGKILLed: no goodbye, no final sync
             first.wait()
-            # The other learner moves the global model on while this one is down.
+            # The other learner moves the global model on by exactly 20 steps (5 rounds of each
+            # fragment) while this one is down, then waits for the restart.
+            time.sleep(0.2)
             mark = self.steps_of(other_progress)
-            self.wait_for("the other learner", lambda: self.steps_of(other_progress) >= mark + 20, other,
-                          os.path.join(self.dir, "b.log"))
-            # A restart as a supervisor does it, soon after the kill: the other learner waits while
-            # this one's interpreter starts (seconds, hundreds of its steps) and rejoins.
-            other.send_signal(signal.SIGSTOP)
-            try:
-                second, second_out, _ = self.learner("a2", syncer.target, spec, -1, 20, state)
-                self.wait_for("the restart's join", lambda: read_json(second_out) is not None, second,
-                              os.path.join(self.dir, "a2.log"))
-            finally:
-                other.send_signal(signal.SIGCONT)
+            self.set_hold(hold, mark + 20)
+            self.wait_for("the other learner", lambda: self.steps_of(other_progress) >= mark + 20, other, b_log)
+            second, second_out, _ = self.learner("a2", syncer.target, spec, -1, 20, state)
+            self.wait_for("the restart's join", lambda: read_json(second_out) is not None, second,
+                          os.path.join(self.dir, "a2.log"))
+            os.unlink(hold)
             self.assertEqual(second.wait(timeout=120), 0, log_tail(os.path.join(self.dir, "a2.log")))
             opened = read_json(second_out)["open"]
             print("restart: learner %d, %d of %d fragments from the state, %d bytes down at the rejoin "
@@ -101,7 +110,8 @@ class ResumeTest(unittest.TestCase):
                      opened["payload_bytes_down"] / full_fetch, opened["pulls_full"], opened["pulls_delta"]))
             self.assertEqual(opened["learner_id"], saved["learner_id"])
             self.assertTrue(opened["joined"])
-            self.assertEqual(opened["state_loaded"], 4)
+            self.assertEqual(opened["state_loaded"], 4, "state folder: %s; first run: %s" % (
+                {f: os.path.getsize(os.path.join(state, f)) for f in sorted(os.listdir(state))}, saved))
             self.assertEqual(opened["pulls_full"], 0)
             self.assertGreater(opened["pulls_delta"], 0, "the global model moved: deltas were pulled")
             self.assertLessEqual(opened["payload_bytes_down"], full_fetch / 4)
