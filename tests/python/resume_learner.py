@@ -48,14 +48,14 @@ def main():
     params = {n: torch.from_numpy(v.copy()) for n, v in values.items()}
     learner = atoll.Learner(a.target, params, run_id="r", token="tok", learner_id=a.id, fragments=4, H=4, tau=1,
                             state_dir=a.state)
-    report = {"open": learner.counters()}
+    report = {"open": learner.counters(), "held": [f["version"] for f in learner.state_dict()["fragments"]]}
     write_json(a.out, report)
     for step in range(a.steps):
         while a.hold and held(a.hold, step):
             time.sleep(0.02)
         with torch.no_grad():
             for t in params.values():
-                t.sub_(0.05 * (t - 1.0))
+                t.sub_(0.005 * (t - 1.0))  # slow enough that rounds move it by similar amounts
         time.sleep(0.01)
         learner.step(tokens=256, loss=1.0)
         if a.progress:

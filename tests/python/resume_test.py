@@ -2,7 +2,7 @@
 by the folder, the restart asks for none), its public copies loaded, a catch-up of deltas that
 downloads at most a quarter of a full fp32 fetch of the model, and no new row in the syncer's
 learner table. Against a real `atoll syncer --spec` (ATOLL_BIN) on 127.0.0.1, with a second
-learner moving the global model on by exactly 20 steps while the first one is down. Bounded: every process is waited
+learner moving the global model on by exactly 12 steps while the first one is down. Bounded: every process is waited
 for with a timeout and killed past it."""
 import json
 import os
@@ -92,21 +92,23 @@ class ResumeTest(unittest.TestCase):
             self.set_hold(hold, 0)  # the other learner stops at its next step...
             first.kill()  # ...and this one is SIGKILLed: no goodbye, no final sync
             first.wait()
-            # The other learner moves the global model on by exactly 20 steps (5 rounds of each
+            # The other learner moves the global model on by exactly 12 steps (3 rounds of each
             # fragment) while this one is down, then waits for the restart.
             time.sleep(0.2)
             mark = self.steps_of(other_progress)
-            self.set_hold(hold, mark + 20)
-            self.wait_for("the other learner", lambda: self.steps_of(other_progress) >= mark + 20, other, b_log)
+            self.set_hold(hold, mark + 12)
+            self.wait_for("the other learner", lambda: self.steps_of(other_progress) >= mark + 12, other, b_log)
+            kept = [int.from_bytes(open(c, "rb").read(16)[8:16], "little") for c in copies]  # ATOLLST1 header
             second, second_out, _ = self.learner("a2", syncer.target, spec, -1, 20, state)
             self.wait_for("the restart's join", lambda: read_json(second_out) is not None, second,
                           os.path.join(self.dir, "a2.log"))
             os.unlink(hold)
             self.assertEqual(second.wait(timeout=120), 0, log_tail(os.path.join(self.dir, "a2.log")))
             opened = read_json(second_out)["open"]
-            print("restart: learner %d, %d of %d fragments from the state, %d bytes down at the rejoin "
-                  "(a full fp32 fetch: %d, %.3f of it), %d full pulls, %d delta pulls"
-                  % (opened["learner_id"], opened["state_loaded"], 4, opened["payload_bytes_down"], full_fetch,
+            behind = [h - k for h, k in zip(read_json(second_out)["held"], kept)]
+            print("restart: learner %d, %d of %d fragments from the state, %s versions behind, %d bytes down at the "
+                  "rejoin (a full fp32 fetch: %d, %.3f of it), %d full pulls, %d delta pulls"
+                  % (opened["learner_id"], opened["state_loaded"], 4, behind, opened["payload_bytes_down"], full_fetch,
                      opened["payload_bytes_down"] / full_fetch, opened["pulls_full"], opened["pulls_delta"]))
             self.assertEqual(opened["learner_id"], saved["learner_id"])
             self.assertTrue(opened["joined"])
