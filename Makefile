@@ -46,13 +46,13 @@ test-asan: setup
 
 # ThreadSanitizer build of the threaded code that needs neither libtorch nor gRPC: the clocks
 # (real, manual, simulated), the syncer core and loop, the learner agent and the WAN shaper.
-TSAN_TESTS := core_test syncer_test learner_agent_test wan_shaper_test
+TSAN_TESTS := core_test syncer_test learner_agent_test staged_agent_test wan_shaper_test
 test-tsan: setup
 	cmake -S . -B $(BUILD)-tsan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DATOLL_SANITIZE=thread -DATOLL_WITH_TORCH=OFF -DATOLL_WITH_GRPC=OFF -DATOLL_WERROR=ON $(CMAKE_ARGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target $(TSAN_TESTS)
 	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  ctest --output-on-failure -j $(JOBS) -R "Clock|SyncerCore|SyncerLoop|Hostile|LearnerAgent|WanShaper|DurableState" \
+	  ctest --output-on-failure -j $(JOBS) -R "Clock|SyncerCore|SyncerLoop|Hostile|LearnerAgent|StagedAgent|WanShaper|DurableState" \
 	  --timeout 600
 
 # libFuzzer targets (fuzz/) for the codecs, push parsing, durable state, safetensors and

@@ -139,6 +139,7 @@ def main():
     ap.add_argument("--id", type=int, required=True, help="learner id, 0..learners-1")
     ap.add_argument("--steps", type=int, help="inner steps (default: the run's)")
     ap.add_argument("--summary", help="write a JSON summary here at the end")
+    ap.add_argument("--state", help="state folder: a restarted learner rejoins as itself, with deltas")
     a = ap.parse_args()
     with open(os.path.join(a.run, "config.json")) as f:
         c = json.load(f)
@@ -157,7 +158,7 @@ def main():
     learner = atoll.Learner(a.syncer, model.named_parameters(), run_id=c["run_id"], learner_id=a.id,
                             embeddings=["tok_emb.weight"], token=c.get("token") or None, mode=c["mode"],
                             plan=c["plan"], fragments=c["fragments"], H=c["H"], tau=c["tau"],
-                            alpha=c["alpha"], keep_progress=c["keep_progress"])
+                            alpha=c["alpha"], keep_progress=c["keep_progress"], state_dir=a.state)
     data = batches(read_tokens(c["data"]), c["seq"], batch, a.id, c["learners"], c["seed"])
     losses = []
     for step in range(steps):

@@ -1,11 +1,11 @@
-// The C API (include/atoll/c_api.h) over LearnerAgent and the gRPC client. Every entry point
-// validates its arguments before touching state and turns a Status into a code + thread-local
-// message; no C++ exception crosses the boundary.
-#include "atoll/c_api.h"
-
+// The C API (include/atoll/c_api.h) over LearnerAgent and the gRPC client: open, step, close
+// and the settings. Every entry point validates its arguments before touching state and turns a
+// Status into a code + thread-local message; no C++ exception crosses the boundary.
 #include <unistd.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -13,28 +13,17 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
-#include "atoll/diloco/fragment_plan.h"
-#include "atoll/diloco/mode.h"
-#include "atoll/learner/learner_agent.h"
-#include "atoll/transport/grpc.h"
+#include "c_api_internal.h"
 
-struct atoll_learner {
-  atl::diloco::FragmentPlan plan;
-  std::unique_ptr<atl::transport::GrpcSyncerClient> client;
-  std::unique_ptr<atl::learner::LearnerAgent> agent;
-  atl::diloco::Mode mode = atl::diloco::Mode::kDecoupled;
-  int H = 1;
-  int64_t step = 0, tokens = 0;
-  double loss = 0;
-};
+atoll_learner::~atoll_learner() {
+  agent.reset();  // its threads stop before the client they call goes
+  if (state_lock_fd >= 0) ::close(state_lock_fd);
+}
 
+namespace atl::capi {
 namespace {
-
-using atl::Status;
-using atl::StatusCode;
-using atl::StatusOr;
-
 thread_local std::string last_error;
+}  // namespace
 
 atoll_status Report(const Status& st) {
   if (st.ok()) {
@@ -46,7 +35,9 @@ atoll_status Report(const Status& st) {
     case StatusCode::kInvalidArgument: return ATOLL_INVALID_ARGUMENT;
     case StatusCode::kDeadlineExceeded: return ATOLL_DEADLINE_EXCEEDED;
     case StatusCode::kNotFound: return ATOLL_NOT_FOUND;
+    case StatusCode::kAlreadyExists: return ATOLL_ALREADY_EXISTS;
     case StatusCode::kPermissionDenied: return ATOLL_PERMISSION_DENIED;
+    case StatusCode::kResourceExhausted: return ATOLL_RESOURCE_EXHAUSTED;
     case StatusCode::kFailedPrecondition: return ATOLL_FAILED_PRECONDITION;
     case StatusCode::kInternal: return ATOLL_INTERNAL;
     case StatusCode::kUnavailable: return ATOLL_UNAVAILABLE;
@@ -55,7 +46,29 @@ atoll_status Report(const Status& st) {
   }
 }
 
-std::string Str(const char* s) { return s == nullptr ? std::string() : std::string(s); }
+atoll_learner_settings SettingsOf(const atoll_learner_settings* given) {
+  atoll_learner_settings s;
+  atoll_learner_settings_init(&s);
+  if (given != nullptr) {
+    const size_t n = std::min(given->struct_size, sizeof(s));
+    std::memcpy(&s, given, n);  // the fields an older caller knows; the defaults after them
+    s.struct_size = sizeof(s);
+  }
+  return s;
+}
+
+const char* LastError() { return last_error.c_str(); }
+
+}  // namespace atl::capi
+
+namespace {
+
+using atl::Status;
+using atl::StatusCode;
+using atl::StatusOr;
+using atl::capi::Report;
+
+using atl::capi::Str;
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -110,7 +123,7 @@ Status CheckOptions(const atoll_learner_options& o) {
   atl::diloco::ParsePlanStrategy(Str(o.plan), &ok);
   if (!ok) return atl::InvalidArgumentError("options.plan '" + Str(o.plan) + "' is not balanced or strided");
   ATOLL_RETURN_IF_ERROR(atl::diloco::Schedule::Of(*mode, o.H, o.fragments, o.tau).Validate());
-  if (!(o.alpha >= 0 && o.alpha <= 1)) return atl::InvalidArgumentError("options.alpha must be in [0, 1]");
+  if (!(o.alpha >= 0 && o.alpha < 1)) return atl::InvalidArgumentError("options.alpha must be in [0, 1)");
   if (!(o.join_timeout_s >= 0 && o.join_timeout_s <= 3600)) {
     return atl::InvalidArgumentError("options.join_timeout_s must be in [0, 3600]");
   }
@@ -120,9 +133,38 @@ Status CheckOptions(const atoll_learner_options& o) {
   return Status::Ok();
 }
 
-StatusOr<atl::transport::ClientOptions> ClientOptionsOf(const atoll_learner_options& o) {
+Status CheckSettings(const atoll_learner_settings& s, const atoll_param* params, size_t n) {
+  const std::pair<const char*, double> positive[] = {{"call_timeout_s", s.call_timeout_s},
+                                                     {"push_timeout_s", s.push_timeout_s},
+                                                     {"heartbeat_s", s.heartbeat_s},
+                                                     {"backoff_initial_s", s.backoff_initial_s},
+                                                     {"backoff_max_s", s.backoff_max_s}};
+  for (const auto& [name, v] : positive) {
+    if (!(v > 0 && v <= 86400)) {
+      return atl::InvalidArgumentError(std::string("settings.") + name + " " + std::to_string(v) + " (must be in (0, 86400] s)");
+    }
+  }
+  if (!(s.min_link_mbps >= 0 && s.min_link_mbps <= 1e6)) {
+    return atl::InvalidArgumentError("settings.min_link_mbps " + std::to_string(s.min_link_mbps) + " (0 to 1e6; 0: no allowance)");
+  }
+  if (s.backoff_max_s < s.backoff_initial_s) {
+    return atl::InvalidArgumentError("settings.backoff_max_s is below backoff_initial_s");
+  }
+  for (size_t i = 0; s.staged != nullptr && i < n; ++i) {
+    if (s.staged[i] != 0 && s.staged[i] != 1) {
+      return atl::InvalidArgumentError("settings.staged[" + std::to_string(i) + "] is " + std::to_string(s.staged[i]) +
+                                       " (0 or 1)" + (params != nullptr && params[i].name ? std::string(" for '") + params[i].name + "'" : ""));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<atl::transport::ClientOptions> ClientOptionsOf(const atoll_learner_options& o, const atoll_learner_settings& s) {
   atl::transport::ClientOptions co;
   co.target = o.syncer;
+  co.call_timeout_s = s.call_timeout_s;
+  co.push_timeout_s = s.push_timeout_s;
+  co.min_link_mbps = s.min_link_mbps;
   co.token = Str(o.token);
   if (o.token_file != nullptr) {
     ATOLL_ASSIGN_OR_RETURN(std::string text, atl::ReadFile(o.token_file));
@@ -138,7 +180,8 @@ StatusOr<atl::transport::ClientOptions> ClientOptionsOf(const atoll_learner_opti
   return co;
 }
 
-atl::learner::AgentOptions AgentOptionsOf(const atoll_learner_options& o, atl::diloco::Mode mode) {
+atl::learner::AgentOptions AgentOptionsOf(const atoll_learner_options& o, const atoll_learner_settings& s,
+                                          atl::diloco::Mode mode, size_t num_params) {
   atl::learner::AgentOptions ao;
   ao.run_id = o.run_id;
   ao.learner_id = o.learner_id;
@@ -151,12 +194,22 @@ atl::learner::AgentOptions AgentOptionsOf(const atoll_learner_options& o, atl::d
   ao.keep_progress = o.keep_progress != 0;
   ao.initial_join_timeout_s = o.join_timeout_s;
   ao.check_schedule = true;
+  ao.heartbeat_s = s.heartbeat_s;
+  ao.backoff_initial_s = s.backoff_initial_s;
+  ao.backoff_max_s = s.backoff_max_s;
+  ao.state_dir = atl::capi::Str(s.state_dir);
+  if (s.staged != nullptr) {
+    ao.staged.assign(num_params, false);
+    for (size_t i = 0; i < num_params; ++i) ao.staged[i] = s.staged[i] != 0;
+  }
   return ao;
 }
 
-StatusOr<std::unique_ptr<atoll_learner>> Open(const atoll_learner_options& o, const atoll_param* params, size_t n) {
+StatusOr<std::unique_ptr<atoll_learner>> Open(atoll_learner_options o, const atoll_learner_settings& settings,
+                                              const atoll_param* params, size_t n) {
   ATOLL_RETURN_IF_ERROR(CheckOptions(o));
   if (params == nullptr || n == 0) return atl::InvalidArgumentError("no parameters (params is NULL or num_params is 0)");
+  ATOLL_RETURN_IF_ERROR(CheckSettings(settings, params, n));
   std::vector<atl::diloco::TensorSpec> specs;
   std::vector<std::span<float>> views;
   std::set<std::string> names;
@@ -171,18 +224,46 @@ StatusOr<std::unique_ptr<atoll_learner>> Open(const atoll_learner_options& o, co
   po.strategy = atl::diloco::ParsePlanStrategy(o.plan, &ok);
   auto l = std::make_unique<atoll_learner>();
   ATOLL_ASSIGN_OR_RETURN(l->plan, atl::diloco::MakeFragmentPlan(specs, po));
-  ATOLL_ASSIGN_OR_RETURN(auto co, ClientOptionsOf(o));
+  ATOLL_ASSIGN_OR_RETURN(auto co, ClientOptionsOf(o, settings));
+  l->run_id = o.run_id;
+  if (const std::string dir = atl::capi::Str(settings.state_dir); !dir.empty()) {
+    bool rejoin = o.rejoin != 0;
+    ATOLL_RETURN_IF_ERROR(atl::capi::OpenState(*l, dir, l->plan.num_fragments(), o.learner_id, rejoin));
+    o.rejoin = rejoin ? 1 : 0;
+  }
   ATOLL_ASSIGN_OR_RETURN(l->client, atl::transport::GrpcSyncerClient::Connect(co));
   l->mode = *atl::diloco::ParseMode(o.mode);
   l->H = o.H;
-  l->agent = std::make_unique<atl::learner::LearnerAgent>(AgentOptionsOf(o, l->mode), l->plan, std::move(views),
-                                                          *l->client, atl::RealClock::Default());
+  l->agent = std::make_unique<atl::learner::LearnerAgent>(AgentOptionsOf(o, settings, l->mode, n), l->plan,
+                                                          std::move(views), *l->client, atl::RealClock::Default());
   if (Status st = l->agent->Start(); !st.ok()) {
     if (st.message().find("model signature") == std::string::npos) return st;
     return Status(st.code(), st.message() + "; this learner's tensors: " + DescribeTensors(specs) +
                                  " — the syncer must be started with a model of these names, shapes and order");
   }
+  if (l->agent->counters().joined) atl::capi::WriteState(*l);
   return l;
+}
+
+// The after-step rule of the C API: this step's sends, then the merges that are due (at the
+// barrier in diloco mode), then the progress the heartbeats report. Returns the merges applied.
+int AfterStep(atoll_learner& l, int64_t tokens, double loss) {
+  l.agent->OnStep(l.step, tokens);
+  ++l.step;
+  l.tokens += tokens;
+  l.loss = loss;
+  int n = 0;
+  if (l.mode == atl::diloco::Mode::kDiloco && l.step % l.H == 0) {
+    n = l.agent->WaitForAllFragments(l.step, 600.0);  // the synchronous barrier
+  } else {
+    n = l.agent->ApplyReady(l.step);
+  }
+  atl::learner::Progress p;
+  p.step = l.step;
+  p.tokens = l.tokens;
+  p.loss = loss;
+  l.agent->SetProgress(p);
+  return n;
 }
 
 }  // namespace
@@ -204,11 +285,31 @@ void atoll_learner_options_init(atoll_learner_options* o) {
   o->join_timeout_s = 20.0;
 }
 
-atoll_status atoll_learner_open(const atoll_learner_options* options, const atoll_param* params, size_t num_params,
-                                atoll_learner** out) {
+int atoll_c_api_version(void) { return ATOLL_C_API_VERSION; }
+
+void atoll_learner_settings_init(atoll_learner_settings* s) {
+  if (s == nullptr) return;
+  const atl::transport::ClientOptions co;
+  const atl::learner::AgentOptions ao;
+  *s = atoll_learner_settings{};
+  s->struct_size = sizeof(atoll_learner_settings);
+  s->call_timeout_s = co.call_timeout_s;
+  s->push_timeout_s = co.push_timeout_s;
+  s->min_link_mbps = co.min_link_mbps;
+  s->heartbeat_s = ao.heartbeat_s;
+  s->backoff_initial_s = ao.backoff_initial_s;
+  s->backoff_max_s = ao.backoff_max_s;
+}
+
+atoll_status atoll_learner_open_ex(const atoll_learner_options* options, const atoll_learner_settings* settings,
+                                   const atoll_param* params, size_t num_params, atoll_learner** out) {
   if (options == nullptr || out == nullptr) return Report(atl::InvalidArgumentError("options and out must not be NULL"));
+  if (settings != nullptr && settings->struct_size < sizeof(size_t)) {
+    return Report(atl::InvalidArgumentError("settings.struct_size is " + std::to_string(settings->struct_size) +
+                                            " (atoll_learner_settings_init sets it)"));
+  }
   try {
-    auto l = Open(*options, params, num_params);
+    auto l = Open(*options, atl::capi::SettingsOf(settings), params, num_params);
     if (!l.ok()) return Report(l.status());
     *out = l->release();
     return Report(Status::Ok());
@@ -217,26 +318,22 @@ atoll_status atoll_learner_open(const atoll_learner_options* options, const atol
   }
 }
 
+atoll_status atoll_learner_open(const atoll_learner_options* options, const atoll_param* params, size_t num_params,
+                                atoll_learner** out) {
+  return atoll_learner_open_ex(options, nullptr, params, num_params, out);
+}
+
 atoll_status atoll_learner_step(atoll_learner* l, int64_t tokens, double loss, int* applied) {
   if (l == nullptr) return Report(atl::InvalidArgumentError("learner is NULL"));
   if (tokens < 1) return Report(atl::InvalidArgumentError("tokens " + std::to_string(tokens) + " (must be ≥ 1)"));
   if (!std::isfinite(loss)) return Report(atl::InvalidArgumentError("loss is not finite"));
-  if (Status fatal = l->agent->fatal_error(); !fatal.ok()) return Report(fatal);
-  l->agent->OnStep(l->step, tokens);
-  ++l->step;
-  l->tokens += tokens;
-  l->loss = loss;
-  int n = 0;
-  if (l->mode == atl::diloco::Mode::kDiloco && l->step % l->H == 0) {
-    n = l->agent->WaitForAllFragments(l->step, 600.0);  // the synchronous barrier
-  } else {
-    n = l->agent->ApplyReady(l->step);
+  if (const auto pending = l->agent->PendingSends(); !pending.empty()) {
+    return Report(atl::InvalidArgumentError("fragment " + std::to_string(pending.front()) +
+                                            " still waits for its staged values (atoll_learner_send)"));
   }
-  atl::learner::Progress p;
-  p.step = l->step;
-  p.tokens = l->tokens;
-  p.loss = loss;
-  l->agent->SetProgress(p);
+  if (Status fatal = l->agent->fatal_error(); !fatal.ok()) return Report(fatal);
+  const int n = AfterStep(*l, tokens, loss);
+  if (atl::capi::StateDue(*l)) atl::capi::WriteState(*l);
   if (applied != nullptr) *applied = n;
   return Report(Status::Ok());
 }
@@ -266,6 +363,7 @@ atoll_status atoll_learner_close(atoll_learner* l, double flush_timeout_s) {
   if (l == nullptr) return Report(Status::Ok());
   std::unique_ptr<atoll_learner> owned(l);
   if (!(flush_timeout_s >= 0)) flush_timeout_s = 0;
+  l->agent->UnstageAll();  // the caller refreshed the staged buffers: the flush reads them
   if (flush_timeout_s > 0 && !l->agent->finish_requested()) l->agent->FlushAll(l->step, flush_timeout_s);
   atl::learner::Progress done;
   done.step = l->step;
@@ -273,9 +371,11 @@ atoll_status atoll_learner_close(atoll_learner* l, double flush_timeout_s) {
   done.loss = l->loss;
   done.state = atl::syncer::LearnerState::kDone;
   l->agent->SetProgress(done);
-  return Report(l->agent->Leave());
+  const Status left = l->agent->Leave();
+  if (!l->state_dir.empty()) atl::capi::WriteState(*l);
+  return Report(left);
 }
 
-const char* atoll_last_error(void) { return last_error.c_str(); }
+const char* atoll_last_error(void) { return atl::capi::LastError(); }
 
 }  // extern "C"

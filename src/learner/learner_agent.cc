@@ -41,7 +41,14 @@ LearnerAgent::LearnerAgent(AgentOptions options, diloco::FragmentPlan plan,
   lattice_.resize(P);
   have_.assign(P, -1);
   loaded_.assign(P, false);
+  held_.assign(P, HeldCopy{});
   counters_.learner_id = options_.learner_id;
+  ATOLL_CHECK(options_.staged.empty() || options_.staged.size() == tensors_.size());
+  staged_ = options_.staged;
+  staged_numel_.assign(P, 0);
+  for (const auto& f : plan_.fragments) {
+    for (const auto& s : f.slices) staged_numel_[static_cast<size_t>(f.index)] += Staged(s.tensor) ? s.count : 0;
+  }
 }
 
 LearnerAgent::~LearnerAgent() { Stop(); }
@@ -170,6 +177,7 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
     c_tokens_[p] += tokens;
   }
   const std::vector<int> send = options_.schedule.FragmentsAt(step);
+  sent_at_last_step_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   const TimePoint now = clock_.Now();
   if (last_step_at_ != TimePoint{}) {
@@ -188,8 +196,15 @@ void LearnerAgent::OnStep(int64_t step, int64_t tokens) {
       counters_.pushes_deferred += 1;
       continue;
     }
-    QueuePushLocked(p, step);
+    sent_at_last_step_.push_back(p);
+    if (staged_numel_[static_cast<size_t>(p)] == 0) {
+      QueuePushLocked(p, step);
+      continue;
+    }
+    ParkPushLocked(p, step);  // its staged values were provided, or come with Send
+    if (auto it = provided_.find(p); it != provided_.end()) CompletePushLocked(p, it->second);
   }
+  provided_.clear();
   cv_.notify_all();
 }
 
@@ -202,7 +217,7 @@ double LearnerAgent::PollWaitLocked(TimePoint now) const {
 
 bool LearnerAgent::PushOutstandingLocked(int p) const {
   if (!options_.keep_progress) return false;  // overwrite on receipt: nothing is kept to resend
-  if (awaiting_.count(p) > 0 || pushing_.count(p) > 0) return true;
+  if (awaiting_.count(p) > 0 || pushing_.count(p) > 0 || pending_.count(p) > 0) return true;
   return std::any_of(ready_.begin(), ready_.end(), [p](const Ready& r) { return r.fragment == p && r.own_push; });
 }
 
@@ -219,10 +234,12 @@ void LearnerAgent::QueuePushLocked(int p, int64_t step, bool final_sync) {
   if (options_.keep_progress) sent_[p] = {job.local, job.c_tokens, job.c_steps};
   // A newer snapshot of the same fragment supersedes one still waiting to be sent.
   std::erase_if(push_queue_, [p](const PushJob& j) { return j.fragment == p; });
+  pending_.erase(p);
   push_queue_.push_back(std::move(job));
 }
 
 int LearnerAgent::ApplyReady(int64_t next_step) {
+  receipts_.clear();
   std::vector<Ready> due;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -241,28 +258,6 @@ int LearnerAgent::ApplyReady(int64_t next_step) {
     counters_.fragments_applied += static_cast<int64_t>(due.size());
   }
   return static_cast<int>(due.size());
-}
-
-void LearnerAgent::ApplyOne(const Ready& r) {
-  const size_t pi = static_cast<size_t>(r.fragment);
-  const diloco::Fragment& fragment = plan_.fragments[pi];
-  auto sent = sent_.find(r.fragment);
-  if (!r.own_push || sent == sent_.end() || sent->second.local.size() != r.values.size()) {
-    exchange::ScatterFragment(fragment, r.values, tensors_, options_.alpha);
-    c_steps_[pi] = 0;
-    c_tokens_[pi] = 0;
-    sent_.erase(r.fragment);
-    return;
-  }
-  // Keep the progress made since the send: Θ_p + (θ_now − θ_sent).
-  std::vector<float> target(r.values.size());
-  exchange::GatherFragment(fragment, tensors_, target);
-  const std::vector<float>& at_send = sent->second.local;
-  for (size_t i = 0; i < target.size(); ++i) target[i] = r.values[i] + (target[i] - at_send[i]);
-  exchange::ScatterFragment(fragment, target, tensors_, options_.alpha);
-  c_steps_[pi] = std::max<int64_t>(0, c_steps_[pi] - sent->second.c_steps);
-  c_tokens_[pi] = std::max<int64_t>(0, c_tokens_[pi] - sent->second.c_tokens);
-  sent_.erase(sent);
 }
 
 int LearnerAgent::WaitForAllFragments(int64_t next_step, double timeout_s) {
@@ -328,121 +323,6 @@ Status LearnerAgent::JoinAndCatchUp() {
   need_rejoin_ = false;
   cv_.notify_all();
   return Status::Ok();
-}
-
-namespace {
-
-// A learner's state file of one fragment: magic "ATOLLST1", then the header below, then Φ (fp32)
-// and the lattice exponents. The checksum covers the values; the syncer checks them again.
-constexpr char kStateMagic[8] = {'A', 'T', 'O', 'L', 'L', 'S', 'T', '1'};
-struct StateHeader {
-  char magic[8];
-  int64_t version;
-  int64_t numel;
-  int32_t block;
-  uint32_t blocks;
-  uint64_t values_checksum;
-};
-static_assert(sizeof(StateHeader) == 40, "the learner state header is pinned at 40 bytes");
-
-std::string StatePath(const std::string& dir, int p) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "/fragment-%03d.bin", p);
-  return dir + name;
-}
-
-}  // namespace
-
-void LearnerAgent::LoadState() {
-  if (options_.state_dir.empty()) return;
-  int64_t loaded = 0;
-  for (int p = 0; p < plan_.num_fragments(); ++p) {
-    if (!Mine(p)) continue;
-    auto bytes = ReadFile(StatePath(options_.state_dir, p));
-    if (!bytes.ok() || bytes->size() < sizeof(StateHeader)) continue;
-    StateHeader h{};
-    std::memcpy(&h, bytes->data(), sizeof(h));
-    const size_t n = static_cast<size_t>(plan_.fragments[static_cast<size_t>(p)].numel);
-    if (std::memcmp(h.magic, kStateMagic, 8) != 0 || h.numel != static_cast<int64_t>(n) || h.version < 0 ||
-        bytes->size() != sizeof(h) + n * sizeof(float) + h.blocks) {
-      continue;  // damaged or another model's: this fragment is fetched as usual
-    }
-    std::vector<float> values(n);
-    std::memcpy(values.data(), bytes->data() + sizeof(h), n * sizeof(float));
-    exchange::Lattice lattice;
-    lattice.block = h.block;
-    lattice.numel = n;
-    lattice.exp.resize(h.blocks);
-    std::memcpy(lattice.exp.data(), bytes->data() + sizeof(h) + n * sizeof(float), h.blocks);
-    if (exchange::ValuesChecksum(values) != h.values_checksum || h.block < 8 ||
-        lattice.exp.size() != (n + static_cast<size_t>(h.block) - 1) / static_cast<size_t>(h.block)) {
-      continue;
-    }
-    const size_t pi = static_cast<size_t>(p);
-    public_[pi] = std::move(values);
-    lattice_[pi] = std::move(lattice);
-    have_[pi] = h.version;
-    loaded_[pi] = true;
-    ++loaded;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  counters_.state_loaded = loaded;
-}
-
-void LearnerAgent::SaveState(int p) {
-  if (options_.state_dir.empty()) return;
-  const size_t pi = static_cast<size_t>(p);
-  const std::vector<float>& values = public_[pi];
-  StateHeader h{};
-  std::memcpy(h.magic, kStateMagic, 8);
-  h.version = have_[pi];
-  h.numel = static_cast<int64_t>(values.size());
-  h.block = lattice_[pi].block;
-  h.blocks = static_cast<uint32_t>(lattice_[pi].exp.size());
-  h.values_checksum = exchange::ValuesChecksum(values);
-  std::vector<std::byte> buf(sizeof(h) + values.size() * sizeof(float) + h.blocks);
-  std::memcpy(buf.data(), &h, sizeof(h));
-  std::memcpy(buf.data() + sizeof(h), values.data(), values.size() * sizeof(float));
-  std::memcpy(buf.data() + sizeof(h) + values.size() * sizeof(float), lattice_[pi].exp.data(), h.blocks);
-  // No fsync: the state is a cache that the syncer verifies (checksums) when the learner rejoins.
-  Status st = MakeDirs(options_.state_dir);
-  if (st.ok()) st = WriteFileAtomic(StatePath(options_.state_dir, p), buf, Durability::kNoSync);
-  if (!st.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    counters_.state_errors += 1;
-  }
-}
-
-void LearnerAgent::AdoptHeld(const syncer::JoinReplyData& reply) {
-  const size_t P = public_.size();
-  const bool said = reply.fragment_held.size() == P;
-  for (size_t p = 0; p < P && options_.exchange_fragments; ++p) {
-    if (!Mine(static_cast<int>(p))) continue;
-    const int64_t held = said ? reply.fragment_held[p] : -1;
-    const bool initial = held == 0 && p < reply.fragment_initial.size() && reply.fragment_initial[p];
-    if (initial && !initial_.empty() && !loaded_[p]) {
-      // The run's initial values: snapped to their lattice they are the public copy at version 0.
-      auto lattice = exchange::MakeLattice(initial_[p], reply.downlink.block_size);
-      if (!lattice.ok()) {
-        have_[p] = -1;
-        continue;
-      }
-      exchange::SnapToLattice(*lattice, initial_[p]);
-      public_[p] = std::move(initial_[p]);
-      lattice_[p] = std::move(*lattice);
-      have_[p] = 0;
-    } else if (held >= 0 && have_[p] >= 0 && lattice_[p].numel == public_[p].size()) {
-      have_[p] = held;  // the copy it holds, as the syncer knows it (a rejoin, or a restarted syncer)
-      if (loaded_[p]) {  // a restarted process: its model starts from that copy (a pull may replace it)
-        std::lock_guard<std::mutex> lock(mu_);
-        ready_.push_back({static_cast<int>(p), held, 0, false, public_[p]});
-      }
-    } else {
-      have_[p] = -1;  // unknown to the syncer, or no lattice to apply deltas on: a full fetch
-    }
-    loaded_[p] = false;
-  }
-  initial_.clear();
 }
 
 Status LearnerAgent::CheckPlan(const syncer::JoinReplyData& reply) const {

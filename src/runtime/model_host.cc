@@ -93,7 +93,18 @@ Status ModelHost::WriteModel(const std::string& path, const diloco::FragmentPlan
   for (auto& list : pieces) {
     std::sort(list.begin(), list.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
   }
-  return model::WriteModelSpec(path, tensors_, metadata, [&](size_t t, int64_t begin, std::span<float> out) {
+  // The spec's own metadata (a model's configuration, say) goes with it, so the global model loads
+  // back the way the spec does; atoll's keys are atoll's, and `metadata` wins.
+  nlohmann::json meta = nlohmann::json::object();
+  if (spec_ && spec_->metadata.is_object()) {
+    for (const auto& [key, value] : spec_->metadata.items()) {
+      if (key.rfind("atoll.", 0) != 0) meta[key] = value;
+    }
+  }
+  if (metadata.is_object()) {
+    for (const auto& [key, value] : metadata.items()) meta[key] = value;
+  }
+  return model::WriteModelSpec(path, tensors_, meta, [&](size_t t, int64_t begin, std::span<float> out) {
     const int64_t end = begin + static_cast<int64_t>(out.size());
     for (const Piece& piece : pieces[t]) {
       const int64_t lo = std::max(begin, piece.offset), hi = std::min(end, piece.offset + piece.count);

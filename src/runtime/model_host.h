@@ -50,7 +50,7 @@ class ModelHost {
   const std::string& no_evaluation() const { return no_evaluation_; }
 
   // Writes Θ (`theta(p)`: fragment p in plan layout) as a safetensors file of tensors(), with
-  // `metadata`, streaming (atomic).
+  // `metadata` and the spec's own metadata (keys not starting with "atoll."), streaming (atomic).
   Status WriteModel(const std::string& path, const diloco::FragmentPlan& plan,
                     const std::function<std::span<const float>(int)>& theta, const nlohmann::json& metadata) const;
 

@@ -1,7 +1,7 @@
 // Closing a round of fragment p: one tiled pass over the fragment on the core's pool that decodes
 // the pushes, merges them, takes the outer step and advances the public copy Φ_p in place, the old
 // values of every tile saved first into the core's scratch buffers; numeric safety then commits
-// the round or refuses it (the old values are put back: nothing changed). docs/decisions/017.
+// the round or refuses it (the old values are put back: nothing changed). docs/decisions/018.
 #include <algorithm>
 #include <cmath>
 #include <map>

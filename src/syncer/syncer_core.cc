@@ -371,7 +371,7 @@ StatusOr<SyncerCore::Contribution> SyncerCore::MakeContribution(const PushHeader
   c.arrived = now;
   c.delta_norm = std::sqrt(prepared.sum_squares);
   // The learner's own progress Δ̂ against the fragment's size (the exact outer gradient's norm is
-  // checked again when the round closes: decisions/017).
+  // checked again when the round closes: decisions/018).
   ATOLL_RETURN_IF_ERROR(CheckOuterGradientBound(c.delta_norm, f.theta_norm, options_.max_gradient_ratio));
   c.raw = std::move(prepared.raw);
   return c;

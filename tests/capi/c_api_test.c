@@ -2,7 +2,7 @@
  * gradient of ½‖w − 1‖²) against a real syncer over gRPC on 127.0.0.1; every bad argument returns
  * an error code and a message, and a model that differs from the syncer's is refused at join.
  * Exit code 0 on success; the first failed check prints file:line and fails the test. */
-#define _POSIX_C_SOURCE 199309L /* nanosleep */
+#define _POSIX_C_SOURCE 200809L /* nanosleep, mkdtemp */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,6 +185,199 @@ static void check_syncer_gone(toy_syncer* s, const char* target) {
   CHECK(strlen(atoll_last_error()) > 0);
 }
 
+static void check_id_held(atoll_learner* l, const char* target);
+
+/* Version 2: settings are checked; the plan's slices cover every parameter once; lists refuse a
+ * small capacity but say the count. */
+static void check_settings_and_plan(const char* target) {
+  CHECK(atoll_c_api_version() == ATOLL_C_API_VERSION);
+  toy_model m;
+  toy_init(&m, 0.0f);
+  atoll_learner* l = NULL;
+  atoll_learner_options o = toy_options(target);
+  atoll_learner_settings s;
+  atoll_learner_settings_init(&s);
+  CHECK(s.struct_size == sizeof(s) && s.push_timeout_s == 60 && s.min_link_mbps == 10 && s.state_dir == NULL);
+  s.push_timeout_s = 0;
+  CHECK(atoll_learner_open_ex(&o, &s, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT && l == NULL);
+  CHECK(strstr(atoll_last_error(), "push_timeout_s") != NULL);
+  atoll_learner_settings_init(&s);
+  s.min_link_mbps = -1;
+  CHECK(atoll_learner_open_ex(&o, &s, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "min_link_mbps") != NULL);
+  atoll_learner_settings_init(&s);
+  s.backoff_max_s = 0.1;
+  CHECK(atoll_learner_open_ex(&o, &s, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  const int bad_flags[kTensors] = {0, 2, 0, 0};
+  atoll_learner_settings_init(&s);
+  s.staged = bad_flags;
+  CHECK(atoll_learner_open_ex(&o, &s, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "layers.0.w") != NULL);
+  s.struct_size = 2;
+  CHECK(atoll_learner_open_ex(&o, &s, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  o.alpha = 1.0; /* alpha 1 would never take a merge in */
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  o = toy_options(target);
+  CHECK(atoll_learner_open(&o, m.params, kTensors, &l) == ATOLL_OK);
+  CHECK(atoll_learner_num_fragments(l) == 4 && atoll_learner_num_fragments(NULL) == 0);
+  int64_t covered[kTensors] = {0, 0, 0, 0}, total = 0;
+  for (int p = 0; p < 4; ++p) {
+    atoll_slice slices[8];
+    size_t n = 0;
+    CHECK(atoll_learner_fragment_slices(l, p, slices, 8, &n) == ATOLL_OK && n >= 1);
+    for (size_t i = 0; i < n; ++i) {
+      CHECK(slices[i].param >= 0 && slices[i].param < kTensors && slices[i].count > 0);
+      covered[slices[i].param] += slices[i].count;
+      total += slices[i].count;
+    }
+    CHECK(atoll_learner_staged_count(l, p) == 0);
+  }
+  CHECK(total == 200 && covered[0] == 64 && covered[3] == 8);
+  atoll_slice one;
+  size_t n = 0;
+  CHECK(atoll_learner_fragment_slices(l, 4, &one, 1, &n) == ATOLL_INVALID_ARGUMENT);
+  CHECK(atoll_learner_fragment_slices(l, 0, &one, 0, &n) == ATOLL_INVALID_ARGUMENT && n >= 1);
+  CHECK(strstr(atoll_last_error(), "capacity") != NULL);
+  CHECK(atoll_learner_staged_count(l, 9) == -1);
+  check_id_held(l, target);
+  CHECK(atoll_learner_close(l, 0) == ATOLL_OK);
+}
+
+/* The id a live learner holds is refused to a second one: a distinct status. */
+static void check_id_held(atoll_learner* l, const char* target) {
+  atoll_learner_counters k;
+  CHECK(atoll_learner_counters_get(l, &k) == ATOLL_OK && k.learner_id >= 0);
+  atoll_learner_options o2 = toy_options(target);
+  o2.learner_id = k.learner_id;
+  atoll_learner* l2 = NULL;
+  toy_model m2;
+  toy_init(&m2, 0.0f);
+  CHECK(atoll_learner_open(&o2, m2.params, kTensors, &l2) == ATOLL_ALREADY_EXISTS && l2 == NULL);
+  CHECK(strstr(atoll_last_error(), "held by a live learner") != NULL);
+}
+
+/* The staged values of due fragment p (its staged slices, in slice order) from `live`. */
+static void give_due(atoll_learner* l, int p, const toy_model* live, const int* staged) {
+  float values[128];
+  size_t count = 0, ns = 0;
+  atoll_slice slices[8];
+  CHECK(atoll_learner_fragment_slices(l, p, slices, 8, &ns) == ATOLL_OK);
+  for (size_t j = 0; j < ns; ++j) {
+    if (!staged[slices[j].param]) continue;
+    memcpy(values + count, live->params[slices[j].param].data + slices[j].offset, (size_t)slices[j].count * sizeof(float));
+    count += (size_t)slices[j].count;
+  }
+  CHECK((int64_t)count == atoll_learner_staged_count(l, p));
+  if (count > 0) CHECK(atoll_learner_send(l, p, values, count) == ATOLL_OK);
+}
+
+/* Applies the receipts of the last step (or the open) to `live`; returns how many were additive. */
+static int apply_receipts(atoll_learner* l, toy_model* live, const toy_model* host, const int* staged, int* applied) {
+  atoll_receipt r[8];
+  size_t nr = 0;
+  int additive = 0;
+  CHECK(atoll_learner_receipts(l, r, 8, &nr) == ATOLL_OK);
+  for (size_t i = 0; i < nr; ++i) {
+    atoll_slice slices[8];
+    size_t ns = 0;
+    CHECK(atoll_learner_fragment_slices(l, r[i].fragment, slices, 8, &ns) == ATOLL_OK);
+    for (size_t j = 0; j < ns; ++j) {
+      if (!staged[slices[j].param]) continue;
+      float* dst = live->params[slices[j].param].data + slices[j].offset;
+      const float* src = host->params[slices[j].param].data + slices[j].offset;
+      for (int64_t e = 0; e < slices[j].count; ++e) dst[e] = r[i].kind == ATOLL_RECEIPT_ADD ? dst[e] + src[e] : src[e];
+    }
+    additive += r[i].kind == ATOLL_RECEIPT_ADD;
+  }
+  *applied += (int)nr;
+  return additive;
+}
+
+/* Staged buffers: the caller keeps its live values apart (as a GPU learner would), gives the due
+ * fragments' staged values before each step and applies the receipts after it. */
+static void check_staged(toy_syncer* s, const char* target) {
+  toy_model live, host;
+  toy_init(&live, -3.0f);
+  toy_init(&host, -3.0f);
+  const int staged[kTensors] = {0, 1, 1, 0}; /* layers.*.w staged, the others shared (host == live) */
+  atoll_param params[kTensors];
+  for (int t = 0; t < kTensors; ++t) params[t] = staged[t] ? host.params[t] : live.params[t];
+  atoll_learner_settings set;
+  atoll_learner_settings_init(&set);
+  set.staged = staged;
+  atoll_learner_options o = toy_options(target);
+  atoll_learner* l = NULL;
+  CHECK(atoll_learner_open_ex(&o, &set, params, kTensors, &l) == ATOLL_OK);
+  int64_t staged_total = 0;
+  for (int p = 0; p < 4; ++p) staged_total += atoll_learner_staged_count(l, p);
+  CHECK(staged_total == 128);
+  int applied_total = 0, additive = apply_receipts(l, &live, &host, staged, &applied_total);  /* the join */
+  for (int step = 0; step < 2000 && (step < 40 || additive == 0); ++step) {
+    toy_step(&live);
+    int due[4];
+    size_t n = 0;
+    CHECK(atoll_learner_due(l, due, 4, &n) == ATOLL_OK && n <= 1);
+    for (size_t i = 0; i < n; ++i) give_due(l, due[i], &live, staged);
+    const struct timespec compute = {0, 10 * 1000 * 1000};
+    nanosleep(&compute, NULL);
+    CHECK(atoll_learner_step(l, 128, 1.0, NULL) == ATOLL_OK);
+    size_t np = 9;
+    CHECK(atoll_learner_pending(l, NULL, 0, &np) == ATOLL_OK && np == 0); /* all given before the step */
+    additive += apply_receipts(l, &live, &host, staged, &applied_total);
+  }
+  CHECK(live.w0[0] != -3.0f && live.w1[63] != -3.0f); /* the join's model reached the live values */
+  CHECK(applied_total > 0 && additive > 0);
+  CHECK(atoll_learner_send(l, 0, NULL, 5) == ATOLL_INVALID_ARGUMENT);
+  memcpy(host.w0, live.w0, sizeof(live.w0)); /* close reads the live values */
+  memcpy(host.w1, live.w1, sizeof(live.w1));
+  CHECK(atoll_learner_close(l, 10.0) == ATOLL_OK);
+  printf("c_api_test: staged: %d fragments applied (%d additive), %lld rounds\n", applied_total, additive,
+         (long long)toy_syncer_rounds(s));
+}
+
+/* A state folder: a learner opened again on it is the same learner; another run's or a second
+ * live process's use of it is refused. */
+static void check_state(const char* target) {
+  char dir[] = "/tmp/atoll_c_state_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  toy_model m;
+  toy_init(&m, 0.0f);
+  atoll_learner_settings set;
+  atoll_learner_settings_init(&set);
+  set.state_dir = dir;
+  atoll_learner_options o = toy_options(target);
+  atoll_learner* l = NULL;
+  CHECK(atoll_learner_open_ex(&o, &set, m.params, kTensors, &l) == ATOLL_OK);
+  for (int step = 0; step < 12; ++step) CHECK(atoll_learner_step(l, 128, toy_step(&m), NULL) == ATOLL_OK);
+  atoll_learner_counters k;
+  CHECK(atoll_learner_counters_get(l, &k) == ATOLL_OK && k.learner_id >= 0);
+  char json[8192];
+  size_t len = 0;
+  CHECK(atoll_learner_state_json(l, json, sizeof(json), &len) == ATOLL_OK && len == strlen(json));
+  CHECK(strstr(json, "\"learner_id\"") != NULL && strstr(json, "\"fragments\"") != NULL);
+  CHECK(atoll_learner_state_json(l, json, 4, &len) == ATOLL_INVALID_ARGUMENT && len > 4);
+  atoll_learner* again = NULL;
+  CHECK(atoll_learner_open_ex(&o, &set, m.params, kTensors, &again) == ATOLL_ALREADY_EXISTS && again == NULL);
+  CHECK(strstr(atoll_last_error(), "in use") != NULL);
+  CHECK(atoll_learner_close(l, 5.0) == ATOLL_OK);
+  /* Opened again (learner_id -1): the folder's learner, continuing its steps. */
+  CHECK(atoll_learner_open_ex(&o, &set, m.params, kTensors, &l) == ATOLL_OK);
+  atoll_learner_counters k2;
+  CHECK(atoll_learner_counters_get(l, &k2) == ATOLL_OK);
+  CHECK(k2.learner_id == k.learner_id && k2.steps == 12);
+  CHECK(atoll_learner_close(l, 0) == ATOLL_OK);
+  o.learner_id = k.learner_id + 1;
+  CHECK(atoll_learner_open_ex(&o, &set, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "learner.json") != NULL);
+  o = toy_options(target);
+  o.run_id = "another";
+  CHECK(atoll_learner_open_ex(&o, &set, m.params, kTensors, &l) == ATOLL_INVALID_ARGUMENT);
+  CHECK(strstr(atoll_last_error(), "run 'toy'") != NULL);
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}
+
 int main(void) {
   toy_syncer* s = toy_syncer_start(4, 4, 1, 0.25f, "toy-token");
   CHECK(s != NULL);
@@ -192,7 +385,10 @@ int main(void) {
   snprintf(target, sizeof(target), "127.0.0.1:%d", toy_syncer_port(s));
   check_bad_arguments(target);
   check_refused(target);
+  check_settings_and_plan(target);
   check_training(s, target);
+  check_staged(s, target);
+  check_state(target);
   check_syncer_gone(s, target);
   printf("c_api_test: ok\n");
   return 0;

@@ -82,14 +82,14 @@ class LearnerTest(unittest.TestCase):
         learner = atoll.Learner(self.syncer.target, params, **OPTS)
         self.assertTrue(all(learner.shared.values()), learner.shared)
         # The C API reads and writes the tensors' own memory...
-        self.assertEqual(learner._impl.addresses(), [params[n].data_ptr() for n, _ in SHAPES])
+        self.assertEqual(learner._core.impl.addresses(), [params[n].data_ptr() for n, _ in SHAPES])
         # ...so the join's global model is already in them (they held -3, the syncer never did).
         for t in params.values():
             self.assertFalse(torch.any(t == -3.0), t)
         applied = train(learner, params, 24)
         self.assertGreater(applied, 0)
         self.assertEqual({n: t.data_ptr() for n, t in params.items()}, ptrs)
-        self.assertEqual(learner._impl.addresses(), list(ptrs.values()))
+        self.assertEqual(learner._core.impl.addresses(), list(ptrs.values()))
         k = learner.counters()
         self.assertGreater(k["pushes"], 0)
         self.assertGreaterEqual(k["steps"], 24)
@@ -100,7 +100,7 @@ class LearnerTest(unittest.TestCase):
     def test_numpy_buffers_are_shared(self):
         params = numpy_params(-3.0)
         with atoll.Learner(self.syncer.target, params, **OPTS) as learner:
-            self.assertEqual(learner._impl.addresses(), [params[n].ctypes.data for n, _ in SHAPES])
+            self.assertEqual(learner._core.impl.addresses(), [params[n].ctypes.data for n, _ in SHAPES])
             self.assertFalse(np.any(params["layers.1.w"] == -3.0))
             self.assertGreater(train(learner, params, 16), 0)
 
@@ -157,6 +157,32 @@ class LearnerTest(unittest.TestCase):
         with self.assertRaises(atoll.RefusedError) as e:
             atoll.Learner(t, wrong, **OPTS)
         self.assertIn("layers.0.w [4,16]", str(e.exception))
+
+    def test_refusals_settings_and_state(self):
+        t = self.syncer.target
+        with atoll.Learner(t, numpy_params(0), learner_id=3, **OPTS) as first:
+            # The id a live learner holds: refused, distinctly.
+            with self.assertRaises(atoll.RefusedError) as e:
+                atoll.Learner(t, numpy_params(0), learner_id=3, **OPTS)
+            self.assertEqual(e.exception.code, "ALREADY_EXISTS")
+            self.assertIn("held by a live learner", str(e.exception))
+            state = first.state_dict()
+            self.assertEqual(state["learner_id"], 3)
+            self.assertEqual(len(state["fragments"]), 4)
+            self.assertEqual(state["fragments_count"], 4)
+            self.assertEqual(sum(c for f in first.plan for _, _, c in f), 64 + 64 + 64 + 8)
+            self.assertEqual(sorted({n for f in first.plan for n, _, _ in f}), sorted(n for n, _ in SHAPES))
+        with self.assertRaises(atoll.AccessRefusedError) as e:
+            atoll.Learner(t, numpy_params(0), **dict(OPTS, token="wrong"))
+        self.assertIsInstance(e.exception, PermissionError)
+        self.assertIsInstance(e.exception, atoll.RefusedError)
+        for key, value in (("push_timeout_s", 0.0), ("call_timeout_s", -1.0), ("min_link_mbps", -5.0),
+                           ("heartbeat_s", 0.0), ("backoff_max_s", 0.01)):
+            with self.subTest(setting=key):
+                with self.assertRaisesRegex(ValueError, key):
+                    atoll.Learner(t, numpy_params(0), **dict(OPTS, **{key: value}))
+        with self.assertRaisesRegex(ValueError, "alpha"):
+            atoll.Learner(t, numpy_params(0), **dict(OPTS, alpha=1.0))
 
     def test_syncer_gone_raises_connection_error(self):
         own = ToySyncer()

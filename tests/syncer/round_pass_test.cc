@@ -1,4 +1,4 @@
-// The syncer's tiled round (docs/decisions/017) against the math it fuses, done step by step on
+// The syncer's tiled round (docs/decisions/018) against the math it fuses, done step by step on
 // whole vectors: decode every push, take its outer gradient, MergeFragment, the outer step, the
 // public copy's lattice step. The bits must be the same, at any number of threads.
 #include <gtest/gtest.h>

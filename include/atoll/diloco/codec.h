@@ -94,7 +94,7 @@ Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std
               ThreadPool* pool = nullptr);
 
 // A payload read in pieces, for a receiver that keeps it encoded and decodes the part it needs when
-// it needs it (the syncer's rounds, docs/decisions/017).
+// it needs it (the syncer's rounds, docs/decisions/018).
 // InflatePayload: the quantiser's bytes of a payload of n values (the layout above) into `raw` —
 // the payload itself without compression, else inflated — checked as Decode checks it (DataLoss,
 // InvalidArgument for invalid options), and when `sum_squares` is given the decoded values' Σx²

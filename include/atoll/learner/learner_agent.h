@@ -20,8 +20,15 @@
 //   θ_p ← α·θ_p + (1 − α)·(Θ_p + θ_p − θ_p,sent)
 // and the counters keep those τ steps; without it θ_p ← α·θ_p + (1 − α)·Θ_p and they reset.
 //
-// Thread-safety: OnStep/ApplyReady/WaitForAllFragments/Progress are called from the training
-// thread only; the parameter spans are touched only on that thread. Everything else is internal.
+// Staged tensors (AgentOptions::staged): buffers the caller keeps as host copies of parameters
+// that live elsewhere (a GPU, another dtype). The agent does not read them at each send: it parks
+// the send until the caller brings the fragment's staged values (Send), so the caller copies only
+// the fragments that move, when it has them; and a receipt writes into them what the caller must
+// do to its live values (Receipt) instead of values the caller would have to copy back whole.
+//
+// Thread-safety: OnStep/ApplyReady/WaitForAllFragments/Progress/Send/UnstageAll and the receipt
+// accessors are called from the training thread only (one thread at a time); the parameter spans
+// are touched only on that thread. Everything else is internal.
 #pragma once
 
 #include <atomic>
@@ -67,6 +74,12 @@ struct AgentOptions {
   // checksums at its join, and catches up with deltas from the versions it held instead of full
   // fetches; its model starts from those copies (docs/failure-semantics.md).
   std::string state_dir;
+  // Tensors whose buffers the caller stages (the C API's staged buffers: host copies of GPU or
+  // low-precision parameters), by plan tensor index; empty: none. The agent reads a staged buffer
+  // only in Start (the initial values) and FlushAll (the caller refreshes it first, UnstageAll).
+  // A scheduled send of a fragment with staged slices waits (PendingSends) until Send brings
+  // their values, and a receipt writes into them what the caller must do (Receipt).
+  std::vector<bool> staged;
   // A sharded syncer (docs/decisions/011): this agent talks to shard `shard.index` of
   // `shard.count` and exchanges only the fragments that shard owns (p mod count = index); a
   // learner runs one agent per shard. The join is refused (FailedPrecondition, fatal) when the
@@ -123,6 +136,39 @@ class LearnerAgent {
   // so no round waits for it), then stops the threads. Returns the Leave call's status.
   Status Leave();
 
+  // What ApplyReady (or WaitForAllFragments, or Start) last wrote, fragment by fragment in
+  // order. Shared slices hold the final values, as always. A staged slice holds what the caller
+  // must do to its live values: `additive` (the merge of this learner's own push, the progress
+  // since the send kept) — add Δ = (1−α)(Θ_p − θ_sent); otherwise θ ← α·θ + (1−α)·Θ_p (a copy
+  // when α = 0). Training thread.
+  struct Receipt {
+    int fragment;
+    bool additive;
+  };
+  const std::vector<Receipt>& receipts() const { return receipts_; }
+  // The fragments the last OnStep scheduled for sending (pushed, or pending their staged values).
+  const std::vector<int>& sent_at_last_step() const { return sent_at_last_step_; }
+  // The fragments OnStep(step) would schedule now. A join or rejoin in between may change that;
+  // a scheduled fragment whose staged values were not provided is then parked (PendingSends).
+  std::vector<int> DueAt(int64_t step) const;
+  // Scheduled sends waiting for Send, ascending.
+  std::vector<int> PendingSends() const;
+  // The staged values of a fragment (its staged slices concatenated in slice order): of a pending
+  // one, as they were after the step that scheduled it (completes the snapshot, queues the push);
+  // of one in DueAt(next_step), as they are before OnStep(next_step), which then sends it at once.
+  // InvalidArgument (nothing changes) for any other fragment or a count other than staged_numel(p).
+  Status Send(int fragment, std::span<const float> staged_values, int64_t next_step);
+  int64_t staged_numel(int fragment) const { return staged_numel_[static_cast<size_t>(fragment)]; }
+  // The caller wrote every staged tensor's live values into its buffer: from now on they are
+  // shared (the end of training: FlushAll reads them, receipts land as final values).
+  void UnstageAll();
+  // The public copy held of each fragment (version -1: none yet), for a learner's state file.
+  struct HeldCopy {
+    int64_t version = -1;
+    uint64_t checksum = 0;
+  };
+  std::vector<HeldCopy> HeldCopies() const;
+
   bool finish_requested() const { return finish_.load(); }
   Status fatal_error() const;
   AgentCounters counters() const;
@@ -156,6 +202,16 @@ class LearnerAgent {
   };
   // Writes a received fragment into the parameters (training thread).
   void ApplyOne(const Ready& r);
+  // Writes merged values into fragment f's slices: shared slices take their final values (kept
+  // progress θ − θ_sent when `at_send` is given, mixed by α); staged slices the Receipt.
+  void WriteReceipt(const diloco::Fragment& f, std::span<const float> merged, const std::vector<float>* at_send);
+  bool Staged(int tensor) const { return !staged_.empty() && staged_[static_cast<size_t>(tensor)]; }
+  // The fragment's snapshot of shared slices (staged positions left 0), parked until Send (mu_ held).
+  void ParkPushLocked(int p, int64_t step);
+  // Fills a parked snapshot's staged positions and queues its push (mu_ held).
+  void CompletePushLocked(int p, std::span<const float> staged_values);
+  // The held copy of p as the exchange thread now has it (exchange thread).
+  void NoteHeld(int p, uint64_t checksum);
 
   // Snapshots fragment p (training thread, mu_ held) and queues it for the exchange thread.
   void QueuePushLocked(int p, int64_t step, bool final_sync = false);
@@ -220,10 +276,17 @@ class LearnerAgent {
   // Training-thread state.
   std::vector<int64_t> c_tokens_, c_steps_;
   std::map<int, Sent> sent_;
+  std::vector<bool> staged_;              // AgentOptions::staged until UnstageAll
+  std::vector<int64_t> staged_numel_;     // per fragment: its values in staged slices
+  std::vector<Receipt> receipts_;
+  std::vector<int> sent_at_last_step_;
+  std::map<int, std::vector<float>> provided_;  // staged values given before OnStep
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<PushJob> push_queue_;          // guarded by mu_
+  std::map<int, PushJob> pending_;          // sends waiting for their staged values; guarded by mu_
+  std::vector<HeldCopy> held_;              // guarded by mu_
   int pushes_in_flight_ = 0;                // popped, not yet answered; guarded by mu_
   std::set<int> pushing_;                   // fragments of those pushes; guarded by mu_
   std::deque<Ready> ready_;                 // guarded by mu_

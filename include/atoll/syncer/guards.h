@@ -25,7 +25,7 @@ Status CheckOuterGradientBound(double gradient_norm, double theta_norm, double m
 // max_ratio × (‖Θ_before‖ + 1) (max_ratio ≤ 0: finiteness only). FailedPrecondition says which.
 Status CheckRoundResult(std::span<const float> theta_before, std::span<const float> theta_after,
                         std::span<const float> momentum, const diloco::SweepState& sweep, double max_ratio);
-// What that check reads of a round, as the round's tiled pass measures it (docs/decisions/017).
+// What that check reads of a round, as the round's tiled pass measures it (docs/decisions/018).
 struct RoundNorms {
   bool theta_finite = true, momentum_finite = true, sweep_finite = true;
   double theta_before = 0;  // ‖Θ_before‖

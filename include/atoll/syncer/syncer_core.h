@@ -25,7 +25,7 @@
 //
 // Pushes of an open round are kept in the quantiser's layout (inflated, checked, with the size of
 // their decoded values); the round that closes decodes them tile by tile, in a pass over the
-// fragment on the core's pool that merges, steps Θ_p and advances Φ_p (docs/decisions/017): it
+// fragment on the core's pool that merges, steps Θ_p and advances Φ_p (docs/decisions/018): it
 // holds no decoded contribution, only a few tiles per thread.
 //
 // Thread-safety: none. The syncer's event-loop thread owns the one instance

@@ -1,6 +1,6 @@
 // UpdateRule: what a mode does with the pushes of a round, apart from everything the syncer core
 // keeps for every mode (learners, the public copy, open rounds, versions, persistence, numeric
-// safety, and the tiled pass that merges and applies a round: docs/decisions/017).
+// safety, and the tiled pass that merges and applies a round: docs/decisions/018).
 //
 //   Outer rule (decoupled, diloco): a push is an outer gradient against the learner's copy Φ; a
 //     round merges the outer gradients (RDA or token-weighted mean) and takes an outer step
