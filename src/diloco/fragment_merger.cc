@@ -82,15 +82,16 @@ void FragmentMerger::Norms(const Source& source) {
   for (size_t m = 0; m < weights_.size(); ++m) {
     if (weights_[m] > 0) parts[m].assign(segs.size(), 0.0);
   }
+  // Segment by segment (≤ kReduceChunk values: each contribution's part stays in L1 between its
+  // decoding and its use), every contribution in turn.
   auto tile = [&](size_t t) {
-    const size_t b = grid_.tile_begin(t), e = grid_.tile_end(t);
     std::vector<float>& v = FloatTile(0);
-    v.resize(grid_.tile_values());
-    for (size_t m = 0; m < weights_.size(); ++m) {
-      if (weights_[m] == 0) continue;
-      source(m, b, e, v.data());
-      for (size_t k = grid_.first_segment(t); k < grid_.first_segment(t + 1); ++k) {
-        parts[m][k] = SumSquares(v.data() + (segs[k].begin - b), segs[k].end - segs[k].begin);
+    v.resize(kReduceChunk);
+    for (size_t k = grid_.first_segment(t); k < grid_.first_segment(t + 1); ++k) {
+      for (size_t m = 0; m < weights_.size(); ++m) {
+        if (weights_[m] == 0) continue;
+        source(m, segs[k].begin, segs[k].end, v.data());
+        parts[m][k] = SumSquares(v.data(), segs[k].end - segs[k].begin);
       }
     }
   };
@@ -139,15 +140,13 @@ void FragmentMerger::Accumulate(const Source& source, size_t begin, size_t end, 
   const size_t t = begin / grid_.tile_values();
   const size_t first = grid_.first_segment(t), last = grid_.first_segment(t + 1);
   std::fill(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(end - begin), 0.0);
-  for (size_t m = 0; m < weights_.size(); ++m) {
-    bool reads = false;
-    for (size_t k = first; k < last && !reads; ++k) reads = coef_[m][segs[k].slice] != 0;
-    if (!reads) continue;
-    source(m, begin, end, v.data());
-    for (size_t k = first; k < last; ++k) {
+  for (size_t k = first; k < last; ++k) {  // segment by segment, as Norms
+    double* a = acc.data() + (segs[k].begin - begin);
+    for (size_t m = 0; m < weights_.size(); ++m) {
       const double c = coef_[m][segs[k].slice];
       if (c == 0) continue;
-      AddScaled(acc.data() + (segs[k].begin - begin), v.data() + (segs[k].begin - begin), c, segs[k].end - segs[k].begin);
+      source(m, segs[k].begin, segs[k].end, v.data());
+      AddScaled(a, v.data(), c, segs[k].end - segs[k].begin);
     }
   }
 }
@@ -162,7 +161,7 @@ void FragmentMerger::DirectionNorms(const Source& source) {
     const size_t b = grid_.tile_begin(t), e = grid_.tile_end(t);
     std::vector<float>& v = FloatTile(0);
     std::vector<double>& acc = DoubleTile();
-    v.resize(grid_.tile_values());
+    v.resize(kReduceChunk);
     acc.resize(grid_.tile_values());
     Accumulate(source, b, e, v, acc);
     for (size_t k = grid_.first_segment(t); k < grid_.first_segment(t + 1); ++k) {
@@ -194,7 +193,7 @@ void FragmentMerger::Merge(const Source& source, const Sink& sink) {
     std::vector<float>& v = FloatTile(0);
     std::vector<float>& out = FloatTile(1);
     std::vector<double>& acc = DoubleTile();
-    v.resize(grid_.tile_values());
+    v.resize(kReduceChunk);
     out.resize(grid_.tile_values());
     acc.resize(grid_.tile_values());
     if (sum_ > 0) Accumulate(source, b, e, v, acc);
