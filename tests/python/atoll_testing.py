@@ -2,10 +2,13 @@
 on 127.0.0.1 port 0: start it, wait for its port, read its learner table, stop it within a bound."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import unittest
 
 import numpy as np
 
@@ -76,3 +79,22 @@ class Syncer:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+
+
+class ProcessTestCase(unittest.TestCase):
+    """A test with a scratch folder (self.dir, prefix PREFIX) and child processes (self.procs, their
+    logs self.logs) that are killed and removed after it, whatever it did."""
+    PREFIX = "atoll_test_"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix=self.PREFIX)
+        self.procs, self.logs = [], []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in self.logs:
+            f.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

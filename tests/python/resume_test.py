@@ -6,13 +6,11 @@ learner moving the global model on by exactly 12 steps while the first one is do
 for with a timeout and killed past it."""
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 import unittest
 
-from atoll_testing import PYTHON, Syncer, log_tail, write_equal_spec
+from atoll_testing import ProcessTestCase, PYTHON, Syncer, log_tail, write_equal_spec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPE = (256, 256)  # 4 tensors: 262,144 values, 1 MiB in fp32
@@ -26,19 +24,8 @@ def read_json(path):
         return None
 
 
-class ResumeTest(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="atoll_resume_")
-        self.procs, self.logs = [], []
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for f in self.logs:
-            f.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+class ResumeTest(ProcessTestCase):
+    PREFIX = "atoll_resume_"
 
     def learner(self, name, target, spec, learner_id, steps, state=None, hold=None):
         out = os.path.join(self.dir, name + ".json")

@@ -7,31 +7,18 @@ syncer cannot run this model — falls below the spec's. Real `atoll syncer` (AT
 127.0.0.1 port 0; bounded in time."""
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import unittest
 
-from atoll_testing import ATOLL, PYTHON, Syncer, log_tail
+from atoll_testing import ProcessTestCase, ATOLL, PYTHON, Syncer, log_tail
 
 EXAMPLE = os.environ.get("ATOLL_LLAMA_EXAMPLE", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                                               "examples", "llama_learner.py"))
 STEPS = 48
 
 
-class SpecExampleTest(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="atoll_llama_")
-        self.procs, self.logs = [], []
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for f in self.logs:
-            f.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+class SpecExampleTest(ProcessTestCase):
+    PREFIX = "atoll_llama_"
 
     def run_example(self, *args):
         r = subprocess.run([PYTHON, EXAMPLE, *args], capture_output=True, text=True, timeout=240)

@@ -6,15 +6,13 @@ has its own `atoll syncer --spec` (ATOLL_BIN) on 127.0.0.1 port 0, which finishe
 both learners are done. Bounded: every process is waited for with a timeout and killed past it."""
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import unittest
 
 import numpy as np
 
 import atoll
-from atoll_testing import PYTHON, Syncer, log_tail
+from atoll_testing import ProcessTestCase, PYTHON, Syncer, log_tail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "unit_learner.py")
@@ -22,21 +20,10 @@ STEPS, BATCH = 12, 8
 FLAGS = ["-M", "2", "--mode", "diloco", "-K", "2", "-P", "2", "-H", "4", "--tau", "1", "--finish-when-done"]
 
 
-class UnitTest(unittest.TestCase):
+class UnitTest(ProcessTestCase):
     DEVICE = "cpu"  # tests/python/gpu_check.py runs this on "cuda" (NCCL)
     EXACT = True
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="atoll_unit_")
-        self.procs, self.logs = [], []
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for f in self.logs:
-            f.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    PREFIX = "atoll_unit_"
 
     def start(self, name, argv):
         log = open(os.path.join(self.dir, name + ".log"), "w")

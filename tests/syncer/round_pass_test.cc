@@ -79,6 +79,19 @@ Expected Reference(const diloco::Fragment& fragment, const SyncerOptions& o, std
   return {std::move(theta), std::move(phi)};
 }
 
+// Learners 0..n−1 join (they start from the run's initial values, as a learner process does).
+void Join(SyncerCore& core, const diloco::FragmentPlan& plan, int n, TimePoint now) {
+  for (int id = 0; id < n; ++id) {
+    JoinRequestData j;
+    j.protocol_version = kProtocolVersion;
+    j.run_id = "r";
+    j.model_signature = diloco::ModelSignature(plan.tensors);
+    j.learner_id = id;
+    j.host = "t";
+    ASSERT_TRUE(core.Join(j, now).ok());
+  }
+}
+
 PushHeaderData Header(const SyncerOptions& o, int id, int p, int64_t base, int64_t numel) {
   PushHeaderData h;
   h.learner_id = id;
@@ -107,15 +120,7 @@ Expected RunAndCheck(int threads, double lr, double mu, int rounds) {
   auto core = SyncerCore::Create(o, plan, initial);
   EXPECT_TRUE(core.ok()) << core.status();
   ManualClock clock;
-  for (int id = 0; id < 3; ++id) {
-    JoinRequestData j;
-    j.protocol_version = kProtocolVersion;
-    j.run_id = "r";
-    j.model_signature = diloco::ModelSignature(plan.tensors);
-    j.learner_id = id;
-    j.host = "t";
-    EXPECT_TRUE(core->Join(j, clock.Now()).ok());
-  }
+  Join(*core, plan, 3, clock.Now());
   diloco::SweepState sweep;
   std::vector<float> momentum(mu > 0 ? initial[0].size() : 0, 0.0f);
   std::vector<std::vector<float>> previous_phi;  // Φ_0 one version back (the late learner's base)
@@ -184,13 +189,7 @@ TEST(RoundPass, ARefusedRoundPutsBackEveryValueItMoved) {
     auto core = SyncerCore::Create(o, plan, initial);
     ASSERT_TRUE(core.ok());
     ManualClock clock;
-    JoinRequestData j;
-    j.protocol_version = kProtocolVersion;
-    j.run_id = "r";
-    j.model_signature = diloco::ModelSignature(plan.tensors);
-    j.learner_id = 0;
-    j.host = "t";
-    ASSERT_TRUE(core->Join(j, clock.Now()).ok());
+    Join(*core, plan, 1, clock.Now());
     const std::vector<float> theta(core->theta(0).begin(), core->theta(0).end());
     const std::vector<float> phi(core->public_values(0).begin(), core->public_values(0).end());
     const auto snapshot = core->SnapshotFragment(0);
@@ -223,15 +222,7 @@ TEST(RoundPass, PushesBeyondThePendingBoundAreRefusedAndChangeNothing) {
   auto core = SyncerCore::Create(o, plan, initial);
   ASSERT_TRUE(core.ok());
   ManualClock clock;
-  for (int id = 0; id < 2; ++id) {
-    JoinRequestData j;
-    j.protocol_version = kProtocolVersion;
-    j.run_id = "r";
-    j.model_signature = diloco::ModelSignature(plan.tensors);
-    j.learner_id = id;
-    j.host = "t";
-    ASSERT_TRUE(core->Join(j, clock.Now()).ok());
-  }
+  Join(*core, plan, 2, clock.Now());
   std::vector<float> local(core->public_values(0).begin(), core->public_values(0).end());
   for (float& x : local) x -= 0.01f;
   std::vector<std::byte> payload;
@@ -254,13 +245,7 @@ TEST(RoundPass, ACorruptPayloadIsRefusedAfterTheHeadersOwnChecks) {
   auto core = SyncerCore::Create(o, plan, initial);
   ASSERT_TRUE(core.ok());
   ManualClock clock;
-  JoinRequestData j;
-  j.protocol_version = kProtocolVersion;
-  j.run_id = "r";
-  j.model_signature = diloco::ModelSignature(plan.tensors);
-  j.learner_id = 0;
-  j.host = "t";
-  ASSERT_TRUE(core->Join(j, clock.Now()).ok());
+  Join(*core, plan, 1, clock.Now());
   const std::vector<std::byte> garbage(100, std::byte{0x5a});
   PushHeaderData h = Header(o, 0, 0, 0, plan.fragments[0].numel);
   EXPECT_EQ(core->Push(h, garbage, clock.Now()).status().code(), StatusCode::kDataLoss);
