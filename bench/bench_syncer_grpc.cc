@@ -152,11 +152,13 @@ int main(int argc, char** argv) {
   req.model_signature = diloco::ModelSignature(tensors);
   req.host = "bench";
   std::vector<int64_t> numel;
+  std::vector<uint64_t> sessions;  // each learner's push session; its pushes are numbered 1, 2, …
   for (int m = 0; m < learners; ++m) {
     req.learner_id = m;
     auto j = clients[static_cast<size_t>(m)]->Join(req);
     if (!j.ok()) Fail("join", j.status(), log);
     numel = j->fragment_numel;
+    sessions.push_back(j->push_session);
   }
   // Every learner heartbeats every second from its own thread, as a real learner does (a learner
   // the syncer has not heard from for its learner timeout must rejoin).
@@ -238,6 +240,8 @@ int main(int argc, char** argv) {
         h.block_size = uplink.block_size;
         h.compression = uplink.compression;
         h.num_values = numel[ps];
+        h.push_session = sessions[static_cast<size_t>(m)];
+        h.push_seq = static_cast<uint64_t>(r) * static_cast<uint64_t>(fragments) + ps + 1;
         auto pushed = clients[static_cast<size_t>(m)]->Push(h, payload);
         if (!pushed.ok()) Fail("push", pushed.status(), log);
         push_bytes += static_cast<int64_t>(payload.size());

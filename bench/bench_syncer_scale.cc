@@ -118,9 +118,13 @@ int main(int argc, char** argv) {
   req.host = "bench";
   double full_pull_bytes = 0;
   std::vector<std::vector<std::byte>> pushes(static_cast<size_t>(fragments));
+  std::vector<uint64_t> sessions;  // each learner's push session; its pushes are numbered 1, 2, …
+  uint64_t seq = 0;
   for (int m = 0; m < learners; ++m) {
     req.learner_id = m;
-    if (auto j = core->Join(req, clock.Now()); !j.ok()) Usage(j.status().ToString());
+    auto j = core->Join(req, clock.Now());
+    if (!j.ok()) Usage(j.status().ToString());
+    sessions.push_back(j->push_session);
     for (int p = 0; p < fragments; ++p) {
       auto full = core->Pull(m, p, -1);
       if (!full.ok()) Usage(full.status().ToString());
@@ -160,7 +164,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> have(static_cast<size_t>(fragments), 0);
   const bool momentum = opt->outer.momentum > 0;
   for (int r = 0; r < rounds; ++r) {
-    for (int p = 0; p < fragments; ++p) {
+    for (int p = 0; p < fragments; ++p, ++seq) {
       const auto& payload = pushes[static_cast<size_t>(p)];
       const size_t numel = static_cast<size_t>(plan->fragments[static_cast<size_t>(p)].numel);
       // The M payloads are prepared on M threads at once, as a syncer's gRPC handler threads do.
@@ -186,6 +190,8 @@ int main(int argc, char** argv) {
         h.block_size = opt->uplink.block_size;
         h.compression = opt->uplink.compression;
         h.num_values = static_cast<int64_t>(numel);
+        h.push_session = sessions[static_cast<size_t>(m)];
+        h.push_seq = seq + 1;
         auto pushed = core->Push(h, std::move(prepared[static_cast<size_t>(m)]), clock.Now());
         if (!pushed.ok()) Usage("push: " + pushed.status().ToString());
         push_bytes += static_cast<double>(payload.size());

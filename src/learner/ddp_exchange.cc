@@ -31,7 +31,7 @@ Status DdpExchange::Sync(int learner_id, std::span<const std::span<float>> param
   return Apply(r, params);
 }
 
-Status DdpExchange::Step(int learner_id, int64_t step_tokens, std::span<const std::span<float>> grads,
+Status DdpExchange::Step(int learner_id, uint64_t push_session, int64_t step_tokens, std::span<const std::span<float>> grads,
                          std::span<const std::span<float>> params, double timeout_s,
                          const std::function<bool()>& stop) {
   if (version_ < 0) return AbortedError("ddp: no parameters held yet: Sync first");
@@ -49,6 +49,8 @@ Status DdpExchange::Step(int learner_id, int64_t step_tokens, std::span<const st
   h.block_size = uplink_.block_size;
   h.compression = uplink_.compression;
   h.num_values = static_cast<int64_t>(g.size());
+  h.push_session = push_session;
+  h.push_seq = ++push_seq_;
   ATOLL_RETURN_IF_ERROR(api_.Push(h, payload).status());
   bytes_up_ += static_cast<int64_t>(payload.size());
   const TimePoint deadline = clock_.Now() + FromSeconds(timeout_s);

@@ -312,6 +312,7 @@ Status LearnerAgent::JoinAndCatchUp() {
     std::lock_guard<std::mutex> lock(mu_);
     rejoin_in_process = counters_.joins > 0;
     counters_.learner_id = reply.learner_id;
+    counters_.push_session = reply.push_session;
     counters_.joins += 1;
     if (incarnation_ != 0 && reply.incarnation != incarnation_) ForgetUncommittedPushesLocked(reply);
     incarnation_ = reply.incarnation;
@@ -466,6 +467,8 @@ Status LearnerAgent::PushOne(PushJob& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     h.learner_id = counters_.learner_id;
+    h.push_session = counters_.push_session;
+    h.push_seq = ++push_seq_;  // every attempt a new number: a push resent after a refusal is not a replay
   }
   h.fragment = job.fragment;
   h.base_version = have_[pi];

@@ -321,7 +321,8 @@ class LearnerProcess {
     std::vector<std::span<float>> grads;  // valid until the next ComputeGradients
     for (int i = 0; i < static_cast<int>(trainer_->tensors().size()); ++i) grads.push_back(trainer_->Gradient(i));
     const TimePoint w0 = clock_.Now();
-    Status st = ddp_->Step(agent_->counters().learner_id, tokens, grads, params_, 3600.0,
+    const learner::AgentCounters who = agent_->counters();
+    Status st = ddp_->Step(who.learner_id, who.push_session, tokens, grads, params_, 3600.0,
                            [&] { return agent_->finish_requested() || !agent_->fatal_error().ok(); });
     while (st.code() == StatusCode::kAborted || st.code() == StatusCode::kDataLoss ||
            st.code() == StatusCode::kNotFound || st.code() == StatusCode::kUnavailable) {

@@ -122,7 +122,8 @@ void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::Frag
   auto trainer = model::Trainer::Create(*topts);
   if (!trainer.ok()) return void(me.status = trainer.status());
   auto params = Views(**trainer);
-  learner::LearnerAgent agent(SimAgentOptions(c, me.id), plan, params, api, clock);
+  std::unique_ptr<syncer::SyncerApi> decorated = o.connect ? o.connect(me.id, api, clock) : nullptr;
+  learner::LearnerAgent agent(SimAgentOptions(c, me.id), plan, params, decorated ? *decorated : api, clock);
   // Each learner starts a few ms apart, off the syncer loop's 50 ms tick: its heartbeats (every
   // 0.5 s from its start) then never arrive at the same simulated instant as another's or as a
   // tick, where the loop would see them in whatever order the threads happen to run.
@@ -273,6 +274,7 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
     for (const auto& r : sc.CloseAllPending(now, clock)) observe(sc, r);
     result.rounds = sc.rounds_closed();
     result.tokens_merged = sc.tokens_merged();
+    result.fragment_versions = sc.versions();
     return eval.Of(sc, c.eval_batches);
   });
   loop.Stop();

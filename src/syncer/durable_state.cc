@@ -310,6 +310,16 @@ nlohmann::json SamplesJson(const std::vector<PushSample>& samples) {
   return rows;
 }
 
+// A rate as read back: a damaged (negative or non-finite) one is none.
+double NonNegative(double x) { return std::isfinite(x) && x >= 0 ? x : 0.0; }
+
+// A learner's credited steps per second, per fragment (the rest of its allowances is not kept).
+std::vector<double> StepRates(const std::vector<StepAllowance>& allowances) {
+  std::vector<double> rates;
+  for (const StepAllowance& a : allowances) rates.push_back(a.rate);
+  return rates;
+}
+
 // The rows back; a malformed row (a file from before the robust references, or damaged) is no
 // push: the references then rebuild from the next pushes.
 std::vector<PushSample> ParseSamples(const nlohmann::json& rows) {
@@ -339,7 +349,9 @@ Status DurableState::SaveLearners(const SyncerCore& core) {
                     {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
                     {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
                     {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
-                    {"merged_versions", l.merged_versions}, {"samples", SamplesJson(l.samples)}});
+                    {"merged_versions", l.merged_versions}, {"samples", SamplesJson(l.samples)},
+                    {"tokens_per_step", l.tokens_per_step}, {"step_rates", StepRates(l.allowances)},
+                    {"replays_refused", l.replays_refused}});
   }
   return WriteJsonWithChecksum(dir_ + "/learners.json",
                               {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
@@ -436,6 +448,10 @@ DurableState::LearnerTable DurableState::ReadLearnerRows(const nlohmann::json& l
     l.tokens_merged = r.value("tokens_merged", 0.0);
     l.merged_versions = r.value("merged_versions", std::vector<int64_t>{});
     l.samples = ParseSamples(r.value("samples", nlohmann::json::array()));
+    // The rates the others are judged by (absent from a table of an older syncer: 0, none yet).
+    l.tokens_per_step = NonNegative(r.value("tokens_per_step", 0.0));
+    for (double rate : r.value("step_rates", std::vector<double>{})) l.allowances.push_back({{}, 0.0, NonNegative(rate)});
+    l.replays_refused = r.value("replays_refused", int64_t{0});
     if (l.id >= 0) t.rows[l.id] = l;
   }
   return t;

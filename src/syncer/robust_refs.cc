@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -13,16 +14,10 @@
 
 namespace atl::syncer {
 
-namespace {
-
-// The upper median (the larger middle value of an even count): one value of k ≥ 2 that is
-// lowered to zero never lowers it below the others' middle.
-double UpperMedian(std::vector<double> v) {
+double UpperMedianOf(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(v.size() / 2), v.end());
   return v[v.size() / 2];
 }
-
-}  // namespace
 
 SyncerCore::RobustRefs SyncerCore::RefsFor(int p, int id, TimePoint now) const {
   // A live learner's latest push counts however many rounds others closed since (a flood of
@@ -43,48 +38,121 @@ SyncerCore::RobustRefs SyncerCore::RefsFor(int p, int id, TimePoint now) const {
   RobustRefs r;
   if (static_cast<int>(sizes.size()) < std::max(1, options_.quarantine_min_learners)) return r;
   r.others = static_cast<int>(sizes.size());
-  r.size = UpperMedian(sizes);
-  r.steps = UpperMedian(steps);
-  r.tokens_per_step = UpperMedian(tps);
-  r.weight = UpperMedian(weights);
+  r.size = UpperMedianOf(sizes);
+  r.steps = UpperMedianOf(steps);
+  r.tokens_per_step = UpperMedianOf(tps);
+  r.weight = UpperMedianOf(weights);
   return r;
 }
 
-PushSample SyncerCore::BoundCounters(const RobustRefs& refs, Contribution& c, std::string& note) const {
-  // The tokens it is credited with: at most max_tokens_per_step_factor × the others' rate per step.
-  if (refs.others > 0 && options_.max_tokens_per_step_factor > 0 && c.c_steps > 0) {
-    const double max_tps = options_.max_tokens_per_step_factor * refs.tokens_per_step;
-    if (static_cast<double>(c.c_tokens) > max_tps * static_cast<double>(c.c_steps)) {
-      const auto tokens = static_cast<int64_t>(std::floor(max_tps * static_cast<double>(c.c_steps)));
-      note += fmt::format("; c_tokens {} bounded to {}", c.c_tokens, tokens);
-      c.c_tokens = tokens;
+SyncerCore::FleetRefs SyncerCore::FleetRefsFor(int id, int p) const {
+  // Every other learner that has a rate, live or not: a departed honest learner's rates stay what
+  // an honest learner does, and one learner's own values never count for it.
+  std::vector<double> tps, rates;
+  for (const auto& [other, l] : learners_) {
+    if (other == id) continue;
+    if (l.tokens_per_step > 0) tps.push_back(l.tokens_per_step);
+    if (p >= 0 && static_cast<int>(l.allowances.size()) > p && l.allowances[static_cast<size_t>(p)].rate > 0) {
+      rates.push_back(l.allowances[static_cast<size_t>(p)].rate);
     }
+  }
+  const auto enough = [&](const std::vector<double>& v) {
+    return !v.empty() && static_cast<int>(v.size()) >= std::max(1, options_.quarantine_min_learners);
+  };
+  FleetRefs r;
+  if (enough(tps)) r.tokens_per_step = UpperMedianOf(tps);
+  if (enough(rates)) r.step_rate = UpperMedianOf(rates);
+  return r;
+}
+
+void SyncerCore::BoundTokensPerStep(double reference, Contribution& c, std::string& note) const {
+  // The tokens it is credited with: at most max_tokens_per_step_factor × the others' rate per step.
+  if (!(reference > 0) || options_.max_tokens_per_step_factor <= 0 || c.c_steps <= 0) return;
+  const double max_tps = options_.max_tokens_per_step_factor * reference;
+  if (static_cast<double>(c.c_tokens) <= max_tps * static_cast<double>(c.c_steps)) return;
+  const auto tokens = static_cast<int64_t>(std::floor(max_tps * static_cast<double>(c.c_steps)));
+  note += fmt::format("; c_tokens {} bounded to {}", c.c_tokens, tokens);
+  c.c_tokens = tokens;
+}
+
+StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, const StepAllowance& a, Contribution& c,
+                                      TimePoint now, std::string& note) const {
+  // The steps the time since the previous push allows at max_step_rate_factor × the others' rate,
+  // plus what earlier pushes left (at most H steps: a push delayed on the way, then one on time).
+  // Without rated others: max_steps_factor × H per push.
+  double allowed = options_.max_steps_factor > 0 ? std::max(1.0, options_.max_steps_factor * options_.H)
+                                                 : std::numeric_limits<double>::infinity();
+  const bool timed = fleet.step_rate > 0 && options_.max_step_rate_factor > 0;
+  if (timed) {
+    allowed = a.carried + options_.max_step_rate_factor * fleet.step_rate * std::max(0.0, ToSeconds(now - a.since));
+  }
+  if (static_cast<double>(c.c_steps) > allowed) {
+    const auto steps = static_cast<int64_t>(std::floor(allowed));
+    const auto tokens = static_cast<int64_t>(std::floor(static_cast<double>(c.c_tokens) * static_cast<double>(steps) /
+                                                        static_cast<double>(c.c_steps)));
+    note += fmt::format("; credited {} of its {} claimed steps ({} tokens){}", steps, c.c_steps, tokens,
+                        timed ? ": the time since its previous push allows no more" : "");
+    c.c_steps = steps;
+    c.c_tokens = tokens;
+  }
+  StepAllowance left{now, 0.0, a.rate};
+  if (timed) left.carried = std::min(allowed - static_cast<double>(c.c_steps), static_cast<double>(options_.H));
+  return left;
+}
+
+SyncerCore::Credit SyncerCore::BoundCounters(const RobustRefs& refs, const FleetRefs& fleet, const LearnerRecord& l,
+                                             int p, Contribution& c, TimePoint now, std::string& note) const {
+  const double tps_ref = refs.others > 0 ? refs.tokens_per_step : fleet.tokens_per_step;
+  c.judged = tps_ref > 0;
+  BoundTokensPerStep(tps_ref, c, note);
+  const int64_t claimed_steps = c.c_steps;
+  Credit credit;
+  const StepAllowance a = static_cast<int>(l.allowances.size()) > p ? l.allowances[static_cast<size_t>(p)] : StepAllowance{};
+  credit.allowance = CreditSteps(fleet, a, c, now, note);
+  const double dt = ToSeconds(now - a.since);
+  if (dt > 1e-3 && c.c_steps > 0) {
+    double rate = static_cast<double>(c.c_steps) / dt;
+    if (fleet.step_rate > 0 && options_.max_step_rate_factor > 0) {
+      rate = std::min(rate, options_.max_step_rate_factor * fleet.step_rate);
+    }
+    credit.allowance.rate = Ema(a.rate, rate);
   }
   // The steps its size is divided by and its weight computed with: at most max_steps_factor × the
-  // others' (or × H). A learner back from an outage honestly claims many; its credited tokens stay.
-  int64_t steps = c.c_steps;
+  // others' (or × H). Its size counts the steps it claims within that bound (a push credited with
+  // fewer steps after a restart is not quarantined for it); its weight the steps it is credited with.
   const double step_ref = refs.others > 0 ? refs.steps : static_cast<double>(options_.H);
+  int64_t size_steps = claimed_steps;
   if (options_.max_steps_factor > 0) {
     const auto max_steps = static_cast<int64_t>(std::max(1.0, std::floor(options_.max_steps_factor * step_ref)));
-    if (steps > max_steps) {
-      note += fmt::format("; c_steps {} counted as {} for its size and weight", steps, max_steps);
-      steps = max_steps;
+    if (size_steps > max_steps) {
+      note += fmt::format("; c_steps {} counted as {} for its size", size_steps, max_steps);
+      size_steps = max_steps;
     }
   }
-  const double tokens_at_steps =
-      c.c_steps > 0 ? static_cast<double>(c.c_tokens) * static_cast<double>(steps) / static_cast<double>(c.c_steps) : 0;
-  double weight = diloco::ContributionWeight(options_.weight_rule, static_cast<int64_t>(std::floor(tokens_at_steps)), steps);
+  double weight = rule_->Weight(c.c_tokens, c.c_steps);
   if (refs.others > 0 && options_.max_weight_factor > 0 && weight > options_.max_weight_factor * refs.weight) {
     weight = options_.max_weight_factor * refs.weight;
     note += fmt::format("; merge weight bounded to {:.4g}", weight);
   }
   c.max_weight = weight;
-  PushSample sample;
-  sample.size = c.delta_norm / std::sqrt(static_cast<double>(std::max<int64_t>(1, steps)));
-  sample.steps = static_cast<double>(steps);
+  PushSample& sample = credit.sample;
+  sample.size = c.delta_norm / std::sqrt(static_cast<double>(std::max<int64_t>(1, size_steps)));
+  sample.steps = static_cast<double>(std::min(size_steps, std::max<int64_t>(c.c_steps, 1)));
   sample.tokens_per_step = c.c_steps > 0 ? static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps) : 0.0;
   sample.weight = weight;
-  return sample;
+  return credit;
+}
+
+void SyncerCore::JudgeLateCounters(FragmentState& f) const {
+  for (Contribution& c : f.pending) {
+    if (c.judged) continue;
+    const double tps_ref = FleetRefsFor(c.learner, -1).tokens_per_step;
+    if (!(tps_ref > 0)) continue;  // still nothing to judge it by (a run of one or two learners)
+    std::string note;
+    BoundTokensPerStep(tps_ref, c, note);
+    c.max_weight = std::min(c.max_weight, rule_->Weight(c.c_tokens, c.c_steps));
+    c.judged = true;
+  }
 }
 
 Status SyncerCore::CheckQuarantine(const FragmentState& f, double size, const RobustRefs& refs) const {
@@ -99,7 +167,7 @@ Status SyncerCore::CheckQuarantine(const FragmentState& f, double size, const Ro
     if (f.recent_norms.empty() || static_cast<int>(f.recent_norms.size()) < options_.quarantine_min_history) {
       return Status::Ok();
     }
-    reference = UpperMedian(f.recent_norms);
+    reference = UpperMedianOf(f.recent_norms);
     of = "the recent median";
   }
   if (size <= options_.quarantine_factor * reference) return Status::Ok();

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/checksum.h"
 #include "atoll/core/text.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/diloco/merge.h"
@@ -183,12 +184,18 @@ StatusOr<int> SyncerCore::JoiningId(const JoinRequestData& r, TimePoint now) con
 StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now) {
   ATOLL_RETURN_IF_ERROR(CheckJoinIdentity(r));
   ATOLL_ASSIGN_OR_RETURN(const int id, JoiningId(r, now));
+  const bool first = learners_.count(id) == 0;
   LearnerRecord& l = learners_[id];
   l.id = id;
   l.host = TruncateUtf8(r.host, options_.max_host_bytes);
   l.last_seen = now;
   l.state = LearnerState::kJoining;
   l.joins += 1;
+  // What it may be credited with counts from its first join; a rejoin keeps its allowances (a
+  // learner back from an outage trained all along).
+  if (first) l.allowances.assign(fragments_.size(), StepAllowance{now, 0.0});
+  l.push_session = NewPushSession(id);
+  l.push_seq = 0;
   // A (re)joining learner starts from the current global model; its old pending contributions
   // were computed from a state it no longer has, so they stay valid only as what they are —
   // already-submitted outer gradients — and are kept.
@@ -208,7 +215,30 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   reply.merged_versions = l.merged_versions;
   reply.merged_versions.resize(fragments_.size(), -1);
   reply.shard = options_.shard;
+  reply.push_session = l.push_session;
   return reply;
+}
+
+uint64_t SyncerCore::NewPushSession(int id) {
+  // Unique within this process through the counter, across processes through the incarnation
+  // (a new value at every start): a push captured in an earlier session never matches a later one.
+  sessions_issued_ += 1;
+  const uint64_t parts[3] = {options_.incarnation, static_cast<uint64_t>(id), sessions_issued_};
+  const uint64_t session = Checksum64(parts, sizeof(parts));
+  return session != 0 ? session : 1;
+}
+
+Status SyncerCore::CheckPushSession(const LearnerRecord& l, const PushHeaderData& h) const {
+  if (l.push_session == 0 || h.push_session != l.push_session) {
+    return NotFoundError(fmt::format("push from learner {} in push session {:016x}, which is not the session of its "
+                                     "latest join with this syncer: join again first", l.id, h.push_session));
+  }
+  if (h.push_seq <= l.push_seq) {
+    return AlreadyExistsError(fmt::format("push from learner {}: sequence number {} of its session was already used "
+                                          "(the syncer has judged up to {}): a replay, refused", l.id, h.push_seq,
+                                          l.push_seq));
+  }
+  return Status::Ok();
 }
 
 Status SyncerCore::CheckJoinShard(const ShardSpec& theirs) const {
@@ -291,7 +321,16 @@ Status SyncerCore::Reject(LearnerRecord& l, const PushHeaderData& h, Status s, T
 Status SyncerCore::RecordRejectedPush(const PushHeaderData& h, const Status& why, TimePoint now) {
   auto it = learners_.find(h.learner_id);
   if (it == learners_.end()) return NotFoundError(fmt::format("push from learner {} which has not joined", h.learner_id));
-  return Reject(it->second, h, why, now);
+  LearnerRecord& l = it->second;
+  // A replay is counted, never toward the disconnect: whoever replays a captured push must not get
+  // its learner disconnected.
+  if (why.code() == StatusCode::kAlreadyExists) {
+    l.replays_refused += 1;
+    return why;
+  }
+  // A push the syncer judged spends its sequence number, refused or not.
+  if (CheckPushSession(l, h).ok()) l.push_seq = h.push_seq;
+  return Reject(l, h, why, now);
 }
 
 Status SyncerCore::CheckPushingLearner(const LearnerRecord& l, const PushHeaderData& h, TimePoint now,
@@ -299,7 +338,7 @@ Status SyncerCore::CheckPushingLearner(const LearnerRecord& l, const PushHeaderD
   ATOLL_RETURN_IF_ERROR(CheckNotBanned(l, now));
   ATOLL_RETURN_IF_ERROR(CheckInContact(l, arrived.value_or(now)));
   if (h.fragment >= 0 && h.fragment < plan_.num_fragments()) ATOLL_RETURN_IF_ERROR(CheckOwned(h.fragment, "push"));
-  return Status::Ok();
+  return CheckPushSession(l, h);
 }
 
 Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const {
@@ -406,7 +445,11 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   }
   LearnerRecord& l = lit->second;
   l.bytes_up += std::max<int64_t>(0, h.wire_bytes);
-  ATOLL_RETURN_IF_ERROR(CheckPushingLearner(l, h, now, arrived));
+  if (Status st = CheckPushingLearner(l, h, now, arrived); !st.ok()) {
+    if (st.code() == StatusCode::kAlreadyExists) l.replays_refused += 1;
+    return st;
+  }
+  l.push_seq = h.push_seq;  // judged from here on, whatever the outcome: a replay of it is refused
   if (Status st = CheckPushHeader(h, prepared.payload_bytes); !st.ok()) return Reject(l, h, st, now);
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   auto c = MakeContribution(h, std::move(prepared), now);
@@ -417,7 +460,8 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   }
   const RobustRefs refs = RefsFor(h.fragment, h.learner_id, now);
   std::string bounded;
-  PushSample sample = BoundCounters(refs, *c, bounded);
+  const Credit credit = BoundCounters(refs, FleetRefsFor(h.learner_id, h.fragment), l, h.fragment, *c, now, bounded);
+  PushSample sample = credit.sample;
   const double size = sample.size;
   if (size > 1e-12) {  // zero pushes never lower anyone's reference
     sample.version = f.version;
@@ -434,6 +478,9 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
     f.recent_norms.push_back(size);
     if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
   }
+  // Credited: the allowance it used is spent, and its credited rate is a sample of the learner's.
+  l.allowances.resize(fragments_.size(), StepAllowance{now, 0.0});
+  l.allowances[static_cast<size_t>(h.fragment)] = credit.allowance;
   PushResult r = Admit(l, f, h, std::move(*c), now);
   r.note += bounded;
   return r;
@@ -500,6 +547,7 @@ std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clo
   for (int p = 0; p < plan_.num_fragments(); ++p) {
     FragmentState& f = fragments_[static_cast<size_t>(p)];
     if (f.pending.empty()) continue;
+    JudgeLateCounters(f);
     RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
     if (force && d.action != RoundAction::kClose) {
       d.action = RoundAction::kClose;
@@ -535,12 +583,19 @@ double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& li
     if (std::find(members.begin(), members.end(), c.learner) == members.end()) members.push_back(c.learner);
   }
   const double fallback_tps = round_tps / static_cast<double>(std::max<size_t>(1, f.pending.size()));
-  double full = 0;
+  std::vector<double> member_tps;
   for (int id : members) {
     auto it = learners_.find(id);
-    const double tps = it != learners_.end() && it->second.tokens_per_step > 0 ? it->second.tokens_per_step : fallback_tps;
-    full += tps * options_.H;
+    member_tps.push_back(it != learners_.end() && it->second.tokens_per_step > 0 ? it->second.tokens_per_step : fallback_tps);
   }
+  // One learner's rate, claimed before anyone could judge it, must not make a full round so large
+  // that every other round's share is nothing: each counts at most max_tokens_per_step_factor ×
+  // the members' upper median (with three or more members).
+  const double cap = member_tps.size() >= 3 && options_.max_tokens_per_step_factor > 0
+                         ? options_.max_tokens_per_step_factor * UpperMedianOf(member_tps)
+                         : std::numeric_limits<double>::infinity();
+  double full = 0;
+  for (double tps : member_tps) full += std::min(tps, cap) * options_.H;
   if (!(round_tokens > 0)) return 1e-6;  // no tokens behind this round: it may not move Θ
   if (!(full > 0)) return 1.0;
   return std::clamp(round_tokens / full, 1e-6, 1.0);
@@ -678,7 +733,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
                   {"pushes_rejected", l.pushes_rejected}, {"quarantined", l.quarantined},
                   {"contributions_refused", l.contributions_refused}, {"telemetry_rejected", l.telemetry_rejected},
                   {"disconnected", l.banned_until > TimePoint{} && now < l.banned_until},
-                  {"rounds_joined", l.rounds_joined},
+                  {"rounds_joined", l.rounds_joined}, {"replays_refused", l.replays_refused},
                   {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
                   {"seconds_since_seen", ToSeconds(now - l.last_seen)}});
   }

@@ -217,14 +217,17 @@ class Service final : public Syncer::Service {
     syncer::PushHeaderData d;
     d.learner_id = h.learner_id();
     d.fragment = h.fragment();
+    d.push_session = h.push_session();
+    d.push_seq = h.push_seq();
     return d;
   }
 
   // A push refused before it reached the core: the reason, counted toward the learner's
   // disconnect when it is the learner's fault (malformed, wrong size, corrupted) — not when the
-  // learner is unknown, banned, routed to the wrong shard or its stream was cut.
+  // learner is unknown, banned, routed to the wrong shard or its stream was cut. A replay is
+  // counted as one (never toward the disconnect: SyncerCore::RecordRejectedPush).
   grpc::Status Rejected(const syncer::PushHeaderData& h, const atl::Status& st) {
-    const bool counts = st.code() == StatusCode::kInvalidArgument ||
+    const bool counts = st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kAlreadyExists ||
                         (st.code() == StatusCode::kDataLoss && st.message().find("checksum") != std::string::npos);
     if (!counts) return ToGrpc(st);
     atl::Status counted = st;

@@ -33,6 +33,8 @@ StatusOr<std::pair<syncer::PushHeaderData, uint64_t>> ParsePushHeader(const atl:
   d.num_values = h.num_values();
   d.local_step = h.local_step();
   d.final_sync = h.final_sync();
+  d.push_session = h.push_session();
+  d.push_seq = h.push_seq();
   auto enc = diloco::ParseEncoding(h.encoding());
   if (!enc.ok()) return enc.status().WithContext("push header");
   d.encoding = *enc;
@@ -67,6 +69,8 @@ void FillPushHeader(const syncer::PushHeaderData& h, int64_t payload_bytes, uint
   out->set_payload_checksum(checksum);
   out->set_local_step(h.local_step);
   out->set_final_sync(h.final_sync);
+  out->set_push_session(h.push_session);
+  out->set_push_seq(h.push_seq);
 }
 
 Status AppendChunk(const atl::v1::DataChunk& chunk, int64_t total, std::vector<std::byte>& payload) {
@@ -161,6 +165,7 @@ void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   for (int64_t v : r.fragment_held) out->add_fragment_held(v);
   for (bool m : r.fragment_initial) out->add_fragment_initial(m);
   for (int64_t v : r.merged_versions) out->add_merged_versions(v);
+  out->set_push_session(r.push_session);
   if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
     out->set_shard_index(r.shard.index);
     out->set_shard_count(r.shard.count);
@@ -181,6 +186,7 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   d.fragment_held.assign(r.fragment_held().begin(), r.fragment_held().end());
   d.fragment_initial.assign(r.fragment_initial().begin(), r.fragment_initial().end());
   d.merged_versions.assign(r.merged_versions().begin(), r.merged_versions().end());
+  d.push_session = r.push_session();
   // 0: an older syncer that does not say: unsharded.
   d.shard = r.shard_count() == 0 ? syncer::ShardSpec{} : syncer::ShardSpec{r.shard_index(), r.shard_count()};
   auto up = diloco::ParseEncoding(r.uplink_encoding());

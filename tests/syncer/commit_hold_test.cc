@@ -28,6 +28,10 @@ namespace {
 SyncerCore MakeCore() { return testing::SmallCore(testing::SmallOptions()); }
 JoinRequestData Req(int id) { return testing::SmallJoin(id); }
 PushHeaderData Header(int id, int p, int64_t base) { return testing::SmallHeader(id, p, base); }
+// `h` stamped with its learner's push session and next sequence number, as its agent would.
+PushHeaderData Stamped(SyncerLoop& loop, const PushHeaderData& h) {
+  return loop.Call([&](SyncerCore& core, TimePoint) { return testing::Stamped(core, h); });
+}
 std::vector<std::byte> Fp32(float v) { return testing::Fp32Values(v); }
 
 // Polls `done` every 5 ms for at most 30 s (the bound of the test, not a threshold).
@@ -71,7 +75,7 @@ TEST(CommitHold, AFullDiskHoldsRoundsUntilThereIsRoomAndNoLearnerSeesAnUncommitt
       std::chrono::milliseconds(5), [&](const SyncerCore&) { return headroom.Check(); });
   ASSERT_TRUE(loop.Join(Req(0)).ok());
   ASSERT_TRUE(loop.Pull(0, 0, -1, 0, -1).ok());
-  auto pushed = loop.Push(Header(0, 0, 0), Fp32(0.5f));
+  auto pushed = loop.Push(Stamped(loop, Header(0, 0, 0)), Fp32(0.5f));
   ASSERT_TRUE(pushed.ok()) << pushed.status() << ": pushes still join the open round";
   ASSERT_TRUE(Eventually([&] { return !loop.holding().empty(); }));
   EXPECT_NE(loop.holding().find("free in " + dir), std::string::npos) << loop.holding();
@@ -165,7 +169,7 @@ TEST(CommitHoldDeathTest, AnExceptionWhileClosingARoundStopsTheSyncerInsteadOfSe
             std::chrono::milliseconds(5));
         ATOLL_CHECK(loop.Join(Req(0)).ok());
         ATOLL_CHECK(loop.Pull(0, 0, -1, 0, -1).ok());
-        ATOLL_CHECK(loop.Push(Header(0, 0, 0), Fp32(0.5f)).ok());
+        ATOLL_CHECK(loop.Push(Stamped(loop, Header(0, 0, 0)), Fp32(0.5f)).ok());
         for (;;) (void)loop.Pull(0, 0, 0, 1.0, -1);  // until the loop dies
       },
       "a round close or its commit threw \\(the disk caught fire\\)");

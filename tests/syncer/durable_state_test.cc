@@ -11,6 +11,7 @@
 #include "atoll/core/file.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "toy_cluster.h"
+#include "small_core.h"
 
 namespace atl::syncer {
 namespace {
@@ -41,7 +42,7 @@ struct Env {
     std::vector<std::byte> payload(values.size() * 4);
     std::memcpy(payload.data(), values.data(), payload.size());
     PushHeaderData h{0, 0, base, 100, 2, diloco::Encoding::kFp32, 64, static_cast<int64_t>(values.size()), 0};
-    return core.Push(h, payload, TimePoint{}).status();
+    return core.Push(testing::Stamped(core, h), payload, TimePoint{}).status();
   }
   // Joins learner 0 and runs `rounds` rounds of fragment 0.
   void Train(SyncerCore& core, int rounds, DurableState* durable) {

@@ -11,6 +11,7 @@
 #include "atoll/core/checksum.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/transport/grpc.h"
+#include "small_core.h"
 #include "toy_cluster.h"
 
 #include <gtest/gtest.h>
@@ -73,7 +74,12 @@ struct HostileServer {
     r.host = std::move(host);
     return r;
   }
+  // A push header of learner `id`, stamped with the push session of its latest join and the next
+  // sequence number (as its agent would: call it after the join, once per push).
   syncer::PushHeaderData Header(int id) const {
+    return loop->Call([h = Unstamped(id)](syncer::SyncerCore& c, TimePoint) { return testing::Stamped(c, h); });
+  }
+  syncer::PushHeaderData Unstamped(int id) const {
     syncer::PushHeaderData h;
     h.learner_id = id;
     h.fragment = 0;

@@ -35,8 +35,8 @@ void JoinAndPull(SyncerCore& core, int id, TimePoint now) {
   for (int p = 0; p < 2; ++p) ASSERT_TRUE(core.Pull(id, p, -1).ok());
 }
 
-PushHeaderData Header(int id, int p, int64_t base, Encoding enc = Encoding::kFp32) {
-  return testing::SmallHeader(id, p, base, enc);
+PushHeaderData Header(const SyncerCore& core, int id, int p, int64_t base, Encoding enc = Encoding::kFp32) {
+  return testing::SmallHeader(core, id, p, base, enc);
 }
 std::vector<std::byte> Fp32(float v) { return testing::Fp32Values(v); }
 
@@ -53,7 +53,7 @@ TEST(Hostile, HugeInt4BlockScalesAreRefusedFromTheFirstPush) {
   const float scale = 1e37f;
   std::memcpy(payload.data(), &scale, 4);
   payload[4] = payload[5] = std::byte{0xFF};
-  auto bad = core.Push(Header(0, 0, 0, Encoding::kInt4), payload, kT0);
+  auto bad = core.Push(Header(core, 0, 0, 0, Encoding::kInt4), payload, kT0);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
   EXPECT_NE(bad.status().message().find("absurd"), std::string::npos) << bad.status();
@@ -64,7 +64,7 @@ TEST(Hostile, HugeInt4BlockScalesAreRefusedFromTheFirstPush) {
   std::vector<float> small(4, 0.01f);
   std::vector<std::byte> honest;
   ASSERT_TRUE(diloco::Encode({Encoding::kInt4, 8}, small, honest).ok());
-  ASSERT_TRUE(core.Push(Header(1, 0, 0, Encoding::kInt4), honest, kT0).ok());
+  ASSERT_TRUE(core.Push(Header(core, 1, 0, 0, Encoding::kInt4), honest, kT0).ok());
   auto closed = core.Poll(kT0, RealClock::Default());
   ASSERT_EQ(closed.size(), 1u);
   EXPECT_FALSE(closed[0].refused);
@@ -81,7 +81,7 @@ TEST(Hostile, ARoundThatWouldPoisonThetaIsRefusedAndLeavesNoTrace) {
     JoinAndPull(*c, 0, kT0);
     JoinAndPull(*c, 1, kT0);
   }
-  ASSERT_TRUE(a.Push(Header(0, 0, 0), Fp32(1e30f), kT0).ok());
+  ASSERT_TRUE(a.Push(Header(a, 0, 0, 0), Fp32(1e30f), kT0).ok());
   auto refused = a.Poll(kT0, RealClock::Default());
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_TRUE(refused[0].refused);
@@ -99,7 +99,7 @@ TEST(Hostile, ARoundThatWouldPoisonThetaIsRefusedAndLeavesNoTrace) {
   // never saw the poison gives bit-identical results.
   for (SyncerCore* c : {&a, &b}) {
     ASSERT_TRUE(c->Leave(0, kT0).ok());
-    ASSERT_TRUE(c->Push(Header(1, 0, 0), Fp32(0.05f), kT0).ok());
+    ASSERT_TRUE(c->Push(Header(*c, 1, 0, 0), Fp32(0.05f), kT0).ok());
     auto r = c->Poll(kT0, RealClock::Default());
     ASSERT_EQ(r.size(), 1u);
     EXPECT_FALSE(r[0].refused);
@@ -124,10 +124,10 @@ TEST(Hostile, ValuesBeyondTheLatticesRangeSaturateAndNeverAbort) {
   JoinAndPull(core, 1, kT0);
   const int64_t before = core.public_copy(0)->saturated();
   std::vector<float> phi0(core.public_values(0).begin(), core.public_values(0).end());
-  ASSERT_TRUE(core.Push(Header(0, 0, 0), Fp32(phi0[0]), kT0).ok());  // θ_0 = 0 → Θ = 0
+  ASSERT_TRUE(core.Push(Header(core, 0, 0, 0), Fp32(phi0[0]), kT0).ok());  // θ_0 = 0 → Θ = 0
   ASSERT_EQ(core.Poll(kT0, RealClock::Default()).size(), 1u);
   ASSERT_TRUE(core.Pull(1, 0, 0).ok());
-  ASSERT_TRUE(core.Push(Header(1, 0, 1), Fp32(3e38f), kT0).ok());  // θ_1 = −3e38 → Θ = −3e38
+  ASSERT_TRUE(core.Push(Header(core, 1, 0, 1), Fp32(3e38f), kT0).ok());  // θ_1 = −3e38 → Θ = −3e38
   ASSERT_EQ(core.Poll(kT0, RealClock::Default()).size(), 1u);
   EXPECT_GT(core.public_copy(0)->saturated(), before);
   // Learner 0 still holds version 0: one delta, the syncer's bits.

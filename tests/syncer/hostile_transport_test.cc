@@ -180,5 +180,43 @@ TEST(HostileGrpc, PerLearnerCredentialsLetALearnerActOnlyAsItself) {
   EXPECT_TRUE(op->Finish(false).ok());
 }
 
+TEST(HostileGrpc, ACapturedPushSentAgainIsRefusedAndNeverCounted) {
+  Server s;
+  auto c = s.Client();
+  ASSERT_TRUE(c->Join(s.Join(0)).ok());
+  ASSERT_TRUE(c->Pull(0, 0, -1, 0, -1).ok());
+  std::vector<float> delta(256, 0.01f);
+  std::vector<std::byte> payload;
+  ASSERT_TRUE(diloco::Encode({Encoding::kInt4, 64}, delta, payload).ok());
+  const syncer::PushHeaderData captured = s.Header(0);
+  auto first = c->Push(captured, payload);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The same bytes again, from another connection and the same one: refused before the payload
+  // is read, never merged, never counted toward the learner's disconnect.
+  auto other = s.Client();
+  for (int i = 0; i < 10; ++i) {
+    auto again = (i % 2 ? c.get() : other.get())->Push(captured, payload);
+    ASSERT_FALSE(again.ok());
+    EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists) << again.status();
+  }
+  auto status = c->StatusJson();
+  ASSERT_TRUE(status.ok());
+  const auto learner = nlohmann::json::parse(*status)["learners"][0];
+  EXPECT_EQ(learner["pushes"].get<int64_t>(), 1);
+  EXPECT_EQ(learner["replays_refused"].get<int64_t>(), 10);
+  EXPECT_FALSE(learner["disconnected"].get<bool>());
+  // After the learner joins again, a push of its earlier session is refused too.
+  auto rejoin = s.Join(0);
+  rejoin.rejoin = true;
+  auto joined = c->Join(rejoin);
+  ASSERT_TRUE(joined.ok());
+  EXPECT_NE(joined->push_session, captured.push_session);
+  syncer::PushHeaderData older = captured;
+  older.push_seq += 1;
+  EXPECT_EQ(c->Push(older, payload).status().code(), StatusCode::kNotFound);
+  auto fresh = c->Push(s.Header(0), payload);
+  EXPECT_TRUE(fresh.ok()) << fresh.status();
+}
+
 }  // namespace
 }  // namespace atl

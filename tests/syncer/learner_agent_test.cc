@@ -14,12 +14,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 #include <unistd.h>
 
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/learner/wan_shaper.h"
 #include "toy_cluster.h"
+#include "small_core.h"
 
 namespace atl {
 namespace {
@@ -472,6 +475,7 @@ TEST(SyncerLoop, ALongPollThatWantsALaterVersionSleepsThroughTheRoundsInBetween)
     std::vector<std::byte> payload(delta.size() * sizeof(float));
     std::memcpy(payload.data(), delta.data(), payload.size());
     syncer::PushHeaderData h{id, 0, 0, 10, 1, diloco::Encoding::kFp32, 64, n, 0};
+    h = loop.Call([&](syncer::SyncerCore& c, TimePoint) { return testing::Stamped(c, h); });
     ASSERT_TRUE(loop.Push(h, payload).ok());
   };
   // Learner 0 waits (up to 5 s) for version 2, the merge its push was promised.
@@ -516,6 +520,76 @@ TEST(LearnerAgent, RefusedForAWrongModelSaysWhy) {
 // A learner process that restarts with its state folder (AgentOptions::state_dir) offers the
 // public copies its previous process held: the syncer recognises their versions, the catch-up is
 // deltas (no full fetch), and its model starts from those copies, not from the seed.
+// Forwards to the syncer and keeps the last push it forwarded (a captured push, to replay).
+class CapturingApi : public syncer::SyncerApi {
+ public:
+  explicit CapturingApi(syncer::SyncerApi& to) : to_(to) {}
+  StatusOr<syncer::JoinReplyData> Join(const syncer::JoinRequestData& r) override { return to_.Join(r); }
+  StatusOr<syncer::HeartbeatReplyData> Heartbeat(int id, const syncer::LearnerProgress& p) override {
+    return to_.Heartbeat(id, p);
+  }
+  StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& h, std::span<const std::byte> b) override {
+    auto r = to_.Push(h, b);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (r.ok()) last_ = {h, {b.begin(), b.end()}};
+    return r;
+  }
+  StatusOr<syncer::PullPayload> Pull(int id, int p, int64_t have, double wait, int64_t want) override {
+    return to_.Pull(id, p, have, wait, want);
+  }
+  Status Leave(int id) override { return to_.Leave(id); }
+  std::pair<syncer::PushHeaderData, std::vector<std::byte>> last() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_;
+  }
+
+ private:
+  syncer::SyncerApi& to_;
+  std::mutex mu_;
+  std::pair<syncer::PushHeaderData, std::vector<std::byte>> last_;
+};
+
+TEST(LearnerAgent, ARestartedLearnerPushesInANewSessionAndItsEarlierPushesStayRefused) {
+  const int H = 4, P = 4;
+  auto plan = testing::ToyPlan(P);
+  SimClock clock;
+  syncer::SyncerLoop loop(ToyCore(plan, H, 0.0f), clock, nullptr);
+  testing::ToyLearner first(310), second(310);
+  CapturingApi before(loop), after(loop);
+  learner::AgentCounters restarted;
+  {
+    ClockThread setup(clock);
+    std::thread t = StartThread(clock, [&] {
+      {
+        learner::LearnerAgent agent(AgentOpts(0, H, P), plan, first.Views(), before, clock);
+        ASSERT_TRUE(agent.Start().ok());
+        testing::TrainToy(first, agent, 24, 3, clock);
+        agent.Stop();  // killed: the new process knows nothing of the old one's numbers
+      }
+      auto o = AgentOpts(0, H, P);
+      o.rejoin = true;
+      learner::LearnerAgent agent(o, plan, second.Views(), after, clock);
+      ASSERT_TRUE(agent.Start().ok());
+      testing::TrainToy(second, agent, 24, 3, clock);
+      restarted = agent.counters();
+      agent.Stop();
+    });
+    t.join();
+  }
+  // The restarted process numbers its pushes from 1 again, in the session of its own join: none refused.
+  EXPECT_GT(restarted.pushes, 4);
+  EXPECT_EQ(restarted.pushes_failed, 0);
+  EXPECT_EQ(restarted.rejected, 0);
+  // What was captured of either process is refused when sent again.
+  ClockThread replays(clock);
+  auto [old_header, old_payload] = before.last();
+  ASSERT_GT(old_header.push_seq, 0u);
+  EXPECT_EQ(loop.Push(old_header, old_payload).status().code(), StatusCode::kNotFound);
+  auto [new_header, new_payload] = after.last();
+  EXPECT_NE(new_header.push_session, old_header.push_session);
+  EXPECT_EQ(loop.Push(new_header, new_payload).status().code(), StatusCode::kAlreadyExists);
+}
+
 TEST(LearnerAgent, ARestartedLearnerResumesFromItsStateWithDeltas) {
   const int H = 4, P = 4;
   auto plan = testing::ToyPlan(P);

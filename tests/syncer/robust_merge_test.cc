@@ -39,7 +39,7 @@ class RobustMerge : public ::testing::Test {
   }
   // Learner `id` pushes fragment 0 with every value `v` and the given counters; the round closes.
   StatusOr<PushResult> Push(int id, float v, int64_t c_tokens = 100, int64_t c_steps = 1) {
-    PushHeaderData h = SmallHeader(id, 0, core_.version(0));
+    PushHeaderData h = SmallHeader(core_, id, 0, core_.version(0));
     h.c_tokens = c_tokens;
     h.c_steps = c_steps;
     auto r = core_.Push(h, Fp32Values(v), clock_.Now());
@@ -92,7 +92,7 @@ TEST(RobustMergeWarmUp, AFragmentsFirstVersionsAreNotJudged) {
   SyncerCore core = SmallCore(SmallOptions());  // quarantine_min_history 8
   ManualClock clock;
   for (int id = 0; id < 3; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
-  auto push = [&](int id, float v) { return core.Push(SmallHeader(id, 0, core.version(0)), Fp32Values(v), clock.Now()); };
+  auto push = [&](int id, float v) { return core.Push(SmallHeader(core, id, 0, core.version(0)), Fp32Values(v), clock.Now()); };
   for (int id = 0; id < 3; ++id) {
     ASSERT_TRUE(push(id, kHonest).ok());
     core.Poll(clock.Now(), clock);
@@ -126,7 +126,7 @@ TEST(RobustMergeWeights, ClaimedTokensCannotOutvoteTheOthers) {
   ManualClock clock;
   for (int id = 0; id < 4; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
   auto push = [&](int id, int64_t c_tokens) {
-    PushHeaderData h = SmallHeader(id, 0, core.version(0));
+    PushHeaderData h = SmallHeader(core, id, 0, core.version(0));
     h.c_tokens = c_tokens;
     return core.Push(h, Fp32Values(kHonest), clock.Now());
   };
@@ -159,7 +159,7 @@ TEST_F(RobustMerge, TheReferencesSurviveARestart) {
   JoinRequestData again = SmallJoin(kAttacker);
   again.rejoin = true;
   ASSERT_TRUE(restarted.Join(again, clock_.Now()).ok());
-  PushHeaderData h = SmallHeader(kAttacker, 0, restarted.version(0));
+  PushHeaderData h = SmallHeader(restarted, kAttacker, 0, restarted.version(0));
   auto r = restarted.Push(h, Fp32Values(kHonest * 100), clock_.Now());
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("quarantined"), std::string::npos) << r.status();

@@ -13,9 +13,12 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/exchange/lattice.h"
 #include "atoll/syncer/syncer_core.h"
+#include "small_core.h"
 
 namespace atl::syncer {
 namespace {
+
+using testing::Stamped;
 
 using diloco::Encoding;
 
@@ -141,7 +144,7 @@ Expected RunAndCheck(int threads, double lr, double mu, int rounds) {
     }
     previous_phi.emplace_back(phi.begin(), phi.end());
     for (int id = 0; id < 3; ++id) {
-      auto pushed = core->Push(Header(o, id, 0, round.bases[static_cast<size_t>(id)], plan.fragments[0].numel),
+      auto pushed = core->Push(Stamped(*core, Header(o, id, 0, round.bases[static_cast<size_t>(id)], plan.fragments[0].numel)),
                                round.payloads[static_cast<size_t>(id)], clock.Now());
       EXPECT_TRUE(pushed.ok()) << pushed.status();
     }
@@ -197,7 +200,7 @@ TEST(RoundPass, ARefusedRoundPutsBackEveryValueItMoved) {
     for (float& x : local) x -= static_cast<float>(rng.Normal(0.01, 0.02));
     std::vector<std::byte> payload;
     ASSERT_TRUE(exchange::EncodeOuterGradient(o.uplink, phi, local, payload).ok());
-    ASSERT_TRUE(core->Push(Header(o, 0, 0, 0, plan.fragments[0].numel), payload, clock.Now()).ok());
+    ASSERT_TRUE(core->Push(Stamped(*core, Header(o, 0, 0, 0, plan.fragments[0].numel)), payload, clock.Now()).ok());
     auto reports = core->Poll(clock.Now(), clock);
     ASSERT_EQ(reports.size(), 1u);
     EXPECT_TRUE(reports[0].refused);
@@ -227,9 +230,9 @@ TEST(RoundPass, PushesBeyondThePendingBoundAreRefusedAndChangeNothing) {
   for (float& x : local) x -= 0.01f;
   std::vector<std::byte> payload;
   ASSERT_TRUE(exchange::EncodeOuterGradient(o.uplink, core->public_values(0), local, payload).ok());
-  ASSERT_TRUE(core->Push(Header(o, 0, 0, 0, plan.fragments[0].numel), payload, clock.Now()).ok());
+  ASSERT_TRUE(core->Push(Stamped(*core, Header(o, 0, 0, 0, plan.fragments[0].numel)), payload, clock.Now()).ok());
   const auto held = core->held_bytes().pending;
-  auto refused = core->Push(Header(o, 1, 0, 0, plan.fragments[0].numel), payload, clock.Now());
+  auto refused = core->Push(Stamped(*core, Header(o, 1, 0, 0, plan.fragments[0].numel)), payload, clock.Now());
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
   EXPECT_NE(refused.status().message().find("push again later"), std::string::npos);
   EXPECT_EQ(core->held_bytes().pending, held);
@@ -248,9 +251,9 @@ TEST(RoundPass, ACorruptPayloadIsRefusedAfterTheHeadersOwnChecks) {
   Join(*core, plan, 1, clock.Now());
   const std::vector<std::byte> garbage(100, std::byte{0x5a});
   PushHeaderData h = Header(o, 0, 0, 0, plan.fragments[0].numel);
-  EXPECT_EQ(core->Push(h, garbage, clock.Now()).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(core->Push(Stamped(*core, h), garbage, clock.Now()).status().code(), StatusCode::kDataLoss);
   h.c_steps = -1;  // a bad header is reported as such, whatever the payload
-  EXPECT_EQ(core->Push(h, garbage, clock.Now()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core->Push(Stamped(*core, h), garbage, clock.Now()).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(core->learners().at(0).pushes_rejected, 2);
   EXPECT_EQ(core->held_bytes().pending, 0u);
 }

@@ -14,6 +14,7 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_core.h"
+#include "small_core.h"
 
 namespace atl::syncer {
 namespace {
@@ -167,6 +168,7 @@ TEST(ShardedCore, AnotherShardsFragmentIsRefusedAndChangesNothing) {
   h.block_size = 128;
   h.num_values = 64;
   std::vector<std::byte> payload(diloco::EncodedSize(core.options().uplink, 64));
+  h = testing::Stamped(core, h);
   const Status announced = core.CheckPush(h, payload.size(), TimePoint{});
   EXPECT_EQ(announced.code(), StatusCode::kFailedPrecondition);
   auto push = core.Push(h, payload, TimePoint{});
@@ -248,7 +250,7 @@ int Drive(std::vector<SyncerCore*> cores, const std::function<SyncerCore&(int)>&
         h.num_values = 64;
         std::vector<std::byte> payload;
         ATOLL_CHECK(exchange::EncodeOuterGradient(core.options().uplink, l.phi[p], local, payload).ok());
-        ATOLL_CHECK(core.Push(h, payload, clock.Now()).ok());
+        ATOLL_CHECK(core.Push(testing::Stamped(core, h), payload, clock.Now()).ok());
         clock.AdvanceSeconds(0.01);
       }
       for (SyncerCore* c : cores) closed += static_cast<int>(c->Poll(clock.Now(), clock).size());

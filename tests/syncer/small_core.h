@@ -54,6 +54,22 @@ inline syncer::PushHeaderData SmallHeader(int id, int p, int64_t base, diloco::E
   return h;
 }
 
+// `h` as learner h.learner_id's agent would send it to `core`: in the push session of its latest
+// join, with the next sequence number (docs/decisions/019). Unchanged for a learner `core` does not know.
+inline syncer::PushHeaderData Stamped(const syncer::SyncerCore& core, syncer::PushHeaderData h) {
+  auto it = core.learners().find(h.learner_id);
+  if (it == core.learners().end()) return h;
+  h.push_session = it->second.push_session;
+  h.push_seq = it->second.push_seq + 1;
+  return h;
+}
+
+// SmallHeader, stamped for `core`.
+inline syncer::PushHeaderData SmallHeader(const syncer::SyncerCore& core, int id, int p, int64_t base,
+                                          diloco::Encoding enc = diloco::Encoding::kFp32) {
+  return Stamped(core, SmallHeader(id, p, base, enc));
+}
+
 // Four fp32 values `v`, as a push payload.
 inline std::vector<std::byte> Fp32Values(float v) {
   std::vector<float> x(4, v);

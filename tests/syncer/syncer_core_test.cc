@@ -9,9 +9,12 @@
 #include "atoll/core/rng.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "small_plan.h"
+#include "small_core.h"
 
 namespace atl::syncer {
 namespace {
+
+using testing::Stamped;
 
 using diloco::Encoding;
 
@@ -121,22 +124,22 @@ TEST(SyncerCore, BadPushesAreRejectedWithoutStateChange) {
   JoinAndPull(*core, f.plan, 0, now);
   std::vector<float> d(4, 0.5f);
   auto payload = Fp32Payload(d);
-  EXPECT_EQ(core->Push(Header(7, 0, 0, 10, 1), payload, now).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(core->Push(Header(0, 5, 0, 10, 1), payload, now).status().code(), StatusCode::kInvalidArgument);
-  auto wrong_enc = Header(0, 0, 0, 10, 1);
+  EXPECT_EQ(core->Push(Stamped(*core, Header(7, 0, 0, 10, 1)), payload, now).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 5, 0, 10, 1)), payload, now).status().code(), StatusCode::kInvalidArgument);
+  auto wrong_enc = Stamped(*core, Header(0, 0, 0, 10, 1));
   wrong_enc.encoding = Encoding::kInt4;
   EXPECT_EQ(core->Push(wrong_enc, payload, now).status().code(), StatusCode::kInvalidArgument);
-  auto wrong_n = Header(0, 0, 0, 10, 1);
+  auto wrong_n = Stamped(*core, Header(0, 0, 0, 10, 1));
   wrong_n.num_values = 5;
   EXPECT_EQ(core->Push(wrong_n, payload, now).status().code(), StatusCode::kInvalidArgument);
   std::vector<std::byte> short_payload(payload.begin(), payload.end() - 4);
-  EXPECT_EQ(core->Push(Header(0, 0, 0, 10, 1), short_payload, now).status().code(),
+  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), short_payload, now).status().code(),
             StatusCode::kInvalidArgument);
   std::vector<float> nan = {0.f, std::nanf(""), 0.f, 0.f};
-  auto bad = core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(nan), now);
+  auto bad = core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(nan), now);
   EXPECT_FALSE(bad.ok());
-  EXPECT_EQ(core->Push(Header(0, 0, 3, 10, 1), payload, now).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(core->Push(Header(0, 0, 0, -1, 1), payload, now).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 0, 3, 10, 1)), payload, now).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 0, 0, -1, 1)), payload, now).status().code(), StatusCode::kInvalidArgument);
   ManualClock clock;
   EXPECT_TRUE(core->Poll(now, clock).empty());  // nothing was accepted
   EXPECT_EQ(core->version(0), 0);
@@ -155,8 +158,8 @@ TEST(SyncerCore, TokenWeightsOfUnequalLearners) {
   // Learner 0 moved θ to 1 − 0.3 = 0.7 (Δ = Φ − θ = 0.3) with 100 tokens in 1 step: w = 10⁴.
   // Learner 1 moved to 1 − 0.1 = 0.9 with 100 tokens in 4 steps:                  w = 2500.
   std::vector<float> d0(4, 0.3f), d1(4, 0.1f);
-  ASSERT_TRUE(core->Push(Header(0, 0, 0, 100, 1), Fp32Payload(d0), clock.Now()).ok());
-  ASSERT_TRUE(core->Push(Header(1, 0, 0, 100, 4), Fp32Payload(d1), clock.Now()).ok());
+  ASSERT_TRUE(core->Push(Stamped(*core, Header(0, 0, 0, 100, 1)), Fp32Payload(d0), clock.Now()).ok());
+  ASSERT_TRUE(core->Push(Stamped(*core, Header(1, 0, 0, 100, 4)), Fp32Payload(d1), clock.Now()).ok());
   auto reports = core->Poll(clock.Now(), clock);
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_EQ(reports[0].version, 1);
@@ -178,13 +181,13 @@ TEST(SyncerCore, LateUpdateIsFoldedIntoTheNextRound) {
   JoinAndPull(*core, f.plan, 0, clock.Now());
   JoinAndPull(*core, f.plan, 1, clock.Now());
   std::vector<float> d0(4, 0.2f);
-  ASSERT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(d0), clock.Now()).ok());
+  ASSERT_TRUE(core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(d0), clock.Now()).ok());
   // K = 1, grace off: round 0 closes with learner 0 alone.
   ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
   for (float v : core->theta(0)) EXPECT_NEAR(v, 0.8f, 1e-6);
   // Learner 1's update, computed against version 0, arrives after round 0 closed.
   std::vector<float> d1(4, 0.4f);  // θ_1 = 0.6
-  auto late = core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(d1), clock.Now());
+  auto late = core->Push(Stamped(*core, Header(1, 0, 0, 10, 1)), Fp32Payload(d1), clock.Now());
   ASSERT_TRUE(late.ok()) << late.status();
   EXPECT_EQ(late->round, 1);
   EXPECT_NE(late->note.find("folded into round 1"), std::string::npos) << late->note;
@@ -210,7 +213,7 @@ TEST(SyncerCore, SweepScalesAPartialRoundByItsTokenShare) {
     JoinAndPull(*core, f.plan, 1, clock.Now());
     // Learner 0 alone: 20 tokens in 2 steps (10 per step); two live learners → a full round is
     // H·(10 + 10) = 40 tokens, so ρ = 0.5 and Θ = 1 − 0.5·0.2 = 0.9.
-    auto first = core->Push(Header(0, 0, 0, 20, 2), Fp32Payload(std::vector<float>(4, 0.2f)), clock.Now());
+    auto first = core->Push(Stamped(*core, Header(0, 0, 0, 20, 2)), Fp32Payload(std::vector<float>(4, 0.2f)), clock.Now());
     ASSERT_TRUE(first.ok());
     EXPECT_EQ(first->merged_version, 1);
     auto r0 = core->Poll(clock.Now(), clock);
@@ -219,7 +222,7 @@ TEST(SyncerCore, SweepScalesAPartialRoundByItsTokenShare) {
     EXPECT_FALSE(r0[0].sweep_completed);
     for (float v : core->theta(0)) EXPECT_NEAR(v, 0.9f, 1e-6);
     // Learner 1, computed against version 0 (θ_1 = 0.6), folded into the next round.
-    auto late = core->Push(Header(1, 0, 0, 20, 2), Fp32Payload(std::vector<float>(4, 0.4f)), clock.Now());
+    auto late = core->Push(Stamped(*core, Header(1, 0, 0, 20, 2)), Fp32Payload(std::vector<float>(4, 0.4f)), clock.Now());
     ASSERT_TRUE(late.ok());
     EXPECT_EQ(late->merged_version, 2);
     auto r1 = core->Poll(clock.Now(), clock);
@@ -248,7 +251,7 @@ TEST(SyncerCore, ARoundOfFinalSyncsMovesThetaAllTheWay) {
     JoinAndPull(*core, f.plan, 1, clock.Now());
     // One step each (H = 2), θ = 0.8 and 0.6: the mean outer gradient is 0.3.
     for (auto [id, d] : {std::pair{0, 0.2f}, std::pair{1, 0.4f}}) {
-      PushHeaderData h = Header(id, 0, 0, 10, 1);
+      PushHeaderData h = Stamped(*core, Header(id, 0, 0, 10, 1));
       h.final_sync = final_sync;
       ASSERT_TRUE(core->Push(h, Fp32Payload(std::vector<float>(4, d)), clock.Now()).ok());
     }
@@ -273,13 +276,13 @@ TEST(SyncerCore, QuorumAndGraceFollowTheManualClock) {
   hb.step_seconds = 1.0;  // t_step = 1 s → grace = 0.5·(2·1 − 0 − 0) = 1 s
   for (int id = 0; id < 3; ++id) ASSERT_TRUE(core->Heartbeat(id, hb, clock.Now()).ok());
   std::vector<float> d(4, 0.1f);
-  ASSERT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(d), clock.Now()).ok());
+  ASSERT_TRUE(core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(d), clock.Now()).ok());
   EXPECT_TRUE(core->Poll(clock.Now(), clock).empty());
   auto wake = core->NextWake(clock.Now());
   ASSERT_TRUE(wake.has_value());
   EXPECT_NEAR(ToSeconds(*wake), 1.0, 1e-9);
   clock.AdvanceSeconds(0.5);
-  ASSERT_TRUE(core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(d), clock.Now()).ok());
+  ASSERT_TRUE(core->Push(Stamped(*core, Header(1, 0, 0, 10, 1)), Fp32Payload(d), clock.Now()).ok());
   EXPECT_TRUE(core->Poll(clock.Now(), clock).empty());
   clock.AdvanceSeconds(0.5);
   auto reports = core->Poll(clock.Now(), clock);
@@ -322,7 +325,7 @@ TEST(SyncerCore, JoinWithTheInitialValuesSkipsTheFetch) {
   EXPECT_EQ(reply->fragment_held, (std::vector<int64_t>{0, -1}));  // fragment 1 differs
   EXPECT_EQ(reply->fragment_initial, (std::vector<bool>{true, false}));
   // The held fragment accepts a push against version 0 at once; a pull says not modified.
-  EXPECT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
+  EXPECT_TRUE(core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
   auto pull = core->Pull(0, 0, 0);
   ASSERT_TRUE(pull.ok());
   EXPECT_TRUE(pull->not_modified);
@@ -349,7 +352,7 @@ TEST(SyncerCore, ALearnerFromTheSeedCatchesUpWithOneDelta) {
   JoinAndPull(*core, f.plan, 0, clock.Now());
   auto round = [&](int64_t base) {  // Θ_0 moves away from the initial values
     std::vector<float> d = {0.5f, -0.25f, 0.125f, 1.0f};
-    ASSERT_TRUE(core->Push(Header(0, 0, base, 10, 1), Fp32Payload(d), clock.Now()).ok());
+    ASSERT_TRUE(core->Push(Stamped(*core, Header(0, 0, base, 10, 1)), Fp32Payload(d), clock.Now()).ok());
     ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
   };
   for (int64_t v = 0; v < 3; ++v) round(v);
@@ -427,7 +430,7 @@ TEST(SyncerCore, PublicCopiesStayBitIdenticalOverManyInt4Rounds) {
     h.encoding = Encoding::kInt4;
     h.block_size = 64;
     h.num_values = 2048;
-    ASSERT_TRUE(core->Push(h, payload, clock.Now()).ok());
+    ASSERT_TRUE(core->Push(Stamped(*core, h), payload, clock.Now()).ok());
     ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
     auto pulled = core->Pull(0, 0, l.have);
     ASSERT_TRUE(pulled.ok());
@@ -474,7 +477,7 @@ TEST(SyncerCore, ALearnerKVersionsBehindGetsOneDeltaAndALostReplyIsAskedAgain) {
   // Learner 1 drives five rounds of fragment 0 while learner 0 holds version 0.
   for (int r = 0; r < 5; ++r) {
     std::vector<float> d = {0.1f, -0.3f * static_cast<float>(r), 0.02f, 0.5f};
-    ASSERT_TRUE(core->Push(Header(1, 0, one.have, 10, 1), Fp32Payload(d), clock.Now()).ok());
+    ASSERT_TRUE(core->Push(Stamped(*core, Header(1, 0, one.have, 10, 1)), Fp32Payload(d), clock.Now()).ok());
     ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
     ASSERT_TRUE(one.Take(core->Pull(1, 0, one.have)).ok()) << "round " << r;
   }
@@ -492,7 +495,7 @@ TEST(SyncerCore, ALearnerKVersionsBehindGetsOneDeltaAndALostReplyIsAskedAgain) {
   // A push computed against the older copy is still accepted (the learner may not have applied
   // the reply yet): the syncer rebuilds Φ at version 0 from its history.
   std::vector<float> d(4, 0.0f);
-  EXPECT_TRUE(core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(d), clock.Now()).ok());
+  EXPECT_TRUE(core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(d), clock.Now()).ok());
 }
 
 TEST(SyncerCore, APullWantingALaterVersionDownloadsNothingUntilItExists) {
@@ -501,7 +504,7 @@ TEST(SyncerCore, APullWantingALaterVersionDownloadsNothingUntilItExists) {
   ManualClock clock;
   // Learner 0's push was promised version 2; learner 1's round makes version 1 first.
   auto round = [&](int id, int64_t base) {
-    ASSERT_TRUE(core->Push(Header(id, 0, base, 10, 1), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
+    ASSERT_TRUE(core->Push(Stamped(*core, Header(id, 0, base, 10, 1)), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
     ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
   };
   round(1, 0);
@@ -541,7 +544,7 @@ TEST(SyncerCore, HeldMemoryDoesNotGrowWithTheNumberOfLearners) {
     for (int64_t v = 0; v < 6; ++v) {
       for (int id = 0; id < learners; ++id) {
         std::vector<float> d = {0.01f * static_cast<float>(id), -0.02f, 0.03f, 0.04f};
-        ATOLL_CHECK(core->Push(Header(id, 0, v, 10, 1), Fp32Payload(d), clock.Now()).ok());
+        ATOLL_CHECK(core->Push(Stamped(*core, Header(id, 0, v, 10, 1)), Fp32Payload(d), clock.Now()).ok());
       }
       ATOLL_CHECK(core->Poll(clock.Now(), clock).size() == 1u);
       for (int id = 0; id < learners; ++id) ATOLL_CHECK(core->Pull(id, 0, v).ok());
@@ -566,6 +569,8 @@ TEST(SyncerCore, HeldMemoryDoesNotGrowWithTheNumberOfLearners) {
 namespace atl::syncer {
 namespace {
 
+using testing::Stamped;
+
 TEST(SyncerCore, OutlierOuterGradientIsQuarantinedNotMerged) {
   auto f = Small();
   auto o = Fp32Options();
@@ -578,7 +583,7 @@ TEST(SyncerCore, OutlierOuterGradientIsQuarantinedNotMerged) {
   int64_t have = 0;
   auto round = [&](float delta) {
     std::vector<float> d(4, delta);
-    auto r = core->Push(Header(0, 0, have, 10, 1), Fp32Payload(d), clock.Now());
+    auto r = core->Push(Stamped(*core, Header(0, 0, have, 10, 1)), Fp32Payload(d), clock.Now());
     if (r.ok()) {
       core->Poll(clock.Now(), clock);
       have = core->Pull(0, 0, have)->version;
@@ -608,15 +613,15 @@ TEST(SyncerCore, LearnerSendingGarbageRepeatedlyIsDisconnected) {
   JoinAndPull(*core, f.plan, 1, clock.Now());
   std::vector<float> nan(4, std::nanf(""));
   Status last;
-  for (int i = 0; i < 3; ++i) last = core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(nan), clock.Now()).status();
+  for (int i = 0; i < 3; ++i) last = core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(nan), clock.Now()).status();
   EXPECT_NE(last.message().find("now disconnected"), std::string::npos) << last;
   std::vector<float> good(4, 0.1f);
-  auto refused = core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(good), clock.Now());
+  auto refused = core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(good), clock.Now());
   EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
   LearnerProgress hb;
   EXPECT_EQ(core->Heartbeat(0, hb, clock.Now()).code(), StatusCode::kPermissionDenied);
   // Other learners are unaffected.
-  EXPECT_TRUE(core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(good), clock.Now()).ok());
+  EXPECT_TRUE(core->Push(Stamped(*core, Header(1, 0, 0, 10, 1)), Fp32Payload(good), clock.Now()).ok());
   // The ban expires; silent for that long, the learner rejoins before it counts again.
   clock.AdvanceSeconds(61);
   EXPECT_EQ(core->Heartbeat(0, hb, clock.Now()).code(), StatusCode::kNotFound);
@@ -638,14 +643,14 @@ TEST(SyncerCore, ALearnerSilentPastTheTimeoutRejoinsBeforeItsPushesAndHeartbeats
   clock.AdvanceSeconds(4);  // within the timeout: counted
   ASSERT_TRUE(core->Heartbeat(0, hb, clock.Now()).ok());
   clock.AdvanceSeconds(6);  // learner 1 is now silent for 10 s, learner 0 for 6 s
-  auto silent = core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(good), clock.Now());
+  auto silent = core->Push(Stamped(*core, Header(1, 0, 0, 10, 1)), Fp32Payload(good), clock.Now());
   EXPECT_EQ(silent.status().code(), StatusCode::kNotFound);
   EXPECT_NE(silent.status().message().find("rejoin"), std::string::npos) << silent.status();
   EXPECT_EQ(core->Heartbeat(1, hb, clock.Now()).code(), StatusCode::kNotFound);
   EXPECT_EQ(core->Heartbeat(0, hb, clock.Now()).code(), StatusCode::kNotFound);
   JoinAndPull(*core, f.plan, 1, clock.Now());
   EXPECT_TRUE(core->Heartbeat(1, hb, clock.Now()).ok());
-  EXPECT_TRUE(core->Push(Header(1, 0, 0, 10, 1), Fp32Payload(good), clock.Now()).ok());
+  EXPECT_TRUE(core->Push(Stamped(*core, Header(1, 0, 0, 10, 1)), Fp32Payload(good), clock.Now()).ok());
   // Silence is measured to when a call arrived: a heartbeat that reached a busy loop in time is
   // in contact, however late the loop gets to it.
   const TimePoint arrived = clock.Now();
@@ -658,6 +663,8 @@ TEST(SyncerCore, ALearnerSilentPastTheTimeoutRejoinsBeforeItsPushesAndHeartbeats
 
 namespace atl::syncer {
 namespace {
+
+using testing::Stamped;
 
 TEST(SyncerCore, FinishClosesRoundsStillInTheirGraceWindow) {
   auto f = Small();
@@ -674,7 +681,7 @@ TEST(SyncerCore, FinishClosesRoundsStillInTheirGraceWindow) {
   hb.step_seconds = 5.0;  // grace = 1·(2·5 − 0 − 0) = 10 s
   ASSERT_TRUE(core->Heartbeat(0, hb, clock.Now()).ok());
   std::vector<float> d(4, 0.1f);
-  ASSERT_TRUE(core->Push(Header(0, 1, 0, 10, 1), Fp32Payload(d), clock.Now()).ok());
+  ASSERT_TRUE(core->Push(Stamped(*core, Header(0, 1, 0, 10, 1)), Fp32Payload(d), clock.Now()).ok());
   EXPECT_TRUE(core->Poll(clock.Now(), clock).empty());  // waiting for learner 1 in the grace window
   auto closed = core->CloseAllPending(clock.Now(), clock);
   ASSERT_EQ(closed.size(), 1u);

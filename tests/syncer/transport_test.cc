@@ -128,11 +128,16 @@ class Rejections : public ::testing::Test {
   Server s{2, 2, Encoding::kFp32};
   void SetUp() override {
     auto c = Client(s.target);
-    ASSERT_TRUE(c->Join(Join(s.plan, 0)).ok());
+    auto joined = c->Join(Join(s.plan, 0));
+    ASSERT_TRUE(joined.ok());
+    session_ = joined->push_session;
     for (int p = 0; p < s.plan.num_fragments(); ++p) ASSERT_TRUE(c->Pull(0, p, -1, 0, -1).ok());
   }
+  // A push header of learner 0 in its session, with a new sequence number.
   syncer::PushHeaderData Header(int fragment = 0) {
     syncer::PushHeaderData h;
+    h.push_session = session_;
+    h.push_seq = ++seq_;
     h.learner_id = 0;
     h.fragment = fragment;
     h.base_version = 0;
@@ -149,6 +154,7 @@ class Rejections : public ::testing::Test {
     std::memcpy(out.data(), v.data(), out.size());
     return out;
   }
+  uint64_t session_ = 0, seq_ = 0;
   void ExpectUnchanged() {
     auto st = s.Status();
     EXPECT_EQ(st["rounds"].get<int64_t>(), 0);
@@ -226,7 +232,7 @@ TEST_F(Rejections, OversizeChunkAndWrongSize) {
   // The announced size is checked against the fragment before any chunk is read or reserved.
   EXPECT_NE(out.status().message().find("announces"), std::string::npos) << out.status();
   // Right chunking, wrong size for the fragment.
-  auto wrong = Client(s.target)->Push(h, std::vector<std::byte>(12));
+  auto wrong = Client(s.target)->Push(Header(), std::vector<std::byte>(12));
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
   ExpectUnchanged();
 }

@@ -27,8 +27,9 @@ class DdpExchange {
   Status Sync(int learner_id, std::span<const std::span<float>> params);
   // Pushes the gradient in `grads` for the current version, then waits until the syncer publishes
   // the next version (or `timeout_s` passes / `stop()` is true → DeadlineExceeded / Cancelled) and
-  // writes it into `params`. Aborted means this learner is behind: call Sync.
-  Status Step(int learner_id, int64_t step_tokens, std::span<const std::span<float>> grads,
+  // writes it into `params`. Aborted means this learner is behind: call Sync. The push carries
+  // `push_session` (of the learner's latest join) and the next of this exchange's sequence numbers.
+  Status Step(int learner_id, uint64_t push_session, int64_t step_tokens, std::span<const std::span<float>> grads,
               std::span<const std::span<float>> params, double timeout_s,
               const std::function<bool()>& stop);
 
@@ -47,6 +48,7 @@ class DdpExchange {
   std::vector<float> copy_;  // the public copy of Θ this learner holds (docs/decisions/014)
   exchange::Lattice lattice_;
   int64_t version_ = -1;
+  uint64_t push_seq_ = 0;  // the last push's sequence number
   int64_t bytes_up_ = 0, bytes_down_ = 0, mismatches_ = 0;
 };
 

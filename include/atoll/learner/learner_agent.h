@@ -100,6 +100,7 @@ struct AgentCounters {
   double first_contribution_s = -1;  // seconds from Start() to the first accepted push
   bool joined = false;
   int learner_id = -1;
+  uint64_t push_session = 0;         // of its latest join: every push carries it (docs/decisions/019)
   int64_t version_held = -1;         // newest fragment version received
 };
 
@@ -306,6 +307,7 @@ class LearnerAgent {
   int threads_running_ = 0;                 // guarded by mu_
   bool need_rejoin_ = true;                 // guarded by mu_
   uint64_t incarnation_ = 0;                // guarded by mu_
+  uint64_t push_seq_ = 0;                   // the last push's sequence number (never reused); guarded by mu_
 
   // Exchange-thread state: the public copies, their lattices and their versions.
   std::vector<std::vector<float>> public_;

@@ -19,13 +19,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/clock.h"
 #include "atoll/core/status.h"
 #include "atoll/runtime/run_config.h"
+#include "atoll/syncer/api.h"
 
 namespace atl::runtime {
 
@@ -35,6 +38,10 @@ struct SimulateOptions {
   double jitter = 0.05;       // each step's time: × (1 ± jitter) (uniform)
   // Called with progress lines (one per evaluation of the global model); may be empty.
   std::function<void(const std::string&)> progress;
+  // Learner m's connection to the syncer, decorated (empty, or null for a learner: the syncer
+  // itself): e.g. an adversary that rewrites its pushes (runtime/adversary.h). Called once per
+  // learner, on its thread, before it joins; `clock` is the simulation's.
+  std::function<std::unique_ptr<syncer::SyncerApi>(int learner, syncer::SyncerApi& syncer, Clock& clock)> connect;
 };
 
 struct SimulateResult {
@@ -44,6 +51,7 @@ struct SimulateResult {
   int64_t rounds = 0;
   int64_t tokens_trained = 0;
   double tokens_merged = 0;
+  std::vector<int64_t> fragment_versions;       // each fragment's version at the end
   std::vector<int64_t> contributors_histogram;  // [k] = rounds that held k learners
   std::vector<double> merged_norm_quarters;     // mean merged outer-gradient norm per quarter of the rounds
   nlohmann::json global_eval_curve = nlohmann::json::array();  // {rounds, tokens_merged, t, eval_loss}

@@ -21,7 +21,9 @@
 namespace atl::syncer {
 
 // 2: the downlink carries lattice deltas of one shared public copy (docs/decisions/014).
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: a push carries the push session its learner's join was given and a sequence number
+// (replays are refused: docs/decisions/019).
+inline constexpr uint32_t kProtocolVersion = 3;
 
 // A sharded syncer (docs/decisions/011): shard `index` of `count` owns the fragments p with
 // p mod count = index, and a learner joins every shard. count = 1 (index 0) is the one
@@ -81,6 +83,9 @@ struct JoinReplyData {
   // syncer that does not say.
   std::vector<int64_t> merged_versions;
   ShardSpec shard;  // the syncer's shard (index/count); {0, 1} for an unsharded syncer
+  // The push session of this join (never 0): every push until the learner's next join carries it,
+  // with sequence numbers that increase (docs/decisions/019).
+  uint64_t push_session = 0;
 };
 
 struct HeartbeatReplyData {
@@ -105,6 +110,11 @@ struct PushHeaderData {
   // Bytes the transport received for this push (header and payload), counted in the learner's
   // bytes_up by the same call that admits it; 0 in process.
   int64_t wire_bytes = 0;
+  // The push session of the learner's latest join, and this push's sequence number in it: above
+  // every number the syncer has judged in that session. A push of another session is refused
+  // (NotFound: join again), one whose number was used (a replay) too (AlreadyExists).
+  uint64_t push_session = 0;
+  uint64_t push_seq = 0;
 };
 
 struct PushResult {

@@ -131,6 +131,14 @@ struct SyncerOptions {
   double max_steps_factor = 16.0;
   double max_tokens_per_step_factor = 4.0;
   double max_weight_factor = 4.0;
+  // What a push is credited with (its tokens in tokens_merged, goodput and the round's share, and
+  // the steps its weight counts) is bounded by the time the syncer saw pass: at most
+  // max_step_rate_factor × the other learners' step rate (the upper median of their credited steps
+  // per second, once quarantine_min_learners others have one) × the seconds since the learner's
+  // previous push of that fragment (or its first join), plus up to H steps left over from its
+  // earlier pushes; its tokens keep its (bounded) rate per step. With fewer rated others, at most
+  // max_steps_factor × H steps per push. 0 turns the time bound off.
+  double max_step_rate_factor = 4.0;
   // A learner whose pushes are rejected as invalid this many times in a row (not counting
   // ABORTED, which only asks for a full fetch, nor quarantine) is disconnected for ban_seconds: its joins, heartbeats and pushes
   // are refused with PERMISSION_DENIED (pulls change no state and are still served).
@@ -156,6 +164,10 @@ struct SyncerOptions {
   ShardSpec shard;
 };
 
+// The upper median of `v` (non-empty; the larger middle value of an even count): one value of
+// k ≥ 2 that is lowered to zero never lowers it below the others' middle, nor raises it above them.
+double UpperMedianOf(std::vector<double> v);
+
 // A learner's latest push of one fragment as the robust references see it (bounded counters).
 struct PushSample {
   int64_t version = -1;  // the fragment's version when it arrived (-1: no push yet)
@@ -163,6 +175,15 @@ struct PushSample {
   double steps = 0;      // c_steps, bounded
   double tokens_per_step = 0;  // c_tokens / c_steps, bounded
   double weight = 0;     // merge weight, bounded
+};
+
+// What a learner may still be credited for one fragment (docs/security.md): its time since `since`
+// at the bounded step rate, plus `carried` steps left over from its earlier pushes (at most H); and
+// the steps per second it was credited with there (EMA; 0: none yet), the others' reference.
+struct StepAllowance {
+  TimePoint since{};
+  double carried = 0;
+  double rate = 0;
 };
 
 struct LearnerRecord {
@@ -185,6 +206,13 @@ struct LearnerRecord {
   // updates all P fragments, and each fragment's contribution counts it once).
   double tokens_merged = 0;
   double tokens_per_step = 0;             // c_tokens / c_steps of its pushes (EMA): a full round's size
+  // Per fragment, what its next push may be credited with (only the rates are persisted: a restored
+  // learner gets H steps and the time from its restore).
+  std::vector<StepAllowance> allowances;
+  // The push session of its latest join (0: none, e.g. restored after a restart: it joins again
+  // before it pushes) and the highest sequence number judged in it (docs/decisions/019).
+  uint64_t push_session = 0, push_seq = 0;
+  int64_t replays_refused = 0;            // pushes refused as replays (sequence number already used)
   // Per fragment, the newest committed version that merged a push of this learner (-1: none yet).
   // A learner that rejoins a restarted syncer compares it with the version it was promised, to
   // tell a push the old process committed from one it lost.
@@ -346,6 +374,7 @@ class SyncerCore {
     double max_weight = std::numeric_limits<double>::infinity();  // its merge weight's bound
     int64_t base_version = 0;
     bool final_sync = false;  // the learner's end-of-training push: a whole span of work (TokenShare)
+    bool judged = true;       // its rate per step had a reference when it arrived (else judged at close)
     std::vector<std::byte> raw;         // the payload in the quantiser's layout; decoded when the round closes
     double delta_norm = 0;              // ‖Δ̂‖ of its decoded values
     TimePoint arrived{};
@@ -386,10 +415,39 @@ class SyncerCore {
     double size = 0, steps = 0, tokens_per_step = 0, weight = 0;  // upper medians of the others' latest pushes
   };
   RobustRefs RefsFor(int p, int id, TimePoint now) const;
-  // Bounds the push's claimed counters by `refs` (c_tokens through the rate per step; the steps
-  // its size and merge weight count, into c.max_weight) and returns what it records of the push
-  // (its size ‖v‖/√steps, bounded steps, rate and weight; no version); `note` says what was bounded.
-  PushSample BoundCounters(const RobustRefs& refs, Contribution& c, std::string& note) const;
+  // The upper medians of the other learners' rates: tokens per step (each one's EMA over all its
+  // pushes) and credited steps per second of fragment p; 0 where fewer than
+  // quarantine_min_learners have one (p < 0: no step rate).
+  struct FleetRefs {
+    double tokens_per_step = 0, step_rate = 0;
+  };
+  FleetRefs FleetRefsFor(int id, int p) const;
+  // What BoundCounters decided: the push as the references record it (its size ‖v‖/√steps,
+  // bounded steps, rate and weight; no version), and the learner's allowance for that fragment once
+  // the push is credited (its credited steps per second in the rate).
+  struct Credit {
+    PushSample sample;
+    StepAllowance allowance;
+  };
+  // Bounds the push's claimed counters (c_tokens through the rate per step, c_steps and with it
+  // c_tokens by the time since the learner's previous push of the fragment, the steps its size and
+  // merge weight count, into c.max_weight); `note` says what was bounded.
+  Credit BoundCounters(const RobustRefs& refs, const FleetRefs& fleet, const LearnerRecord& l, int p,
+                       Contribution& c, TimePoint now, std::string& note) const;
+  // c_tokens ≤ max_tokens_per_step_factor × `reference` × c_steps (reference 0: no bound).
+  void BoundTokensPerStep(double reference, Contribution& c, std::string& note) const;
+  // The steps of a push its time allows (c_steps and c_tokens lowered together), and the allowance left.
+  StepAllowance CreditSteps(const FleetRefs& fleet, const StepAllowance& a, Contribution& c, TimePoint now,
+                            std::string& note) const;
+  // Contributions of fragment f's open round that arrived before any rate per step could judge
+  // them: bounded now by the others' rates, if there are enough (CloseRounds, before the round closes).
+  void JudgeLateCounters(FragmentState& f) const;
+  // Replay protection (docs/decisions/019): NotFound for a push of another session than the
+  // learner's latest join's, AlreadyExists for a sequence number already judged (a replay).
+  Status CheckPushSession(const LearnerRecord& l, const PushHeaderData& h) const;
+  // A push session no other join of this syncer process was given, nor (through the incarnation)
+  // any join of an earlier process.
+  uint64_t NewPushSession(int id);
   // INVALID_ARGUMENT (quarantined) when `size` exceeds quarantine_factor × the reference.
   Status CheckQuarantine(const FragmentState& f, double size, const RobustRefs& refs) const;
   PushResult Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now);
@@ -453,6 +511,7 @@ class SyncerCore {
   RoundEstimates estimates_;
   int64_t rounds_closed_ = 0;
   int64_t rounds_refused_ = 0;
+  uint64_t sessions_issued_ = 0;
   double global_eval_loss_ = -1;   // < 0: none yet
   int64_t global_eval_rounds_ = 0;
 };
