@@ -242,6 +242,7 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
   }
   ATOLL_ASSIGN_OR_RETURN(auto sopts, MakeSyncerOptions(c));
   sopts.incarnation = 1;
+  if (o.adjust_syncer) o.adjust_syncer(sopts);
   ATOLL_ASSIGN_OR_RETURN(auto core, syncer::SyncerCore::Create(sopts, plan, InitialFragments(eval.trainer(), plan)));
 
   SimClock clock;

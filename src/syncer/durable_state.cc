@@ -303,11 +303,42 @@ Status DurableState::SaveAll(const SyncerCore& core) {
 
 namespace {
 
-// A learner's latest push per fragment, as [version, size, steps, tokens per step, weight] rows.
+// A learner's latest push per fragment, as [version, size, steps, tokens per step, weight,
+// influence] rows (its sketch is not kept: a restarted syncer judges directions from the next pushes).
 nlohmann::json SamplesJson(const std::vector<PushSample>& samples) {
   nlohmann::json rows = nlohmann::json::array();
-  for (const PushSample& s : samples) rows.push_back({s.version, s.size, s.steps, s.tokens_per_step, s.weight});
+  for (const PushSample& s : samples) {
+    rows.push_back({s.version, s.size, s.steps, s.tokens_per_step, s.weight, s.influence});
+  }
   return rows;
+}
+
+// The rows back; a malformed row (damaged) is no push: the references then rebuild from the next
+// pushes. A row of five (a table from before influences) has influence 1.
+std::vector<PushSample> ParseSamples(const nlohmann::json& rows) {
+  std::vector<PushSample> out;
+  if (!rows.is_array()) return out;
+  for (const auto& r : rows) {
+    PushSample s;
+    const bool ok = r.is_array() && (r.size() == 5 || r.size() == 6) &&
+                    std::all_of(r.begin() + 1, r.end(), [](const nlohmann::json& x) { return x.is_number(); }) &&
+                    r[0].is_number_integer();
+    if (ok) {
+      s.version = r[0].get<int64_t>();
+      s.size = r[1].get<double>();
+      s.steps = r[2].get<double>();
+      s.tokens_per_step = r[3].get<double>();
+      s.weight = r[4].get<double>();
+      s.influence = r.size() == 6 ? r[5].get<double>() : 1.0;
+    }
+    const auto fine = [](double x) { return std::isfinite(x) && x >= 0; };
+    if (!(fine(s.size) && fine(s.steps) && fine(s.tokens_per_step) && fine(s.weight) && fine(s.influence) &&
+          s.influence <= 1)) {
+      s = PushSample{};
+    }
+    out.push_back(s);
+  }
+  return out;
 }
 
 // A rate as read back: a damaged (negative or non-finite) one is none.
@@ -318,25 +349,6 @@ std::vector<double> StepRates(const std::vector<StepAllowance>& allowances) {
   std::vector<double> rates;
   for (const StepAllowance& a : allowances) rates.push_back(a.rate);
   return rates;
-}
-
-// The rows back; a malformed row (a file from before the robust references, or damaged) is no
-// push: the references then rebuild from the next pushes.
-std::vector<PushSample> ParseSamples(const nlohmann::json& rows) {
-  std::vector<PushSample> out;
-  if (!rows.is_array()) return out;
-  for (const auto& r : rows) {
-    PushSample s;
-    const bool ok = r.is_array() && r.size() == 5 && r[0].is_number_integer() && r[1].is_number() &&
-                    r[2].is_number() && r[3].is_number() && r[4].is_number();
-    if (ok) s = {r[0].get<int64_t>(), r[1].get<double>(), r[2].get<double>(), r[3].get<double>(), r[4].get<double>()};
-    const auto fine = [](double x) { return std::isfinite(x) && x >= 0; };
-    if (!(fine(s.size) && fine(s.steps) && fine(s.tokens_per_step) && fine(s.weight))) {
-      s = PushSample{};
-    }
-    out.push_back(s);
-  }
-  return out;
 }
 
 }  // namespace
@@ -450,7 +462,7 @@ DurableState::LearnerTable DurableState::ReadLearnerRows(const nlohmann::json& l
     l.samples = ParseSamples(r.value("samples", nlohmann::json::array()));
     // The rates the others are judged by (absent from a table of an older syncer: 0, none yet).
     l.tokens_per_step = NonNegative(r.value("tokens_per_step", 0.0));
-    for (double rate : r.value("step_rates", std::vector<double>{})) l.allowances.push_back({{}, 0.0, NonNegative(rate)});
+    for (double rate : r.value("step_rates", std::vector<double>{})) l.allowances.push_back({{}, 0.0, NonNegative(rate), 0.0});
     l.replays_refused = r.value("replays_refused", int64_t{0});
     if (l.id >= 0) t.rows[l.id] = l;
   }

@@ -19,17 +19,26 @@ double UpperMedianOf(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-SyncerCore::RobustRefs SyncerCore::RefsFor(int p, int id, TimePoint now) const {
+double LowerMedianOf(std::vector<double> v) {
+  const size_t k = (v.size() - 1) / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+bool SyncerCore::IsReference(const LearnerRecord& l, int p, TimePoint now) const {
   // A live learner's latest push counts however many rounds others closed since (a flood of
   // rounds must not age the honest references out); a departed learner's for the window.
-  const int64_t oldest = fragments_[static_cast<size_t>(p)].version - options_.quarantine_window;
-  const Duration timeout = FromSeconds(options_.learner_timeout_s);
+  if (static_cast<int>(l.samples.size()) <= p) return false;
+  const PushSample& s = l.samples[static_cast<size_t>(p)];
+  const bool live = l.state != LearnerState::kDone && now - l.last_seen <= FromSeconds(options_.learner_timeout_s);
+  return s.version >= 0 && (live || s.version >= fragments_[static_cast<size_t>(p)].version - options_.quarantine_window);
+}
+
+SyncerCore::RobustRefs SyncerCore::RefsFor(int p, int id, TimePoint now) const {
   std::vector<double> sizes, steps, tps, weights;
   for (const auto& [other, l] : learners_) {
-    if (other == id || static_cast<int>(l.samples.size()) <= p) continue;
+    if (other == id || !IsReference(l, p, now)) continue;
     const PushSample& s = l.samples[static_cast<size_t>(p)];
-    const bool live = l.state != LearnerState::kDone && now - l.last_seen <= timeout;
-    if (s.version < 0 || (!live && s.version < oldest)) continue;
     sizes.push_back(s.size);
     steps.push_back(s.steps);
     tps.push_back(s.tokens_per_step);
@@ -39,6 +48,7 @@ SyncerCore::RobustRefs SyncerCore::RefsFor(int p, int id, TimePoint now) const {
   if (static_cast<int>(sizes.size()) < std::max(1, options_.quarantine_min_learners)) return r;
   r.others = static_cast<int>(sizes.size());
   r.size = UpperMedianOf(sizes);
+  r.size_low = LowerMedianOf(sizes);
   r.steps = UpperMedianOf(steps);
   r.tokens_per_step = UpperMedianOf(tps);
   r.weight = UpperMedianOf(weights);
@@ -65,27 +75,52 @@ SyncerCore::FleetRefs SyncerCore::FleetRefsFor(int id, int p) const {
   return r;
 }
 
-void SyncerCore::BoundTokensPerStep(double reference, Contribution& c, std::string& note) const {
-  // The tokens it is credited with: at most max_tokens_per_step_factor × the others' rate per step.
-  if (!(reference > 0) || options_.max_tokens_per_step_factor <= 0 || c.c_steps <= 0) return;
-  const double max_tps = options_.max_tokens_per_step_factor * reference;
+void SyncerCore::UpdatePace(LearnerRecord& l, const LearnerProgress& progress, TimePoint now) {
+  constexpr double kWindowSeconds = 2.0;
+  LearnerRecord::Pace& pace = l.pace;
+  if (pace.step < 0 || progress.step < pace.step || progress.tokens < pace.tokens) {
+    pace.at = now;  // its first heartbeat, or a restarted process: a new window starts here
+    pace.step = progress.step;
+    pace.tokens = progress.tokens;
+    return;
+  }
+  const double dt = ToSeconds(now - pace.at);
+  if (dt < kWindowSeconds) return;
+  const int64_t steps = progress.step - pace.step;
+  if (steps > 0) {  // a window without steps (a barrier, a pause) says nothing of its pace
+    pace.step_rate = Ema(pace.step_rate, static_cast<double>(steps) / dt);
+    pace.tokens_per_step = Ema(pace.tokens_per_step, static_cast<double>(progress.tokens - pace.tokens) / steps);
+  }
+  pace.at = now;
+  pace.step = progress.step;
+  pace.tokens = progress.tokens;
+}
+
+void SyncerCore::BoundTokensPerStep(double reference, double own, Contribution& c, std::string& note) const {
+  // The tokens it is credited with: at most max_tokens_per_step_factor × the others' rate per step,
+  // and pace_slack × its own as its heartbeats measured it.
+  double max_tps = std::numeric_limits<double>::infinity();
+  if (reference > 0 && options_.max_tokens_per_step_factor > 0) max_tps = options_.max_tokens_per_step_factor * reference;
+  if (own > 0 && options_.pace_slack > 0) max_tps = std::min(max_tps, options_.pace_slack * own);
+  if (!std::isfinite(max_tps) || c.c_steps <= 0) return;
   if (static_cast<double>(c.c_tokens) <= max_tps * static_cast<double>(c.c_steps)) return;
   const auto tokens = static_cast<int64_t>(std::floor(max_tps * static_cast<double>(c.c_steps)));
   note += fmt::format("; c_tokens {} bounded to {}", c.c_tokens, tokens);
   c.c_tokens = tokens;
 }
 
-StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, const StepAllowance& a, Contribution& c,
-                                      TimePoint now, std::string& note) const {
-  // The steps the time since the previous push allows at max_step_rate_factor × the others' rate,
-  // plus what earlier pushes left (at most H steps: a push delayed on the way, then one on time).
-  // Without rated others: max_steps_factor × H per push.
+StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, const StepAllowance& a,
+                                      Contribution& c, TimePoint now, std::string& note) const {
+  // The steps the time since the previous push allows at max_step_rate_factor × the others' rate
+  // and pace_slack × its own, plus what earlier pushes left (at most H steps: a push delayed on the
+  // way, then one on time). Without a rate: max_steps_factor × H per push.
   double allowed = options_.max_steps_factor > 0 ? std::max(1.0, options_.max_steps_factor * options_.H)
                                                  : std::numeric_limits<double>::infinity();
-  const bool timed = fleet.step_rate > 0 && options_.max_step_rate_factor > 0;
-  if (timed) {
-    allowed = a.carried + options_.max_step_rate_factor * fleet.step_rate * std::max(0.0, ToSeconds(now - a.since));
-  }
+  double rate = std::numeric_limits<double>::infinity();
+  if (fleet.step_rate > 0 && options_.max_step_rate_factor > 0) rate = options_.max_step_rate_factor * fleet.step_rate;
+  if (own_rate > 0 && options_.pace_slack > 0) rate = std::min(rate, options_.pace_slack * own_rate);
+  const bool timed = std::isfinite(rate);
+  if (timed) allowed = a.carried + rate * std::max(0.0, ToSeconds(now - a.since));
   if (static_cast<double>(c.c_steps) > allowed) {
     const auto steps = static_cast<int64_t>(std::floor(allowed));
     const auto tokens = static_cast<int64_t>(std::floor(static_cast<double>(c.c_tokens) * static_cast<double>(steps) /
@@ -95,20 +130,31 @@ StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, const StepAllowanc
     c.c_steps = steps;
     c.c_tokens = tokens;
   }
-  StepAllowance left{now, 0.0, a.rate};
-  if (timed) left.carried = std::min(allowed - static_cast<double>(c.c_steps), static_cast<double>(options_.H));
+  // What it may count in its round's share: at the others' step rate itself (a learner faster than
+  // the others' upper median moves Θ as often as they do), or one push's worth without a rate.
+  const auto H = static_cast<double>(options_.H);
+  const auto steps = static_cast<double>(c.c_steps);
+  StepAllowance left{now, 0.0, a.rate, 0.0};
+  if (timed) left.carried = std::min(allowed - steps, H);
+  if (!(fleet.step_rate > 0)) {
+    c.share_steps = std::min(steps, H);
+    return left;
+  }
+  const double share_allowed = a.share_carried + fleet.step_rate * std::max(0.0, ToSeconds(now - a.since));
+  c.share_steps = std::min(steps, share_allowed);
+  left.share_carried = std::min(share_allowed - c.share_steps, H);
   return left;
 }
 
 SyncerCore::Credit SyncerCore::BoundCounters(const RobustRefs& refs, const FleetRefs& fleet, const LearnerRecord& l,
                                              int p, Contribution& c, TimePoint now, std::string& note) const {
   const double tps_ref = refs.others > 0 ? refs.tokens_per_step : fleet.tokens_per_step;
-  c.judged = tps_ref > 0;
-  BoundTokensPerStep(tps_ref, c, note);
+  c.judged = tps_ref > 0 || l.pace.tokens_per_step > 0;
+  BoundTokensPerStep(tps_ref, l.pace.tokens_per_step, c, note);
   const int64_t claimed_steps = c.c_steps;
   Credit credit;
   const StepAllowance a = static_cast<int>(l.allowances.size()) > p ? l.allowances[static_cast<size_t>(p)] : StepAllowance{};
-  credit.allowance = CreditSteps(fleet, a, c, now, note);
+  credit.allowance = CreditSteps(fleet, l.pace.step_rate, a, c, now, note);
   const double dt = ToSeconds(now - a.since);
   if (dt > 1e-3 && c.c_steps > 0) {
     double rate = static_cast<double>(c.c_steps) / dt;
@@ -149,9 +195,24 @@ void SyncerCore::JudgeLateCounters(FragmentState& f) const {
     const double tps_ref = FleetRefsFor(c.learner, -1).tokens_per_step;
     if (!(tps_ref > 0)) continue;  // still nothing to judge it by (a run of one or two learners)
     std::string note;
-    BoundTokensPerStep(tps_ref, c, note);
+    BoundTokensPerStep(tps_ref, 0, c, note);
     c.max_weight = std::min(c.max_weight, rule_->Weight(c.c_tokens, c.c_steps));
     c.judged = true;
+  }
+}
+
+void SyncerCore::SettleUnjudgedCredit() {
+  for (auto& [id, l] : learners_) {
+    if (!(l.unjudged_steps > 0)) continue;
+    double max_tps = std::numeric_limits<double>::infinity();
+    const double tps_ref = FleetRefsFor(id, -1).tokens_per_step;
+    if (tps_ref > 0 && options_.max_tokens_per_step_factor > 0) max_tps = options_.max_tokens_per_step_factor * tps_ref;
+    if (l.pace.tokens_per_step > 0 && options_.pace_slack > 0) {
+      max_tps = std::min(max_tps, options_.pace_slack * l.pace.tokens_per_step);
+    }
+    if (!std::isfinite(max_tps)) continue;  // nothing to judge by yet
+    l.tokens_merged -= std::max(0.0, l.unjudged_tokens - max_tps * l.unjudged_steps);
+    l.unjudged_tokens = l.unjudged_steps = 0;
   }
 }
 

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "atoll/core/checksum.h"
 #include "atoll/core/text.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/diloco/merge.h"
@@ -219,28 +218,6 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   return reply;
 }
 
-uint64_t SyncerCore::NewPushSession(int id) {
-  // Unique within this process through the counter, across processes through the incarnation
-  // (a new value at every start): a push captured in an earlier session never matches a later one.
-  sessions_issued_ += 1;
-  const uint64_t parts[3] = {options_.incarnation, static_cast<uint64_t>(id), sessions_issued_};
-  const uint64_t session = Checksum64(parts, sizeof(parts));
-  return session != 0 ? session : 1;
-}
-
-Status SyncerCore::CheckPushSession(const LearnerRecord& l, const PushHeaderData& h) const {
-  if (l.push_session == 0 || h.push_session != l.push_session) {
-    return NotFoundError(fmt::format("push from learner {} in push session {:016x}, which is not the session of its "
-                                     "latest join with this syncer: join again first", l.id, h.push_session));
-  }
-  if (h.push_seq <= l.push_seq) {
-    return AlreadyExistsError(fmt::format("push from learner {}: sequence number {} of its session was already used "
-                                          "(the syncer has judged up to {}): a replay, refused", l.id, h.push_seq,
-                                          l.push_seq));
-  }
-  return Status::Ok();
-}
-
 Status SyncerCore::CheckJoinShard(const ShardSpec& theirs) const {
   const ShardSpec& mine = options_.shard;
   if (theirs.count == mine.count && theirs.index == mine.index) return Status::Ok();
@@ -292,6 +269,7 @@ Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, Ti
   LearnerProgress progress = reported;
   l.telemetry_rejected += BoundTelemetry(progress, {l.step, l.tokens, l.loss, l.step_seconds, l.tokens_per_second,
                                                     l.version_held, l.state});
+  UpdatePace(l, progress, now);
   l.last_seen = now;
   l.step = progress.step;
   l.tokens = progress.tokens;
@@ -463,10 +441,19 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   const Credit credit = BoundCounters(refs, FleetRefsFor(h.learner_id, h.fragment), l, h.fragment, *c, now, bounded);
   PushSample sample = credit.sample;
   const double size = sample.size;
-  if (size > 1e-12) {  // zero pushes never lower anyone's reference
+  sample.sketch = Sketch(c->raw, f.theta.size());
+  // Its influence is judged by its size per step of its share: claimed steps beyond what its
+  // time allows do not make a large push look small.
+  const double share_size = c->delta_norm / std::sqrt(std::max(1.0, c->share_steps));
+  c->influence = Influence(f, h.fragment, h.learner_id, share_size, refs, sample.sketch, now, bounded);
+  c->max_weight *= c->influence * c->influence;
+  sample.influence = c->influence;
+  l.samples.resize(fragments_.size());
+  if (size > 1e-12) {  // zero pushes never lower anyone's reference; they only count for nothing
     sample.version = f.version;
-    l.samples.resize(fragments_.size());
-    l.samples[static_cast<size_t>(h.fragment)] = sample;
+    l.samples[static_cast<size_t>(h.fragment)] = std::move(sample);
+  } else {
+    l.samples[static_cast<size_t>(h.fragment)].influence = 0;
   }
   if (Status st = CheckQuarantine(f, size, refs); !st.ok()) {
     l.quarantined += 1;
@@ -544,6 +531,8 @@ std::vector<RoundReport> SyncerCore::CloseAllPending(TimePoint now, const Clock&
 std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clock, bool force) {
   std::vector<RoundReport> closed;
   const std::vector<int> live = LiveLearners(now);
+  SettleUnjudgedCredit();
+  const double P = plan_.num_fragments();
   for (int p = 0; p < plan_.num_fragments(); ++p) {
     FragmentState& f = fragments_[static_cast<size_t>(p)];
     if (f.pending.empty()) continue;
@@ -553,7 +542,22 @@ std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clo
       d.action = RoundAction::kClose;
       d.reason = "final: the run is finishing (" + d.reason + ")";
     }
-    if (d.action == RoundAction::kClose) closed.push_back(CloseRound(p, d, now, clock));
+    if (d.action != RoundAction::kClose) continue;
+    struct Unjudged {
+      int learner;
+      double tokens, steps;
+    };
+    std::vector<Unjudged> unjudged;  // credited when the round commits, its rate judged later
+    for (const Contribution& c : f.pending) {
+      if (!c.judged) unjudged.push_back({c.learner, static_cast<double>(c.c_tokens), static_cast<double>(c.c_steps)});
+    }
+    closed.push_back(CloseRound(p, d, now, clock));
+    if (closed.back().refused) continue;
+    for (const Unjudged& c : unjudged) {
+      LearnerRecord& l = learners_[c.learner];
+      l.unjudged_tokens += c.tokens / P;
+      l.unjudged_steps += c.steps / P;
+    }
   }
   return closed;
 }
@@ -568,37 +572,6 @@ std::optional<TimePoint> SyncerCore::NextWake(TimePoint now) const {
     if (!wake || t < *wake) wake = t;
   }
   return wake;
-}
-
-double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& live) const {
-  // Tokens per step of every learner a full round would hold: the live ones and this round's.
-  double round_tokens = 0, round_tps = 0;
-  std::vector<int> members = live;
-  for (const auto& c : f.pending) {
-    const double tps_c = c.c_steps > 0 ? static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps) : 0.0;
-    // A final sync is the rest of the learner's work however short: it stands for a full span.
-    round_tokens += c.final_sync && c.c_steps > 0 && c.c_steps < options_.H ? tps_c * options_.H
-                                                                              : static_cast<double>(c.c_tokens);
-    round_tps += tps_c;
-    if (std::find(members.begin(), members.end(), c.learner) == members.end()) members.push_back(c.learner);
-  }
-  const double fallback_tps = round_tps / static_cast<double>(std::max<size_t>(1, f.pending.size()));
-  std::vector<double> member_tps;
-  for (int id : members) {
-    auto it = learners_.find(id);
-    member_tps.push_back(it != learners_.end() && it->second.tokens_per_step > 0 ? it->second.tokens_per_step : fallback_tps);
-  }
-  // One learner's rate, claimed before anyone could judge it, must not make a full round so large
-  // that every other round's share is nothing: each counts at most max_tokens_per_step_factor ×
-  // the members' upper median (with three or more members).
-  const double cap = member_tps.size() >= 3 && options_.max_tokens_per_step_factor > 0
-                         ? options_.max_tokens_per_step_factor * UpperMedianOf(member_tps)
-                         : std::numeric_limits<double>::infinity();
-  double full = 0;
-  for (double tps : member_tps) full += std::min(tps, cap) * options_.H;
-  if (!(round_tokens > 0)) return 1e-6;  // no tokens behind this round: it may not move Θ
-  if (!(full > 0)) return 1.0;
-  return std::clamp(round_tokens / full, 1e-6, 1.0);
 }
 
 Status SyncerCore::CheckInContact(const LearnerRecord& l, TimePoint now) const {

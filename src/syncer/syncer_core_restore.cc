@@ -89,7 +89,7 @@ void SyncerCore::RestoreLearners(const std::map<int, LearnerRecord>& learners, T
     // Its allowances count from now (how long the syncer was down is not known), with one full
     // push's worth carried; its push session ended with the old process: it joins again.
     r.allowances.resize(fragments_.size());
-    for (StepAllowance& a : r.allowances) a = {now, static_cast<double>(options_.H), a.rate};
+    for (StepAllowance& a : r.allowances) a = {now, static_cast<double>(options_.H), a.rate, static_cast<double>(options_.H)};
     r.push_session = 0;
     r.push_seq = 0;
     learners_[id] = r;

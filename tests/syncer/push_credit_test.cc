@@ -174,9 +174,9 @@ TEST(PushCredit, OneRateNobodyCouldJudgeCannotShrinkEveryOtherRoundsShare) {
   ASSERT_TRUE(f.Push(3, 1, int64_t{1} << 50).ok());
   ASSERT_TRUE(f.Push(0, 2, 200).ok());
   ASSERT_EQ(f.last_rounds_.size(), 1u);
-  // A full round: the live learners' rates per step, the attacker's counted as 4x the members'
-  // upper median (100): 200 tokens of (3 x 100 + 400) x H.
-  EXPECT_DOUBLE_EQ(f.last_rounds_[0].token_share, 200.0 / (700.0 * 2));
+  // A full round: the live learners' rates per step, each counted as at most the members' upper
+  // median (100): the honest push holds one of four learners' H steps.
+  EXPECT_DOUBLE_EQ(f.last_rounds_[0].token_share, 0.25);
 }
 
 TEST(PushCredit, AfterARestartTheFirstPushesAreCreditedAndClaimsStayBounded) {

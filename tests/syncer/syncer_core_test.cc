@@ -42,6 +42,10 @@ SyncerOptions Fp32Options() {
   o.uplink = {Encoding::kFp32, 128};
   o.downlink = {Encoding::kFp32, 128};
   o.history_bytes_per_value = 0;  // fragments of 4 values: their deltas are mostly block headers
+  // Pushes here move a fragment of four values by 10-50 % of its norm, far beyond what an honest
+  // first push may (its influence is bounded by the fragment's scale: push_credit_test,
+  // robust_merge_test); this file tests the merge and round math on them.
+  o.influence_size_factor = 0;
   return o;
 }
 

@@ -29,6 +29,7 @@
 #include "atoll/core/status.h"
 #include "atoll/runtime/run_config.h"
 #include "atoll/syncer/api.h"
+#include "atoll/syncer/syncer_core.h"
 
 namespace atl::runtime {
 
@@ -42,6 +43,9 @@ struct SimulateOptions {
   // itself): e.g. an adversary that rewrites its pushes (runtime/adversary.h). Called once per
   // learner, on its thread, before it joins; `clock` is the simulation's.
   std::function<std::unique_ptr<syncer::SyncerApi>(int learner, syncer::SyncerApi& syncer, Clock& clock)> connect;
+  // Changes the syncer's options after the run file made them (empty: none), e.g. to measure a run
+  // with a defence turned off.
+  std::function<void(syncer::SyncerOptions&)> adjust_syncer;
 };
 
 struct SimulateResult {

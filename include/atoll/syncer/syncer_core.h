@@ -139,6 +139,20 @@ struct SyncerOptions {
   // earlier pushes; its tokens keep its (bounded) rate per step. With fewer rated others, at most
   // max_steps_factor × H steps per push. 0 turns the time bound off.
   double max_step_rate_factor = 4.0;
+  // ... and by the learner's own pace, where its heartbeats have measured one (step and tokens
+  // counters over the syncer's clock, windows of at least 2 s): at most pace_slack × its steps per
+  // second and × its tokens per step. 0 turns it off.
+  double pace_slack = 1.25;
+  // A push's influence u ∈ [0, 1] (docs/security.md, docs/decisions/020): how much of its share it
+  // may move Θ_p by, and of its weight it may vote with (u²), and how much it counts in a full
+  // round (TokenShare). u is 1 for a push whose size is within influence_size_factor of its
+  // reference either way (the others' upper median; before two others pushed the fragment, its
+  // recent sizes; before any push, 0.1 × (‖Θ_p‖ + 1) per √H steps) and whose direction agrees with
+  // the other learners' latest pushes (the upper median of the cosines of their sketches, once
+  // quarantine_min_learners others pushed it) by at least influence_min_cosine; beyond, u falls in
+  // proportion (size) and to 0 at a cosine of 0 or below. 0 turns the size or direction part off.
+  double influence_size_factor = 1.0;
+  double influence_min_cosine = 0.1;
   // A learner whose pushes are rejected as invalid this many times in a row (not counting
   // ABORTED, which only asks for a full fetch, nor quarantine) is disconnected for ban_seconds: its joins, heartbeats and pushes
   // are refused with PERMISSION_DENIED (pulls change no state and are still served).
@@ -167,6 +181,9 @@ struct SyncerOptions {
 // The upper median of `v` (non-empty; the larger middle value of an even count): one value of
 // k ≥ 2 that is lowered to zero never lowers it below the others' middle, nor raises it above them.
 double UpperMedianOf(std::vector<double> v);
+// The lower median (the smaller middle value of an even count): one value of k ≥ 2 that is raised
+// without bound never raises it above the others' middle.
+double LowerMedianOf(std::vector<double> v);
 
 // A learner's latest push of one fragment as the robust references see it (bounded counters).
 struct PushSample {
@@ -175,6 +192,10 @@ struct PushSample {
   double steps = 0;      // c_steps, bounded
   double tokens_per_step = 0;  // c_tokens / c_steps, bounded
   double weight = 0;     // merge weight, bounded
+  double influence = 1;  // u of the push (TokenShare counts the learner for u of a full round's member)
+  // Its outer gradient's values at the fragment's sketch positions (SyncerCore::Sketch): what the
+  // others' directions are compared with. Not persisted (empty: not judged by).
+  std::vector<float> sketch;
 };
 
 // What a learner may still be credited for one fragment (docs/security.md): its time since `since`
@@ -184,6 +205,9 @@ struct StepAllowance {
   TimePoint since{};
   double carried = 0;
   double rate = 0;
+  // The steps its next push may count in a round's share: the others' rate (not a multiple of it)
+  // over its time since `since`, plus these left over (at most H).
+  double share_carried = 0;
 };
 
 struct LearnerRecord {
@@ -206,6 +230,15 @@ struct LearnerRecord {
   // updates all P fragments, and each fragment's contribution counts it once).
   double tokens_merged = 0;
   double tokens_per_step = 0;             // c_tokens / c_steps of its pushes (EMA): a full round's size
+  // Its pace as its heartbeats report it, measured on the syncer's clock over windows of at least
+  // 2 s: steps per second and tokens per step (EMAs; 0: not measured yet), from the window's start.
+  // Not persisted (measured again within seconds).
+  struct Pace {
+    TimePoint at{};
+    int64_t step = -1, tokens = 0;
+    double step_rate = 0, tokens_per_step = 0;
+  };
+  Pace pace;
   // Per fragment, what its next push may be credited with (only the rates are persisted: a restored
   // learner gets H steps and the time from its restore).
   std::vector<StepAllowance> allowances;
@@ -213,6 +246,10 @@ struct LearnerRecord {
   // before it pushes) and the highest sequence number judged in it (docs/decisions/019).
   uint64_t push_session = 0, push_seq = 0;
   int64_t replays_refused = 0;            // pushes refused as replays (sequence number already used)
+  // Tokens and steps (÷ P) credited in rounds that closed before any rate per step could judge
+  // them (the first pushes of a run): settled once a rate exists, the excess taken back from
+  // tokens_merged (SyncerCore::SettleUnjudgedCredit). Not persisted.
+  double unjudged_tokens = 0, unjudged_steps = 0;
   // Per fragment, the newest committed version that merged a push of this learner (-1: none yet).
   // A learner that rejoins a restarted syncer compares it with the version it was promised, to
   // tell a push the old process committed from one it lost.
@@ -375,6 +412,8 @@ class SyncerCore {
     int64_t base_version = 0;
     bool final_sync = false;  // the learner's end-of-training push: a whole span of work (TokenShare)
     bool judged = true;       // its rate per step had a reference when it arrived (else judged at close)
+    double influence = 1;     // u: the push counts u × share_steps in the round's share (TokenShare)
+    double share_steps = 0;   // of its credited steps, those its time at the others' rate allows
     std::vector<std::byte> raw;         // the payload in the quantiser's layout; decoded when the round closes
     double delta_norm = 0;              // ‖Δ̂‖ of its decoded values
     TimePoint arrived{};
@@ -413,8 +452,11 @@ class SyncerCore {
   struct RobustRefs {
     int others = 0;
     double size = 0, steps = 0, tokens_per_step = 0, weight = 0;  // upper medians of the others' latest pushes
+    double size_low = 0;  // the lower median of their sizes: one large value among two cannot raise it
   };
   RobustRefs RefsFor(int p, int id, TimePoint now) const;
+  // Whether learner l's latest push of fragment p is one the references count.
+  bool IsReference(const LearnerRecord& l, int p, TimePoint now) const;
   // The upper medians of the other learners' rates: tokens per step (each one's EMA over all its
   // pushes) and credited steps per second of fragment p; 0 where fewer than
   // quarantine_min_learners have one (p < 0: no step rate).
@@ -434,14 +476,30 @@ class SyncerCore {
   // merge weight count, into c.max_weight); `note` says what was bounded.
   Credit BoundCounters(const RobustRefs& refs, const FleetRefs& fleet, const LearnerRecord& l, int p,
                        Contribution& c, TimePoint now, std::string& note) const;
-  // c_tokens ≤ max_tokens_per_step_factor × `reference` × c_steps (reference 0: no bound).
-  void BoundTokensPerStep(double reference, Contribution& c, std::string& note) const;
+  // Influence (influence.cc): the positions of fragment p's values a sketch holds (ranges
+  // [begin, end)), a push's values there, the reference its size is judged by, how far its
+  // direction agrees with the others' (NAN: fewer than quarantine_min_learners others to say), and
+  // its influence u (`note` says what lowered it).
+  std::vector<std::pair<size_t, size_t>> SketchRanges(size_t n) const;
+  std::vector<float> Sketch(std::span<const std::byte> raw, size_t n) const;
+  double SizeReference(const FragmentState& f, const RobustRefs& refs) const;
+  double DirectionAgreement(int p, int id, const std::vector<float>& sketch, TimePoint now) const;
+  double Influence(const FragmentState& f, int p, int id, double size, const RobustRefs& refs,
+                   const std::vector<float>& sketch, TimePoint now, std::string& note) const;
+  // c_tokens ≤ max_tokens_per_step_factor × `reference` × c_steps and ≤ pace_slack × `own` × c_steps
+  // (0: no bound of that kind).
+  void BoundTokensPerStep(double reference, double own, Contribution& c, std::string& note) const;
+  // Heartbeat: a new window of learner l's pace, once 2 s have passed since the last.
+  static void UpdatePace(LearnerRecord& l, const LearnerProgress& progress, TimePoint now);
   // The steps of a push its time allows (c_steps and c_tokens lowered together), and the allowance left.
-  StepAllowance CreditSteps(const FleetRefs& fleet, const StepAllowance& a, Contribution& c, TimePoint now,
-                            std::string& note) const;
+  StepAllowance CreditSteps(const FleetRefs& fleet, double own_rate, const StepAllowance& a, Contribution& c,
+                            TimePoint now, std::string& note) const;
   // Contributions of fragment f's open round that arrived before any rate per step could judge
   // them: bounded now by the others' rates, if there are enough (CloseRounds, before the round closes).
   void JudgeLateCounters(FragmentState& f) const;
+  // Takes back from each learner's tokens_merged what its unjudged credit exceeds, once a rate
+  // per step exists to judge it by (the others' or its own pace).
+  void SettleUnjudgedCredit();
   // Replay protection (docs/decisions/019): NotFound for a push of another session than the
   // learner's latest join's, AlreadyExists for a sequence number already judged (a replay).
   Status CheckPushSession(const LearnerRecord& l, const PushHeaderData& h) const;
