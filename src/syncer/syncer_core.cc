@@ -699,6 +699,13 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   for (const auto& [id, l] : learners_) {
     up += l.bytes_up;
     down += l.bytes_down;
+    double influence = 0;  // its latest pushes' influence, the mean over the fragments it pushed
+    int pushed = 0;
+    for (const PushSample& sample : l.samples) {
+      if (sample.version < 0 && sample.influence == 1) continue;
+      influence += sample.influence;
+      ++pushed;
+    }
     ls.push_back({{"id", id}, {"host", l.host}, {"state", LearnerStateName(l.state)}, {"joins", l.joins},
                   {"step", l.step}, {"tokens", l.tokens}, {"loss", l.loss}, {"version_held", l.version_held},
                   {"tokens_per_second", l.tokens_per_second}, {"step_seconds", l.step_seconds},
@@ -707,6 +714,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
                   {"contributions_refused", l.contributions_refused}, {"telemetry_rejected", l.telemetry_rejected},
                   {"disconnected", l.banned_until > TimePoint{} && now < l.banned_until},
                   {"rounds_joined", l.rounds_joined}, {"replays_refused", l.replays_refused},
+                  {"influence", pushed > 0 ? influence / pushed : 1.0},
                   {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
                   {"seconds_since_seen", ToSeconds(now - l.last_seen)}});
   }

@@ -35,6 +35,7 @@ struct Member {
   double last_push = 0;    // when it last pushed (its steps since then are its claim)
   double next_push = 0;
   double claimed = 0;      // Σ c_tokens of its accepted pushes
+  double start = 0;        // when it joined: its heartbeats count its steps from there
 };
 
 class Fleet {
@@ -43,7 +44,19 @@ class Fleet {
 
   void Add(int id, double step_s, int64_t tps) {
     ASSERT_TRUE(core_.Join(SmallJoin(id), clock_.Now()).ok());
-    members_[id] = {step_s, tps, Seconds(), Seconds() + core_.options().H * step_s, 0};
+    members_[id] = {step_s, tps, Seconds(), Seconds() + core_.options().H * step_s, 0, Seconds()};
+  }
+  // Members send heartbeats every 0.5 s with the steps and tokens they trained (their pace), pushing
+  // or not.
+  bool heartbeats_ = false;
+  double next_heartbeat_ = 0.5;
+  void Heartbeats() {
+    for (auto& [id, m] : members_) {
+      LearnerProgress p;
+      p.step = static_cast<int64_t>((Seconds() - m.start) / m.step_s);
+      p.tokens = p.step * m.tps;
+      ASSERT_TRUE(core_.Heartbeat(id, p, clock_.Now()).ok());
+    }
   }
   double Seconds() const { return ToSeconds(clock_.Now()); }
   // Runs every member's pushes due until `until` (simulated seconds), in time order.
@@ -52,6 +65,13 @@ class Fleet {
       auto next = members_.end();
       for (auto it = members_.begin(); it != members_.end(); ++it) {
         if (silent.count(it->first) == 0 && (next == members_.end() || it->second.next_push < next->second.next_push)) next = it;
+      }
+      if (heartbeats_ && next_heartbeat_ <= until &&
+          (next == members_.end() || next_heartbeat_ < next->second.next_push)) {
+        clock_.Set(TimePoint{} + FromSeconds(next_heartbeat_));
+        Heartbeats();
+        next_heartbeat_ += 0.5;
+        continue;
       }
       if (next == members_.end() || next->second.next_push > until) break;
       clock_.Set(TimePoint{} + FromSeconds(next->second.next_push));
@@ -112,6 +132,54 @@ TEST(PushCredit, HonestLearnersAreCreditedExactlyWhatTheyClaim) {
   EXPECT_EQ(back->note.find("credited"), std::string::npos) << back->note;
   f.RunUntil(200);
   for (int id = 0; id < 4; ++id) EXPECT_DOUBLE_EQ(f.Credited(id), f.Claimed(id)) << "learner " << id;
+}
+
+TEST(PushCredit, ALearnersOwnPaceBoundsWhatItClaimsAtTheOthersRate) {
+  Fleet f;
+  f.heartbeats_ = true;
+  for (int id = 0; id < 4; ++id) f.Add(id, 1.0, 100);
+  f.RunUntil(30, {{3, true}});
+  // Its heartbeats say one step a second (as the others'), its pushes claim four: it is credited
+  // at most 1.25x its pace since it joined, not the 4x of the others' rate a learner without
+  // heartbeats may be.
+  for (int i = 0; i < 30; ++i) {
+    f.RunUntil(f.Seconds() + 2, {{3, true}});
+    ASSERT_TRUE(f.Push(3, 8, 800).ok());
+  }
+  EXPECT_LE(f.Credited(3), (1.25 * f.Seconds() + 2) * 100 / kP);
+  EXPECT_LT(f.Credited(3), 0.5 * f.Claimed(3));
+  for (int id = 0; id < 3; ++id) EXPECT_DOUBLE_EQ(f.Credited(id), f.Claimed(id)) << "learner " << id;
+}
+
+TEST(PushCredit, HonestPacesAreCreditedInFull) {
+  Fleet f;
+  f.heartbeats_ = true;
+  f.Add(0, 1.0, 100);
+  f.Add(1, 0.4, 100);
+  f.Add(2, 2.0, 100);
+  f.Add(3, 1.0, 200);
+  f.RunUntil(120);
+  for (int id = 0; id < 4; ++id) {
+    EXPECT_GT(f.core_.learners().at(id).pace.step_rate, 0) << "learner " << id;
+    EXPECT_DOUBLE_EQ(f.Credited(id), f.Claimed(id)) << "learner " << id;
+  }
+}
+
+TEST(PushCredit, APaceIsMeasuredOverWindowsAndStartsAgainWithARestartedProcess) {
+  LearnerRecord l;
+  LearnerProgress p;
+  for (int i = 0; i <= 10; ++i) {  // two steps a second, 50 tokens each, heartbeats every 0.5 s
+    p.step = i;
+    p.tokens = 50 * i;
+    SyncerCore::UpdatePace(l, p, TimePoint{} + FromSeconds(0.5 * i));
+  }
+  EXPECT_DOUBLE_EQ(l.pace.step_rate, 2.0);
+  EXPECT_DOUBLE_EQ(l.pace.tokens_per_step, 50.0);
+  p.step = 1;  // a new process counts from its own start: no sample, a new window
+  p.tokens = 50;
+  SyncerCore::UpdatePace(l, p, TimePoint{} + FromSeconds(6));
+  EXPECT_DOUBLE_EQ(l.pace.step_rate, 2.0);
+  EXPECT_EQ(l.pace.step, 1);
 }
 
 TEST(PushCredit, StepsClaimedBeyondTheTimeThatPassedAreNotCredited) {
@@ -177,6 +245,10 @@ TEST(PushCredit, OneRateNobodyCouldJudgeCannotShrinkEveryOtherRoundsShare) {
   // A full round: the live learners' rates per step, each counted as at most the members' upper
   // median (100): the honest push holds one of four learners' H steps.
   EXPECT_DOUBLE_EQ(f.last_rounds_[0].token_share, 0.25);
+  // Once two others have a rate, what its claim exceeded of 4x theirs is taken back.
+  ASSERT_TRUE(f.Push(1, 2, 200).ok());
+  f.core_.Poll(f.clock_.Now(), f.clock_);
+  EXPECT_DOUBLE_EQ(f.Credited(3), 4 * 100.0 / kP);
 }
 
 TEST(PushCredit, AfterARestartTheFirstPushesAreCreditedAndClaimsStayBounded) {

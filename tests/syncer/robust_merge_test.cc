@@ -166,5 +166,68 @@ TEST_F(RobustMerge, TheReferencesSurviveARestart) {
   std::filesystem::remove_all(dir);
 }
 
+// Influence (docs/decisions/020): a push counts in its round's share and votes in its merge only as
+// far as its size and direction agree with the other learners' latest pushes.
+
+TEST_F(RobustMerge, APushFarLargerThanTheOthersMovesThetaNoFartherThanTheirs) {
+  HonestRound();
+  ASSERT_TRUE(Push(0, kHonest).ok());
+  ASSERT_EQ(last_rounds_.size(), 1u);
+  const double honest_step = last_rounds_[0].step_norm;
+  // 19x the others' size: inside the quarantine's 20x, so merged — about as far as one push of
+  // their size (its outer gradient is taken against the current Θ, a little off its own Δ), not 19x.
+  auto r = Push(kAttacker, kHonest * 19);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->note.find("influence 0.0526"), std::string::npos) << r->note;
+  ASSERT_EQ(last_rounds_.size(), 1u);
+  EXPECT_LT(last_rounds_[0].step_norm, 1.5 * honest_step);
+}
+
+TEST_F(RobustMerge, APushAgainstTheOthersDirectionMovesNothing) {
+  HonestRound();
+  ASSERT_TRUE(Push(0, kHonest).ok());
+  const double honest_step = last_rounds_.at(0).step_norm;
+  auto r = Push(kAttacker, -kHonest);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->note.find("agrees with the others' by -1.000"), std::string::npos) << r->note;
+  ASSERT_EQ(last_rounds_.size(), 1u);
+  EXPECT_EQ(last_rounds_[0].weights, std::vector<double>{0.0});
+  EXPECT_LT(last_rounds_[0].step_norm, 1e-5 * honest_step);
+  EXPECT_EQ(core_.learners().at(kAttacker).samples.at(0).influence, 0.0);
+}
+
+TEST_F(RobustMerge, PushesOfNothingDoNotHoldUpTheOthersShare) {
+  HonestRound();
+  ASSERT_TRUE(Push(kAttacker, 0.0f).ok());
+  // A full round is the three others' H steps: one step of one of them is a sixth of it (an
+  // eighth if the learner whose pushes add nothing counted as a member).
+  ASSERT_TRUE(Push(0, kHonest).ok());
+  ASSERT_EQ(last_rounds_.size(), 1u);
+  EXPECT_DOUBLE_EQ(last_rounds_[0].token_share, 1.0 / 6);
+}
+
+TEST_F(RobustMerge, ALearnerThatLeftStillCountsInAFullRound) {
+  HonestRound();
+  for (int id = 0; id < 3; ++id) ASSERT_TRUE(core_.Leave(id, clock_.Now()).ok());
+  // The last learner of a run moves Θ by its share, not all the way, once the others are done.
+  ASSERT_TRUE(Push(kAttacker, kHonest).ok());
+  ASSERT_EQ(last_rounds_.size(), 1u);
+  EXPECT_DOUBLE_EQ(last_rounds_[0].token_share, 1.0 / 8);
+}
+
+TEST(RobustMergeFirstPush, TheFirstPushOfAFragmentMovesItByLittleWhateverItsSize) {
+  SyncerCore core = SmallCore(RobustOptions());
+  ManualClock clock;
+  for (int id = 0; id < 4; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+  const double theta_norm = 2.0;  // four values of 1
+  // Nothing to judge it by but the fragment's own scale: 1000x its norm is merged as a push of
+  // 0.05 x (norm + 1) per √H steps would be.
+  auto r = core.Push(SmallHeader(core, kAttacker, 0, 0), Fp32Values(1000.0f), clock.Now());
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto rounds = core.Poll(clock.Now(), clock);
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_LE(rounds[0].step_norm, 0.05 * (theta_norm + 1));
+}
+
 }  // namespace
 }  // namespace atl::syncer

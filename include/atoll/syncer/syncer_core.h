@@ -345,6 +345,10 @@ class SyncerCore {
   // state (the refusal of a bad header is counted by RecordRejectedPush or Push).
   Status CheckPush(const PushHeaderData& header, size_t payload_bytes, TimePoint now,
                    std::optional<TimePoint> arrived = std::nullopt) const;
+  // What Heartbeat does with a learner's step and tokens counters: a new window of its pace
+  // (LearnerRecord::pace) once 2 s have passed since the last; counters that went back (a
+  // restarted process) start a new window.
+  static void UpdatePace(LearnerRecord& l, const LearnerProgress& progress, TimePoint now);
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
   void CountBytes(int learner_id, int64_t up, int64_t down);
   // A push of a joined learner that the transport refused before it reached Push (a malformed
@@ -489,8 +493,7 @@ class SyncerCore {
   // c_tokens ≤ max_tokens_per_step_factor × `reference` × c_steps and ≤ pace_slack × `own` × c_steps
   // (0: no bound of that kind).
   void BoundTokensPerStep(double reference, double own, Contribution& c, std::string& note) const;
-  // Heartbeat: a new window of learner l's pace, once 2 s have passed since the last.
-  static void UpdatePace(LearnerRecord& l, const LearnerProgress& progress, TimePoint now);
+
   // The steps of a push its time allows (c_steps and c_tokens lowered together), and the allowance left.
   StepAllowance CreditSteps(const FleetRefs& fleet, double own_rate, const StepAllowance& a, Contribution& c,
                             TimePoint now, std::string& note) const;
