@@ -52,7 +52,7 @@ test-tsan: setup
 	  -DATOLL_SANITIZE=thread -DATOLL_WITH_TORCH=OFF -DATOLL_WITH_GRPC=OFF -DATOLL_WERROR=ON $(CMAKE_ARGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target $(TSAN_TESTS)
 	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  ctest --output-on-failure -j $(JOBS) -R "Clock|SyncerCore|SyncerLoop|Hostile|LearnerAgent|StagedAgent|AgentGroup|WanShaper|DurableState|RoundPass|ShardedCore|RobustMerge|CommitHold|Lattice|FragmentExchange" \
+	  ctest --output-on-failure -j $(JOBS) -R "Clock|SyncerCore|SyncerLoop|Hostile|LearnerAgent|StagedAgent|AgentGroup|WanShaper|DurableState|RoundPass|ShardedCore|RobustMerge|PushCredit|Replay|CommitHold|Lattice|FragmentExchange" \
 	  --timeout 600
 
 # libFuzzer targets (fuzz/) for the codecs, push parsing, durable state, safetensors and

@@ -7,7 +7,8 @@
 // Usage: bench_adversary [--full] [--data DIR] [--attacks a,b,...] [--set option=value ...]
 //   --full     a longer run (tiny model, 4 × 240 steps of 8 × 128 tokens, P = H = 8), minutes;
 //              default: the CI test's shape (4 × 64 steps of 4 × 32 tokens, P = H = 4), seconds
-//   --data     prepared data folder (default data: the default corpus is prepared there if absent)
+//   --data     prepared data folder (default runs/bench-adversary-data: the default corpus, byte-level,
+//              prepared there if absent, as the CI test does)
 //   --attacks  a subset (default: every attack)
 //   --set      a syncer option for every run (defences: influence_size_factor,
 //              influence_min_cosine, max_step_rate_factor, max_weight_factor, quarantine_factor)
@@ -36,7 +37,7 @@ using namespace atl;
 
 struct Args {
   bool full = false;
-  std::string data = "data";
+  std::string data = "runs/bench-adversary-data";
   std::vector<learner::Attack> attacks = learner::AllAttacks();
   std::map<std::string, double> set;
 };
@@ -128,9 +129,12 @@ runtime::SimulateResult Run(const Args& a, learner::Attack attack, int learners)
 
 int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
-  if (auto d = model::EnsureDataPrepared(a.data, [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); });
-      !d.ok()) {
-    Usage(d.status().ToString());
+  model::DataOptions data;
+  data.out_dir = a.data;
+  data.tokenizer = "byte";  // a folder prepared otherwise is used as it is
+  data.log = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
+  if (!model::LoadDataManifest(a.data).ok()) {
+    if (auto d = model::PrepareData(data); !d.ok()) Usage(d.status().ToString());
   }
   const auto clean = Run(a, learner::Attack::kNone, 4);
   const auto without = Run(a, learner::Attack::kNone, 3);

@@ -91,15 +91,19 @@ struct HostileServer {
     h.num_values = plan.fragments[0].numel;
     return h;
   }
+  // A small honest update of fragment 0 (every value 0.01), encoded as the run's pushes are.
+  std::vector<std::byte> SmallUpdate() const {
+    std::vector<float> delta(static_cast<size_t>(plan.fragments[0].numel), 0.01f);
+    std::vector<std::byte> payload;
+    ATOLL_CHECK(diloco::Encode({Encoding::kInt4, 64}, delta, payload).ok());
+    return payload;
+  }
   // An honest learner joins, fetches, pushes a small update and pulls again.
   void ExpectServesAnHonestLearner(int id) {
     auto c = Client();
     ASSERT_TRUE(c->Join(Join(id)).ok());
     ASSERT_TRUE(c->Pull(id, 0, -1, 0, -1).ok());
-    std::vector<float> delta(static_cast<size_t>(plan.fragments[0].numel), 0.01f);
-    std::vector<std::byte> payload;
-    ASSERT_TRUE(diloco::Encode({Encoding::kInt4, 64}, delta, payload).ok());
-    auto pushed = c->Push(Header(id), payload);
+    auto pushed = c->Push(Header(id), SmallUpdate());
     ASSERT_TRUE(pushed.ok()) << pushed.status();
     EXPECT_TRUE(c->StatusJson().ok());
   }

@@ -28,8 +28,8 @@ namespace {
 using diloco::Encoding;
 using Server = testing::HostileServer;
 
-// A raw push: a header announcing `payload_bytes`, then nothing.
-grpc::Status RawPush(const std::string& target, int learner_id, int64_t payload_bytes) {
+// A raw push: a header announcing `payload_bytes` (in push session `session`, number 1), then nothing.
+grpc::Status RawPush(const std::string& target, int learner_id, int64_t payload_bytes, uint64_t session = 0) {
   auto stub = atl::v1::Syncer::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.AddMetadata("x-atoll-token", "secret");
@@ -48,6 +48,8 @@ grpc::Status RawPush(const std::string& target, int learner_id, int64_t payload_
   h->set_block_size(64);
   h->set_num_values(256);
   h->set_payload_bytes(payload_bytes);
+  h->set_push_session(session);
+  h->set_push_seq(1);
   writer->Write(chunk);
   writer->WritesDone();
   return writer->Finish();
@@ -74,8 +76,9 @@ TEST(HostileGrpc, AbsurdPushAnnouncementsAreRefusedBeforeAnyMemoryIsReserved) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
   // A joined learner announcing more than its fragment encodes to.
   auto c = s.Client();
-  ASSERT_TRUE(c->Join(s.Join(0)).ok());
-  st = RawPush(s.target, 0, int64_t{3} << 30);
+  auto joined = c->Join(s.Join(0));
+  ASSERT_TRUE(joined.ok());
+  st = RawPush(s.target, 0, int64_t{3} << 30, joined->push_session);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_NE(st.error_message().find("announces"), std::string::npos) << st.error_message();
   EXPECT_EQ(s.Committed(), before);
@@ -89,10 +92,7 @@ TEST(HostileGrpc, PushesBeyondTheInFlightBudgetAreResourceExhausted) {
   auto c = s.Client();
   ASSERT_TRUE(c->Join(s.Join(0)).ok());
   ASSERT_TRUE(c->Pull(0, 0, -1, 0, -1).ok());
-  std::vector<float> delta(256, 0.01f);
-  std::vector<std::byte> payload;
-  ASSERT_TRUE(diloco::Encode({Encoding::kInt4, 64}, delta, payload).ok());
-  auto pushed = c->Push(s.Header(0), payload);
+  auto pushed = c->Push(s.Header(0), s.SmallUpdate());
   ASSERT_FALSE(pushed.ok());
   EXPECT_EQ(pushed.status().code(), StatusCode::kResourceExhausted) << pushed.status();
   EXPECT_TRUE(c->StatusJson().ok());  // alive
@@ -185,9 +185,7 @@ TEST(HostileGrpc, ACapturedPushSentAgainIsRefusedAndNeverCounted) {
   auto c = s.Client();
   ASSERT_TRUE(c->Join(s.Join(0)).ok());
   ASSERT_TRUE(c->Pull(0, 0, -1, 0, -1).ok());
-  std::vector<float> delta(256, 0.01f);
-  std::vector<std::byte> payload;
-  ASSERT_TRUE(diloco::Encode({Encoding::kInt4, 64}, delta, payload).ok());
+  const std::vector<std::byte> payload = s.SmallUpdate();
   const syncer::PushHeaderData captured = s.Header(0);
   auto first = c->Push(captured, payload);
   ASSERT_TRUE(first.ok()) << first.status();

@@ -31,6 +31,8 @@ TEST(Wire, PushHeaderRoundTrips) {
   h.local_step = 99;
   h.compression = diloco::Compression::kDeflate;
   h.final_sync = true;
+  h.push_session = 0xfedcba9876543210u;
+  h.push_seq = 12345;
   atl::v1::PushHeader msg;
   FillPushHeader(h, 532, 0xabcdef, &msg);
   auto parsed = ParsePushHeader(msg);
@@ -48,6 +50,8 @@ TEST(Wire, PushHeaderRoundTrips) {
   EXPECT_EQ(d.local_step, 99);
   EXPECT_EQ(d.compression, diloco::Compression::kDeflate);
   EXPECT_TRUE(d.final_sync);
+  EXPECT_EQ(d.push_session, 0xfedcba9876543210u);
+  EXPECT_EQ(d.push_seq, 12345u);
   // A learner from before compression existed leaves the field empty: none.
   msg.clear_compression();
   auto old = ParsePushHeader(msg);
@@ -121,6 +125,7 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   r.fragment_held = {7, -1};
   r.fragment_initial = {false, true};
   r.merged_versions = {3, -1};
+  r.push_session = 0x1234567890abcdefu;
   r.uplink.compression = r.downlink.compression = diloco::Compression::kDeflate;
   atl::v1::JoinReply msg;
   FillJoinReply(r, &msg);
@@ -136,6 +141,7 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   EXPECT_EQ(d->downlink.encoding, diloco::Encoding::kInt8);
   EXPECT_EQ(d->downlink.block_size, 256);
   EXPECT_EQ(d->incarnation, 77u);
+  EXPECT_EQ(d->push_session, 0x1234567890abcdefu);
   EXPECT_EQ(d->fragment_held, r.fragment_held);
   EXPECT_EQ(d->fragment_initial, r.fragment_initial);
   EXPECT_EQ(d->merged_versions, r.merged_versions);
