@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "atoll/core/rng.h"
 #include "atoll/diloco/codec.h"
@@ -202,6 +203,43 @@ TEST(Lattice, CompressedBytesRoundTripAndCorruptionIsRefused) {
   ASSERT_TRUE(diloco::CompressBytes({}, empty_packed).ok());
   ASSERT_TRUE(diloco::DecompressBytes(empty_packed, 0, back).ok());
   EXPECT_TRUE(back.empty());
+}
+
+// The vector paths of a round's step (the fast path's kernels, in and out of place) give the
+// exact path's codes, values and held-at-the-edge count, bit for bit: small moves, moves that need
+// a larger step, and moves that leave the range (held at its edge).
+TEST(Lattice, TheFastPathsGiveTheExactPathsBits) {
+  for (int block : {64, 256, 200}) {
+    const size_t n = static_cast<size_t>(block) * 12 + 37;
+    const std::vector<float> init = Normal(n, 0.02, 3);
+    auto l = MakeLattice(init, block);
+    ASSERT_TRUE(l.ok());
+    std::vector<float> phi = init;
+    SnapToLattice(*l, phi);
+    std::vector<float> theta = phi;
+    Rng rng(4);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t b = i / static_cast<size_t>(block);
+      const double scale = b % 3 == 0 ? 1e-4 : b % 3 == 1 ? 1e-2 : 1e3;  // the last third leaves the range
+      theta[i] += static_cast<float>(rng.Normal(0, scale));
+    }
+    for (int qmax : {1, 7}) {
+      for (const bool in_place : {false, true}) {
+        std::vector<float> fast_phi = phi, exact_phi = phi, fast_out(n), exact_out(n);
+        std::vector<std::byte> fast_raw, exact_raw;
+        int64_t fast_held = 0, exact_held = 0;
+        EncodeLatticeStepBlocks(*l, qmax, 0, l->num_blocks(), theta, fast_phi, in_place ? fast_phi : fast_out,
+                                fast_raw, &fast_held);
+        TEST_EncodeLatticeStepBlocksExact(*l, qmax, 0, l->num_blocks(), theta, exact_phi,
+                                          in_place ? exact_phi : exact_out, exact_raw, &exact_held);
+        const std::string what = "block " + std::to_string(block) + " qmax " + std::to_string(qmax);
+        EXPECT_EQ(fast_raw, exact_raw) << what;
+        EXPECT_TRUE(SameBits(in_place ? fast_phi : fast_out, in_place ? exact_phi : exact_out)) << what;
+        EXPECT_EQ(fast_held, exact_held) << what;
+        EXPECT_GT(exact_held, 0) << what;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -21,7 +21,8 @@
 namespace atl::syncer {
 
 // 2: the downlink carries lattice deltas of one shared public copy (docs/decisions/014).
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: value checksums hash 64 KiB pieces (exchange::ValuesChecksum, docs/decisions/018).
+inline constexpr uint32_t kProtocolVersion = 3;
 
 // A sharded syncer (docs/decisions/011): shard `index` of `count` owns the fragments p with
 // p mod count = index, and a learner joins every shard. count = 1 (index 0) is the one
