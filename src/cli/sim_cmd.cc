@@ -16,7 +16,6 @@ namespace {
 
 struct GoodputFlags {
   sim::GoodputParams p;
-  std::string repair_dist = "fixed";
   bool json = false;
   std::string plot;
 };
@@ -57,9 +56,6 @@ int Fail(const Status& s) {
 }
 
 int RunGoodputCommand(GoodputFlags& f) {
-  auto dist = sim::ParseRepairDist(f.repair_dist);
-  if (!dist.ok()) return Fail(dist.status());
-  f.p.repair_dist = *dist;
   RealClock& clock = RealClock::Default();
   const double t0 = clock.NowSeconds();
   auto res = sim::RunGoodput(f.p);
@@ -115,10 +111,7 @@ void AddFleetFlags(CLI::App* c, GoodputFlags& flags) {
       ->capture_default_str()->check(kPositive);
   c->add_option("--repair-hours", p.repair_hours, "mean time a failed slice is out, hours")
       ->capture_default_str()->check(kNonNegative);
-  c->add_option("--repair-dist", flags.repair_dist,
-                "repair time distribution with that mean: fixed, exp or lognormal")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"fixed", "exp", "exponential", "lognormal"}));
+  AddEnumOption(c, "--repair-dist", p.repair_dist, "repair time distribution with that mean");
   c->add_option("--repair-sigma", p.repair_sigma,
                 "lognormal repair only: sigma of the underlying normal")
       ->capture_default_str()->check(kNonNegative);

@@ -64,10 +64,10 @@ StatusOr<nlohmann::json> DescribeInputs(const std::vector<std::string>& paths) {
 }
 
 Status ValidateOptions(const DataOptions& o) {
-  if (o.tokenizer != "bpe" && o.tokenizer != "byte") {
-    return InvalidArgumentError("unknown tokenizer '" + o.tokenizer + "' (use bpe or byte)");
+  if (o.tokenizer == TokenizerKind::kExternal) {
+    return InvalidArgumentError("tokenizer must be bpe or byte (a folder of external tokens is prepared from --shards)");
   }
-  if (o.tokenizer == "bpe" && o.shards.empty()) {
+  if (o.tokenizer == TokenizerKind::kBpe && o.shards.empty()) {
     if (o.vocab_size > kMaxVocab) {
       return InvalidArgumentError("vocabulary size " + std::to_string(o.vocab_size) +
                                   " is too large: token ids are stored as uint16, so the "
@@ -96,7 +96,7 @@ bool FilesPresent(const DataManifest& m) {
     if (!FileExists(f)) return false;
   }
   if (!FileExists(m.val_file)) return false;
-  if (m.tokenizer == "bpe" && !FileExists(JoinPath(m.dir, "tokenizer.model"))) return false;
+  if (m.tokenizer == TokenizerKind::kBpe && !FileExists(JoinPath(m.dir, "tokenizer.model"))) return false;
   return true;
 }
 
@@ -199,7 +199,9 @@ StatusOr<DataManifest> LoadDataManifest(const std::string& dir) {
                                      "; re-run atoll data prepare --force");
     }
     m.dir = dir;
-    m.tokenizer = j.at("tokenizer").get<std::string>();
+    auto kind = ParseTokenizerKind(j.at("tokenizer").get<std::string>());
+    if (!kind.ok()) return DataLossError(path + ": " + kind.status().message());
+    m.tokenizer = *kind;
     m.vocab_size = j.at("vocab_size").get<int>();
     m.train_tokens = j.at("train_tokens").get<int64_t>();
     m.val_tokens = j.at("val_tokens").get<int64_t>();
@@ -218,7 +220,7 @@ namespace {
 struct TokenStream {
   std::vector<uint16_t> tokens;
   nlohmann::json sources = nlohmann::json::array();
-  std::string tokenizer_kind;
+  TokenizerKind tokenizer_kind = TokenizerKind::kExternal;
   int vocab = 0;
   std::string tokenizer_checksum;  // of tokenizer.model; only for "bpe"
 };
@@ -229,11 +231,11 @@ StatusOr<nlohmann::json> DescribeRequest(const DataOptions& o) {
   nlohmann::json request = {{"version", kDataVersion}, {"val_fraction", o.val_fraction}};
   if (!o.shards.empty()) {
     ATOLL_ASSIGN_OR_RETURN(request["shards"], DescribeInputs(o.shards));
-    request["tokenizer"] = "external";
+    request["tokenizer"] = TokenizerKindName(TokenizerKind::kExternal);
     return request;
   }
-  request["tokenizer"] = o.tokenizer;
-  request["vocab_size"] = o.tokenizer == "byte" ? 256 : o.vocab_size;
+  request["tokenizer"] = TokenizerKindName(o.tokenizer);
+  request["vocab_size"] = o.tokenizer == TokenizerKind::kByte ? 256 : o.vocab_size;
   if (o.inputs.empty()) {
     request["inputs"] = "debian-default";
   } else {
@@ -245,7 +247,7 @@ StatusOr<nlohmann::json> DescribeRequest(const DataOptions& o) {
 // Shards tokenised elsewhere: concatenated as they are, with the largest vocabulary among them.
 StatusOr<TokenStream> ConcatenateShards(const std::vector<std::string>& paths) {
   TokenStream out;
-  out.tokenizer_kind = "external";
+  out.tokenizer_kind = TokenizerKind::kExternal;
   for (const auto& path : paths) {
     auto shard = ReadTokenShard(path);
     if (!shard.ok()) return shard.status();
@@ -293,8 +295,8 @@ StatusOr<std::vector<CorpusText>> GatherTexts(const DataOptions& o) {
 StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const DataOptions& o,
                                                    const std::vector<CorpusText>& texts,
                                                    TokenStream& out) {
-  if (o.tokenizer == "byte") {
-    out.tokenizer_kind = "byte";
+  if (o.tokenizer == TokenizerKind::kByte) {
+    out.tokenizer_kind = TokenizerKind::kByte;
     return MakeByteTokenizer();
   }
   const double t1 = RealClock::Default().NowSeconds();
@@ -303,7 +305,7 @@ StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const DataOptions& o,
   ATOLL_ASSIGN_OR_RETURN(std::string model, TrainSentencePieceModel(views, o.vocab_size));
   ATOLL_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(o.out_dir, "tokenizer.model"), model));
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, SentencePieceTokenizerFromModel(model));
-  out.tokenizer_kind = "bpe";
+  out.tokenizer_kind = TokenizerKind::kBpe;
   out.tokenizer_checksum = ChecksumHex(Checksum64(model));
   Log(o.log, fmt::format("data: trained SentencePiece BPE, vocab {}, in {:.1f} s",
                          tok->vocab_size(), RealClock::Default().NowSeconds() - t1));
@@ -354,7 +356,7 @@ nlohmann::json DataManifestJson(const TokenStream& s, const nlohmann::json& trai
                                 const nlohmann::json& request, double seconds) {
   nlohmann::json j = {{"format", "atoll-data"},
                       {"version", kDataVersion},
-                      {"tokenizer", s.tokenizer_kind},
+                      {"tokenizer", TokenizerKindName(s.tokenizer_kind)},
                       {"vocab_size", s.vocab},
                       {"sources", s.sources},
                       {"train", train_files},
@@ -364,7 +366,7 @@ nlohmann::json DataManifestJson(const TokenStream& s, const nlohmann::json& trai
                       {"request", request},
                       {"prepare_seconds", seconds},
                       {"created_unix", UnixSeconds()}};
-  if (s.tokenizer_kind == "bpe") {
+  if (s.tokenizer_kind == TokenizerKind::kBpe) {
     j["tokenizer_file"] = "tokenizer.model";
     j["tokenizer_checksum"] = s.tokenizer_checksum;
   }
@@ -379,7 +381,7 @@ Status WriteDataset(const DataOptions& o, const TokenStream& s, const nlohmann::
   ATOLL_ASSIGN_OR_RETURN(nlohmann::json train_files, WriteTrainShards(o.out_dir, s.vocab, train));
   ATOLL_RETURN_IF_ERROR(WriteTokenShard(JoinPath(o.out_dir, "val.bin"), s.vocab, val));
   std::error_code ec;
-  if (s.tokenizer_kind != "bpe") fs::remove(JoinPath(o.out_dir, "tokenizer.model"), ec);
+  if (s.tokenizer_kind != TokenizerKind::kBpe) fs::remove(JoinPath(o.out_dir, "tokenizer.model"), ec);
 
   const double seconds = RealClock::Default().NowSeconds() - t0;
   ATOLL_RETURN_IF_ERROR(WriteJsonWithChecksum(
@@ -387,7 +389,7 @@ Status WriteDataset(const DataOptions& o, const TokenStream& s, const nlohmann::
       DataManifestJson(s, train_files, train.size(), val.size(), request, seconds)));
   Log(o.log, fmt::format("data: {} tokens ({}, vocab {}): train {} in {} shard file(s), val {}; "
                          "{:.1f} s → {}",
-                         Grouped(static_cast<int64_t>(s.tokens.size())), s.tokenizer_kind, s.vocab,
+                         Grouped(static_cast<int64_t>(s.tokens.size())), TokenizerKindName(s.tokenizer_kind), s.vocab,
                          Grouped(static_cast<int64_t>(train.size())), train_files.size(),
                          Grouped(static_cast<int64_t>(val.size())), seconds, o.out_dir));
   return Status::Ok();
@@ -437,10 +439,13 @@ StatusOr<DataManifest> EnsureDataPrepared(const std::string& dir,
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const DataManifest& m) {
-  if (m.tokenizer == "byte") return MakeByteTokenizer();
-  if (m.tokenizer == "bpe") return LoadSentencePieceTokenizer(JoinPath(m.dir, "tokenizer.model"));
-  return FailedPreconditionError("data in " + m.dir + " was prepared from token shards (" +
-                                 m.tokenizer + " tokenizer): no tokenizer to load");
+  switch (m.tokenizer) {
+    case TokenizerKind::kByte: return MakeByteTokenizer();
+    case TokenizerKind::kBpe: return LoadSentencePieceTokenizer(JoinPath(m.dir, "tokenizer.model"));
+    case TokenizerKind::kExternal: break;
+  }
+  return FailedPreconditionError("data in " + m.dir + " was prepared from token shards (external tokenizer): no "
+                                 "tokenizer to load");
 }
 
 StatusOr<std::vector<uint16_t>> LoadTrainTokens(const DataManifest& m) {

@@ -154,12 +154,12 @@ void LogRunSetup(const TrainRunOptions& o, const Trainer& trainer,
       fmt::format("model: {}, {:.2f} M params (d_model {}, {} layers, {} heads, d_ff {}, {}, "
                   "vocab {}, seq {})",
                   mc.preset, static_cast<double>(trainer.num_params()) / 1e6, mc.d_model,
-                  mc.n_layers, mc.n_heads, mc.d_ff, mc.mlp, mc.vocab_size, mc.seq_len));
+                  mc.n_layers, mc.n_heads, mc.d_ff, MlpName(mc.mlp), mc.vocab_size, mc.seq_len));
   log(
       fmt::format("train: {}, {} replica(s) × batch {} × seq {} = {} tokens/step, {} steps, "
                   "lr {:.2g}, {} thread(s), {} → {}",
                   RunMode(o), tc.replicas, tc.batch_size, mc.seq_len,
-                  Grouped(trainer.tokens_per_step()), o.steps, tc.optim.lr, tc.threads, trainer.precision(), o.out_dir));
+                  Grouped(trainer.tokens_per_step()), o.steps, tc.optim.lr, tc.threads, PrecisionName(trainer.precision()), o.out_dir));
 }
 
 nlohmann::json RunConfigJson(const TrainRunOptions& o, const std::string& resume_dir) {
@@ -272,7 +272,7 @@ nlohmann::json SummaryJson(const TrainRun& r, double wall) {
           {"tokens_per_second", train_seconds > 0 ? tokens_run / train_seconds : 0.0},
           {"ms_per_step", steps_run > 0 ? 1000 * train_seconds / steps_run : 0.0},
           {"threads", tc.threads},
-          {"precision", r.trainer.precision()},
+          {"precision", PrecisionName(r.trainer.precision())},
           {"seed", tc.seed},
           {"checkpoint", r.last_checkpoint},
           {"data_dir", fs::absolute(tc.data_dir).string()},

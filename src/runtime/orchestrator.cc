@@ -57,6 +57,7 @@ class LocalCluster {
   int Run() {
     if (int rc = Prepare(); rc != 0) return rc;
     cluster_ = std::make_unique<Cluster>(c_, c_.out + "/config.json");
+    chaos_ = std::make_unique<ChaosInjector>(*cluster_, schedule_);
     if (int rc = Start(); rc != 0) return rc;
     Supervise();
     const nlohmann::json syncer_summary = Stop();
@@ -98,12 +99,12 @@ class LocalCluster {
     auto schedule = chaos::BuildSchedule(c_.chaos, c_.learners, 24 * 3600.0);
     if (!schedule.ok()) return Fail(schedule.status(), 2);
     schedule_ = std::move(*schedule);
-    fault_done_.assign(schedule_.size(), false);
     std::printf("atoll run: %s, %d learners, %lld steps each, preset %s, P=%d H=%d tau=%d K=%d grace=%s, %s/%s on the wire\n",
                 diloco::ModeName(c_.mode), c_.learners, static_cast<long long>(c_.steps), c_.preset.c_str(), c_.fragments,
-                c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off", c_.uplink.c_str(), c_.downlink.c_str());
+                c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off", diloco::EncodingName(c_.uplink),
+                diloco::EncodingName(c_.downlink));
     if (!schedule_.empty()) {
-      std::printf("chaos (%s, seed %llu): %zu fault(s) scheduled, the first: %s\n", c_.chaos.mode.c_str(),
+      std::printf("chaos (%s, seed %llu): %zu fault(s) scheduled, the first: %s\n", chaos::ChaosModeName(c_.chaos.mode),
                   static_cast<unsigned long long>(c_.chaos.seed), schedule_.size(), schedule_.front().ToJson().dump().c_str());
     }
     std::printf("run folder: %s\n", c_.out.c_str());
@@ -113,10 +114,8 @@ class LocalCluster {
       std::fflush(stdout);
     });
     if (!manifest.ok()) return Fail(manifest.status(), 2);
-    if (Status st = WriteFileAtomic(c_.out + "/config.json", ToJson(c_).dump(2)); !st.ok()) return Fail(st, 1);
-    std::error_code perm_ec;  // it may hold a shared token: readable by the owner only
-    std::filesystem::permissions(c_.out + "/config.json", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
-                                 std::filesystem::perm_options::replace, perm_ec);
+    // It may hold a shared token: readable by the owner only.
+    if (Status st = WriteFileOwnerOnly(c_.out + "/config.json", ToJson(c_).dump(2)); !st.ok()) return Fail(st, 1);
     nlohmann::json planned = nlohmann::json::array();
     for (const auto& e : schedule_) planned.push_back(e.ToJson());
     if (Status st = WriteFileAtomic(c_.out + "/chaos-schedule.json", planned.dump(2)); !st.ok()) return Fail(st, 1);
@@ -153,7 +152,7 @@ class LocalCluster {
     double last_poll = -1;
     for (;;) {
       const double now = UnixSeconds() - t0_;
-      InjectTimedFaults(now);
+      chaos_->InjectDue(now);
       cluster_->Tick(now);
       for (int id : cluster_->ReapLearners(now)) failed_.push_back(id);
       for (int k = 0; k < static_cast<int>(cluster_->shards().size()); ++k) {
@@ -169,14 +168,6 @@ class LocalCluster {
       }
       if (cluster_->AllLearnersFinished() || g_interrupted) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-
-  void InjectTimedFaults(double now) {
-    while (next_fault_ < schedule_.size() && schedule_[next_fault_].at_step < 0 && schedule_[next_fault_].at_s <= now) {
-      cluster_->Inject(schedule_[next_fault_], now);
-      fault_done_[next_fault_] = true;
-      ++next_fault_;
     }
   }
 
@@ -206,15 +197,7 @@ class LocalCluster {
         slot.last_step = std::max(slot.last_step, l.value("step", int64_t{0}));
       }
     }
-    for (size_t i = 0; i < schedule_.size(); ++i) {  // step-triggered faults
-      const auto& e = schedule_[i];
-      if (fault_done_[i] || e.at_step < 0) continue;
-      const int target = e.kind == chaos::FaultKind::kKillSyncer ? 0 : e.target;
-      if (cluster_->learners()[static_cast<size_t>(target)].last_step >= e.at_step) {
-        cluster_->Inject(e, now);
-        fault_done_[i] = true;
-      }
-    }
+    chaos_->InjectReached(now);
     view.Draw(status, now);
   }
 
@@ -239,7 +222,12 @@ class LocalCluster {
       shards.push_back(FinishShard(k, /*evaluate=*/false));
       if (shards.back().is_null()) return nullptr;
     }
-    return CombineShards(shards);
+    std::vector<std::string> states;
+    for (int k = 0; k < static_cast<int>(shards.size()); ++k) states.push_back(cluster_->ShardOut(k) + "/state");
+    auto combined = CombineShardSummaries(c_, shards, states);
+    if (combined.ok()) return *combined;
+    std::fprintf(stderr, "atoll run: cannot combine the shards' states: %s\n", combined.status().ToString().c_str());
+    return nullptr;
   }
 
   // Shard k's Finish (final merge; with `evaluate` the evaluation and global.safetensors) and
@@ -275,60 +263,12 @@ class LocalCluster {
     return summary;
   }
 
-  // A sharded run's summary: global.safetensors exported from the shards' committed states and
-  // evaluated; rounds, versions and each learner's merged tokens, rounds and bytes added up over
-  // the shards (each counts only its own fragments).
-  nlohmann::json CombineShards(const std::vector<nlohmann::json>& shards) {
-    std::string states;
-    for (int k = 0; k < static_cast<int>(shards.size()); ++k) states += (k ? "," : "") + cluster_->ShardOut(k) + "/state";
-    ExportOptions eo{c_.out + "/config.json", states, c_.out + "/global.safetensors", /*force=*/true, /*evaluate=*/true};
-    auto global = ExportState(eo);
-    if (!global.ok()) {
-      std::fprintf(stderr, "atoll run: cannot combine the shards' states: %s\n", global.status().ToString().c_str());
-      return nullptr;
-    }
-    nlohmann::json s = shards.front();
-    s.erase("shard");
-    s.erase("owned_fragments");
-    double up = 0, down = 0;
-    for (const auto& shard : shards) {
-      up += shard.value("bytes_up", 0.0);
-      down += shard.value("bytes_down", 0.0);
-    }
-    s["bytes_up"] = up;
-    s["bytes_down"] = down;
-    s["rounds"] = global->rounds;
-    s["versions"] = global->versions;
-    s["shards"] = static_cast<int>(shards.size());
-    s["theta_checksum"] = ChecksumHex(global->theta_checksum);
-    s["eval_loss"] = global->eval_loss;
-    s["eval_perplexity"] = global->eval_perplexity;
-    s["checkpoint"] = global->out;
-    std::map<int, nlohmann::json> rows;
-    for (const auto& shard : shards) {
-      for (const auto& l : shard.value("learners", nlohmann::json::array())) {
-        nlohmann::json& row = rows[l.value("id", -1)];
-        if (row.is_null()) {
-          row = l;
-          continue;
-        }
-        for (const char* key : {"tokens_merged", "rounds_joined", "late_folded", "bytes_up", "bytes_down", "pushes"}) {
-          row[key] = row.value(key, 0.0) + l.value(key, 0.0);
-        }
-      }
-    }
-    s["learners"] = nlohmann::json::array();
-    for (auto& [id, row] : rows) s["learners"].push_back(row);
-    return s;
-  }
-
   const RunOptions& options_;
   RunConfig c_;
   std::string client_token_;  // the operator token (per-learner credentials) or the shared token
   std::vector<chaos::FaultEvent> schedule_;
-  std::vector<bool> fault_done_;
-  size_t next_fault_ = 0;
   std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<ChaosInjector> chaos_;
   std::vector<std::unique_ptr<transport::GrpcSyncerClient>> clients_;  // one per syncer shard
   double t0_ = 0;
   std::vector<int> failed_;

@@ -423,7 +423,8 @@ DurableState::LearnerTable DurableState::ReadLearnerRows(const nlohmann::json& l
     LearnerRecord l;
     l.id = r.value("id", -1);
     l.host = r.value("host", "");
-    l.state = ParseLearnerState(r.value("state", "joining")).value_or(LearnerState::kJoining);
+    auto state = ParseLearnerState(r.value("state", "joining"));
+    l.state = state.ok() ? *state : LearnerState::kJoining;
     l.joins = r.value("joins", 0);
     l.step = r.value("step", int64_t{0});
     l.tokens = r.value("tokens", int64_t{0});

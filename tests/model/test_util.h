@@ -54,7 +54,7 @@ inline const std::string& TinyByteData(const std::string& name, size_t bytes) {
     const std::string d = ScratchDir(name);
     DataOptions o;
     o.out_dir = d + "/data";
-    o.tokenizer = "byte";
+    o.tokenizer = TokenizerKind::kByte;
     o.inputs = {WriteText(d, "corpus.txt", TinyCorpus(bytes))};
     auto m = PrepareData(o);
     if (!m.ok()) std::abort();  // the tests cannot run without it

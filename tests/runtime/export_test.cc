@@ -68,9 +68,7 @@ FakeRun WriteRunWithState(const std::string& dir, const RunConfig& c) {
     theta.emplace_back(static_cast<size_t>(f.numel));
     exchange::GatherFragment(f, params, theta.back());
   }
-  auto sopts = MakeSyncerOptions(c);
-  EXPECT_TRUE(sopts.ok());
-  auto core = syncer::SyncerCore::Create(*sopts, *plan, theta);
+  auto core = syncer::SyncerCore::Create(MakeSyncerOptions(c), *plan, theta);
   EXPECT_TRUE(core.ok()) << core.status();
   auto snap = core->SnapshotFragment(1);
   snap.version = 3;

@@ -117,7 +117,7 @@ TEST(Simulate, WhatIsNotSimulatedIsRefusedByName) {
   };
   const std::vector<Case> cases = {
       {"ddp mode", [](RunConfig& c, SimulateOptions&) { c.mode = diloco::Mode::kDdp; }},
-      {"chaos", [](RunConfig& c, SimulateOptions&) { c.chaos.mode = "random"; }},
+      {"chaos", [](RunConfig& c, SimulateOptions&) { c.chaos.mode = chaos::ChaosMode::kRandom; }},
       {"WAN emulation", [](RunConfig& c, SimulateOptions&) { c.bandwidth_mbps = 10; }},
       {"sharded syncer", [](RunConfig& c, SimulateOptions&) { c.syncer_shards = 2; }},
       {"--step-time", [](RunConfig&, SimulateOptions& o) { o.step_seconds = 0; }},

@@ -315,6 +315,63 @@ TEST(LearnerAgent, KeepsTrainingWhileTheSyncerIsUnreachableThenJoins) {
   agent.Stop();
 }
 
+// The after-step rule of a synchronous schedule (diloco mode): between barriers it only applies
+// what has arrived; at the end of each H-step period it waits for every fragment pushed there, and
+// that wait is bounded by AgentOptions::barrier_timeout_s.
+TEST(LearnerAgent, AfterStepWaitsAtTheBarrierOnlyAndOnlyAsLongAsItsBound) {
+  const int H = 4, P = 2;
+  auto plan = testing::ToyPlan(P);
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
+  syncer::SyncerOptions so = Options(H);
+  so.mode = diloco::Mode::kDiloco;
+  so.round.quorum = 2;  // K = M: every round waits for both learners
+  so.round.grace = false;
+  so.outer_step = syncer::OuterStepRule::kRound;
+  auto core = syncer::SyncerCore::Create(so, plan, init);
+  ASSERT_TRUE(core.ok()) << core.status();
+  SimClock clock;
+  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
+  std::vector<std::vector<learner::StepResult>> results(2);
+  std::vector<std::thread> threads;
+  {
+    ClockThread setup(clock);
+    for (int id = 0; id < 2; ++id) {
+      threads.push_back(StartThread(clock, [&, id] {
+        learner::AgentOptions ao = AgentOpts(id, H, P);
+        ao.schedule = diloco::Schedule::Of(diloco::Mode::kDiloco, H, P, 1);
+        ao.barrier_timeout_s = 1.0;
+        ToyLearner toy(300 + id);
+        learner::LearnerAgent agent(ao, plan, toy.Views(), loop, clock);
+        ASSERT_TRUE(agent.Start().ok());
+        EXPECT_FALSE(agent.BarrierBefore(H - 1));
+        EXPECT_TRUE(agent.BarrierBefore(H));
+        // Both learners train one period; learner 1 then stops pushing (it stays live).
+        const int steps = id == 0 ? 2 * H : H;
+        for (int s = 0; s < steps; ++s) {
+          toy.Step(0.05f);
+          clock.SleepFor(std::chrono::milliseconds(10));
+          results[static_cast<size_t>(id)].push_back(agent.AfterStep(s, 100));
+        }
+        if (id == 1) clock.SleepFor(FromSeconds(2.0));  // heartbeats go on through learner 0's second barrier
+        agent.Stop();
+      }));
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (int id = 0; id < 2; ++id) {
+    const auto& r = results[static_cast<size_t>(id)];
+    for (int s = 0; s < H - 1; ++s) EXPECT_EQ(r[static_cast<size_t>(s)].barrier_wait_s, 0.0) << id << " step " << s;
+    EXPECT_EQ(r[H - 1].applied, P) << "learner " << id << ": every fragment came back merged at the barrier";
+    EXPECT_LT(r[H - 1].barrier_wait_s, 1.0) << "learner " << id << ": the round closed before the bound";
+  }
+  // Learner 0's second barrier: learner 1 never pushed, so no round closed; it waited its bound.
+  const learner::StepResult second = results[0][2 * H - 1];
+  EXPECT_EQ(second.applied, 0);
+  EXPECT_GE(second.barrier_wait_s, 1.0);
+  EXPECT_LT(second.barrier_wait_s, 2.0);
+}
+
 TEST(LearnerAgent, APartitionShorterThanTheLearnerTimeoutCostsNoTokens) {
   const int H = 4, P = 4, kTokens = 100;
   auto plan = testing::ToyPlan(P);

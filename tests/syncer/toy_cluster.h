@@ -42,8 +42,8 @@ struct ToyLearner {
   }
 };
 
-// Runs inner steps [first, first + steps) with the agent in the loop, each taking `step_ms` on
-// `clock`.
+// Runs inner steps [first, first + steps) with the agent's after-step rule in the loop, each
+// taking `step_ms` on `clock`.
 inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, int step_ms, Clock& clock,
                      int first = 0) {
   for (int s = first; s < first + steps && !agent.finish_requested(); ++s) {
@@ -53,8 +53,7 @@ inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, i
     p.step = s + 1;
     p.step_seconds = step_ms / 1000.0;
     agent.SetProgress(p);
-    agent.OnStep(s, 100);
-    agent.ApplyReady(s + 1);
+    agent.AfterStep(s, 100);
   }
 }
 

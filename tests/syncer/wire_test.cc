@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "atoll/core/checksum.h"
 #include "atoll/transport/grpc.h"
 
@@ -156,6 +158,124 @@ TEST(Wire, JoinReplyRoundTripsAndUnknownNamesAreRefused) {
   auto old = ParseJoinReply(bad);
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->uplink.compression, diloco::Compression::kNone);
+}
+
+TEST(Wire, JoinRequestRoundTripsWithTheHostCut) {
+  syncer::JoinRequestData r;
+  r.protocol_version = 5;
+  r.run_id = "run-7";
+  r.model_signature = 0xabcdef;
+  r.learner_id = 3;
+  r.host = std::string(300, 'h');
+  r.rejoin = true;
+  r.fragment_checksums = {1, 2, 3};
+  r.shard = {1, 2};
+  atl::v1::JoinRequest msg;
+  FillJoinRequest(r, &msg);
+  const syncer::JoinRequestData d = ParseJoinRequest(msg);
+  EXPECT_EQ(d.protocol_version, 5u);
+  EXPECT_EQ(d.run_id, "run-7");
+  EXPECT_EQ(d.model_signature, 0xabcdefu);
+  EXPECT_EQ(d.learner_id, 3);
+  EXPECT_EQ(d.host, std::string(256, 'h'));  // cut to its bound
+  EXPECT_TRUE(d.rejoin);
+  EXPECT_EQ(d.fragment_checksums, r.fragment_checksums);
+  EXPECT_EQ(d.shard.index, 1);
+  EXPECT_EQ(d.shard.count, 2);
+  r.shard = {};  // unsharded: the fields stay unset and read back as {0, 1}
+  msg.Clear();
+  FillJoinRequest(r, &msg);
+  EXPECT_EQ(msg.shard_count(), 0);
+  EXPECT_EQ(ParseJoinRequest(msg).shard.count, 1);
+}
+
+TEST(Wire, HeartbeatAndItsReplyRoundTripAndBadProgressIsRefused) {
+  syncer::LearnerProgress p;
+  p.step = 12;
+  p.tokens = 4096;
+  p.loss = 3.5;
+  p.step_seconds = 0.25;
+  p.tokens_per_second = 16384;
+  p.version_held = 9;
+  p.state = syncer::LearnerState::kDone;
+  atl::v1::HeartbeatRequest msg;
+  FillHeartbeat(4, p, &msg);
+  EXPECT_EQ(msg.learner_id(), 4);
+  auto d = ParseHeartbeat(msg);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->step, 12);
+  EXPECT_EQ(d->tokens, 4096);
+  EXPECT_EQ(d->loss, 3.5);
+  EXPECT_EQ(d->step_seconds, 0.25);
+  EXPECT_EQ(d->tokens_per_second, 16384);
+  EXPECT_EQ(d->version_held, 9);
+  EXPECT_EQ(d->state, syncer::LearnerState::kDone);
+  auto bad = msg;
+  bad.set_state("sleeping");
+  EXPECT_EQ(ParseHeartbeat(bad).status().message(),
+            "heartbeat: learner state must be joining, training or done (got 'sleeping')");
+  bad = msg;
+  bad.set_loss(std::nan(""));
+  EXPECT_EQ(ParseHeartbeat(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = msg;
+  bad.set_step(-1);
+  EXPECT_EQ(ParseHeartbeat(bad).status().code(), StatusCode::kInvalidArgument);
+
+  syncer::HeartbeatReplyData r{{3, 4, 5}, true, 99};
+  atl::v1::HeartbeatReply reply;
+  FillHeartbeatReply(r, &reply);
+  const syncer::HeartbeatReplyData back = ParseHeartbeatReply(reply);
+  EXPECT_EQ(back.versions, r.versions);
+  EXPECT_TRUE(back.finish);
+  EXPECT_EQ(back.incarnation, 99u);
+
+  atl::v1::PushReply push_reply;
+  FillPushReply({7, 8, "late", 99}, &push_reply);
+  const syncer::PushResult pr = ParsePushReply(push_reply);
+  EXPECT_EQ(pr.round, 7);
+  EXPECT_EQ(pr.merged_version, 8);
+  EXPECT_EQ(pr.note, "late");
+  EXPECT_EQ(pr.incarnation, 99u);
+}
+
+// A pull's stream read back: one header, then its chunks; anything else is DataLoss.
+TEST(Wire, APullIsAssembledFromAHeaderAndItsChunksOnly) {
+  const std::string bytes = "0123456789";
+  atl::v1::PullChunk header;
+  auto* h = header.mutable_header();
+  h->set_fragment(2);
+  h->set_version(5);
+  h->set_encoding(kLatticeEncoding);
+  h->set_compression("none");
+  h->set_payload_bytes(static_cast<int64_t>(bytes.size()));
+  h->set_payload_checksum(Checksum64(bytes));
+  atl::v1::PullChunk first, second;
+  *first.mutable_data() = Chunk(0, bytes.substr(0, 4));
+  *second.mutable_data() = Chunk(4, bytes.substr(4));
+
+  PullAssembler ok(1 << 20);
+  ASSERT_TRUE(ok.Add(header).ok());
+  ASSERT_TRUE(ok.Add(first).ok());
+  ASSERT_TRUE(ok.Add(second).ok());
+  auto payload = std::move(ok).Finish();
+  ASSERT_TRUE(payload.ok()) << payload.status();
+  EXPECT_EQ(payload->fragment, 2);
+  EXPECT_EQ(payload->version, 5);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(payload->bytes.data()), payload->bytes.size()), bytes);
+
+  PullAssembler data_first(1 << 20);
+  EXPECT_EQ(data_first.Add(first).code(), StatusCode::kDataLoss);
+  PullAssembler two_headers(1 << 20);
+  ASSERT_TRUE(two_headers.Add(header).ok());
+  EXPECT_EQ(two_headers.Add(header).code(), StatusCode::kDataLoss);
+  PullAssembler empty(1 << 20);
+  EXPECT_EQ(std::move(empty).Finish().status().code(), StatusCode::kDataLoss);
+  PullAssembler truncated(1 << 20);
+  ASSERT_TRUE(truncated.Add(header).ok());
+  ASSERT_TRUE(truncated.Add(first).ok());
+  EXPECT_EQ(std::move(truncated).Finish().status().code(), StatusCode::kDataLoss);
+  PullAssembler too_large(4);  // the header announces more than the run's largest fragment
+  EXPECT_EQ(too_large.Add(header).code(), StatusCode::kDataLoss);
 }
 
 TEST(Wire, StatusCodesMapBothWays) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "atoll/diloco/fragment_plan.h"
+#include "atoll/learner/learner_agent.h"
 #include "atoll/model/trainer.h"
 #include "atoll/runtime/run_config.h"
 #include "atoll/syncer/syncer_core.h"
@@ -89,12 +90,15 @@ int RunLocalCluster(const RunOptions& options);
 // data folder for the vocabulary size.
 StatusOr<model::TrainerOptions> MakeTrainerOptions(const RunConfig& config, int learner_id);
 // The fragment plan of this run over the model's tensors (what the syncer and every learner
-// build, and `atoll export` rebuilds). InvalidArgument for an unknown plan strategy.
+// build, and `atoll export` rebuilds). InvalidArgument when the tensors cannot be cut into P fragments.
 StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& config,
                                         const std::vector<diloco::TensorSpec>& tensors);
 // The syncer's options for this run (mode, quorum, grace, merge, outer optimizer, codecs).
-StatusOr<syncer::SyncerOptions> MakeSyncerOptions(const RunConfig& config);
+syncer::SyncerOptions MakeSyncerOptions(const RunConfig& config);
 // The gRPC server's limits of a run config's [limits] (docs/security.md).
 transport::ServerLimits MakeServerLimits(const RunConfig& config);
+// Learner `learner_id`'s agent options for this run (schedule, uplink codec, receipt rule); the
+// caller adds where it runs (host, rejoin, state folder).
+learner::AgentOptions MakeAgentOptions(const RunConfig& config, int learner_id);
 
 }  // namespace atl::runtime

@@ -45,6 +45,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "atoll/core/clock.h"
+#include "atoll/core/enum_names.h"
 #include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
@@ -75,11 +76,24 @@ using DdpStep = std::function<Status(std::span<const float> mean_gradient, std::
 //           sweep's arrivals so far, and outer gradients "against the current value" are taken
 //           against Θ_p at the sweep's start (diloco::SweepOuterStep with extrapolate).
 enum class OuterStepRule { kSweep, kRound, kRunning };
+inline constexpr EnumNames<OuterStepRule, 3> kOuterStepRuleNames{
+    "outer_step",
+    {{{OuterStepRule::kSweep, "sweep"}, {OuterStepRule::kRound, "round"}, {OuterStepRule::kRunning, "running"}}}};
+constexpr const auto& NamesOf(OuterStepRule) { return kOuterStepRuleNames; }
+inline const char* OuterStepRuleName(OuterStepRule r) { return kOuterStepRuleNames.Name(r); }
+inline StatusOr<OuterStepRule> ParseOuterStepRule(std::string_view s) { return kOuterStepRuleNames.Parse(s); }
 // What a learner's outer gradient is taken against.
 //   kCurrent: v_m = Θ_p(now) − θ_m (the paper: the syncer's current value).
 //   kBase:    v_m = Φ_{m,p}[base] − θ_m = Δ̂_m (the learner's own progress since the copy it
 //             started from, as in asynchronous local SGD).
 enum class OuterGradientRule { kCurrent, kBase };
+inline constexpr EnumNames<OuterGradientRule, 2> kOuterGradientRuleNames{
+    "outer_gradient", {{{OuterGradientRule::kCurrent, "current"}, {OuterGradientRule::kBase, "base"}}}};
+constexpr const auto& NamesOf(OuterGradientRule) { return kOuterGradientRuleNames; }
+inline const char* OuterGradientRuleName(OuterGradientRule r) { return kOuterGradientRuleNames.Name(r); }
+inline StatusOr<OuterGradientRule> ParseOuterGradientRule(std::string_view s) {
+  return kOuterGradientRuleNames.Parse(s);
+}
 
 struct SyncerOptions {
   std::string run_id = "atoll";
