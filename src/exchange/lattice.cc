@@ -281,13 +281,26 @@ int64_t StepBlockExact(const Lattice& l, int qmax, size_t b, const float* theta,
   return held_at_edge;
 }
 
-// (Θ − Φ) in units of the block, in double (exact), into d; returns the largest |d|.
+// (Θ − Φ) in units of the block, in double (exact), into d; returns the largest |d|. The maximum
+// is kept in eight lanes so that the loop vectorises; a maximum is exact, so the lanes change
+// nothing (a NaN is passed over, as std::max(absmax, NaN) does).
 ATOLL_SIMD_CLONES double UnitDifferences(const float* theta, const float* phi, double inv, size_t n, double* d) {
+  constexpr size_t kLanes = 8;
+  double lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) {
+      d[i + k] = (static_cast<double>(theta[i + k]) - static_cast<double>(phi[i + k])) * inv;
+      const double a = std::fabs(d[i + k]);
+      lane[k] = a > lane[k] ? a : lane[k];
+    }
+  }
   double absmax = 0;
-  for (size_t i = 0; i < n; ++i) {
+  for (; i < n; ++i) {
     d[i] = (static_cast<double>(theta[i]) - static_cast<double>(phi[i])) * inv;
     absmax = std::max(absmax, std::fabs(d[i]));
   }
+  for (double a : lane) absmax = std::max(absmax, a);
   return absmax;
 }
 
@@ -298,17 +311,19 @@ ATOLL_SIMD_CLONES bool StepCodes(const double* d, const float* phi, double inv, 
                                  double qmax, size_t n, int8_t* k, float* next) {
   constexpr double kMagic = 6755399441055744.0;  // 1.5·2^52
   constexpr double kMax = static_cast<double>(kLatticeMax);
-  bool in_range = true;
+  // std::clamp as min(max(·)), and the range test without a branch, so that the loop vectorises
+  // (the same values: clamp(x, lo, hi) = min(max(x, lo), hi) for lo ≤ hi).
+  unsigned out_of_range = 0;
   for (size_t i = 0; i < n; ++i) {
-    const double q = std::clamp(d[i] * inv_step, -(qmax + 1), qmax + 1);
-    const double code = std::clamp((q + kMagic) - kMagic, -qmax, qmax);
+    const double q = std::min(std::max(d[i] * inv_step, -(qmax + 1)), qmax + 1);
+    const double code = std::min(std::max((q + kMagic) - kMagic, -qmax), qmax);
     const double held = static_cast<double>(phi[i]) * inv;
     const double v = held + code * step;
-    in_range &= v <= kMax && v >= -kMax;
-    k[i] = static_cast<int8_t>(code);
+    out_of_range |= static_cast<unsigned>(v > kMax) | static_cast<unsigned>(v < -kMax);
+    k[i] = static_cast<int8_t>(static_cast<int32_t>(code));
     next[i] = static_cast<float>(v * unit);
   }
-  return in_range;
+  return out_of_range == 0;
 }
 
 // Header and two's-complement nibbles of a block whose codes are within ±7 (width 0 when all are 0).

@@ -38,6 +38,12 @@ void Size(std::vector<float>& v, size_t n, size_t capacity) {
   v.resize(n);
 }
 
+size_t LargestFragment(const diloco::FragmentPlan& plan) {
+  size_t n = 0;
+  for (const diloco::Fragment& g : plan.fragments) n = std::max(n, static_cast<size_t>(g.numel));
+  return n;
+}
+
 void Save(const float* from, size_t begin, size_t end, std::vector<float>& to) {
   std::copy(from + begin, from + end, to.begin() + static_cast<std::ptrdiff_t>(begin));
 }
@@ -117,8 +123,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
 Status SyncerCore::PrepareRoundPass(int p, RoundPass& pass, RoundReport& report) {
   FragmentState& f = fragments_[static_cast<size_t>(p)];
   const size_t n = f.theta.size();
-  size_t capacity = 0;
-  for (const diloco::Fragment& g : plan_.fragments) capacity = std::max(capacity, static_cast<size_t>(g.numel));
+  const size_t capacity = LargestFragment(plan_);
   // Φ_p at the versions late pushes were computed against (each once, a copy: Φ_p itself moves in
   // the pass): exact, from the history.
   for (const Contribution& c : f.pending) {
@@ -206,6 +211,8 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
   auto merger = diloco::FragmentMerger::Create(plan_.fragments[static_cast<size_t>(p)], rule_->merge_rule(),
                                                pass.weights, pool_.get());
   if (!merger.ok()) return merger.status().WithContext("merge");
+  if (const size_t capacity = LargestFragment(plan_); scratch_.sums.capacity() < capacity) scratch_.sums.reserve(capacity);
+  merger->KeepSums(&scratch_.sums);
   const diloco::SegmentGrid& grid = merger->grid();
   pass.fuse_lattice = pass.kernel.has_value() && grid.tile_values() % static_cast<size_t>(f.copy->lattice().block) == 0;
   const size_t chunks = (n + diloco::kReduceChunk - 1) / diloco::kReduceChunk;
@@ -216,11 +223,12 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
   if (!pass.kernel || !pass.fuse_lattice) pass.merged.resize(n);
   pass.started = true;
 
-  const std::span<const float> reference = rule_->Reference(f.theta, f.sweep);
-  const diloco::FragmentMerger::Source source = [&](size_t m, size_t b, size_t e, float* out) {
-    diloco::DecodeRawRange(options_.uplink, f.pending[m].raw, n, b, e, out);
-    rule_->VectorizeRange(pass.base_of[m], reference, b, e, out);
-  };
+  std::vector<diloco::EncodedGradients::Push> pushes;
+  for (size_t m = 0; m < f.pending.size(); ++m) {
+    pushes.push_back({.raw = f.pending[m].raw, .base = pass.base_of[m].empty() ? nullptr : pass.base_of[m].data()});
+  }
+  const diloco::EncodedGradients source(options_.uplink, n, rule_->Reference(f.theta, f.sweep).data(),
+                                        std::move(pushes));
   diloco::FragmentMerger::Vet vet;
   if (pass.kernel) {
     vet = [&](size_t, double norm) {

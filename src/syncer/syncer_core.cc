@@ -628,7 +628,8 @@ SyncerCore::HeldBytes SyncerCore::held_bytes() const {
     for (const Contribution& c : f.pending) b.pending += c.raw.capacity();
   }
   b.scratch = (scratch_.theta.capacity() + scratch_.momentum.capacity() + scratch_.accum.capacity() +
-               scratch_.start.capacity() + scratch_.phi.capacity()) * sizeof(float);
+               scratch_.start.capacity() + scratch_.phi.capacity()) * sizeof(float) +
+              scratch_.sums.capacity() * sizeof(double);
   for (const auto& [id, l] : learners_) b.learners += sizeof(l) + l.host.capacity() + l.merged_versions.capacity() * sizeof(int64_t);
   return b;
 }

@@ -456,10 +456,12 @@ class SyncerCore {
   std::shared_ptr<const UpdateRule> rule_;  // what the mode does with pushes (update_rule.h)
   std::shared_ptr<ThreadPool> pool_;        // the round's threads (options_.threads)
   // The values a round's pass moves in place (Θ_p, momentum, the sweep's buffers, Φ_p), saved
-  // tile by tile before they move, so that a refused round puts them back. Reserved for the
-  // largest fragment.
+  // tile by tile before they move, so that a refused round puts them back; and the merger's sums
+  // Σ coef·v that its direction pass keeps for the merge (FragmentMerger::KeepSums). Reserved for
+  // the largest fragment.
   struct Scratch {
     std::vector<float> theta, momentum, accum, start, phi;
+    std::vector<double> sums;
   };
   Scratch scratch_;
   std::vector<FragmentState> fragments_;
