@@ -34,7 +34,7 @@
 #include "atoll/core/rng.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/exchange/fragment_exchange.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 #include "atoll/runtime/run_config.h"
 #include "atoll/syncer/syncer_core.h"
 #include "scale_model.h"

@@ -241,9 +241,9 @@ StatusOr<std::unique_ptr<atoll_learner>> Open(atoll_learner_options o, const ato
   return l;
 }
 
-// The after-step rule of the C API: this step's sends, then the merges that are due (at the
-// barrier in diloco mode), then the progress the heartbeats report. Returns the merges applied.
-int AfterStep(atoll_learner& l, int64_t tokens, double loss) {
+// A step of the caller's loop finished: the agent's after-step rule (LearnerAgent::AfterStep),
+// then the progress the heartbeats report. Returns the merges applied.
+int StepDone(atoll_learner& l, int64_t tokens, double loss) {
   const int n = l.agent->AfterStep(l.step, tokens).applied;
   ++l.step;
   l.tokens += tokens;
@@ -322,7 +322,7 @@ atoll_status atoll_learner_step(atoll_learner* l, int64_t tokens, double loss, i
                                             " still waits for its staged values (atoll_learner_send)"));
   }
   if (Status fatal = l->agent->fatal_error(); !fatal.ok()) return Report(fatal);
-  const int n = AfterStep(*l, tokens, loss);
+  const int n = StepDone(*l, tokens, loss);
   if (atl::capi::StateDue(*l)) atl::capi::WriteState(*l);
   if (applied != nullptr) *applied = n;
   return Report(Status::Ok());

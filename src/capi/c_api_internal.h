@@ -11,7 +11,7 @@
 #include "atoll/core/status.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/learner/learner_agent.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_client.h"
 
 struct atoll_learner {
   atl::diloco::FragmentPlan plan;

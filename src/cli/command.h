@@ -46,6 +46,13 @@ struct CommandEntry {
 
 std::vector<CommandEntry>& CommandRegistry();
 
+// A sub-command's former name, kept working as a CLI11 alias: main() prints a note naming the new
+// one when a command line uses the old.
+struct RenamedCommand {
+  std::string old_name, new_name;
+};
+std::vector<RenamedCommand>& RenamedCommands();
+
 struct CommandRegistration {
   CommandRegistration(int order, Registrar r) { CommandRegistry().push_back({order, r}); }
 };

@@ -9,7 +9,9 @@
 #include "atoll/core/platform.h"
 #include "atoll/model/trainer.h"
 #include "atoll/runtime/export.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/learner_process.h"
+#include "atoll/runtime/local_cluster.h"
+#include "atoll/runtime/syncer_process.h"
 #include "atoll/runtime/simulate.h"
 #include "atoll/core/file.h"
 #include "atoll/core/text.h"
@@ -289,7 +291,6 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
   c->add_option("--unit-store", p->unit_store, "(set by the unit's supervisor) the ranks' rendezvous file")->group("");
   OnRun(c, ctx, o, p, "learner", runtime::RunLearnerProcess);
 }
-
 
 // `atoll simulate`: the cluster of `atoll run` in one process on simulated time (deterministic).
 void RegisterSimulate(CLI::App& app, CommandContext& ctx) {

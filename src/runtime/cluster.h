@@ -111,10 +111,4 @@ class ChaosInjector {
 
 std::string TailOf(const std::string& path, size_t lines);
 
-// Per-learner credentials of a run (docs/security.md): a fresh random secret in
-// <out>/secrets/run.secret and learner m's token in <out>/secrets/learner-<m>.token (folder 0700,
-// files 0600). Returns the operator token. The Cluster passes these files to its children.
-StatusOr<std::string> WriteRunCredentials(const RunConfig& c);
-std::string SecretsDir(const RunConfig& c);
-
 }  // namespace atl::runtime

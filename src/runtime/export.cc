@@ -9,7 +9,7 @@
 #include "atoll/model/data.h"
 #include "atoll/model/model_spec.h"
 #include "model_host.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 #include "atoll/syncer/durable_state.h"
 
 namespace atl::runtime {

@@ -11,8 +11,8 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/learner/wan_shaper.h"
-#include "atoll/runtime/processes.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/runtime/learner_process.h"
+#include "atoll/transport/grpc_client.h"
 #include "chaos_control.h"
 
 namespace atl::runtime {

@@ -6,7 +6,7 @@
 #include "atoll/core/format.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/model/data.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 
 namespace atl::runtime {
 

@@ -2,7 +2,7 @@
 // syncer, its gRPC server's limits and a learner's agent. What the processes, `atoll simulate` and
 // `atoll export` build from the same run file, so they agree.
 #include "atoll/model/data.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 
 namespace atl::runtime {
 

@@ -16,7 +16,7 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/learner/learner_agent.h"
 #include "atoll/model/trainer.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 #include "atoll/syncer/syncer_loop.h"
 #include "round_json.h"
 
@@ -39,7 +39,6 @@ Status CheckSimulated(const RunConfig& c, const SimulateOptions& o) {
   if (!(o.jitter >= 0 && o.jitter < 1)) return InvalidArgumentError(fmt::format("simulate: --jitter must be in [0, 1), got {}", o.jitter));
   return Status::Ok();
 }
-
 
 // The global model's evaluator: Θ scattered into its own Trainer (loop thread, then main thread).
 class Evaluator {

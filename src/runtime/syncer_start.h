@@ -9,7 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
+#include "atoll/runtime/syncer_process.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_core.h"
 #include "model_host.h"

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "atoll/core/file.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_config.h"
 
 namespace atl::runtime {
 

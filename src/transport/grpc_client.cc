@@ -3,7 +3,7 @@
 
 #include "atoll.grpc.pb.h"
 #include "atoll/core/checksum.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_client.h"
 #include "wire.h"
 
 namespace atl::transport {

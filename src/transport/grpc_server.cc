@@ -14,7 +14,7 @@
 #include "atoll/core/checksum.h"
 #include "atoll/core/text.h"
 #include "atoll/transport/credentials.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_server.h"
 #include "admission.h"
 #include "listener.h"
 #include "wire.h"

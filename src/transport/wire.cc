@@ -5,7 +5,7 @@
 #include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
 #include "atoll/core/text.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_client.h"
 
 namespace atl::transport {
 

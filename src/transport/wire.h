@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "atoll.grpc.pb.h"
-#include "atoll/syncer/syncer_core.h"
+#include "atoll/syncer/api.h"
 
 namespace atl::transport {
 

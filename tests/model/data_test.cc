@@ -9,7 +9,8 @@
 #include "atoll/model/data.h"
 #include "atoll/model/shard.h"
 #include "atoll/model/tokenizer.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::model {
 namespace {

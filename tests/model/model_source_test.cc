@@ -13,7 +13,8 @@
 #include "atoll/model/run.h"
 #include "atoll/model/safetensors.h"
 #include "atoll/model/trainer.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::model {
 namespace {

@@ -11,7 +11,8 @@
 #include "atoll/model/data.h"
 #include "atoll/model/run.h"
 #include "atoll/model/trainer.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::model {
 namespace {

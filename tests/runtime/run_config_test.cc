@@ -2,18 +2,20 @@
 // implies (Normalized).
 #include "atoll/runtime/run_config.h"
 
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include "testing/scratch.h"
 
 namespace atl::runtime {
 namespace {
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
-  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  static const std::string dir = testing::ScratchDir("run_config");
+  const std::string path = dir + "/" + name;
   std::ofstream(path) << text;
   return path;
 }

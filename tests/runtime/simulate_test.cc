@@ -7,12 +7,13 @@
 
 #include "atoll/model/data.h"
 #include "atoll/runtime/simulate.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::runtime {
 namespace {
 
-const std::string& DataDir() { return model::testing::TinyByteData("simulate", 60000); }
+const std::string& DataDir() { return testing::TinyByteData("simulate", 60000); }
 
 RunConfig Small() {
   RunConfig c;

@@ -84,7 +84,6 @@ StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
 // Human-readable one-line-per-fragment report ("fragment 3: 41,216 elements (1.02× ideal) ...").
 std::string DescribePlan(const FragmentPlan& plan);
 
-
 // The staggered schedule. Inner steps are counted from 0 on each learner. With H ≥ P, fragment p
 // is sent after every local step t with (t mod H) == floor(p·H / P); its merged value is due
 // before step t + 1 + τ (τ = 0: applied before the very next step, no overlap; τ = 2: two inner

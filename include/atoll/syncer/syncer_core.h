@@ -212,8 +212,8 @@ struct LearnerRecord {
 // One closed round, for the log and metrics.
 struct RoundReport {
   int fragment = 0;
-  int64_t round = 0;
-  int64_t version = 0;             // the version it produced
+  int64_t round = 0;               // the fragment's version before it
+  int64_t version = 0;             // the version it produced: round + 1
   std::vector<int> contributors;
   std::vector<double> weights;
   std::vector<int> late;           // live learners that missed it
@@ -338,7 +338,7 @@ class SyncerCore {
   // when the outer step keeps none; `public_values` and `lattice_exp` are the public copy (empty:
   // not saved — the copy is then rebuilt from Θ_p and every learner fetches the fragment in full).
   struct FragmentSnapshot {
-    int64_t version = 0, round = 0;
+    int64_t version = 0;  // also the number of its closed rounds
     std::vector<float> theta, momentum, public_values;
     std::vector<int8_t> lattice_exp;
     double sweep_share = 0;
@@ -370,8 +370,9 @@ class SyncerCore {
     // XXH3 of Θ_p as the run started: a learner process that starts from the same seed holds those
     // values and snaps them to the lattice itself (Join).
     uint64_t initial_checksum = 0;
+    // The fragment's one counter: round r of the fragment (its open round while r = version)
+    // makes version r + 1. A refused round changes neither.
     int64_t version = 0;
-    int64_t round = 0;
     std::vector<Contribution> pending;
     std::optional<TimePoint> opened_at, quorum_at;
     std::vector<double> recent_norms;  // accepted outer-gradient norms, oldest first (bounded)

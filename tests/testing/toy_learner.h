@@ -1,28 +1,19 @@
-// A toy "model" for runtime tests: each learner pulls its parameters toward its own target
-// (θ ← θ − η(θ − target_m)), so the global model should move toward the targets' mean.
+// A toy "model" for learner tests: each learner pulls its parameters toward its own target
+// (θ ← θ − η(θ − target_m)), so the global model should move toward the targets' mean. Its
+// tensors are ToyTensors (plans.h).
 #pragma once
 
+#include <cmath>
+#include <span>
 #include <vector>
 
 #include "atoll/core/rng.h"
 #include "atoll/diloco/fragment_plan.h"
+#include "atoll/exchange/fragment_exchange.h"
 #include "atoll/learner/learner_agent.h"
+#include "testing/plans.h"
 
 namespace atl::testing {
-
-inline std::vector<diloco::TensorSpec> ToyTensors() {
-  return {{"tok_emb.weight", {16, 8}, 128, true},
-          {"layers.0.w", {8, 8}, 64, false},
-          {"layers.1.w", {8, 8}, 64, false}};
-}
-
-inline diloco::FragmentPlan ToyPlan(int P) {
-  diloco::PlanOptions po;
-  po.num_fragments = P;
-  auto plan = diloco::MakeFragmentPlan(ToyTensors(), po);
-  ATOLL_CHECK(plan.ok());
-  return *plan;
-}
 
 struct ToyLearner {
   std::vector<std::vector<float>> params, target;
@@ -55,6 +46,25 @@ inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, i
     agent.SetProgress(p);
     agent.AfterStep(s, 100);
   }
+}
+
+// ‖Θ_p − (the mean of the learners' targets)_p‖: how far fragment p of a global model is from
+// where averaging the toys should take it.
+inline double DistanceToMeanTarget(std::span<const float> theta, const std::vector<ToyLearner*>& toys,
+                                   const diloco::FragmentPlan& plan, int p) {
+  std::vector<std::vector<float>> mean_t;
+  for (size_t t = 0; t < toys[0]->target.size(); ++t) {
+    std::vector<float> m(toys[0]->target[t].size(), 0.0f);
+    for (auto* toy : toys)
+      for (size_t i = 0; i < m.size(); ++i) m[i] += toy->target[t][i] / static_cast<float>(toys.size());
+    mean_t.push_back(m);
+  }
+  std::vector<std::span<float>> views(mean_t.begin(), mean_t.end());
+  std::vector<float> target(theta.size());
+  exchange::GatherFragment(plan.fragments[static_cast<size_t>(p)], views, target);
+  double d = 0;
+  for (size_t i = 0; i < theta.size(); ++i) d += std::pow(theta[i] - target[i], 2);
+  return std::sqrt(d);
 }
 
 }  // namespace atl::testing

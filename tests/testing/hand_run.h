@@ -12,7 +12,8 @@
 
 #include "atoll/core/child_process.h"
 #include "atoll/core/file.h"
-#include "cluster_fixture.h"
+#include "testing/atoll_binary.h"
+#include "testing/await.h"
 
 namespace atl::testing {
 
@@ -23,13 +24,15 @@ inline std::vector<std::string> RunFlags(const std::string& data, const std::str
 
 // The contents of `path` once the process wrote it (bounded; the process may not die first).
 inline std::string AwaitFile(const std::string& path, ChildProcess& process, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline && process.running()) {
-    auto text = ReadFile(path);
-    if (text.ok() && !text->empty()) return *text;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return "";
+  std::string text;
+  AwaitFor(
+      [&] {
+        auto t = ReadFile(path);
+        if (t.ok()) text = *t;
+        return !text.empty() || !process.running();
+      },
+      seconds, std::chrono::milliseconds(50));
+  return text;
 }
 
 struct HandRun {

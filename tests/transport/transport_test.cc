@@ -1,4 +1,5 @@
-// gRPC transport: a real server on 127.0.0.1 port 0, real clients, every rejection path.
+// gRPC transport: a real server on 127.0.0.1 port 0, real clients, every rejection path, TLS and
+// mutual TLS. Learners training over it: tests/learner/syncer_api_test.cc (the Grpc link).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,72 +8,18 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "atoll/transport/grpc.h"
-#include "toy_cluster.h"
+#include "atoll/transport/grpc_server.h"
+#include "atoll/transport/grpc_client.h"
+#include "testing/toy_server.h"
+#include "testing/scratch.h"
 
 namespace atl {
 namespace {
 
 using diloco::Encoding;
 
-struct Server {
-  RealClock clock;
-  diloco::FragmentPlan plan;
-  std::unique_ptr<syncer::SyncerLoop> loop;
-  std::unique_ptr<transport::GrpcSyncerServer> server;
-  std::string target;
-  std::mutex rounds_mu;
-  std::condition_variable rounds_cv;
-  int rounds_closed = 0;  // guarded by rounds_mu
-
-  explicit Server(int P, int H, Encoding enc = Encoding::kInt4) : plan(testing::ToyPlan(P)) {
-    std::vector<std::vector<float>> init;
-    for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.25f);
-    syncer::SyncerOptions o;
-    o.run_id = "grpc";
-    o.H = H;
-    o.round.tau = 1;
-    o.uplink = {enc, 64};
-    o.downlink = {enc, 64};
-    auto core = syncer::SyncerCore::Create(o, plan, init);
-    ATOLL_CHECK(core.ok());
-    loop = std::make_unique<syncer::SyncerLoop>(std::move(*core), clock,
-                                                [this](const syncer::SyncerCore&, const syncer::RoundReport&) {
-                                                  std::lock_guard<std::mutex> g(rounds_mu);
-                                                  ++rounds_closed;
-                                                  rounds_cv.notify_all();
-                                                });
-    transport::ServerOptions so;
-    so.token = "secret";
-    auto s = transport::GrpcSyncerServer::Start(so, *loop, [](bool) { return std::string("{}"); });
-    ATOLL_CHECK(s.ok());
-    server = std::move(*s);
-    target = "127.0.0.1:" + std::to_string(server->port());
-  }
-  ~Server() {
-    server->Shutdown();
-    loop->Stop();
-  }
-  // Waits (on the round callback, bounded) until `n` rounds have closed.
-  bool WaitForRounds(int n, double seconds) {
-    std::unique_lock<std::mutex> lock(rounds_mu);
-    return clock.WaitFor(rounds_cv, lock, FromSeconds(seconds), [&] { return rounds_closed >= n; });
-  }
-  nlohmann::json Status() {
-    return loop->Call([](syncer::SyncerCore& c, TimePoint now) { return c.StatusJson(now); });
-  }
-};
-
-std::unique_ptr<transport::GrpcSyncerClient> Client(const std::string& target, std::string token = "secret") {
-  transport::ClientOptions co;
-  co.target = target;
-  co.token = std::move(token);
-  co.call_timeout_s = 5;
-  co.push_timeout_s = 10;
-  auto c = transport::GrpcSyncerClient::Connect(co);
-  ATOLL_CHECK(c.ok());
-  return std::move(*c);
-}
+using Server = testing::ToyServer;
+using testing::ToyServerOptions;
 
 syncer::JoinRequestData Join(const diloco::FragmentPlan& plan, int id) {
   syncer::JoinRequestData r;
@@ -84,50 +31,11 @@ syncer::JoinRequestData Join(const diloco::FragmentPlan& plan, int id) {
   return r;
 }
 
-TEST(GrpcTransport, TwoLearnersTrainOverLoopback) {
-  Server s(/*P=*/3, /*H=*/3);
-  std::vector<std::unique_ptr<testing::ToyLearner>> toys;
-  std::vector<std::thread> threads;
-  std::vector<learner::AgentCounters> counters(2);
-  std::vector<int64_t> sent(2), received(2);
-  for (int i = 0; i < 2; ++i) toys.push_back(std::make_unique<testing::ToyLearner>(40 + i));
-  for (int i = 0; i < 2; ++i) {
-    threads.emplace_back([&, i] {
-      auto client = Client(s.target);
-      learner::AgentOptions a;
-      a.run_id = "grpc";
-      a.learner_id = i;
-      a.schedule = {3, 3, 1};
-      a.uplink = {Encoding::kInt4, 64};
-      a.heartbeat_s = 0.05;
-      learner::LearnerAgent agent(a, s.plan, toys[i]->Views(), *client, s.clock);
-      ASSERT_TRUE(agent.Start().ok());
-      testing::TrainToy(*toys[i], agent, 60, 3, s.clock);
-      agent.WaitForAllFragments(60, 2.0);
-      counters[i] = agent.counters();
-      agent.Stop();
-      sent[i] = client->bytes_sent();
-      received[i] = client->bytes_received();
-    });
-  }
-  for (auto& t : threads) t.join();
-  auto st = s.Status();
-  EXPECT_GT(st["rounds"].get<int64_t>(), 10);
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_GT(counters[i].pushes, 10);
-    EXPECT_EQ(counters[i].rejected, 0);  // every pulled copy matched the syncer's checksum
-    EXPECT_GT(sent[i], counters[i].payload_bytes_up);
-    EXPECT_GT(received[i], counters[i].payload_bytes_down);
-    EXPECT_GT(st["learners"][i]["rounds_joined"].get<int64_t>(), 0);
-    EXPECT_GT(st["learners"][i]["bytes_up"].get<int64_t>(), 0);
-  }
-}
-
 class Rejections : public ::testing::Test {
  protected:
-  Server s{2, 2, Encoding::kFp32};
+  Server s{ToyServerOptions().Shape(2, 2, 1).Encoded(Encoding::kFp32)};
   void SetUp() override {
-    auto c = Client(s.target);
+    auto c = s.Client();
     ASSERT_TRUE(c->Join(Join(s.plan, 0)).ok());
     for (int p = 0; p < s.plan.num_fragments(); ++p) ASSERT_TRUE(c->Pull(0, p, -1, 0, -1).ok());
   }
@@ -160,7 +68,7 @@ class Rejections : public ::testing::Test {
 TEST_F(Rejections, WrongProtocolVersion) {
   auto r = Join(s.plan, 1);
   r.protocol_version = syncer::kProtocolVersion + 1;
-  auto out = Client(s.target)->Join(r);
+  auto out = s.Client()->Join(r);
   EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(out.status().message().find("protocol version " + std::to_string(syncer::kProtocolVersion + 1)),
             std::string::npos) << out.status();
@@ -170,17 +78,17 @@ TEST_F(Rejections, WrongProtocolVersion) {
 TEST_F(Rejections, WrongModelSignature) {
   auto r = Join(s.plan, 1);
   r.model_signature += 1;
-  auto out = Client(s.target)->Join(r);
+  auto out = s.Client()->Join(r);
   EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(out.status().message().find("model signature"), std::string::npos);
   EXPECT_EQ(s.Status()["learners"].size(), 1u);
 }
 
 TEST_F(Rejections, WrongOrMissingToken) {
-  auto bad = Client(s.target, "guess")->Join(Join(s.plan, 1));
+  auto bad = s.Client("guess")->Join(Join(s.plan, 1));
   EXPECT_EQ(bad.status().code(), StatusCode::kUnauthenticated);
   EXPECT_NE(bad.status().message().find("wrong auth token"), std::string::npos);
-  auto none = Client(s.target, "")->Push(Header(), Payload(0, 0.1f));
+  auto none = s.Client("")->Push(Header(), Payload(0, 0.1f));
   EXPECT_EQ(none.status().code(), StatusCode::kUnauthenticated);
   ExpectUnchanged();
 }
@@ -189,7 +97,7 @@ TEST_F(Rejections, TruncatedStream) {
   transport::GrpcSyncerClient::PushFault f;
   f.chunk_bytes = 64;
   f.truncate_after_chunks = 2;
-  auto out = Client(s.target)->PushWithFault(Header(), Payload(0, 0.1f), f);
+  auto out = s.Client()->PushWithFault(Header(), Payload(0, 0.1f), f);
   EXPECT_EQ(out.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(out.status().message().find("truncated"), std::string::npos) << out.status();
   ExpectUnchanged();
@@ -199,7 +107,7 @@ TEST_F(Rejections, ChunkChecksumMismatch) {
   transport::GrpcSyncerClient::PushFault f;
   f.chunk_bytes = 64;
   f.corrupt_chunk = 1;
-  auto out = Client(s.target)->PushWithFault(Header(), Payload(0, 0.1f), f);
+  auto out = s.Client()->PushWithFault(Header(), Payload(0, 0.1f), f);
   EXPECT_EQ(out.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(out.status().message().find("checksum"), std::string::npos);
   ExpectUnchanged();
@@ -207,12 +115,12 @@ TEST_F(Rejections, ChunkChecksumMismatch) {
 
 TEST_F(Rejections, NonFiniteValues) {
   auto nan = Payload(0, std::nanf(""));
-  auto out = Client(s.target)->Push(Header(), nan);
+  auto out = s.Client()->Push(Header(), nan);
   EXPECT_FALSE(out.ok());
   EXPECT_TRUE(out.status().code() == StatusCode::kInvalidArgument ||
               out.status().code() == StatusCode::kDataLoss) << out.status();
   auto inf = Payload(0, INFINITY);
-  EXPECT_FALSE(Client(s.target)->Push(Header(), inf).ok());
+  EXPECT_FALSE(s.Client()->Push(Header(), inf).ok());
   ExpectUnchanged();
 }
 
@@ -221,12 +129,12 @@ TEST_F(Rejections, OversizeChunkAndWrongSize) {
   transport::GrpcSyncerClient::PushFault f;
   f.chunk_bytes = big.size();
   auto h = Header();
-  auto out = Client(s.target)->PushWithFault(h, big, f);
+  auto out = s.Client()->PushWithFault(h, big, f);
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
   // The announced size is checked against the fragment before any chunk is read or reserved.
   EXPECT_NE(out.status().message().find("announces"), std::string::npos) << out.status();
   // Right chunking, wrong size for the fragment.
-  auto wrong = Client(s.target)->Push(h, std::vector<std::byte>(12));
+  auto wrong = s.Client()->Push(h, std::vector<std::byte>(12));
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
   ExpectUnchanged();
 }
@@ -234,14 +142,14 @@ TEST_F(Rejections, OversizeChunkAndWrongSize) {
 TEST_F(Rejections, BadFragmentAndUnknownLearner) {
   auto h = Header();
   h.fragment = 9;
-  EXPECT_EQ(Client(s.target)->Push(h, Payload(0, 0.1f)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Client()->Push(h, Payload(0, 0.1f)).status().code(), StatusCode::kInvalidArgument);
   auto u = Header();
   u.learner_id = 42;
-  EXPECT_EQ(Client(s.target)->Push(u, Payload(0, 0.1f)).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(Client(s.target)->Pull(0, 7, 0, 0, -1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Client()->Push(u, Payload(0, 0.1f)).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.Client()->Pull(0, 7, 0, 0, -1).status().code(), StatusCode::kInvalidArgument);
   ExpectUnchanged();
   // And a good push after all that is accepted and merged.
-  auto ok = Client(s.target)->Push(Header(), Payload(0, 0.1f));
+  auto ok = s.Client()->Push(Header(), Payload(0, 0.1f));
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE(s.WaitForRounds(1, 30));
   EXPECT_EQ(s.Status()["rounds"].get<int64_t>(), 1);
@@ -255,8 +163,7 @@ namespace {
 
 // Makes a CA and a server certificate for localhost/127.0.0.1 with the openssl CLI.
 std::string MakeCertificates() {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("atoll_tls_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
+  const std::string dir = testing::ScratchDir("tls");
   const std::string cmd =
       "cd " + dir + " && "
       "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=atoll-test-ca >/dev/null 2>&1 && "

@@ -1,6 +1,8 @@
-// In-process runtime tests: a SyncerLoop and learner agents talking through SyncerApi directly
-// (no sockets), with toy models, on simulated time (SimClock): every heartbeat, backoff, grace
-// window and step duration is simulated, so no outcome depends on how busy the machine is.
+// The learner agent against an in-process SyncerLoop (no sockets), with toy models, on simulated
+// time (SimClock): every heartbeat, backoff, grace window and step duration is simulated, so no
+// outcome depends on how busy the machine is. Sharded syncers, unreachable and restarted ones,
+// partitions, the barrier's bound, long polls and the state folder. What must hold over every
+// SyncerApi implementation is in syncer_api_test.cc.
 #include "atoll/learner/learner_agent.h"
 #include "atoll/learner/agent_group.h"
 
@@ -9,6 +11,7 @@
 #include <fstream>
 
 #include "atoll/core/sim_clock.h"
+#include "atoll/syncer/syncer_loop.h"
 
 #include <atomic>
 #include <cmath>
@@ -19,7 +22,8 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/learner/wan_shaper.h"
-#include "toy_cluster.h"
+#include "testing/toy_learner.h"
+#include "testing/scratch.h"
 
 namespace atl {
 namespace {
@@ -58,118 +62,6 @@ learner::AgentOptions AgentOpts(int id, int H, int P) {
   a.backoff_max_s = 0.2;
   a.initial_join_timeout_s = 5;
   return a;
-}
-
-double DistanceToMeanTarget(std::span<const float> theta, const std::vector<ToyLearner*>& toys,
-                            const diloco::FragmentPlan& plan, int p) {
-  std::vector<std::vector<float>> mean_t;
-  for (size_t t = 0; t < toys[0]->target.size(); ++t) {
-    std::vector<float> m(toys[0]->target[t].size(), 0.0f);
-    for (auto* toy : toys)
-      for (size_t i = 0; i < m.size(); ++i) m[i] += toy->target[t][i] / static_cast<float>(toys.size());
-    mean_t.push_back(m);
-  }
-  std::vector<std::span<float>> views(mean_t.begin(), mean_t.end());
-  std::vector<float> target(theta.size());
-  exchange::GatherFragment(plan.fragments[static_cast<size_t>(p)], views, target);
-  double d = 0;
-  for (size_t i = 0; i < theta.size(); ++i) d += std::pow(theta[i] - target[i], 2);
-  return std::sqrt(d);
-}
-
-TEST(LearnerAgent, ThreeLearnersAllContributeAndTheGlobalModelLearns) {
-  const int H = 4, P = 4;
-  auto plan = testing::ToyPlan(P);
-  std::vector<std::vector<float>> init;
-  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
-  auto core = syncer::SyncerCore::Create(Options(H), plan, init);
-  ASSERT_TRUE(core.ok()) << core.status();
-  SimClock clock;
-  std::atomic<int> rounds{0};
-  syncer::SyncerLoop loop(std::move(*core), clock, [&](const syncer::SyncerCore&, const syncer::RoundReport&) { rounds++; });
-  std::vector<double> start_dist;
-  std::vector<std::unique_ptr<ToyLearner>> toys;
-  std::vector<ToyLearner*> raw;
-  for (int i = 0; i < 3; ++i) {
-    toys.push_back(std::make_unique<ToyLearner>(100 + i));
-    raw.push_back(toys.back().get());
-  }
-  for (int p = 0; p < P; ++p) start_dist.push_back(DistanceToMeanTarget(init[p], raw, plan, p));
-  std::vector<std::thread> threads;
-  std::vector<learner::AgentCounters> counters(3);
-  {
-    ClockThread setup(clock);  // simulated time starts once every learner is counted
-    for (int i = 0; i < 3; ++i) {
-      threads.push_back(StartThread(clock, [&, i] {
-        learner::LearnerAgent agent(AgentOpts(i, H, P), plan, toys[i]->Views(), loop, clock);
-        ASSERT_TRUE(agent.Start().ok());
-        testing::TrainToy(*toys[i], agent, 120, 3, clock);
-        agent.WaitForAllFragments(120, 2.0);
-        counters[i] = agent.counters();
-        agent.Stop();
-      }));
-    }
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_GT(rounds.load(), 20);
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(counters[i].joined);
-    EXPECT_GT(counters[i].pushes, 10) << "learner " << i;
-    // Every learner starts from the syncer's Θ⁰ bit for bit: nothing is fetched at join.
-    EXPECT_EQ(counters[i].catchup_fragments, 0) << "learner " << i;
-    EXPECT_GE(counters[i].fragments_applied, 3) << "learner " << i;
-    EXPECT_EQ(counters[i].rejected, 0) << "learner " << i;  // includes checksum disagreements
-  }
-  auto table = loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.learners(); });
-  for (const auto& [id, l] : table) EXPECT_GT(l.rounds_joined, 0) << "learner " << id;
-  for (int p = 0; p < P; ++p) {
-    auto theta = loop.Call([p](syncer::SyncerCore& c, TimePoint) {
-      auto s = c.theta(p);
-      return std::vector<float>(s.begin(), s.end());
-    });
-    EXPECT_LT(DistanceToMeanTarget(theta, raw, plan, p), 0.5 * start_dist[p]) << "fragment " << p;
-  }
-}
-
-// A learner process that starts late — or restarts — from the run's initial values catches up
-// with one delta from those values while version 0 is in the syncer's history (docs/decisions/014;
-// no full fetch), then trains and contributes like the others.
-TEST(LearnerAgent, ALateLearnerCatchesUpWithDeltasFromTheInitialValues) {
-  const int H = 4, P = 4;
-  auto plan = testing::ToyPlan(P);
-  auto core = ToyCore(plan, H, 0.0f, /*history_versions=*/1000);  // the toys start at 0 too: the same initial values
-  SimClock clock;
-  syncer::SyncerLoop loop(std::move(core), clock, nullptr);
-  testing::ToyLearner early(200), late(201);
-  learner::AgentCounters late_counters;
-  std::vector<std::thread> threads;
-  {
-    ClockThread setup(clock);
-    threads.push_back(StartThread(clock, [&] {
-      learner::LearnerAgent agent(AgentOpts(0, H, P), plan, early.Views(), loop, clock);
-      ASSERT_TRUE(agent.Start().ok());
-      testing::TrainToy(early, agent, 80, 3, clock);
-      agent.WaitForAllFragments(80, 2.0);
-      agent.Stop();
-    }));
-    threads.push_back(StartThread(clock, [&] {
-      clock.SleepFor(std::chrono::milliseconds(150));  // 50 of the early learner's steps
-      learner::LearnerAgent agent(AgentOpts(1, H, P), plan, late.Views(), loop, clock);
-      ASSERT_TRUE(agent.Start().ok());
-      testing::TrainToy(late, agent, 20, 3, clock);
-      agent.WaitForAllFragments(20, 2.0);
-      late_counters = agent.counters();
-      agent.Stop();
-    }));
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(late_counters.pulls_full, 0);
-  EXPECT_GE(late_counters.catchup_fragments, P);  // every fragment had moved since the start
-  EXPECT_GE(late_counters.pulls_delta, P);
-  EXPECT_EQ(late_counters.checksum_mismatches, 0);
-  EXPECT_GT(late_counters.pushes, 3);
-  auto table = loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.learners(); });
-  EXPECT_GT(table.at(1).rounds_joined, 0);
 }
 
 // A syncer sharded two ways (docs/decisions/011): two SyncerLoops, shard 0/2 and 1/2, and two
@@ -249,7 +141,9 @@ TEST(AgentGroup, TwoShardsEachMergeOnlyTheirFragmentsAndTheModelLearns) {
       auto v = c.theta(p);
       return std::vector<float>(v.begin(), v.end());
     });
-    EXPECT_LT(DistanceToMeanTarget(theta, raw, plan, p), 0.5 * DistanceToMeanTarget(init[p], raw, plan, p)) << p;
+    EXPECT_LT(testing::DistanceToMeanTarget(theta, raw, plan, p),
+              0.5 * testing::DistanceToMeanTarget(init[p], raw, plan, p))
+        << p;
   }
 }
 
@@ -400,30 +294,6 @@ TEST(LearnerAgent, APartitionShorterThanTheLearnerTimeoutCostsNoTokens) {
   agent.Stop();
 }
 
-TEST(LearnerAgent, LeaveReportsTheLastProgressEvenBeforeAnyHeartbeat) {
-  const int H = 2, P = 2;
-  auto plan = testing::ToyPlan(P);
-  SimClock clock;
-  ClockThread participant(clock);
-  syncer::SyncerLoop loop(ToyCore(plan, H, 0.5f), clock, nullptr);
-  ToyLearner toy(5);
-  auto opts = AgentOpts(0, H, P);
-  opts.heartbeat_s = 3600;  // the run ends long before the first periodic heartbeat
-  learner::LearnerAgent agent(opts, plan, toy.Views(), loop, clock);
-  ASSERT_TRUE(agent.Start().ok());
-  testing::TrainToy(toy, agent, 6, 50, clock);
-  learner::Progress done;
-  done.step = 6;
-  done.tokens = 6 * 100;  // TrainToy's 100 tokens per step
-  done.state = syncer::LearnerState::kDone;
-  agent.SetProgress(done);
-  ASSERT_TRUE(agent.Leave().ok());
-  const auto rec = loop.Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0); });
-  EXPECT_EQ(rec.step, 6);
-  EXPECT_EQ(rec.tokens, 6 * 100) << "the syncer's status counts every token the learner trained";
-  EXPECT_EQ(rec.state, syncer::LearnerState::kDone);
-}
-
 // Forwards to whichever syncer is current: a syncer process replaced by a restarted one.
 class SwitchableApi : public syncer::SyncerApi {
  public:
@@ -448,9 +318,7 @@ class SwitchableApi : public syncer::SyncerApi {
 TEST(LearnerAgent, APushTheKilledSyncerNeverCommittedIsPushedAgainEvenIfOthersMovedTheVersionOn) {
   const int H = 2, P = 2;
   auto plan = testing::ToyPlan(P);
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("atoll_agent_restart_" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::ScratchDir("agent_restart");
   syncer::DurableState durable(dir);
   SimClock clock;
   ClockThread participant(clock);
@@ -548,28 +416,6 @@ TEST(SyncerLoop, ALongPollThatWantsALaterVersionSleepsThroughTheRoundsInBetween)
   waiter.join();
 }
 
-TEST(LearnerAgent, RefusedForAWrongModelSaysWhy) {
-  auto plan = testing::ToyPlan(2);
-  std::vector<std::vector<float>> init;
-  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
-  auto core = syncer::SyncerCore::Create(Options(2), plan, init);
-  ASSERT_TRUE(core.ok());
-  SimClock clock;
-  syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
-  // The learner's model has a differently named tensor.
-  auto tensors = testing::ToyTensors();
-  tensors[1].name = "layers.0.other";
-  diloco::PlanOptions po;
-  po.num_fragments = 2;
-  auto other = diloco::MakeFragmentPlan(tensors, po);
-  ASSERT_TRUE(other.ok());
-  ToyLearner toy(1);
-  learner::LearnerAgent agent(AgentOpts(0, 2, 2), *other, toy.Views(), loop, clock);
-  Status st = agent.Start();
-  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(st.message().find("model signature"), std::string::npos) << st;
-}
-
 // A learner process that restarts with its state folder (AgentOptions::state_dir) offers the
 // public copies its previous process held: the syncer recognises their versions, the catch-up is
 // deltas (no full fetch), and its model starts from those copies, not from the seed.
@@ -578,9 +424,8 @@ TEST(LearnerAgent, ARestartedLearnerResumesFromItsStateWithDeltas) {
   auto plan = testing::ToyPlan(P);
   SimClock clock;
   syncer::SyncerLoop loop(ToyCore(plan, H, 0.0f), clock, nullptr);
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("atoll_agent_state_" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::ScratchDir("agent_state");
+  std::filesystem::remove_all(dir);  // the agent makes its state folder
   testing::ToyLearner first(300), other(301), second(300);
   learner::AgentCounters before, after;
   std::vector<std::thread> threads;

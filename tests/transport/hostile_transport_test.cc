@@ -19,14 +19,15 @@
 #include "atoll/core/checksum.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/transport/credentials.h"
-#include "atoll/transport/grpc.h"
-#include "hostile_server.h"
+#include "atoll/transport/grpc_server.h"
+#include "testing/toy_server.h"
 
 namespace atl {
 namespace {
 
 using diloco::Encoding;
-using Server = testing::HostileServer;
+using Server = testing::ToyServer;
+using testing::ToyServerOptions;
 
 // A raw push: a header announcing `payload_bytes`, then nothing.
 grpc::Status RawPush(const std::string& target, int learner_id, int64_t payload_bytes) {
@@ -85,7 +86,7 @@ TEST(HostileGrpc, AbsurdPushAnnouncementsAreRefusedBeforeAnyMemoryIsReserved) {
 TEST(HostileGrpc, PushesBeyondTheInFlightBudgetAreResourceExhausted) {
   transport::ServerLimits limits;
   limits.max_inflight_push_bytes = 16;  // less than one push of this fragment
-  Server s(limits);
+  Server s(ToyServerOptions().Limits(limits));
   auto c = s.Client();
   ASSERT_TRUE(c->Join(s.Join(0)).ok());
   ASSERT_TRUE(c->Pull(0, 0, -1, 0, -1).ok());
@@ -123,7 +124,7 @@ TEST(HostileGrpc, AConnectionThatNeverSpeaksIsClosed) {
   transport::ServerLimits limits;
   limits.handshake_timeout_ms = 200;
   limits.max_connection_idle_ms = 200;
-  Server s(limits);
+  Server s(ToyServerOptions().Limits(limits));
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
   sockaddr_in addr{};
@@ -145,7 +146,7 @@ TEST(HostileGrpc, AConnectionThatNeverSpeaksIsClosed) {
 
 TEST(HostileGrpc, PerLearnerCredentialsLetALearnerActOnlyAsItself) {
   const std::string secret = "run-secret-0123456789";
-  Server s({}, secret);
+  Server s(ToyServerOptions().Secret(secret));
   EXPECT_EQ(transport::LearnerToken(secret, "grpc", 0).size(), 64u);
   EXPECT_NE(transport::LearnerToken(secret, "grpc", 0), transport::LearnerToken(secret, "grpc", 1));
   EXPECT_NE(transport::LearnerToken(secret, "grpc", 0), transport::LearnerToken(secret, "other-run", 0));

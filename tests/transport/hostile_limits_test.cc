@@ -25,12 +25,15 @@
 #include "atoll.grpc.pb.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/transport/credentials.h"
-#include "hostile_server.h"
+#include "testing/toy_server.h"
+#include "testing/scratch.h"
+#include "testing/await.h"
 
 namespace atl {
 namespace {
 
-using Server = testing::HostileServer;
+using Server = testing::ToyServer;
+using testing::ToyServerOptions;
 constexpr const char* kSecret = "run-secret-0123456789";
 
 std::string Token(int id) { return transport::LearnerToken(kSecret, "grpc", id); }
@@ -141,7 +144,7 @@ void ExpectAnHonestLearnerIsServed(Server& s, int id) {
 // Issue 32: 300 silent push streams and 300 long polls from one learner's credential gave every
 // client "Server Threadpool Exhausted". Now 4 of each are admitted and the rest refused at once.
 TEST(HostileGrpc, SilentPushesAndLongPollsOfOneLearnerCannotStarveTheOthers) {
-  Server s({}, kSecret);
+  Server s(ToyServerOptions().Secret(kSecret));
   auto attacker = s.Client(Token(7));
   ASSERT_TRUE(attacker->Join(s.Join(7)).ok());
   auto held = attacker->Pull(7, 0, -1, 0, -1);
@@ -167,7 +170,7 @@ TEST(HostileGrpc, SilentPushesAndLongPollsOfOneLearnerCannotStarveTheOthers) {
 TEST(HostileGrpc, ASilentPushIsCancelledAtThePushDeadline) {
   transport::ServerLimits limits;
   limits.push_timeout_ms = 300;
-  Server s(limits, kSecret);
+  Server s(ToyServerOptions().Limits(limits).Secret(kSecret));
   ASSERT_TRUE(s.Client(Token(3))->Join(s.Join(3)).ok());
   HeldCalls calls(s.target, 1);
   for (int i = 0; i < 4; ++i) calls.Push(3, Token(3));
@@ -180,7 +183,7 @@ TEST(HostileGrpc, ASilentPushIsCancelledAtThePushDeadline) {
 // authenticated first: a wrong token or no learner id ends the call before the client sends
 // anything (before the fix this call waited for a header until its 10 s deadline).
 TEST(HostileGrpc, APushIsAuthenticatedBeforeItsFirstRead) {
-  Server s({}, kSecret);
+  Server s(ToyServerOptions().Secret(kSecret));
   const auto silent_push = [&](const std::string& token, const std::string& learner) {
     auto stub = Stub(s.target);
     grpc::ClientContext ctx;
@@ -214,7 +217,7 @@ TEST(HostileGrpc, APushIsAuthenticatedBeforeItsFirstRead) {
 // Issue 32: pushes refused at the header (a wrong announced size, a malformed header) never
 // counted toward the disconnect after 8 invalid pushes in a row.
 TEST(HostileGrpc, InvalidPushHeadersCountTowardTheDisconnect) {
-  Server s({}, kSecret);
+  Server s(ToyServerOptions().Secret(kSecret));
   auto c = s.Client(Token(4));
   ASSERT_TRUE(c->Join(s.Join(4)).ok());
   ASSERT_TRUE(c->Pull(4, 0, -1, 0, -1).ok());
@@ -234,7 +237,7 @@ TEST(HostileGrpc, InvalidPushHeadersCountTowardTheDisconnect) {
 TEST(HostileGrpc, HeartbeatsAreRateLimitedPerLearner) {
   transport::ServerLimits limits;
   limits.max_heartbeats_per_s = 1;  // bursts of 2
-  Server s(limits, kSecret);
+  Server s(ToyServerOptions().Limits(limits).Secret(kSecret));
   auto c = s.Client(Token(6));
   ASSERT_TRUE(c->Join(s.Join(6)).ok());
   int refused = 0;
@@ -247,7 +250,7 @@ TEST(HostileGrpc, HeartbeatsAreRateLimitedPerLearner) {
 
 // A learner id left out of allowed_learners — a revoked credential — is refused whatever its token.
 TEST(HostileGrpc, OnlyAllowedLearnersAreAccepted) {
-  Server s({}, kSecret, "0-1,5");
+  Server s(ToyServerOptions().Secret(kSecret).Allowed("0-1,5"));
   EXPECT_EQ(s.Client(Token(2))->Join(s.Join(2)).status().code(), StatusCode::kPermissionDenied);
   EXPECT_NE(s.Client(Token(2))->Join(s.Join(2)).status().message().find("allowed learners (0-1,5)"), std::string::npos);
   EXPECT_TRUE(s.Client(Token(5))->Join(s.Join(5)).ok());
@@ -292,8 +295,7 @@ pid_t HoldConnections(int port, int n, int ready) {
 // Here the process may hold 400 descriptors: connections are capped below that, a commit still
 // succeeds, and once the flood is gone new learners connect again.
 TEST(HostileGrpc, ThousandsOfIdleConnectionsCannotStarveACommit) {
-  const std::string dir = ::testing::TempDir() + "/hostile-conns-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::ScratchDir("hostile-conns");
   rlimit old{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
   rlimit tight = old;
@@ -302,11 +304,11 @@ TEST(HostileGrpc, ThousandsOfIdleConnectionsCannotStarveACommit) {
   std::atomic<int> commits{0}, failed{0};
   syncer::DurableState state(dir);
   {
-    Server s({}, kSecret, "", [&](const syncer::SyncerCore& core, const syncer::RoundReport& r) {
+    Server s(ToyServerOptions().Secret(kSecret).OnRound([&](const syncer::SyncerCore& core, const syncer::RoundReport& r) {
       const Status st = state.SaveFragment(core, r.fragment);
       ++(st.ok() ? commits : failed);
       if (!st.ok()) std::fprintf(stderr, "commit failed: %s\n", st.ToString().c_str());
-    });
+    }));
     ASSERT_TRUE(s.loop->Call([&](syncer::SyncerCore& c, TimePoint) { return state.SaveAll(c); }).ok());
     auto honest = s.Client(Token(0));  // connected before the flood
     ASSERT_TRUE(honest->Join(s.Join(0)).ok());
@@ -318,29 +320,21 @@ TEST(HostileGrpc, ThousandsOfIdleConnectionsCannotStarveACommit) {
     ASSERT_EQ(::read(ready[0], &byte, 1), 1);
     // The whole flood accepted: the port holds all the connections it may, the rest were closed.
     const int cap = 400 - transport::kFdHeadroom;
-    for (int i = 0; i < 6000 && s.server->connections_refused() < 2000 - cap; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    testing::AwaitFor([&] { return s.server->connections_refused() >= 2000 - cap; }, 60.0);
     EXPECT_GE(s.server->connections_refused(), 2000 - cap);
     std::vector<float> delta(static_cast<size_t>(s.plan.fragments[0].numel), 0.01f);
     std::vector<std::byte> payload;
     ASSERT_TRUE(diloco::Encode({diloco::Encoding::kInt4, 64}, delta, payload).ok());
     auto pushed = honest->Push(s.Header(0), payload);
     EXPECT_TRUE(pushed.ok()) << pushed.status();
-    const bool committed = [&] {
-      for (int i = 0; i < 3000 && commits.load() + failed.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return commits.load() == 1;
-    }();
+    testing::AwaitFor([&] { return commits.load() + failed.load() > 0; }, 30.0);
+    const bool committed = commits.load() == 1;
     EXPECT_TRUE(committed) << "commits " << commits.load() << ", failed " << failed.load();
     ::kill(flood, SIGKILL);
     ::waitpid(flood, nullptr, 0);
     // The port still accepts (gRPC's own accept loop stopped for good at its first EMFILE).
-    bool joined = false;
-    for (int i = 0; i < 300 && !joined; ++i) {
-      joined = s.Client(Token(1))->Join(s.Join(1)).ok();
-      if (!joined) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    EXPECT_TRUE(joined);
+    EXPECT_TRUE(testing::AwaitFor([&] { return s.Client(Token(1))->Join(s.Join(1)).ok(); }, 30.0,
+                                  std::chrono::milliseconds(100)));
     ::close(ready[0]);
     ::close(ready[1]);
   }

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "atoll/core/checksum.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_client.h"
 
 namespace atl::transport {
 namespace {

@@ -1,5 +1,5 @@
-// Shared helpers for multi-process tests: a private temp folder, a small byte-level corpus
-// prepared once, and running the atoll binary with a time bound.
+// Tests of the `atoll` binary (ATOLL_BIN, a compile definition of the test target): running it
+// with a time bound, a small byte-level data folder, and reading what it wrote.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,14 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace atl::testing {
+#include "testing/scratch.h"
 
-inline std::string TempDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("atoll_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+namespace atl::testing {
 
 struct CommandResult {
   int exit_code = -1;

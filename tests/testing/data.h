@@ -1,4 +1,5 @@
-// Helpers shared by the model tests: scratch folders and tiny deterministic corpora.
+// Tiny deterministic corpora and the byte-level data folders prepared from them, for the tests
+// that train a model.
 #pragma once
 
 #include <unistd.h>
@@ -9,17 +10,9 @@
 #include "atoll/core/file.h"
 #include "atoll/core/rng.h"
 #include "atoll/model/data.h"
+#include "testing/scratch.h"
 
-namespace atl::model::testing {
-
-// A fresh, empty folder under the system temp dir, unique per process and name.
-inline std::string ScratchDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("atoll_model_test_" + std::to_string(::getpid()) + "_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+namespace atl::testing {
 
 // ~bytes of English-like lines from a small vocabulary (so a tiny model can learn it fast).
 inline std::string TinyCorpus(size_t bytes, uint64_t seed = 1) {
@@ -52,15 +45,15 @@ inline std::string WriteText(const std::string& dir, const std::string& name,
 inline const std::string& TinyByteData(const std::string& name, size_t bytes) {
   static const std::string dir = [&] {
     const std::string d = ScratchDir(name);
-    DataOptions o;
+    model::DataOptions o;
     o.out_dir = d + "/data";
-    o.tokenizer = TokenizerKind::kByte;
+    o.tokenizer = model::TokenizerKind::kByte;
     o.inputs = {WriteText(d, "corpus.txt", TinyCorpus(bytes))};
-    auto m = PrepareData(o);
+    auto m = model::PrepareData(o);
     if (!m.ok()) std::abort();  // the tests cannot run without it
     return o.out_dir;
   }();
   return dir;
 }
 
-}  // namespace atl::model::testing
+}  // namespace atl::testing

@@ -20,8 +20,9 @@
 #include "atoll/observe/http_server.h"
 #include "atoll/observe/run_report.h"
 #include "atoll/runtime/export.h"
-#include "atoll/runtime/processes.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/runtime/local_cluster.h"
+#include "atoll/runtime/secrets.h"
+#include "atoll/transport/grpc_client.h"
 #include "cluster.h"
 #include "report.h"
 

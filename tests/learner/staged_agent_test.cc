@@ -12,7 +12,7 @@
 #include "atoll/core/sim_clock.h"
 #include "atoll/learner/learner_agent.h"
 #include "atoll/syncer/syncer_loop.h"
-#include "toy_cluster.h"
+#include "testing/toy_learner.h"
 
 namespace atl {
 namespace {

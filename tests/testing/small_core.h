@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "atoll/syncer/syncer_core.h"
-#include "small_plan.h"
+#include "testing/plans.h"
 
 namespace atl::testing {
 
