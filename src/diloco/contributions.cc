@@ -1,5 +1,6 @@
 #include "atoll/diloco/contributions.h"
 
+#include <algorithm>
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -83,26 +84,37 @@ __attribute__((target("avx512f,avx512bw"))) void Int4SquaresAvx512(const std::by
   _mm512_storeu_pd(lanes, acc);
 }
 
-// The same blocks: acc[i] += coef · v_i.
-__attribute__((target("avx512f,avx512bw"))) void Int4ScaledAvx512(const std::byte* blocks, size_t block, size_t count,
-                                                                   const float* r, const float* b, double coef,
-                                                                   double* acc) {
-  const __m512d cc = _mm512_set1_pd(coef);
+// acc[i − begin] = Σ_m coefs[m]·v_{m,i} over [begin, end) (whole blocks of a multiple of 64), 64
+// values at a time with the sum in registers across every contribution: each contribution's
+// codes are read once and the accumulator is written once.
+__attribute__((target("avx512f,avx512bw"))) void Int4AccumulateAvx512(const EncodedGradients::Push* pushes,
+                                                                       const double* coefs, size_t count,
+                                                                       size_t block, size_t begin, size_t end,
+                                                                       const float* reference, double* acc) {
   const size_t bytes = kScaleBytes + block / 2;
   __m512 v[4];
-  for (size_t k = 0; k < count; ++k) {
-    const std::byte* in = blocks + k * bytes;
-    const __m512 s = _mm512_set1_ps(Load<float>(in));
-    const auto* c = reinterpret_cast<const uint8_t*>(in + kScaleBytes);
-    for (size_t j = 0; j < block; j += 64) {
-      const size_t at = k * block + j;
-      Int4Gradients64(c + j / 2, s, b == nullptr ? nullptr : r + at, b == nullptr ? nullptr : b + at, v);
+  __m512d a[8];
+  for (size_t i = begin; i < end; i += 64) {
+    const size_t blk = i / block, within = i % block;
+    bool started = false;
+    for (size_t m = 0; m < count; ++m) {
+      if (coefs[m] == 0) continue;
+      const std::byte* in = pushes[m].raw.data() + blk * bytes;
+      const float* b = pushes[m].base;
+      Int4Gradients64(reinterpret_cast<const uint8_t*>(in + kScaleBytes) + within / 2, _mm512_set1_ps(Load<float>(in)),
+                      b == nullptr ? nullptr : reference + i, b == nullptr ? nullptr : b + i, v);
+      const __m512d cc = _mm512_set1_pd(coefs[m]);
       for (int q = 0; q < 4; ++q) {
-        double* a = acc + at + 16 * static_cast<size_t>(q);
-        _mm512_storeu_pd(a, _mm512_add_pd(_mm512_loadu_pd(a), _mm512_mul_pd(cc, Low8(v[q]))));
-        _mm512_storeu_pd(a + 8, _mm512_add_pd(_mm512_loadu_pd(a + 8), _mm512_mul_pd(cc, High8(v[q]))));
+        const __m512d lo = _mm512_mul_pd(cc, Low8(v[q])), hi = _mm512_mul_pd(cc, High8(v[q]));
+        a[2 * q] = started ? _mm512_add_pd(a[2 * q], lo) : lo;
+        a[2 * q + 1] = started ? _mm512_add_pd(a[2 * q + 1], hi) : hi;
       }
+      started = true;
     }
+    if (!started) {
+      for (auto& x : a) x = _mm512_setzero_pd();
+    }
+    for (int q = 0; q < 8; ++q) _mm512_storeu_pd(acc + (i - begin) + 8 * static_cast<size_t>(q), a[q]);
   }
 }
 #if !defined(__clang__)
@@ -119,8 +131,13 @@ bool CpuHasFusedInt4() { return false; }
 
 }  // namespace
 
-ATOLL_SIMD_CLONES void AddScaledValues(double* __restrict acc, const float* __restrict x, double c, size_t n) {
-  for (size_t j = 0; j < n; ++j) acc[j] += c * static_cast<double>(x[j]);
+ATOLL_SIMD_CLONES void AddScaledValues(double* __restrict acc, const float* __restrict x, double c, size_t n,
+                                       bool first) {
+  if (first) {
+    for (size_t j = 0; j < n; ++j) acc[j] = c * static_cast<double>(x[j]);
+  } else {
+    for (size_t j = 0; j < n; ++j) acc[j] += c * static_cast<double>(x[j]);
+  }
 }
 
 void ContributionSource::AddSquares(size_t m, size_t begin, size_t end, float* scratch, LaneSquares& sums) const {
@@ -128,10 +145,16 @@ void ContributionSource::AddSquares(size_t m, size_t begin, size_t end, float* s
   sums.Add(scratch, end - begin);
 }
 
-void ContributionSource::AddScaled(size_t m, size_t begin, size_t end, double coef, float* scratch,
-                                   double* acc) const {
-  Values(m, begin, end, scratch);
-  AddScaledValues(acc, scratch, coef, end - begin);
+void ContributionSource::Accumulate(std::span<const double> coefs, size_t begin, size_t end, float* scratch,
+                                    double* acc) const {
+  bool written = false;
+  for (size_t m = 0; m < coefs.size(); ++m) {
+    if (coefs[m] == 0) continue;
+    Values(m, begin, end, scratch);
+    AddScaledValues(acc, scratch, coefs[m], end - begin, !written);
+    written = true;
+  }
+  if (!written) std::fill(acc, acc + (end - begin), 0.0);
 }
 
 EncodedGradients::EncodedGradients(const CodecOptions& codec, size_t n, const float* reference,
@@ -166,18 +189,16 @@ void EncodedGradients::AddSquares(size_t m, size_t begin, size_t end, float* scr
   ContributionSource::AddSquares(m, begin, end, scratch, sums);
 }
 
-void EncodedGradients::AddScaled(size_t m, size_t begin, size_t end, double coef, float* scratch, double* acc) const {
+void EncodedGradients::Accumulate(std::span<const double> coefs, size_t begin, size_t end, float* scratch,
+                                  double* acc) const {
 #if defined(ATOLL_FUSED_INT4)
   if (Fused(begin, end)) {
-    const Push& p = pushes_[m];
-    const size_t block = static_cast<size_t>(codec_.block_size);
-    const bool based = p.base != nullptr;
-    Int4ScaledAvx512(p.raw.data() + (begin / block) * (kScaleBytes + block / 2), block, (end - begin) / block,
-                     based ? reference_ + begin : nullptr, based ? p.base + begin : nullptr, coef, acc);
+    Int4AccumulateAvx512(pushes_.data(), coefs.data(), pushes_.size(), static_cast<size_t>(codec_.block_size), begin,
+                         end, reference_, acc);
     return;
   }
 #endif
-  ContributionSource::AddScaled(m, begin, end, coef, scratch, acc);
+  ContributionSource::Accumulate(coefs, begin, end, scratch, acc);
 }
 
 }  // namespace atl::diloco

@@ -93,12 +93,37 @@ void FragmentMerger::Run(const ContributionSource& source, const Sink& sink, con
   Merge(source, sink);
 }
 
+void FragmentMerger::GiveNorms(size_t m, std::span<const double> slice_norms, double norm) {
+  ATOLL_CHECK(m < weights_.size() && slice_norms.size() == fragment_.slices.size());
+  slice_norms_[m].assign(slice_norms.begin(), slice_norms.end());
+  norms_[m] = norm;
+  given_.resize(weights_.size(), false);
+  given_[m] = true;
+}
+
+StatusOr<FragmentMerger::ContributionNorms> FragmentMerger::NormsOf(const Fragment& fragment,
+                                                                    const ContributionSource& source, size_t m,
+                                                                    ThreadPool* pool) {
+  // A merger of contribution m alone (the others weigh 0 and are never read) runs pass 1.
+  std::vector<double> weights(m + 1, 0.0);
+  weights[m] = 1.0;
+  ATOLL_ASSIGN_OR_RETURN(FragmentMerger merger, Create(fragment, MergeRule::kRda, std::move(weights), pool));
+  merger.Norms(source);
+  return ContributionNorms{merger.slice_norms_[m], merger.norms_[m]};
+}
+
 void FragmentMerger::Norms(const ContributionSource& source) {
   const auto& segs = grid_.segments();
+  given_.resize(weights_.size(), false);
   std::vector<std::vector<double>> parts(weights_.size());
+  bool any = false;
   for (size_t m = 0; m < weights_.size(); ++m) {
-    if (weights_[m] > 0) parts[m].assign(segs.size(), 0.0);
+    if (weights_[m] > 0 && !given_[m]) {
+      parts[m].assign(segs.size(), 0.0);
+      any = true;
+    }
   }
+  if (!any) return;  // every norm was given
   // Segment by segment, each in pieces of kPieceValues with every contribution in turn: a piece of
   // each contribution stays in L1 between its decoding and its use, and so do the piece's values
   // of whatever the source reads beside the contribution (the reference, the base).
@@ -111,12 +136,12 @@ void FragmentMerger::Norms(const ContributionSource& source) {
       for (size_t pb = segs[k].begin; pb < segs[k].end; pb += kPieceValues) {
         const size_t pe = std::min(segs[k].end, pb + kPieceValues);
         for (size_t m = 0; m < weights_.size(); ++m) {
-          if (weights_[m] == 0) continue;
+          if (parts[m].empty()) continue;
           source.AddSquares(m, pb, pe, v.data(), sums[m]);
         }
       }
       for (size_t m = 0; m < weights_.size(); ++m) {
-        if (weights_[m] > 0) parts[m][k] = sums[m].Sum();
+        if (!parts[m].empty()) parts[m][k] = sums[m].Sum();
       }
     }
   };
@@ -126,7 +151,7 @@ void FragmentMerger::Norms(const ContributionSource& source) {
     for (size_t t = 0; t < grid_.num_tiles(); ++t) tile(t);
   }
   for (size_t m = 0; m < weights_.size(); ++m) {
-    if (weights_[m] == 0) continue;
+    if (parts[m].empty()) continue;
     const std::vector<double> per_slice = grid_.PerSlice(parts[m]);
     for (size_t s = 0; s < per_slice.size(); ++s) slice_norms_[m][s] = std::sqrt(per_slice[s]);
     norms_[m] = std::sqrt(SegmentGrid::Total(parts[m]));
@@ -135,7 +160,7 @@ void FragmentMerger::Norms(const ContributionSource& source) {
 
 void FragmentMerger::Coefficients() {
   const size_t slices = fragment_.slices.size();
-  coef_.assign(weights_.size(), std::vector<double>(slices, 0.0));
+  coef_.assign(slices, std::vector<double>(weights_.size(), 0.0));
   radius_.assign(slices, 0.0);
   scale_.assign(slices, 0.0);
   any_direction_.assign(slices, false);
@@ -145,14 +170,14 @@ void FragmentMerger::Coefficients() {
     for (size_t m = 0; m < weights_.size(); ++m) {
       if (weights_[m] == 0) continue;
       if (!Rda(s)) {
-        coef_[m][s] = weights_[m] / sum_;
+        coef_[s][m] = weights_[m] / sum_;
         continue;
       }
       // RDA (as RdaMerge): radius = Σ (w/Σw)·‖v‖; direction = Σ (w/Σw)·v/‖v‖.
       const double norm = slice_norms_[m][s];
       radius_[s] += weights_[m] / sum_ * norm;
       if (norm > 0) {
-        coef_[m][s] = weights_[m] / sum_ / norm;
+        coef_[s][m] = weights_[m] / sum_ / norm;
         any_direction_[s] = true;
       }
     }
@@ -164,16 +189,10 @@ void FragmentMerger::Accumulate(const ContributionSource& source, size_t begin, 
   const auto& segs = grid_.segments();
   const size_t t = begin / grid_.tile_values();
   const size_t first = grid_.first_segment(t), last = grid_.first_segment(t + 1);
-  std::fill(acc, acc + (end - begin), 0.0);
   for (size_t k = first; k < last; ++k) {  // segment by segment and piece by piece, as Norms
     for (size_t pb = segs[k].begin; pb < segs[k].end; pb += kPieceValues) {
       const size_t pe = std::min(segs[k].end, pb + kPieceValues);
-      double* a = acc + (pb - begin);
-      for (size_t m = 0; m < weights_.size(); ++m) {
-        const double c = coef_[m][segs[k].slice];
-        if (c == 0) continue;
-        source.AddScaled(m, pb, pe, c, v.data(), a);
-      }
+      source.Accumulate(coef_[segs[k].slice], pb, pe, v.data(), acc + (pb - begin));
     }
   }
 }

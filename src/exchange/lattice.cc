@@ -281,27 +281,15 @@ int64_t StepBlockExact(const Lattice& l, int qmax, size_t b, const float* theta,
   return held_at_edge;
 }
 
-// (Θ − Φ) in units of the block, in double (exact), into d; returns the largest |d|. The maximum
-// is kept in eight lanes so that the loop vectorises; a maximum is exact, so the lanes change
-// nothing (a NaN is passed over, as std::max(absmax, NaN) does).
-ATOLL_SIMD_CLONES double UnitDifferences(const float* theta, const float* phi, double inv, size_t n, double* d) {
-  constexpr size_t kLanes = 8;
-  double lane[kLanes] = {};
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (size_t k = 0; k < kLanes; ++k) {
-      d[i + k] = (static_cast<double>(theta[i + k]) - static_cast<double>(phi[i + k])) * inv;
-      const double a = std::fabs(d[i + k]);
-      lane[k] = a > lane[k] ? a : lane[k];
-    }
-  }
-  double absmax = 0;
-  for (; i < n; ++i) {
-    d[i] = (static_cast<double>(theta[i]) - static_cast<double>(phi[i])) * inv;
-    absmax = std::max(absmax, std::fabs(d[i]));
-  }
-  for (double a : lane) absmax = std::max(absmax, a);
-  return absmax;
+// (Θ − Φ) in units of the block, in double (exact), into d; returns the largest |d| (Θ and Φ are
+// finite). Two loops that vectorise: the differences, then their maximum taken on the bits (for
+// doubles ≥ 0 the order of the bit patterns is the order of the values).
+ATOLL_SIMD_CLONES double UnitDifferences(const float* __restrict theta, const float* __restrict phi, double inv,
+                                         size_t n, double* __restrict d) {
+  uint64_t max_bits = 0;
+  for (size_t i = 0; i < n; ++i) d[i] = (static_cast<double>(theta[i]) - static_cast<double>(phi[i])) * inv;
+  for (size_t i = 0; i < n; ++i) max_bits = std::max(max_bits, std::bit_cast<uint64_t>(d[i]) & ~(uint64_t{1} << 63));
+  return std::bit_cast<double>(max_bits);
 }
 
 // The codes k = round(d / 2^shift) within ±qmax (ties to even, as nearbyint: |q| ≤ qmax + 1 < 2^51

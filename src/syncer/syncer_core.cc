@@ -1,5 +1,7 @@
 #include "atoll/syncer/syncer_core.h"
 
+#include "atoll/diloco/fragment_merger.h"
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -105,6 +107,7 @@ PublicCopyOptions SyncerCore::CopyOptions(size_t numel) const {
                         : std::max(options_.history_min_bytes,
                                    static_cast<size_t>(options_.history_bytes_per_value * static_cast<double>(numel)));
   o.pool = pool_.get();
+  for (const diloco::Fragment& g : plan_.fragments) o.capacity = std::max(o.capacity, static_cast<size_t>(g.numel));
   return o;
 }
 
@@ -377,6 +380,19 @@ StatusOr<SyncerCore::Contribution> SyncerCore::MakeContribution(const PushHeader
   return c;
 }
 
+void SyncerCore::JoinNorms(int p, Contribution& c) {
+  const FragmentState& f = fragments_[static_cast<size_t>(p)];
+  if (!rule_->ReadsNorms()) return;
+  const bool based = rule_->NeedsBase();
+  if (based && c.base_version != f.version) return;
+  const diloco::EncodedGradients source(options_.uplink, f.theta.size(), rule_->Reference(f.theta, f.sweep).data(),
+                                        {{.raw = c.raw, .base = based ? f.copy->values().data() : nullptr}});
+  auto norms = diloco::FragmentMerger::NormsOf(plan_.fragments[static_cast<size_t>(p)], source, 0, pool_.get());
+  if (!norms.ok()) return;  // the close forms them
+  c.slice_norms = std::move(norms->slice_norms);
+  c.norm = norms->norm;
+}
+
 int64_t SyncerCore::PendingBytes() const {
   int64_t n = 0;
   for (const FragmentState& f : fragments_) {
@@ -430,6 +446,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
     return Reject(l, h, st, now);
   }
   // Validated: now change state.
+  JoinNorms(h.fragment, *c);
   if (size > 1e-12) {
     f.recent_norms.push_back(size);
     if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());

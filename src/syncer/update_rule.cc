@@ -21,6 +21,7 @@ class OuterRule final : public UpdateRule {
 
   Status CheckBase(int64_t, int64_t) const override { return Status::Ok(); }
   bool NeedsBase() const override { return against_current_; }
+  bool ReadsNorms() const override { return true; }
 
   std::span<const float> Reference(const std::vector<float>& theta, const diloco::SweepState& sweep) const override {
     return step_ == OuterStepRule::kRunning && !sweep.start.empty() ? sweep.start : theta;
@@ -62,6 +63,7 @@ class ParameterServerRule final : public UpdateRule {
                                     base_version, current_version));
   }
   bool NeedsBase() const override { return false; }
+  bool ReadsNorms() const override { return false; }  // a mean, and no outer-gradient bound
   std::span<const float> Reference(const std::vector<float>& theta, const diloco::SweepState&) const override {
     return theta;
   }

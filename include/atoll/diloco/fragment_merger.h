@@ -51,6 +51,16 @@ class FragmentMerger {
   // Runs the passes. A Vet that drops a contribution is applied before the merge's coefficients.
   void Run(const ContributionSource& source, const Sink& sink, const Vet& vet = {});
   void Run(const Source& source, const Sink& sink, const Vet& vet = {});
+  // Contribution m's pass-1 result, known before Run (the syncer forms it when the push joins the
+  // round): pass 1 then skips it. Must be what pass 1 would compute (NormsOf, same source).
+  void GiveNorms(size_t m, std::span<const double> slice_norms, double norm);
+  struct ContributionNorms {
+    std::vector<double> slice_norms;  // per slice of the fragment
+    double norm = 0;                   // over the fragment
+  };
+  // Pass 1 for contribution m of `source` alone: the norms Run would compute for it, bit for bit.
+  static StatusOr<ContributionNorms> NormsOf(const Fragment& fragment, const ContributionSource& source, size_t m,
+                                             ThreadPool* pool = nullptr);
   // A buffer of the fragment's size (resized by Run; the caller keeps it between rounds so its
   // pages stay mapped) in which pass 2 keeps each tile's sums Σ coef·v for pass 3, which then
   // reads them instead of asking every contribution for its values a third time. The same bits
@@ -84,12 +94,13 @@ class FragmentMerger {
   double sum_ = 0;
   std::vector<std::vector<double>> slice_norms_;  // [m][slice]
   std::vector<double> norms_;                     // [m]
-  std::vector<std::vector<double>> coef_;         // [m][slice]
+  std::vector<std::vector<double>> coef_;         // [slice][m]
   std::vector<double> radius_, scale_;            // per slice (RDA)
   std::vector<bool> any_direction_;               // per slice (RDA)
   std::vector<bool> zero_;                        // per slice: merges to zeros (no weight; RDA: no direction)
   double merged_norm_ = 0;
   std::vector<double>* kept_ = nullptr;  // KeepSums
+  std::vector<bool> given_;              // per contribution: GiveNorms
   bool directions_kept_ = false;         // pass 2 ran and left every tile's sums in *kept_
 };
 

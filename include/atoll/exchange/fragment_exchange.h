@@ -23,9 +23,11 @@
 #include <span>
 #include <vector>
 
+#include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/fragment_plan.h"
+#include "atoll/diloco/reduce.h"
 
 namespace atl::exchange {
 
@@ -59,8 +61,15 @@ Status EncodeOuterGradient(const diloco::CodecOptions& codec, std::span<const fl
 Status DecodeLocal(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
                    std::span<const float> public_base, std::span<float> out);
 
-// XXH3-64 of fp32 values (the bits both sides must agree on).
-uint64_t ValuesChecksum(std::span<const float> values);
+// The checksum of fp32 values (the bits both sides must agree on): up to kChecksumPieceValues
+// values, the XXH3-64 of their bytes; more, the XXH3-64 of the XXH3-64s of consecutive pieces of
+// kChecksumPieceValues values (little-endian, in order), so that the pieces can be hashed in
+// parallel, or by a round's pass tile by tile while they are in cache (a piece is one tile).
+inline constexpr size_t kChecksumPieceValues = diloco::kTileValues;
+uint64_t ValuesChecksum(std::span<const float> values, ThreadPool* pool = nullptr);
+// The same from the pieces' own checksums (PieceChecksum of each piece, in order) of n values.
+uint64_t PieceChecksum(std::span<const float> piece);
+uint64_t CombinePieceChecksums(std::span<const uint64_t> pieces, size_t n);
 
 // True when every value is finite.
 bool AllFinite(std::span<const float> values);

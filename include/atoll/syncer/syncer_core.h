@@ -362,6 +362,10 @@ class SyncerCore {
     bool final_sync = false;  // the learner's end-of-training push: a whole span of work (TokenShare)
     std::vector<std::byte> raw;         // the payload in the quantiser's layout; decoded when the round closes
     double delta_norm = 0;              // ‖Δ̂‖ of its decoded values
+    // The merge's pass 1 for this push (its outer gradient's norms, per slice and over the
+    // fragment), formed when it joined the round (JoinNorms); norm < 0: formed at the close.
+    std::vector<double> slice_norms;
+    double norm = -1;
     TimePoint arrived{};
   };
   struct FragmentState {
@@ -394,6 +398,10 @@ class SyncerCore {
   // A checked push as a contribution of fragment h.fragment's open round: its base is one the
   // core still holds (else Aborted: pull in full), its size within the gradient bound.
   StatusOr<Contribution> MakeContribution(const PushHeaderData& h, PreparedPush prepared, TimePoint now) const;
+  // The merge's pass 1 for a push that joins fragment p's open round, while the pool is otherwise
+  // idle: what it reads (Θ_ref, Φ_p at the push's base) cannot change before this round closes. A
+  // push against an older version is left to the close (its base is rebuilt there once for all).
+  void JoinNorms(int p, Contribution& c);
   // The robust references of a push of fragment p by learner `id` (RobustRefs::others == 0: too
   // few other learners pushed it recently).
   struct RobustRefs {

@@ -37,6 +37,9 @@ class UpdateRule {
   // merges is then the outer gradient v = Θ_ref − (Φ_base − Δ̂) (Θ_ref: Reference;
   // diloco::EncodedGradients), else Δ̂ itself (kBase, and ddp's gradients).
   virtual bool NeedsBase() const = 0;
+  // Whether a round reads every push's norms (RDA's radius, the outer-gradient bound), so that
+  // they are worth forming when the push arrives (SyncerCore::JoinNorms).
+  virtual bool ReadsNorms() const = 0;
   // The value outer gradients are taken against: Θ_p, or the running sweep's start.
   virtual std::span<const float> Reference(const std::vector<float>& theta, const diloco::SweepState& sweep) const = 0;
   // Whether outliers by size (‖Δ̂‖/√c_steps) are quarantined.
