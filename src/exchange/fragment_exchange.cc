@@ -38,6 +38,21 @@ void ScatterFragment(const diloco::Fragment& fragment, std::span<const float> va
   }
 }
 
+std::vector<std::vector<float>> GatherAll(const diloco::FragmentPlan& plan, std::span<const std::span<float>> tensors) {
+  std::vector<std::vector<float>> out;
+  out.reserve(plan.fragments.size());
+  for (const auto& f : plan.fragments) {
+    out.emplace_back(static_cast<size_t>(f.numel));
+    GatherFragment(f, tensors, out.back());
+  }
+  return out;
+}
+
+void ScatterAll(const diloco::FragmentPlan& plan, const std::function<std::span<const float>(int)>& values_of,
+                std::span<const std::span<float>> tensors) {
+  for (const auto& f : plan.fragments) ScatterFragment(f, values_of(f.index), tensors);
+}
+
 bool AllFinite(std::span<const float> values) {
   for (float v : values) {
     if (!std::isfinite(v)) return false;

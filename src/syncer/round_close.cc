@@ -76,7 +76,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   FragmentState& f = fragments_[static_cast<size_t>(p)];
   RoundReport report;
   report.fragment = p;
-  report.round = f.round;
+  report.round = f.version;  // round r makes version r + 1
   report.grace_seconds = d.grace_seconds;
   report.late = d.missing;
   report.reason = d.reason;
@@ -114,7 +114,6 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   f.pending.clear();
   f.opened_at.reset();
   f.quorum_at.reset();
-  f.round += 1;
   rounds_closed_ += 1;
   report.close_seconds = ToSeconds(clock.Now() - t0);
   estimates_.sync_seconds = Ema(estimates_.sync_seconds, report.close_seconds);

@@ -465,15 +465,15 @@ PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeade
   l.pushes += 1;
   if (l.state == LearnerState::kJoining) l.state = LearnerState::kTraining;
   PushResult result;
-  result.round = f.round;
+  result.round = f.version;  // the open round: it makes merged_version
   result.merged_version = f.version + 1;
   result.incarnation = options_.incarnation;
   if (h.base_version < f.version) {
     l.late_folded += 1;
     result.note = fmt::format("computed against version {}, folded into round {} (current version {})",
-                              h.base_version, f.round, f.version);
+                              h.base_version, f.version, f.version);
   } else {
-    result.note = fmt::format("joined round {}", f.round);
+    result.note = fmt::format("joined round {}", f.version);
   }
   auto existing = std::find_if(f.pending.begin(), f.pending.end(),
                                [&](const Contribution& x) { return x.learner == h.learner_id; });

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -38,6 +39,11 @@ void GatherFragment(const diloco::Fragment& fragment, std::span<const std::span<
 // θ ← α·θ + (1−α)·value (α = 0 overwrites).
 void ScatterFragment(const diloco::Fragment& fragment, std::span<const float> values,
                      std::span<const std::span<float>> tensors, double alpha = 0.0);
+// The whole model: every fragment of `plan` gathered from `tensors`, in plan order; and every
+// fragment p written into them from values_of(p) (size fragment.numel), overwriting.
+std::vector<std::vector<float>> GatherAll(const diloco::FragmentPlan& plan, std::span<const std::span<float>> tensors);
+void ScatterAll(const diloco::FragmentPlan& plan, const std::function<std::span<const float>(int)>& values_of,
+                std::span<const std::span<float>> tensors);
 
 // Encodes Θ − Φ into `encoded` and advances Φ by the decoded delta (Φ ← Φ + d̂).
 // InvalidArgument when sizes differ or Θ is not finite.

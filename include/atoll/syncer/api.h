@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/mode.h"
@@ -40,8 +41,12 @@ inline int OwnerShard(int fragment, int count) { return fragment % count; }
 
 // Where a learner is in its life, as the syncer's table and the heartbeats say it.
 enum class LearnerState { kJoining, kTraining, kDone };
-const char* LearnerStateName(LearnerState s);
-std::optional<LearnerState> ParseLearnerState(std::string_view s);
+inline constexpr EnumNames<LearnerState, 3> kLearnerStateNames{
+    "learner state",
+    {{{LearnerState::kJoining, "joining"}, {LearnerState::kTraining, "training"}, {LearnerState::kDone, "done"}}}};
+constexpr const auto& NamesOf(LearnerState) { return kLearnerStateNames; }
+inline const char* LearnerStateName(LearnerState s) { return kLearnerStateNames.Name(s); }
+inline StatusOr<LearnerState> ParseLearnerState(std::string_view s) { return kLearnerStateNames.Parse(s); }
 
 // What a learner reports in a heartbeat.
 struct LearnerProgress {

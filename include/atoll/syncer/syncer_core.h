@@ -45,6 +45,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "atoll/core/clock.h"
+#include "atoll/core/enum_names.h"
 #include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
@@ -75,11 +76,24 @@ using DdpStep = std::function<Status(std::span<const float> mean_gradient, std::
 //           sweep's arrivals so far, and outer gradients "against the current value" are taken
 //           against Θ_p at the sweep's start (diloco::SweepOuterStep with extrapolate).
 enum class OuterStepRule { kSweep, kRound, kRunning };
+inline constexpr EnumNames<OuterStepRule, 3> kOuterStepRuleNames{
+    "outer_step",
+    {{{OuterStepRule::kSweep, "sweep"}, {OuterStepRule::kRound, "round"}, {OuterStepRule::kRunning, "running"}}}};
+constexpr const auto& NamesOf(OuterStepRule) { return kOuterStepRuleNames; }
+inline const char* OuterStepRuleName(OuterStepRule r) { return kOuterStepRuleNames.Name(r); }
+inline StatusOr<OuterStepRule> ParseOuterStepRule(std::string_view s) { return kOuterStepRuleNames.Parse(s); }
 // What a learner's outer gradient is taken against.
 //   kCurrent: v_m = Θ_p(now) − θ_m (the paper: the syncer's current value).
 //   kBase:    v_m = Φ_{m,p}[base] − θ_m = Δ̂_m (the learner's own progress since the copy it
 //             started from, as in asynchronous local SGD).
 enum class OuterGradientRule { kCurrent, kBase };
+inline constexpr EnumNames<OuterGradientRule, 2> kOuterGradientRuleNames{
+    "outer_gradient", {{{OuterGradientRule::kCurrent, "current"}, {OuterGradientRule::kBase, "base"}}}};
+constexpr const auto& NamesOf(OuterGradientRule) { return kOuterGradientRuleNames; }
+inline const char* OuterGradientRuleName(OuterGradientRule r) { return kOuterGradientRuleNames.Name(r); }
+inline StatusOr<OuterGradientRule> ParseOuterGradientRule(std::string_view s) {
+  return kOuterGradientRuleNames.Parse(s);
+}
 
 struct SyncerOptions {
   std::string run_id = "atoll";
@@ -198,8 +212,8 @@ struct LearnerRecord {
 // One closed round, for the log and metrics.
 struct RoundReport {
   int fragment = 0;
-  int64_t round = 0;
-  int64_t version = 0;             // the version it produced
+  int64_t round = 0;               // the fragment's version before it
+  int64_t version = 0;             // the version it produced: round + 1
   std::vector<int> contributors;
   std::vector<double> weights;
   std::vector<int> late;           // live learners that missed it
@@ -324,7 +338,7 @@ class SyncerCore {
   // when the outer step keeps none; `public_values` and `lattice_exp` are the public copy (empty:
   // not saved — the copy is then rebuilt from Θ_p and every learner fetches the fragment in full).
   struct FragmentSnapshot {
-    int64_t version = 0, round = 0;
+    int64_t version = 0;  // also the number of its closed rounds
     std::vector<float> theta, momentum, public_values;
     std::vector<int8_t> lattice_exp;
     double sweep_share = 0;
@@ -360,8 +374,9 @@ class SyncerCore {
     // XXH3 of Θ_p as the run started: a learner process that starts from the same seed holds those
     // values and snaps them to the lattice itself (Join).
     uint64_t initial_checksum = 0;
+    // The fragment's one counter: round r of the fragment (its open round while r = version)
+    // makes version r + 1. A refused round changes neither.
     int64_t version = 0;
-    int64_t round = 0;
     std::vector<Contribution> pending;
     std::optional<TimePoint> opened_at, quorum_at;
     std::vector<double> recent_norms;  // accepted outer-gradient norms, oldest first (bounded)
