@@ -66,7 +66,8 @@ Args Parse(int argc, char** argv) {
       a.attacks.clear();
       for (const auto& name : Split(value(), ',')) {
         auto attack = learner::ParseAttack(name);
-        if (!attack || *attack == learner::Attack::kNone) Usage("unknown attack '" + name + "'");
+        if (!attack.ok()) Usage(attack.status().ToString());
+        if (*attack == learner::Attack::kNone) Usage("--attacks: 'none' is the honest run every table starts with");
         a.attacks.push_back(*attack);
       }
     } else if (k == "--set") {
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
   model::DataOptions data;
   data.out_dir = a.data;
-  data.tokenizer = "byte";  // a folder prepared otherwise is used as it is
+  data.tokenizer = model::TokenizerKind::kByte;  // a folder prepared otherwise is used as it is
   data.log = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
   if (!model::LoadDataManifest(a.data).ok()) {
     if (auto d = model::PrepareData(data); !d.ok()) Usage(d.status().ToString());

@@ -39,7 +39,7 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/model/model_spec.h"
 #include "atoll/syncer/api.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_client.h"
 #include "scale_model.h"
 
 namespace {

@@ -13,15 +13,6 @@ constexpr int64_t kHuge = int64_t{1} << 40;
 constexpr size_t kReplayed = 4;     // replay: the last pushes sent again each time
 constexpr int kProbes = 4;          // inflate: attempts per push of the learner
 
-struct Named {
-  Attack attack;
-  const char* name;
-};
-constexpr Named kAttacks[] = {{Attack::kNone, "none"},         {Attack::kInflate, "inflate"},
-                              {Attack::kRatchet, "ratchet"},   {Attack::kClaimSteps, "claim-steps"},
-                              {Attack::kClaimTokens, "claim-tokens"}, {Attack::kZero, "zero"},
-                              {Attack::kReplay, "replay"},     {Attack::kAgainst, "against"}};
-
 // The number a refusal's message gives just before " (limit ", and the one just after it: the
 // reference and the factor of a quarantine, or the absolute limit of an absurd outer gradient.
 struct Limit {
@@ -45,24 +36,10 @@ double ParseSize(const std::string& message) {
 
 }  // namespace
 
-const char* AttackName(Attack a) {
-  for (const Named& n : kAttacks) {
-    if (n.attack == a) return n.name;
-  }
-  return "?";
-}
-
-std::optional<Attack> ParseAttack(std::string_view name) {
-  for (const Named& n : kAttacks) {
-    if (name == n.name) return n.attack;
-  }
-  return std::nullopt;
-}
-
 std::vector<Attack> AllAttacks() {
   std::vector<Attack> all;
-  for (const Named& n : kAttacks) {
-    if (n.attack != Attack::kNone) all.push_back(n.attack);
+  for (const auto& [attack, name] : kAttackNames.names) {
+    if (attack != Attack::kNone) all.push_back(attack);
   }
   return all;
 }

@@ -21,8 +21,10 @@ PublicCopy::PublicCopy(exchange::Lattice lattice, std::vector<float> phi, int64_
     : options_(options),
       lattice_(std::move(lattice)),
       phi_(std::move(phi)),
-      checksum_(exchange::ValuesChecksum(phi_)),
-      version_(version) {}
+      checksum_(exchange::ValuesChecksum(phi_, options_.pool)),
+      version_(version) {
+  if (phi_.capacity() < options_.capacity) phi_.reserve(options_.capacity);
+}
 
 StatusOr<PublicCopy> PublicCopy::Create(std::span<const float> initial, int block, PublicCopyOptions options) {
   ATOLL_ASSIGN_OR_RETURN(exchange::Lattice lattice, exchange::MakeLattice(initial, block));
@@ -55,19 +57,21 @@ Status PublicCopy::Advance(std::span<const float> theta, int64_t version) {
   return Status::Ok();
 }
 
-void PublicCopy::Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated) {
+void PublicCopy::Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated,
+                        std::optional<uint64_t> checksum) {
   ATOLL_CHECK(next.size() == phi_.size());
   phi_.swap(next);
-  CommitInPlace(std::move(delta), version, saturated);
+  CommitInPlace(std::move(delta), version, saturated, checksum);
 }
 
-void PublicCopy::CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated) {
+void PublicCopy::CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated,
+                               std::optional<uint64_t> checksum) {
   ATOLL_CHECK(version == version_ + 1);
   Past past;
   past.version = version;
   past.delta = std::move(delta);
   if (history_.empty()) base_checksum_ = checksum_;
-  checksum_ = past.checksum = exchange::ValuesChecksum(phi_);
+  checksum_ = past.checksum = checksum.has_value() ? *checksum : exchange::ValuesChecksum(phi_, options_.pool);
   version_ = version;
   saturated_ += saturated;
   history_.push_back(std::move(past));

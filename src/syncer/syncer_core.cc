@@ -1,5 +1,7 @@
 #include "atoll/syncer/syncer_core.h"
 
+#include "atoll/diloco/fragment_merger.h"
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -105,6 +107,7 @@ PublicCopyOptions SyncerCore::CopyOptions(size_t numel) const {
                         : std::max(options_.history_min_bytes,
                                    static_cast<size_t>(options_.history_bytes_per_value * static_cast<double>(numel)));
   o.pool = pool_.get();
+  for (const diloco::Fragment& g : plan_.fragments) o.capacity = std::max(o.capacity, static_cast<size_t>(g.numel));
   return o;
 }
 
@@ -131,6 +134,17 @@ std::vector<int> SyncerCore::LiveLearners(TimePoint now) const {
     if (l.state != LearnerState::kDone && now - l.last_seen <= timeout) live.push_back(id);
   }
   return live;
+}
+
+RoundEstimates SyncerCore::RoundEstimatesFor(const std::vector<int>& live) const {
+  RoundEstimates e = estimates_;
+  std::vector<double> steps;
+  for (int id : live) {
+    const double s = learners_.at(id).step_seconds;
+    if (s > 0 && std::isfinite(s)) steps.push_back(s);
+  }
+  if (!steps.empty()) e.step_seconds = LowerMedianOf(std::move(steps));
+  return e;
 }
 
 Status SyncerCore::CheckJoinIdentity(const JoinRequestData& r) const {
@@ -394,6 +408,19 @@ StatusOr<SyncerCore::Contribution> SyncerCore::MakeContribution(const PushHeader
   return c;
 }
 
+void SyncerCore::JoinNorms(int p, Contribution& c) {
+  const FragmentState& f = fragments_[static_cast<size_t>(p)];
+  if (!rule_->ReadsNorms()) return;
+  const bool based = rule_->NeedsBase();
+  if (based && c.base_version != f.version) return;
+  const diloco::EncodedGradients source(options_.uplink, f.theta.size(), rule_->Reference(f.theta, f.sweep).data(),
+                                        {{.raw = c.raw, .base = based ? f.copy->values().data() : nullptr}});
+  auto norms = diloco::FragmentMerger::NormsOf(plan_.fragments[static_cast<size_t>(p)], source, 0, pool_.get());
+  if (!norms.ok()) return;  // the close forms them
+  c.slice_norms = std::move(norms->slice_norms);
+  c.norm = norms->norm;
+}
+
 int64_t SyncerCore::PendingBytes() const {
   int64_t n = 0;
   for (const FragmentState& f : fragments_) {
@@ -461,6 +488,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
     return Reject(l, h, st, now);
   }
   // Validated: now change state.
+  JoinNorms(h.fragment, *c);
   if (size > 1e-12) {
     f.recent_norms.push_back(size);
     if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
@@ -482,15 +510,15 @@ PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeade
   l.pushes += 1;
   if (l.state == LearnerState::kJoining) l.state = LearnerState::kTraining;
   PushResult result;
-  result.round = f.round;
+  result.round = f.version;  // the open round: it makes merged_version
   result.merged_version = f.version + 1;
   result.incarnation = options_.incarnation;
   if (h.base_version < f.version) {
     l.late_folded += 1;
     result.note = fmt::format("computed against version {}, folded into round {} (current version {})",
-                              h.base_version, f.round, f.version);
+                              h.base_version, f.version, f.version);
   } else {
-    result.note = fmt::format("joined round {}", f.round);
+    result.note = fmt::format("joined round {}", f.version);
   }
   auto existing = std::find_if(f.pending.begin(), f.pending.end(),
                                [&](const Contribution& x) { return x.learner == h.learner_id; });
@@ -531,13 +559,16 @@ std::vector<RoundReport> SyncerCore::CloseAllPending(TimePoint now, const Clock&
 std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clock, bool force) {
   std::vector<RoundReport> closed;
   const std::vector<int> live = LiveLearners(now);
+  const double step_seconds = RoundEstimatesFor(live).step_seconds;
   SettleUnjudgedCredit();
   const double P = plan_.num_fragments();
   for (int p = 0; p < plan_.num_fragments(); ++p) {
     FragmentState& f = fragments_[static_cast<size_t>(p)];
     if (f.pending.empty()) continue;
     JudgeLateCounters(f);
-    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
+    RoundEstimates estimates = estimates_;  // its sync time as the rounds closed so far left it
+    estimates.step_seconds = step_seconds;
+    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates, options_.round);
     if (force && d.action != RoundAction::kClose) {
       d.action = RoundAction::kClose;
       d.reason = "final: the run is finishing (" + d.reason + ")";
@@ -565,9 +596,10 @@ std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clo
 std::optional<TimePoint> SyncerCore::NextWake(TimePoint now) const {
   std::optional<TimePoint> wake;
   const std::vector<int> live = LiveLearners(now);
+  const RoundEstimates estimates = RoundEstimatesFor(live);
   for (const auto& f : fragments_) {
     if (f.pending.empty() || !f.quorum_at) continue;
-    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
+    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates, options_.round);
     TimePoint t = d.action == RoundAction::kClose ? now : d.wake_at.value_or(now);
     if (!wake || t < *wake) wake = t;
   }
@@ -656,7 +688,8 @@ SyncerCore::HeldBytes SyncerCore::held_bytes() const {
     for (const Contribution& c : f.pending) b.pending += c.raw.capacity();
   }
   b.scratch = (scratch_.theta.capacity() + scratch_.momentum.capacity() + scratch_.accum.capacity() +
-               scratch_.start.capacity() + scratch_.phi.capacity()) * sizeof(float);
+               scratch_.start.capacity() + scratch_.phi.capacity()) * sizeof(float) +
+              scratch_.sums.capacity() * sizeof(double);
   for (const auto& [id, l] : learners_) b.learners += sizeof(l) + l.host.capacity() + l.merged_versions.capacity() * sizeof(int64_t);
   return b;
 }
@@ -687,7 +720,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   for (const auto& f : fragments_) saturated += f.copy ? f.copy->saturated() : 0;
   j["public_copy_saturated"] = saturated;  // values held at the lattice's edge (docs/decisions/014)
   j["versions"] = versions();
-  j["t_step_s"] = estimates_.step_seconds;
+  j["t_step_s"] = RoundEstimatesFor(LiveLearners(now)).step_seconds;
   j["t_sync_s"] = estimates_.sync_seconds;
   j["live"] = LiveLearners(now);
   if (global_eval_loss_ >= 0) {

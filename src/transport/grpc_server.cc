@@ -14,7 +14,7 @@
 #include "atoll/core/checksum.h"
 #include "atoll/core/text.h"
 #include "atoll/transport/credentials.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_server.h"
 #include "admission.h"
 #include "listener.h"
 #include "wire.h"
@@ -44,17 +44,7 @@ class Service final : public Syncer::Service {
   grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req,
                     atl::v1::JoinReply* reply) override {
     if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
-    syncer::JoinRequestData r;
-    r.protocol_version = req->protocol_version();
-    r.run_id = req->run_id();
-    r.model_signature = req->model_signature();
-    r.learner_id = req->learner_id();
-    r.host = TruncateUtf8(req->host(), 256);  // never cut inside a UTF-8 character
-    r.rejoin = req->rejoin();
-    r.fragment_checksums.assign(req->fragment_checksums().begin(), req->fragment_checksums().end());
-    // 0: a learner that does not say (unsharded); any other value is checked by the core.
-    if (req->shard_count() != 0) r.shard = {req->shard_index(), req->shard_count()};
-    auto out = loop_.Join(r);
+    auto out = loop_.Join(ParseJoinRequest(*req));
     if (!out.ok()) return ToGrpc(out.status());
     FillJoinReply(*out, reply);
     return grpc::Status::OK;
@@ -64,25 +54,11 @@ class Service final : public Syncer::Service {
                          atl::v1::HeartbeatReply* reply) override {
     if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     if (auto st = admission_.Heartbeat(req->learner_id()); !st.ok()) return ToGrpc(st);
-    syncer::LearnerProgress p;
-    p.step = req->step();
-    p.tokens = req->tokens();
-    p.loss = req->loss();
-    p.step_seconds = req->step_seconds();
-    p.tokens_per_second = req->tokens_per_second();
-    auto state = syncer::ParseLearnerState(req->state());
-    if (!state) return ToGrpc(InvalidArgumentError("heartbeat: unknown learner state (expected joining, training or done)"));
-    p.state = *state;
-    p.version_held = req->version_held();
-    if (!std::isfinite(p.step_seconds) || p.step_seconds < 0 || p.step < 0 || p.tokens < 0 ||
-        !std::isfinite(p.loss) || !std::isfinite(p.tokens_per_second)) {
-      return ToGrpc(InvalidArgumentError("heartbeat: negative or non-finite progress values"));
-    }
-    auto out = loop_.Heartbeat(req->learner_id(), p);
+    auto p = ParseHeartbeat(*req);
+    if (!p.ok()) return ToGrpc(p.status());
+    auto out = loop_.Heartbeat(req->learner_id(), *p);
     if (!out.ok()) return ToGrpc(out.status());
-    for (int64_t v : out->versions) reply->add_fragment_versions(v);
-    reply->set_finish(out->finish);
-    reply->set_incarnation(out->incarnation);
+    FillHeartbeatReply(*out, reply);
     return grpc::Status::OK;
   }
 
@@ -251,10 +227,7 @@ class Service final : public Syncer::Service {
       }
       return ToGrpc(out.status());
     }
-    reply->set_round(out->round);
-    reply->set_merged_version(out->merged_version);
-    reply->set_note(out->note);
-    reply->set_incarnation(out->incarnation);
+    FillPushReply(*out, reply);
     return grpc::Status::OK;
   }
 

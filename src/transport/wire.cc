@@ -1,8 +1,11 @@
 #include "wire.h"
 
+#include <cmath>
+
 #include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/core/text.h"
+#include "atoll/transport/grpc_client.h"
 
 namespace atl::transport {
 
@@ -149,6 +152,108 @@ Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, 
   return Status::Ok();
 }
 
+Status PullAssembler::Add(const atl::v1::PullChunk& msg) {
+  if (msg.kind_case() == atl::v1::PullChunk::kHeader) {
+    if (have_header_) return DataLossError("two headers in one reply");
+    have_header_ = true;
+    ATOLL_RETURN_IF_ERROR(ParsePullHeader(msg.header(), max_payload_bytes_, out_, total_, checksum_));
+    out_.bytes.reserve(static_cast<size_t>(total_));
+    return Status::Ok();
+  }
+  if (!have_header_) return DataLossError("data before the header");
+  return AppendChunk(msg.data(), total_, out_.bytes);
+}
+
+StatusOr<syncer::PullPayload> PullAssembler::Finish() && {
+  if (!have_header_) return DataLossError("an empty reply");
+  if (static_cast<int64_t>(out_.bytes.size()) != total_ || Checksum64(out_.bytes) != checksum_) {
+    return DataLossError("truncated or corrupted payload");
+  }
+  return std::move(out_);
+}
+
+void FillJoinRequest(const syncer::JoinRequestData& r, atl::v1::JoinRequest* out) {
+  out->set_protocol_version(r.protocol_version);
+  out->set_run_id(r.run_id);
+  out->set_model_signature(r.model_signature);
+  out->set_learner_id(r.learner_id);
+  out->set_host(r.host);
+  out->set_rejoin(r.rejoin);
+  for (uint64_t c : r.fragment_checksums) out->add_fragment_checksums(c);
+  if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
+    out->set_shard_index(r.shard.index);
+    out->set_shard_count(r.shard.count);
+  }
+}
+
+syncer::JoinRequestData ParseJoinRequest(const atl::v1::JoinRequest& r) {
+  syncer::JoinRequestData d;
+  d.protocol_version = r.protocol_version();
+  d.run_id = r.run_id();
+  d.model_signature = r.model_signature();
+  d.learner_id = r.learner_id();
+  d.host = TruncateUtf8(r.host(), 256);  // never cut inside a UTF-8 character
+  d.rejoin = r.rejoin();
+  d.fragment_checksums.assign(r.fragment_checksums().begin(), r.fragment_checksums().end());
+  // 0: a learner that does not say (unsharded); any other value is checked by the core.
+  if (r.shard_count() != 0) d.shard = {r.shard_index(), r.shard_count()};
+  return d;
+}
+
+void FillHeartbeat(int learner_id, const syncer::LearnerProgress& p, atl::v1::HeartbeatRequest* out) {
+  out->set_learner_id(learner_id);
+  out->set_step(p.step);
+  out->set_tokens(p.tokens);
+  out->set_loss(p.loss);
+  out->set_step_seconds(p.step_seconds);
+  out->set_tokens_per_second(p.tokens_per_second);
+  out->set_state(syncer::LearnerStateName(p.state));
+  out->set_version_held(p.version_held);
+}
+
+StatusOr<syncer::LearnerProgress> ParseHeartbeat(const atl::v1::HeartbeatRequest& r) {
+  syncer::LearnerProgress p;
+  p.step = r.step();
+  p.tokens = r.tokens();
+  p.loss = r.loss();
+  p.step_seconds = r.step_seconds();
+  p.tokens_per_second = r.tokens_per_second();
+  auto state = syncer::ParseLearnerState(r.state());
+  if (!state.ok()) return state.status().WithContext("heartbeat");
+  p.state = *state;
+  p.version_held = r.version_held();
+  if (!std::isfinite(p.step_seconds) || p.step_seconds < 0 || p.step < 0 || p.tokens < 0 || !std::isfinite(p.loss) ||
+      !std::isfinite(p.tokens_per_second)) {
+    return InvalidArgumentError("heartbeat: negative or non-finite progress values");
+  }
+  return p;
+}
+
+void FillHeartbeatReply(const syncer::HeartbeatReplyData& d, atl::v1::HeartbeatReply* out) {
+  for (int64_t v : d.versions) out->add_fragment_versions(v);
+  out->set_finish(d.finish);
+  out->set_incarnation(d.incarnation);
+}
+
+syncer::HeartbeatReplyData ParseHeartbeatReply(const atl::v1::HeartbeatReply& r) {
+  syncer::HeartbeatReplyData d;
+  d.versions.assign(r.fragment_versions().begin(), r.fragment_versions().end());
+  d.finish = r.finish();
+  d.incarnation = r.incarnation();
+  return d;
+}
+
+void FillPushReply(const syncer::PushResult& r, atl::v1::PushReply* out) {
+  out->set_round(r.round);
+  out->set_merged_version(r.merged_version);
+  out->set_note(r.note);
+  out->set_incarnation(r.incarnation);
+}
+
+syncer::PushResult ParsePushReply(const atl::v1::PushReply& r) {
+  return {r.round(), r.merged_version(), r.note(), r.incarnation()};
+}
+
 void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   out->set_learner_id(r.learner_id);
   out->set_num_fragments(static_cast<int32_t>(r.versions.size()));
@@ -179,8 +284,8 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   d.fragment_numel.assign(r.fragment_numel().begin(), r.fragment_numel().end());
   d.H = r.inner_steps_per_sync();
   d.tau = r.overlap_steps();
-  auto mode = diloco::ParseMode(r.mode());
-  if (!mode) return InvalidArgumentError("join reply: unknown mode '" + r.mode().substr(0, 32) + "'");
+  auto mode = diloco::ParseMode(r.mode().substr(0, 32));
+  if (!mode.ok()) return mode.status().WithContext("join reply");
   d.mode = *mode;
   d.incarnation = r.incarnation();
   d.fragment_held.assign(r.fragment_held().begin(), r.fragment_held().end());

@@ -1,5 +1,7 @@
-// Private helpers shared by the gRPC server and client: status mapping, message validation,
-// chunking. Not installed; includes generated protobuf headers.
+// The wire mapping, private to the gRPC server and client: every conversion between the protobuf
+// messages of atoll.proto and the structs of syncer/api.h (Fill* writes a message, Parse* reads
+// and validates one), status mapping and chunking. grpc_server.cc and grpc_client.cc only move
+// these messages and bytes. Not installed; includes generated protobuf headers.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -9,7 +11,7 @@
 #include <vector>
 
 #include "atoll.grpc.pb.h"
-#include "atoll/syncer/syncer_core.h"
+#include "atoll/syncer/api.h"
 
 namespace atl::transport {
 
@@ -40,8 +42,39 @@ inline constexpr const char* kLatticeEncoding = "lattice";
 Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out, int64_t& payload_bytes,
                        uint64_t& payload_checksum);
 
+// The pull's reply assembled from its stream: one header (ParsePullHeader, its payload bounded by
+// `max_payload_bytes`), then the chunks (AppendChunk). DataLoss for a second header, data before
+// the header, a missing header or a payload that does not add up to the announced size and
+// checksum.
+class PullAssembler {
+ public:
+  explicit PullAssembler(int64_t max_payload_bytes) : max_payload_bytes_(max_payload_bytes) {}
+  Status Add(const atl::v1::PullChunk& msg);
+  StatusOr<syncer::PullPayload> Finish() &&;
+
+ private:
+  int64_t max_payload_bytes_;
+  syncer::PullPayload out_;
+  bool have_header_ = false;
+  int64_t total_ = 0;
+  uint64_t checksum_ = 0;
+};
+
+void FillJoinRequest(const syncer::JoinRequestData& r, atl::v1::JoinRequest* out);
+// The host is cut to 256 bytes of valid UTF-8; a shard count of 0 (a learner that does not say)
+// reads as unsharded.
+syncer::JoinRequestData ParseJoinRequest(const atl::v1::JoinRequest& r);
 void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out);
 StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r);
+
+void FillHeartbeat(int learner_id, const syncer::LearnerProgress& p, atl::v1::HeartbeatRequest* out);
+// InvalidArgument for an unknown learner state or negative or non-finite progress values.
+StatusOr<syncer::LearnerProgress> ParseHeartbeat(const atl::v1::HeartbeatRequest& r);
+void FillHeartbeatReply(const syncer::HeartbeatReplyData& d, atl::v1::HeartbeatReply* out);
+syncer::HeartbeatReplyData ParseHeartbeatReply(const atl::v1::HeartbeatReply& r);
+
+void FillPushReply(const syncer::PushResult& r, atl::v1::PushReply* out);
+syncer::PushResult ParsePushReply(const atl::v1::PushReply& r);
 
 StatusOr<std::string> ReadPem(const std::string& path, const std::string& what);
 

@@ -15,7 +15,7 @@
 #include "atoll/learner/adversary.h"
 #include "atoll/model/data.h"
 #include "atoll/runtime/simulate.h"
-#include "test_util.h"
+#include "testing/scratch.h"
 
 namespace atl::runtime {
 namespace {
@@ -27,8 +27,8 @@ constexpr int kAttacker = 3;
 const std::string& DataDir() {
   static const std::string dir = [] {
     model::DataOptions o;
-    o.out_dir = model::testing::ScratchDir("adversary") + "/data";
-    o.tokenizer = "byte";
+    o.out_dir = testing::ScratchDir("adversary") + "/data";
+    o.tokenizer = model::TokenizerKind::kByte;
     auto m = model::PrepareData(o);
     if (!m.ok()) std::abort();  // the test cannot run without it
     return o.out_dir;

@@ -19,7 +19,8 @@
 #include "atoll/syncer/guards.h"
 #include "atoll/syncer/syncer_core.h"
 #include "atoll/syncer/syncer_loop.h"
-#include "small_core.h"
+#include "testing/small_core.h"
+#include "testing/scratch.h"
 
 namespace atl::syncer {
 namespace {
@@ -91,7 +92,7 @@ TEST(Hostile, ARoundThatWouldPoisonThetaIsRefusedAndLeavesNoTrace) {
   EXPECT_EQ(a.rounds_closed(), 0);
   EXPECT_EQ(a.rounds_refused(), 1);
   EXPECT_EQ(a.learners().at(0).contributions_refused, 1);
-  EXPECT_EQ(a.SnapshotFragment(0).round, 0);
+  EXPECT_EQ(a.SnapshotFragment(0).version, 0);
   for (float v : a.theta(0)) EXPECT_EQ(v, 1.0f);
   for (float v : a.SnapshotFragment(0).momentum) EXPECT_EQ(v, 0.0f);
   EXPECT_TRUE(a.Poll(kT0, RealClock::Default()).empty());  // nothing left pending
@@ -216,6 +217,51 @@ TEST(Hostile, LearnerIdsAreValidatedAndTheTableIsCapped) {
   EXPECT_EQ(core.learners().size(), 8u);
 }
 
+// A join carrying the current fragment checksums once made the syncer keep a full copy of every
+// fragment for that id, in memory and on disk at the next commit (a 227-byte call, repeated per id,
+// filled the memory limit). With one public copy per fragment (docs/decisions/014) such joins add
+// one table row each and nothing else, in memory or in the state folder.
+TEST(Hostile, JoinsCarryingTheCurrentChecksumsCopyNothing) {
+  SyncerCore core = MakeCore(Options());
+  JoinAndPull(core, 0, kT0);
+  ASSERT_TRUE(core.Push(Header(core, 0, 0, 0), Fp32(0.05f), kT0).ok());
+  ASSERT_EQ(core.Poll(kT0, RealClock::Default()).size(), 1u);
+  ASSERT_EQ(core.version(0), 1);
+  std::vector<uint64_t> current;
+  for (int p = 0; p < 2; ++p) current.push_back(exchange::ValuesChecksum(core.public_values(p)));
+  // The bytes of the state folder's files other than the learner table and meta.json.
+  const auto saved_bytes = [&](const std::string& name) {
+    const std::string dir = testing::ScratchDir(name);
+    DurableState state(dir);
+    EXPECT_TRUE(state.SaveAll(core).ok());
+    uintmax_t bytes = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+      const std::string file = e.path().filename().string();
+      if (e.is_regular_file() && file != "learners.json" && file != "meta.json") bytes += e.file_size();
+    }
+    std::filesystem::remove_all(dir);
+    return bytes;
+  };
+  const auto before = core.held_bytes();
+  const uintmax_t disk_before = saved_bytes("hostile-join-copies-before");
+  ASSERT_GT(disk_before, 0u);
+  for (int id = 1; id <= 200; ++id) {
+    JoinRequestData r = Req(core, id);
+    r.fragment_checksums = current;
+    auto joined = core.Join(r, kT0);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    EXPECT_EQ(joined->fragment_held, (std::vector<int64_t>{1, 0})) << id;  // it holds the current copies
+  }
+  const auto after = core.held_bytes();
+  EXPECT_EQ(after.theta, before.theta);
+  EXPECT_EQ(after.momentum, before.momentum);
+  EXPECT_EQ(after.sweep, before.sweep);
+  EXPECT_EQ(after.public_copies, before.public_copies);
+  EXPECT_EQ(after.pending, before.pending);
+  EXPECT_EQ(after.scratch, before.scratch);
+  EXPECT_EQ(saved_bytes("hostile-join-copies-after"), disk_before);
+}
+
 // --- 4. Telemetry --------------------------------------------------------------------------
 
 TEST(Hostile, AbsurdTelemetryIsIgnoredAndCounted) {
@@ -243,12 +289,34 @@ TEST(Hostile, AbsurdTelemetryIsIgnoredAndCounted) {
   EXPECT_NO_THROW((void)core.StatusJson(kT0).dump());
 }
 
+// One live learner claiming a 3,600 s step (inside the telemetry bounds) once made every round
+// wait the full grace cap: the step time the round policy uses is the lower median of the live
+// learners' latest, not an average over every heartbeat.
+TEST(Hostile, OneLearnerClaimingALongStepCannotStretchTheGraceWindow) {
+  SyncerOptions o = Options();
+  o.round.grace = true;  // γ = 0.5, τ = 2: a 1 s step gives a 1 s window, the cap is 5 s
+  SyncerCore core = MakeCore(o);
+  for (int id = 0; id < 4; ++id) {
+    JoinAndPull(core, id, kT0);
+    LearnerProgress p;
+    p.step = 10;
+    p.step_seconds = id == 3 ? 3600 : 1.0;
+    for (int beat = 0; beat < 20; ++beat) ASSERT_TRUE(core.Heartbeat(id, p, kT0).ok());
+  }
+  EXPECT_GT(core.estimates().step_seconds, 100.0);  // the heartbeats' average follows the claim
+  EXPECT_DOUBLE_EQ(core.RoundEstimatesFor(core.LiveLearners(kT0)).step_seconds, 1.0);
+  ASSERT_TRUE(core.Push(Header(core, 0, 0, 0), Fp32(0.05f), kT0).ok());
+  EXPECT_TRUE(core.Poll(kT0 + std::chrono::milliseconds(900), RealClock::Default()).empty());
+  auto closed = core.Poll(kT0 + std::chrono::milliseconds(1100), RealClock::Default());
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].version, 1);
+}
+
 // --- 5. Commits out of file descriptors --------------------------------------------------------
 
 TEST(Hostile, ACommitOutOfFileDescriptorsIsRetriedAndReportedAsTransient) {
   SyncerCore core = MakeCore(Options());
-  const std::string dir = ::testing::TempDir() + "/hostile-emfile-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::ScratchDir("hostile-emfile");
   DurableState state(dir);
   ASSERT_TRUE(state.SaveAll(core).ok());
   rlimit old{};
@@ -272,8 +340,7 @@ TEST(Hostile, ACommitOutOfFileDescriptorsIsRetriedAndReportedAsTransient) {
 // is not committed state: it is ignored with a warning, and the fragments are restored.
 TEST(Hostile, AWellChecksummedLearnerTableOfWrongTypesIsIgnoredNotACrash) {
   SyncerCore core = MakeCore(Options());
-  const std::string dir = ::testing::TempDir() + "/hostile-types-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::ScratchDir("hostile-types");
   DurableState state(dir);
   ASSERT_TRUE(state.SaveAll(core).ok());
   for (const char* rows : {R"({"learners":[{"id":"zero","host":7}]})", R"({"learners":[5],"rounds_closed":"x"})"}) {

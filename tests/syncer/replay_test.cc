@@ -11,7 +11,7 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/syncer/durable_state.h"
-#include "small_core.h"
+#include "testing/small_core.h"
 
 namespace atl::syncer {
 namespace {

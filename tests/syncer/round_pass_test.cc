@@ -13,7 +13,7 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/exchange/lattice.h"
 #include "atoll/syncer/syncer_core.h"
-#include "small_core.h"
+#include "testing/small_core.h"
 
 namespace atl::syncer {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "atoll/core/rng.h"
 #include "atoll/exchange/fragment_exchange.h"
-#include "small_plan.h"
-#include "small_core.h"
+#include "testing/plans.h"
+#include "testing/small_core.h"
 
 namespace atl::syncer {
 namespace {

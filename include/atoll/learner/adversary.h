@@ -28,14 +28,26 @@
 #include <string_view>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/diloco/codec.h"
 #include "atoll/syncer/api.h"
 
 namespace atl::learner {
 
 enum class Attack { kNone, kInflate, kRatchet, kClaimSteps, kClaimTokens, kZero, kReplay, kAgainst };
-const char* AttackName(Attack a);
-std::optional<Attack> ParseAttack(std::string_view name);
+inline constexpr EnumNames<Attack, 8> kAttackNames{
+    "attack",
+    {{{Attack::kNone, "none"},
+      {Attack::kInflate, "inflate"},
+      {Attack::kRatchet, "ratchet"},
+      {Attack::kClaimSteps, "claim-steps"},
+      {Attack::kClaimTokens, "claim-tokens"},
+      {Attack::kZero, "zero"},
+      {Attack::kReplay, "replay"},
+      {Attack::kAgainst, "against"}}}};
+constexpr const auto& NamesOf(Attack) { return kAttackNames; }
+inline const char* AttackName(Attack a) { return kAttackNames.Name(a); }
+inline StatusOr<Attack> ParseAttack(std::string_view name) { return kAttackNames.Parse(name); }
 // Every attack but kNone, in the order above.
 std::vector<Attack> AllAttacks();
 

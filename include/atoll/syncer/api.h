@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/mode.h"
@@ -21,9 +22,10 @@
 namespace atl::syncer {
 
 // 2: the downlink carries lattice deltas of one shared public copy (docs/decisions/014).
-// 3: a push carries the push session its learner's join was given and a sequence number
+// 3: value checksums hash 64 KiB pieces (exchange::ValuesChecksum, docs/decisions/018).
+// 4: a push carries the push session its learner's join was given and a sequence number
 // (replays are refused: docs/decisions/019).
-inline constexpr uint32_t kProtocolVersion = 3;
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // A sharded syncer (docs/decisions/011): shard `index` of `count` owns the fragments p with
 // p mod count = index, and a learner joins every shard. count = 1 (index 0) is the one
@@ -41,8 +43,12 @@ inline int OwnerShard(int fragment, int count) { return fragment % count; }
 
 // Where a learner is in its life, as the syncer's table and the heartbeats say it.
 enum class LearnerState { kJoining, kTraining, kDone };
-const char* LearnerStateName(LearnerState s);
-std::optional<LearnerState> ParseLearnerState(std::string_view s);
+inline constexpr EnumNames<LearnerState, 3> kLearnerStateNames{
+    "learner state",
+    {{{LearnerState::kJoining, "joining"}, {LearnerState::kTraining, "training"}, {LearnerState::kDone, "done"}}}};
+constexpr const auto& NamesOf(LearnerState) { return kLearnerStateNames; }
+inline const char* LearnerStateName(LearnerState s) { return kLearnerStateNames.Name(s); }
+inline StatusOr<LearnerState> ParseLearnerState(std::string_view s) { return kLearnerStateNames.Parse(s); }
 
 // What a learner reports in a heartbeat.
 struct LearnerProgress {

@@ -1,0 +1,81 @@
+// A syncer core over SmallStridedPlan (two fragments of 4 values) with fp32 pushes, for tests
+// that drive SyncerCore or SyncerLoop by hand: options (K = 1, no grace, mean merge), the core,
+// a join request, a push header and its fp32 payload. Header-only.
+#pragma once
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "atoll/syncer/syncer_core.h"
+#include "testing/plans.h"
+
+namespace atl::testing {
+
+inline syncer::SyncerOptions SmallOptions(diloco::Encoding up = diloco::Encoding::kFp32) {
+  syncer::SyncerOptions o;
+  o.run_id = "r";
+  o.H = 2;
+  o.round.quorum = 1;
+  o.round.grace = false;
+  o.merge_rule = diloco::MergeRule::kMean;
+  o.uplink = {up, 8};
+  o.downlink = {diloco::Encoding::kFp32, 8};
+  return o;
+}
+
+inline syncer::SyncerCore SmallCore(const syncer::SyncerOptions& o, float init = 1.0f) {
+  std::vector<std::vector<float>> initial(2, std::vector<float>(4, init));
+  auto core = syncer::SyncerCore::Create(o, SmallStridedPlan(), initial);
+  ATOLL_CHECK(core.ok());
+  return std::move(*core);
+}
+
+inline syncer::JoinRequestData SmallJoin(int id, std::string host = "test") {
+  syncer::JoinRequestData r;
+  r.protocol_version = syncer::kProtocolVersion;
+  r.run_id = "r";
+  r.model_signature = diloco::ModelSignature(SmallStridedPlan().tensors);
+  r.learner_id = id;
+  r.host = std::move(host);
+  return r;
+}
+
+inline syncer::PushHeaderData SmallHeader(int id, int p, int64_t base, diloco::Encoding enc = diloco::Encoding::kFp32) {
+  syncer::PushHeaderData h;
+  h.learner_id = id;
+  h.fragment = p;
+  h.base_version = base;
+  h.c_tokens = 100;
+  h.c_steps = 1;
+  h.encoding = enc;
+  h.block_size = 8;
+  h.num_values = 4;
+  return h;
+}
+
+// `h` as learner h.learner_id's agent would send it to `core`: in the push session of its latest
+// join, with the next sequence number (docs/decisions/019). Unchanged for a learner `core` does not know.
+inline syncer::PushHeaderData Stamped(const syncer::SyncerCore& core, syncer::PushHeaderData h) {
+  auto it = core.learners().find(h.learner_id);
+  if (it == core.learners().end()) return h;
+  h.push_session = it->second.push_session;
+  h.push_seq = it->second.push_seq + 1;
+  return h;
+}
+
+// SmallHeader, stamped for `core`.
+inline syncer::PushHeaderData SmallHeader(const syncer::SyncerCore& core, int id, int p, int64_t base,
+                                          diloco::Encoding enc = diloco::Encoding::kFp32) {
+  return Stamped(core, SmallHeader(id, p, base, enc));
+}
+
+// Four fp32 values `v`, as a push payload.
+inline std::vector<std::byte> Fp32Values(float v) {
+  std::vector<float> x(4, v);
+  std::vector<std::byte> out(16);
+  std::memcpy(out.data(), x.data(), 16);
+  return out;
+}
+
+}  // namespace atl::testing
