@@ -136,17 +136,6 @@ std::vector<int> SyncerCore::LiveLearners(TimePoint now) const {
   return live;
 }
 
-RoundEstimates SyncerCore::RoundEstimatesFor(const std::vector<int>& live) const {
-  RoundEstimates e = estimates_;
-  std::vector<double> steps;
-  for (int id : live) {
-    const double s = learners_.at(id).step_seconds;
-    if (s > 0 && std::isfinite(s)) steps.push_back(s);
-  }
-  if (!steps.empty()) e.step_seconds = LowerMedianOf(std::move(steps));
-  return e;
-}
-
 Status SyncerCore::CheckJoinIdentity(const JoinRequestData& r) const {
   if (r.protocol_version != kProtocolVersion) {
     return FailedPreconditionError("protocol version " + std::to_string(r.protocol_version) +
@@ -559,16 +548,13 @@ std::vector<RoundReport> SyncerCore::CloseAllPending(TimePoint now, const Clock&
 std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clock, bool force) {
   std::vector<RoundReport> closed;
   const std::vector<int> live = LiveLearners(now);
-  const double step_seconds = RoundEstimatesFor(live).step_seconds;
   SettleUnjudgedCredit();
   const double P = plan_.num_fragments();
   for (int p = 0; p < plan_.num_fragments(); ++p) {
     FragmentState& f = fragments_[static_cast<size_t>(p)];
     if (f.pending.empty()) continue;
     JudgeLateCounters(f);
-    RoundEstimates estimates = estimates_;  // its sync time as the rounds closed so far left it
-    estimates.step_seconds = step_seconds;
-    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates, options_.round);
+    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
     if (force && d.action != RoundAction::kClose) {
       d.action = RoundAction::kClose;
       d.reason = "final: the run is finishing (" + d.reason + ")";
@@ -596,10 +582,9 @@ std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clo
 std::optional<TimePoint> SyncerCore::NextWake(TimePoint now) const {
   std::optional<TimePoint> wake;
   const std::vector<int> live = LiveLearners(now);
-  const RoundEstimates estimates = RoundEstimatesFor(live);
   for (const auto& f : fragments_) {
     if (f.pending.empty() || !f.quorum_at) continue;
-    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates, options_.round);
+    RoundDecision d = DecideRound(now, ViewOf(f, live), estimates_, options_.round);
     TimePoint t = d.action == RoundAction::kClose ? now : d.wake_at.value_or(now);
     if (!wake || t < *wake) wake = t;
   }
@@ -720,7 +705,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   for (const auto& f : fragments_) saturated += f.copy ? f.copy->saturated() : 0;
   j["public_copy_saturated"] = saturated;  // values held at the lattice's edge (docs/decisions/014)
   j["versions"] = versions();
-  j["t_step_s"] = RoundEstimatesFor(LiveLearners(now)).step_seconds;
+  j["t_step_s"] = estimates_.step_seconds;
   j["t_sync_s"] = estimates_.sync_seconds;
   j["live"] = LiveLearners(now);
   if (global_eval_loss_ >= 0) {

@@ -289,29 +289,6 @@ TEST(Hostile, AbsurdTelemetryIsIgnoredAndCounted) {
   EXPECT_NO_THROW((void)core.StatusJson(kT0).dump());
 }
 
-// One live learner claiming a 3,600 s step (inside the telemetry bounds) once made every round
-// wait the full grace cap: the step time the round policy uses is the lower median of the live
-// learners' latest, not an average over every heartbeat.
-TEST(Hostile, OneLearnerClaimingALongStepCannotStretchTheGraceWindow) {
-  SyncerOptions o = Options();
-  o.round.grace = true;  // γ = 0.5, τ = 2: a 1 s step gives a 1 s window, the cap is 5 s
-  SyncerCore core = MakeCore(o);
-  for (int id = 0; id < 4; ++id) {
-    JoinAndPull(core, id, kT0);
-    LearnerProgress p;
-    p.step = 10;
-    p.step_seconds = id == 3 ? 3600 : 1.0;
-    for (int beat = 0; beat < 20; ++beat) ASSERT_TRUE(core.Heartbeat(id, p, kT0).ok());
-  }
-  EXPECT_GT(core.estimates().step_seconds, 100.0);  // the heartbeats' average follows the claim
-  EXPECT_DOUBLE_EQ(core.RoundEstimatesFor(core.LiveLearners(kT0)).step_seconds, 1.0);
-  ASSERT_TRUE(core.Push(Header(core, 0, 0, 0), Fp32(0.05f), kT0).ok());
-  EXPECT_TRUE(core.Poll(kT0 + std::chrono::milliseconds(900), RealClock::Default()).empty());
-  auto closed = core.Poll(kT0 + std::chrono::milliseconds(1100), RealClock::Default());
-  ASSERT_EQ(closed.size(), 1u);
-  EXPECT_EQ(closed[0].version, 1);
-}
-
 // --- 5. Commits out of file descriptors --------------------------------------------------------
 
 TEST(Hostile, ACommitOutOfFileDescriptorsIsRetriedAndReportedAsTransient) {

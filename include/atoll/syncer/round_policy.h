@@ -30,7 +30,7 @@ struct RoundOptions {
 };
 
 struct RoundEstimates {
-  double step_seconds = 0;   // t_step (SyncerCore::RoundEstimatesFor: the live learners' lower median)
+  double step_seconds = 0;   // t_step (EMA over learners' heartbeats)
   double sync_seconds = 0;   // t_sync (EMA of merge + publish)
 };
 

@@ -392,10 +392,6 @@ class SyncerCore {
   const std::map<int, LearnerRecord>& learners() const { return learners_; }
   std::vector<int> LiveLearners(TimePoint now) const;
   const RoundEstimates& estimates() const { return estimates_; }
-  // What the round policy is given: estimates() with the step time the lower median of the live
-  // learners' latest reported step times (while any reported one), so that one learner claiming
-  // a long step cannot stretch every round's grace window (docs/security.md).
-  RoundEstimates RoundEstimatesFor(const std::vector<int>& live) const;
   nlohmann::json StatusJson(TimePoint now) const;
 
   // Bytes of every buffer the core holds, by kind: what grows with the model, the history, the
