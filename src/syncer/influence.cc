@@ -66,8 +66,8 @@ double SyncerCore::DirectionAgreement(int p, int id, const std::vector<float>& s
   // with most of the others even when one of them is the attacker, which agrees with none.
   std::vector<double> cosines;
   for (const auto& [other, l] : learners_) {
-    if (other == id || static_cast<int>(l.samples.size()) <= p || !IsReference(l, p, now)) continue;
-    const PushSample& s = l.samples[static_cast<size_t>(p)];
+    if (other == id || !IsReference(l, p, now)) continue;
+    const PushSample& s = *l.SampleBefore(static_cast<size_t>(p), now);
     if (s.sketch.size() != sketch.size()) continue;
     const double c = Cosine(sketch, s.sketch);
     if (std::isfinite(c)) cosines.push_back(c);

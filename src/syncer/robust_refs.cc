@@ -25,20 +25,50 @@ double LowerMedianOf(std::vector<double> v) {
   return v[k];
 }
 
+const PushSample* LearnerRecord::SampleBefore(size_t p, TimePoint now) const {
+  if (p >= samples.size()) return nullptr;
+  if (samples[p].at < now) return &samples[p];
+  return p < earlier_samples.size() ? &earlier_samples[p] : nullptr;
+}
+
+double LearnerRecord::TokensPerStepBefore(TimePoint now) const {
+  return tokens_per_step_at < now ? tokens_per_step : tokens_per_step_before;
+}
+
+double LearnerRecord::StepRateBefore(size_t p, TimePoint now) const {
+  if (p >= allowances.size()) return 0;
+  return allowances[p].since < now ? allowances[p].rate : allowances[p].rate_before;
+}
+
+void SyncerCore::RecordSample(LearnerRecord& l, int p, PushSample sample, int64_t version, TimePoint now) const {
+  const size_t n = fragments_.size();
+  l.samples.resize(n);
+  l.earlier_samples.resize(n);
+  PushSample& latest = l.samples[static_cast<size_t>(p)];
+  if (latest.at < now) l.earlier_samples[static_cast<size_t>(p)] = latest;
+  if (version >= 0) {  // zero pushes never lower anyone's reference; they only count for nothing
+    sample.version = version;
+    latest = std::move(sample);
+  } else {
+    latest.influence = 0;
+  }
+  latest.at = now;
+}
+
 bool SyncerCore::IsReference(const LearnerRecord& l, int p, TimePoint now) const {
   // A live learner's latest push counts however many rounds others closed since (a flood of
   // rounds must not age the honest references out); a departed learner's for the window.
-  if (static_cast<int>(l.samples.size()) <= p) return false;
-  const PushSample& s = l.samples[static_cast<size_t>(p)];
+  const PushSample* s = l.SampleBefore(static_cast<size_t>(p), now);
+  if (s == nullptr) return false;
   const bool live = l.state != LearnerState::kDone && now - l.last_seen <= FromSeconds(options_.learner_timeout_s);
-  return s.version >= 0 && (live || s.version >= fragments_[static_cast<size_t>(p)].version - options_.quarantine_window);
+  return s->version >= 0 && (live || s->version >= fragments_[static_cast<size_t>(p)].version - options_.quarantine_window);
 }
 
 SyncerCore::RobustRefs SyncerCore::RefsFor(int p, int id, TimePoint now) const {
   std::vector<double> sizes, steps, tps, weights;
   for (const auto& [other, l] : learners_) {
     if (other == id || !IsReference(l, p, now)) continue;
-    const PushSample& s = l.samples[static_cast<size_t>(p)];
+    const PushSample& s = *l.SampleBefore(static_cast<size_t>(p), now);
     sizes.push_back(s.size);
     steps.push_back(s.steps);
     tps.push_back(s.tokens_per_step);
@@ -55,16 +85,14 @@ SyncerCore::RobustRefs SyncerCore::RefsFor(int p, int id, TimePoint now) const {
   return r;
 }
 
-SyncerCore::FleetRefs SyncerCore::FleetRefsFor(int id, int p) const {
+SyncerCore::FleetRefs SyncerCore::FleetRefsFor(int id, int p, TimePoint now) const {
   // Every other learner that has a rate, live or not: a departed honest learner's rates stay what
   // an honest learner does, and one learner's own values never count for it.
   std::vector<double> tps, rates;
   for (const auto& [other, l] : learners_) {
     if (other == id) continue;
-    if (l.tokens_per_step > 0) tps.push_back(l.tokens_per_step);
-    if (p >= 0 && static_cast<int>(l.allowances.size()) > p && l.allowances[static_cast<size_t>(p)].rate > 0) {
-      rates.push_back(l.allowances[static_cast<size_t>(p)].rate);
-    }
+    if (l.TokensPerStepBefore(now) > 0) tps.push_back(l.TokensPerStepBefore(now));
+    if (p >= 0 && l.StepRateBefore(static_cast<size_t>(p), now) > 0) rates.push_back(l.StepRateBefore(static_cast<size_t>(p), now));
   }
   const auto enough = [&](const std::vector<double>& v) {
     return !v.empty() && static_cast<int>(v.size()) >= std::max(1, options_.quarantine_min_learners);
@@ -192,7 +220,7 @@ SyncerCore::Credit SyncerCore::BoundCounters(const RobustRefs& refs, const Fleet
 void SyncerCore::JudgeLateCounters(FragmentState& f) const {
   for (Contribution& c : f.pending) {
     if (c.judged) continue;
-    const double tps_ref = FleetRefsFor(c.learner, -1).tokens_per_step;
+    const double tps_ref = FleetRefsFor(c.learner, -1, TimePoint::max()).tokens_per_step;
     if (!(tps_ref > 0)) continue;  // still nothing to judge it by (a run of one or two learners)
     std::string note;
     BoundTokensPerStep(tps_ref, 0, c, note);
@@ -205,7 +233,7 @@ void SyncerCore::SettleUnjudgedCredit() {
   for (auto& [id, l] : learners_) {
     if (!(l.unjudged_steps > 0)) continue;
     double max_tps = std::numeric_limits<double>::infinity();
-    const double tps_ref = FleetRefsFor(id, -1).tokens_per_step;
+    const double tps_ref = FleetRefsFor(id, -1, TimePoint::max()).tokens_per_step;
     if (tps_ref > 0 && options_.max_tokens_per_step_factor > 0) max_tps = options_.max_tokens_per_step_factor * tps_ref;
     if (l.pace.tokens_per_step > 0 && options_.pace_slack > 0) {
       max_tps = std::min(max_tps, options_.pace_slack * l.pace.tokens_per_step);

@@ -454,7 +454,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   }
   const RobustRefs refs = RefsFor(h.fragment, h.learner_id, now);
   std::string bounded;
-  const Credit credit = BoundCounters(refs, FleetRefsFor(h.learner_id, h.fragment), l, h.fragment, *c, now, bounded);
+  const Credit credit = BoundCounters(refs, FleetRefsFor(h.learner_id, h.fragment, now), l, h.fragment, *c, now, bounded);
   PushSample sample = credit.sample;
   const double size = sample.size;
   sample.sketch = Sketch(c->raw, f.theta.size());
@@ -464,13 +464,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   c->influence = Influence(f, h.fragment, h.learner_id, share_size, refs, sample.sketch, now, bounded);
   c->max_weight *= c->influence * c->influence;
   sample.influence = c->influence;
-  l.samples.resize(fragments_.size());
-  if (size > 1e-12) {  // zero pushes never lower anyone's reference; they only count for nothing
-    sample.version = f.version;
-    l.samples[static_cast<size_t>(h.fragment)] = std::move(sample);
-  } else {
-    l.samples[static_cast<size_t>(h.fragment)].influence = 0;
-  }
+  RecordSample(l, h.fragment, std::move(sample), size > 1e-12 ? f.version : -1, now);
   if (Status st = CheckQuarantine(f, size, refs); !st.ok()) {
     l.quarantined += 1;
     l.consecutive_rejects -= 1;  // Reject counts it; quarantine alone never disconnects
@@ -484,7 +478,10 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   }
   // Credited: the allowance it used is spent, and its credited rate is a sample of the learner's.
   l.allowances.resize(fragments_.size(), StepAllowance{now, 0.0});
-  l.allowances[static_cast<size_t>(h.fragment)] = credit.allowance;
+  StepAllowance& allowance = l.allowances[static_cast<size_t>(h.fragment)];
+  const double rate_before = l.StepRateBefore(static_cast<size_t>(h.fragment), now);
+  allowance = credit.allowance;
+  allowance.rate_before = rate_before;
   PushResult r = Admit(l, f, h, std::move(*c), now);
   r.note += bounded;
   return r;
@@ -493,6 +490,8 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
 PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now) {
   l.consecutive_rejects = 0;
   if (c.c_steps > 0) {
+    l.tokens_per_step_before = l.TokensPerStepBefore(now);
+    l.tokens_per_step_at = now;
     l.tokens_per_step = Ema(l.tokens_per_step, static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps));
   }
   l.last_seen = now;

@@ -85,10 +85,14 @@ void SyncerCore::RestoreLearners(const std::map<int, LearnerRecord>& learners, T
     for (size_t p = 0; p < fragments_.size(); ++p) {
       if (r.samples[p].version > fragments_[p].version) r.samples[p] = PushSample{};
     }
-    // Its allowances count from now (how long the syncer was down is not known), with one full
-    // push's worth carried; its push session ended with the old process: it joins again.
+    // Its allowances count from now, and how long the syncer was down (while the learner trained
+    // on) is not known: its first push of each fragment may be credited what a push without any
+    // rate may (max_steps_factor × H steps), the time bound holding from the next one on. Its
+    // share carries one full push's worth. Its push session ended with the old process: it joins again.
+    const auto H = static_cast<double>(options_.H);
+    const double carried = std::max(H, options_.max_steps_factor * H);
     r.allowances.resize(fragments_.size());
-    for (StepAllowance& a : r.allowances) a = {now, static_cast<double>(options_.H), a.rate, static_cast<double>(options_.H)};
+    for (StepAllowance& a : r.allowances) a = {now, carried, a.rate, H, a.rate};
     r.push_session = 0;
     r.push_seq = 0;
     learners_[id] = r;

@@ -3,6 +3,7 @@
 // theirs, and the references survive a restart (docs/security.md).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -40,6 +41,7 @@ class RobustMerge : public ::testing::Test {
   }
   // Learner `id` pushes fragment 0 with every value `v` and the given counters; the round closes.
   StatusOr<PushResult> Push(int id, float v, int64_t c_tokens = 100, int64_t c_steps = 1) {
+    clock_.AdvanceSeconds(1e-6);  // each push at its own instant: one judges those before it
     PushHeaderData h = SmallHeader(core_, id, 0, core_.version(0));
     h.c_tokens = c_tokens;
     h.c_steps = c_steps;
@@ -127,6 +129,7 @@ TEST(RobustMergeWeights, ClaimedTokensCannotOutvoteTheOthers) {
   ManualClock clock;
   for (int id = 0; id < 4; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
   auto push = [&](int id, int64_t c_tokens) {
+    clock.AdvanceSeconds(1e-6);  // each push at its own instant: one judges those before it
     PushHeaderData h = SmallHeader(core, id, 0, core.version(0));
     h.c_tokens = c_tokens;
     return core.Push(h, Fp32Values(kHonest), clock.Now());
@@ -193,6 +196,48 @@ TEST_F(RobustMerge, APushAgainstTheOthersDirectionMovesNothing) {
   EXPECT_EQ(last_rounds_[0].weights, std::vector<double>{0.0});
   EXPECT_LT(last_rounds_[0].step_norm, 1e-5 * honest_step);
   EXPECT_EQ(core_.learners().at(kAttacker).samples.at(0).influence, 0.0);
+}
+
+// Pushes that arrive at the same instant (as on simulated time) are judged by the others' pushes
+// as they stood before it: the order the threads delivered them in changes nothing.
+TEST(RobustMergeSameInstant, PushesArrivingTogetherAreJudgedTheSameInEitherOrder) {
+  std::vector<double> influence[2], weights[2];
+  for (int order = 0; order < 2; ++order) {
+    ManualClock clock;
+    SyncerCore core = SmallCore(RobustOptions());
+    for (int id = 0; id < 4; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+    const auto push = [&](int id, float v) {
+      PushHeaderData h = SmallHeader(core, id, 0, core.version(0));
+      h.c_tokens = 100;
+      h.c_steps = 1;
+      auto r = core.Push(h, Fp32Values(v), clock.Now());
+      ASSERT_TRUE(r.ok()) << r.status();
+    };
+    for (int id = 0; id < 4; ++id) {
+      clock.AdvanceSeconds(1);
+      push(id, kHonest);
+      core.Poll(clock.Now(), clock);
+    }
+    clock.AdvanceSeconds(1);
+    // At one instant learners 1 and 2 turn against the others and learner 0 pushes as before.
+    if (order == 0) {
+      push(1, -kHonest);
+      push(2, -kHonest);
+      push(0, kHonest);
+    } else {
+      push(0, kHonest);
+      push(1, -kHonest);
+      push(2, -kHonest);
+    }
+    for (int id : {0, 1, 2}) influence[order].push_back(core.learners().at(id).samples.at(0).influence);
+    for (const RoundReport& r : core.CloseAllPending(clock.Now(), clock)) {
+      weights[order].insert(weights[order].end(), r.weights.begin(), r.weights.end());
+    }
+    std::sort(weights[order].begin(), weights[order].end());  // in the order the pushes arrived
+  }
+  EXPECT_EQ(influence[0], influence[1]);
+  EXPECT_EQ(influence[0], (std::vector<double>{1.0, 0.0, 0.0})) << "judged by the pushes from before the instant";
+  EXPECT_EQ(weights[0], weights[1]);
 }
 
 TEST_F(RobustMerge, PushesOfNothingDoNotHoldUpTheOthersShare) {

@@ -207,6 +207,7 @@ struct PushSample {
   double tokens_per_step = 0;  // c_tokens / c_steps, bounded
   double weight = 0;     // merge weight, bounded
   double influence = 1;  // u of the push (TokenShare counts the learner for u of a full round's member)
+  TimePoint at{};        // when it was recorded
   // Its outer gradient's values at the fragment's sketch positions (SyncerCore::Sketch): what the
   // others' directions are compared with. Not persisted (empty: not judged by).
   std::vector<float> sketch;
@@ -222,6 +223,7 @@ struct StepAllowance {
   // The steps its next push may count in a round's share: the others' rate (not a multiple of it)
   // over its time since `since`, plus these left over (at most H).
   double share_carried = 0;
+  double rate_before = 0;  // `rate` as it stood before the instant `since` (what others are judged by then)
 };
 
 struct LearnerRecord {
@@ -272,6 +274,17 @@ struct LearnerRecord {
   // too: after a real change of Θ every honest size moves, and they must lift each other's
   // reference). Zero-size pushes are not recorded.
   std::vector<PushSample> samples;
+  // Per fragment, its latest push recorded before the instant of samples[p], and its tokens per
+  // step before tokens_per_step_at: pushes that arrive at the same instant (simulated time) judge
+  // each other by what stood before it, whatever order the threads delivered them in.
+  std::vector<PushSample> earlier_samples;
+  double tokens_per_step_before = 0;
+  TimePoint tokens_per_step_at{};
+  // What a push arriving at `now` is judged by: its latest push of fragment p recorded before `now`
+  // (nullptr: none), its tokens per step and its credited step rate of p as they stood before `now`.
+  const PushSample* SampleBefore(size_t p, TimePoint now) const;
+  double TokensPerStepBefore(TimePoint now) const;
+  double StepRateBefore(size_t p, TimePoint now) const;
 };
 
 // One closed round, for the log and metrics.
@@ -490,7 +503,9 @@ class SyncerCore {
   struct FleetRefs {
     double tokens_per_step = 0, step_rate = 0;
   };
-  FleetRefs FleetRefsFor(int id, int p) const;
+  // As they stood before `now`, the instant of the push judged (TimePoint::max(): every push so far,
+  // as a round's close judges).
+  FleetRefs FleetRefsFor(int id, int p, TimePoint now) const;
   // What BoundCounters decided: the push as the references record it (its size ‖v‖/√steps,
   // bounded steps, rate and weight; no version), and the learner's allowance for that fragment once
   // the push is credited (its credited steps per second in the rate).
@@ -534,6 +549,9 @@ class SyncerCore {
   uint64_t NewPushSession(int id);
   // INVALID_ARGUMENT (quarantined) when `size` exceeds quarantine_factor × the reference.
   Status CheckQuarantine(const FragmentState& f, double size, const RobustRefs& refs) const;
+  // Records learner l's push of fragment p as its latest (version < 0: a zero push, which keeps
+  // the latest as the reference and only counts for nothing), keeping the one from before `now`.
+  void RecordSample(LearnerRecord& l, int p, PushSample sample, int64_t version, TimePoint now) const;
   PushResult Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now);
   // Join: per fragment, the version of the public copy whose checksum the learner sent (-1: none),
   // and whether it holds the run's initial values instead (then version 0, once snapped).
