@@ -219,14 +219,14 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     for (int p = 0; p < fragments; ++p) {
       const auto ps = static_cast<size_t>(p);
-      const auto te = Wall::now();
       std::vector<float> local(phi[ps]);
       for (float& v : local) v -= static_cast<float>(rng.Normal(0.0005, 0.002));
       std::vector<std::byte> payload;
+      const auto te = Wall::now();  // the learner's cost of a push: outer gradient, int4, deflate
       if (Status st = exchange::EncodeOuterGradient(uplink, phi[ps], local, payload); !st.ok()) Fail("encode", st, log);
+      encode_s += Seconds(te, Wall::now());
       local = {};
       const auto a = Wall::now();
-      encode_s += Seconds(te, a);
       each_learner([&](int m) {
         syncer::PushHeaderData h;
         h.learner_id = m;
@@ -317,6 +317,8 @@ int main(int argc, char** argv) {
       {"wire_down_bytes_per_param", static_cast<double>(wire_down) / R / learners / n},
       {"syncer_close_seconds_median", close_median}, {"round_floor_seconds", floor_s},
       {"syncer_close_over_floor", close_median / floor_s},
+      {"fragment_rounds_per_second", close_median > 0 ? 1.0 / close_median : 0.0},
+      {"encode_seconds_per_push", encode_s / R / fragments},
       {"syncer_exit", rc},
   };
   if (json_out) {
@@ -331,6 +333,10 @@ int main(int argc, char** argv) {
                 model_round_s, push_s / R, pull_s / R, model_round_s / memcpy_s, memcpy_s, start_s, join_s);
     std::printf("  the syncer's pass and commit of a fragment's round (its metrics): median %.4f s over %zu rounds = %.2fx "
                 "the round's memory-traffic floor (%.4f s)\n", close_median, closes.size(), close_median / floor_s, floor_s);
+    std::printf("  the syncer closes %.2f rounds of a %lld-value fragment per second; the learner's cost per push: "
+                "encode %.4f s (%.2f ns per value)\n",
+                close_median > 0 ? 1.0 / close_median : 0.0, static_cast<long long>(numel.front()), encode_s / R / fragments,
+                1e9 * encode_s / R / static_cast<double>(params));
     std::printf("  per learner per parameter: join %.3f B, push %.3f B, pull %.3f B per round (wire %.3f up, %.3f down)\n",
                 static_cast<double>(join_bytes.load()) / learners / n,
                 static_cast<double>(push_bytes.load()) / R / learners / n,
