@@ -114,16 +114,17 @@ class Service final : public Syncer::Service {
     if (!std::isfinite(req->wait_seconds()) || req->wait_seconds() < 0) {
       return ToGrpc(InvalidArgumentError("pull: wait_seconds must be a finite value ≥ 0"));
     }
-    auto out = loop_.Pull(req->learner_id(), req->fragment(), req->have_version(), req->wait_seconds(),
-                          req->want_version());
-    if (!out.ok()) return ToGrpc(out.status());
-    const uint64_t checksum = Checksum64(out->bytes);
-    auto from = ResumeOffset(*req, *out, checksum);
+    auto shared = loop_.PullShared(req->learner_id(), req->fragment(), req->have_version(), req->wait_seconds(),
+                                   req->want_version());
+    if (!shared.ok()) return ToGrpc(shared.status());
+    const syncer::PullPayload& out = **shared;  // shared with the syncer's cache and other learners' pulls
+    const uint64_t checksum = Checksum64(out.bytes);
+    auto from = ResumeOffset(*req, out, checksum);
     if (!from.ok()) return ToGrpc(from.status());
     PullWrite w{*from, pull_fault_.chunk_bytes, -1};
-    const bool cut = !out->bytes.empty() && pull_fault_.cut_pulls > 0 && pulls_cut_.fetch_add(1) < pull_fault_.cut_pulls;
+    const bool cut = !out.bytes.empty() && pull_fault_.cut_pulls > 0 && pulls_cut_.fetch_add(1) < pull_fault_.cut_pulls;
     if (cut) w.max_chunks = pull_fault_.cut_after_chunks;
-    const int64_t sent = WritePull(*out, checksum, w, writer);
+    const int64_t sent = WritePull(out, checksum, w, writer);
     const int id = req->learner_id();
     loop_.Call([id, sent](syncer::SyncerCore& core, TimePoint) {
       core.CountBytes(id, 0, sent);
