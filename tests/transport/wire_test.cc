@@ -239,46 +239,6 @@ TEST(Wire, HeartbeatAndItsReplyRoundTripAndBadProgressIsRefused) {
   EXPECT_EQ(pr.incarnation, 99u);
 }
 
-// A pull's stream read back: one header, then its chunks; anything else is DataLoss.
-TEST(Wire, APullIsAssembledFromAHeaderAndItsChunksOnly) {
-  const std::string bytes = "0123456789";
-  atl::v1::PullChunk header;
-  auto* h = header.mutable_header();
-  h->set_fragment(2);
-  h->set_version(5);
-  h->set_encoding(kLatticeEncoding);
-  h->set_compression("none");
-  h->set_payload_bytes(static_cast<int64_t>(bytes.size()));
-  h->set_payload_checksum(Checksum64(bytes));
-  atl::v1::PullChunk first, second;
-  *first.mutable_data() = Chunk(0, bytes.substr(0, 4));
-  *second.mutable_data() = Chunk(4, bytes.substr(4));
-
-  PullAssembler ok(1 << 20);
-  ASSERT_TRUE(ok.Add(header).ok());
-  ASSERT_TRUE(ok.Add(first).ok());
-  ASSERT_TRUE(ok.Add(second).ok());
-  auto payload = std::move(ok).Finish();
-  ASSERT_TRUE(payload.ok()) << payload.status();
-  EXPECT_EQ(payload->fragment, 2);
-  EXPECT_EQ(payload->version, 5);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(payload->bytes.data()), payload->bytes.size()), bytes);
-
-  PullAssembler data_first(1 << 20);
-  EXPECT_EQ(data_first.Add(first).code(), StatusCode::kDataLoss);
-  PullAssembler two_headers(1 << 20);
-  ASSERT_TRUE(two_headers.Add(header).ok());
-  EXPECT_EQ(two_headers.Add(header).code(), StatusCode::kDataLoss);
-  PullAssembler empty(1 << 20);
-  EXPECT_EQ(std::move(empty).Finish().status().code(), StatusCode::kDataLoss);
-  PullAssembler truncated(1 << 20);
-  ASSERT_TRUE(truncated.Add(header).ok());
-  ASSERT_TRUE(truncated.Add(first).ok());
-  EXPECT_EQ(std::move(truncated).Finish().status().code(), StatusCode::kDataLoss);
-  PullAssembler too_large(4);  // the header announces more than the run's largest fragment
-  EXPECT_EQ(too_large.Add(header).code(), StatusCode::kDataLoss);
-}
-
 atl::v1::PullChunk PullHeaderOf(int64_t version, const std::string& bytes, int64_t resume_offset = 0) {
   atl::v1::PullChunk header;
   auto* h = header.mutable_header();
@@ -300,6 +260,37 @@ atl::v1::PullChunk PullData(int64_t offset, const std::string& data) {
 
 std::string Text(const syncer::PullPayload& p) {
   return std::string(reinterpret_cast<const char*>(p.bytes.data()), p.bytes.size());
+}
+
+// A pull's stream read back: one header, then its chunks; anything else is DataLoss.
+TEST(Wire, APullIsAssembledFromAHeaderAndItsChunksOnly) {
+  const std::string bytes = "0123456789";
+  const atl::v1::PullChunk header = PullHeaderOf(5, bytes);
+  const atl::v1::PullChunk first = PullData(0, bytes.substr(0, 4)), second = PullData(4, bytes.substr(4));
+
+  PullAssembler ok(1 << 20);
+  ASSERT_TRUE(ok.Add(header).ok());
+  ASSERT_TRUE(ok.Add(first).ok());
+  ASSERT_TRUE(ok.Add(second).ok());
+  auto payload = std::move(ok).Finish();
+  ASSERT_TRUE(payload.ok()) << payload.status();
+  EXPECT_EQ(payload->fragment, 2);
+  EXPECT_EQ(payload->version, 5);
+  EXPECT_EQ(Text(*payload), bytes);
+
+  PullAssembler data_first(1 << 20);
+  EXPECT_EQ(data_first.Add(first).code(), StatusCode::kDataLoss);
+  PullAssembler two_headers(1 << 20);
+  ASSERT_TRUE(two_headers.Add(header).ok());
+  EXPECT_EQ(two_headers.Add(header).code(), StatusCode::kDataLoss);
+  PullAssembler empty(1 << 20);
+  EXPECT_EQ(std::move(empty).Finish().status().code(), StatusCode::kDataLoss);
+  PullAssembler truncated(1 << 20);
+  ASSERT_TRUE(truncated.Add(header).ok());
+  ASSERT_TRUE(truncated.Add(first).ok());
+  EXPECT_EQ(std::move(truncated).Finish().status().code(), StatusCode::kDataLoss);
+  PullAssembler too_large(4);  // the header announces more than the run's largest fragment
+  EXPECT_EQ(too_large.Add(header).code(), StatusCode::kDataLoss);
 }
 
 // A broken pull resumed: the new stream continues the payload held, or (the syncer has moved on)
