@@ -64,8 +64,17 @@ constexpr const char* kUsage =
   std::exit(2);
 }
 
+// A flag's enum value, or the usage with the parse error.
+template <typename E>
+E Parsed(const atl::StatusOr<E>& parsed) {
+  if (!parsed.ok()) Usage(parsed.status().message());
+  return *parsed;
+}
+
 struct Args {
-  std::string data, preset = "tiny", label, merge = "rda", precision = "fp32";
+  std::string data, preset = "tiny", label;
+  atl::diloco::MergeRule merge = atl::diloco::MergeRule::kRda;
+  atl::model::Precision precision = atl::model::Precision::kFp32;
   bool dp = false, keep_progress = true;
   int M = 4, seq = 256, batch = 16, eval_batches = 16, P = 24, H = 24, tau = 2;
   int64_t steps = 150, warmup = 15, eval_every = 25, warm_sync = 0, warm_h = 1;
@@ -100,12 +109,12 @@ Args Parse(int argc, char** argv) {
     else if (k == "-H") a.H = std::atoi(v().c_str());
     else if (k == "--tau") a.tau = std::atoi(v().c_str());
     else if (k == "--keep-progress") a.keep_progress = std::atoi(v().c_str()) != 0;
-    else if (k == "--merge") a.merge = v();
+    else if (k == "--merge") a.merge = Parsed(atl::diloco::ParseMergeRule(v()));
     else if (k == "--alpha") a.alpha = std::atof(v().c_str());
     else if (k == "--outer-lr") a.outer_lr = std::atof(v().c_str());
     else if (k == "--outer-momentum") a.outer_momentum = std::atof(v().c_str());
     else if (k == "--preset") a.preset = v();
-    else if (k == "--precision") a.precision = v();
+    else if (k == "--precision") a.precision = Parsed(atl::model::ParsePrecision(v()));
     else if (k == "--label") a.label = v();
     else if (k == "--warm-sync") a.warm_sync = std::atoll(v().c_str());
     else if (k == "--warm-h") a.warm_h = std::max<int64_t>(1, std::atoll(v().c_str()));
@@ -113,7 +122,6 @@ Args Parse(int argc, char** argv) {
   }
   if (a.data.empty()) Usage("--data DIR is required");
   if (a.M < 1 || a.steps < 1 || a.P < 1 || a.H < a.P || a.tau < 0 || a.tau >= a.H) Usage("bad -M/--steps/-P/-H/--tau");
-  if (auto m = atl::diloco::ParseMergeRule(a.merge); !m.ok()) Usage(m.status().message());
   if (a.label.empty()) a.label = a.dp ? "dp" : "localsgd";
   return a;
 }
@@ -139,12 +147,6 @@ std::unique_ptr<Trainer> MakeTrainer(const Args& a, int learner, int learners, i
   auto t = Trainer::Create(o);
   if (!t.ok()) Die("trainer", t.status());
   return std::move(t).value();
-}
-
-std::vector<std::span<float>> Views(Trainer& t) {
-  std::vector<std::span<float>> v;
-  for (size_t i = 0; i < t.tensors().size(); ++i) v.push_back(t.Parameter(static_cast<int>(i)));
-  return v;
 }
 
 double Eval(Trainer& t, int batches) {
@@ -184,13 +186,13 @@ int main(int argc, char** argv) {
     auto plan = atl::diloco::MakeFragmentPlan(global->tensors(), po);
     if (!plan.ok()) Die("plan", plan.status());
     const atl::diloco::Schedule sched{a.H, a.P, a.tau, false};
-    const auto rule = atl::diloco::ParseMergeRule(a.merge).value();  // checked with the flags
+    const auto rule = a.merge;
     atl::diloco::OuterOptimizerOptions oo;
     oo.lr = a.outer_lr;
     oo.momentum = a.outer_momentum;
     const size_t Pn = static_cast<size_t>(a.P);
     std::vector<std::vector<float>> theta(Pn), momentum(Pn);
-    auto gviews = Views(*global);
+    auto gviews = atl::model::ParameterViews(*global);
     for (size_t p = 0; p < Pn; ++p) {
       theta[p].resize(static_cast<size_t>(plan->fragments[p].numel));
       atl::exchange::GatherFragment(plan->fragments[p], gviews, theta[p]);
@@ -212,7 +214,7 @@ int main(int argc, char** argv) {
       std::vector<double> w;
       for (auto& l : learners) {
         std::vector<float> local(static_cast<size_t>(frag.numel));
-        auto views = Views(*l);
+        auto views = atl::model::ParameterViews(*l);
         atl::exchange::GatherFragment(frag, std::span<const std::span<float>>(views), local);
         std::vector<float> g(local.size());
         for (size_t i = 0; i < g.size(); ++i) g[i] = theta[static_cast<size_t>(p)][i] - local[i];
@@ -250,7 +252,7 @@ int main(int argc, char** argv) {
         const auto& frag = plan->fragments[static_cast<size_t>(it->p)];
         const auto& th = theta[static_cast<size_t>(it->p)];
         for (size_t m = 0; m < learners.size(); ++m) {
-          auto views = Views(*learners[m]);
+          auto views = atl::model::ParameterViews(*learners[m]);
           std::vector<float> now(static_cast<size_t>(frag.numel));
           atl::exchange::GatherFragment(frag, std::span<const std::span<float>>(views), now);
           for (size_t i = 0; i < now.size(); ++i) {

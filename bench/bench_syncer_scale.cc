@@ -34,7 +34,7 @@
 #include "atoll/core/rng.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/exchange/fragment_exchange.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 #include "atoll/runtime/run_config.h"
 #include "atoll/syncer/syncer_core.h"
 #include "scale_model.h"
@@ -92,12 +92,11 @@ int main(int argc, char** argv) {
   rc.learners = learners;
   rc.fragments = fragments;
   rc.H = std::max(rc.H, fragments);
-  auto opt = runtime::MakeSyncerOptions(runtime::Normalized(rc));
-  if (!opt.ok()) Usage(opt.status().ToString());
-  opt->run_id = "bench";
-  opt->round.quorum = learners;
-  opt->round.grace = false;
-  opt->threads = threads;
+  syncer::SyncerOptions opt = runtime::MakeSyncerOptions(runtime::Normalized(rc));
+  opt.run_id = "bench";
+  opt.round.quorum = learners;
+  opt.round.grace = false;
+  opt.threads = threads;
 
   const auto t0 = Wall::now();
   Rng rng(1);
@@ -108,7 +107,7 @@ int main(int argc, char** argv) {
   }
   // One "trained" copy per fragment and its int4 outer gradient against Θ⁰'s public copy: built
   // once, pushed by every learner.
-  auto core = syncer::SyncerCore::Create(*opt, *plan, std::move(initial));
+  auto core = syncer::SyncerCore::Create(opt, *plan, std::move(initial));
   if (!core.ok()) Usage(core.status().ToString());
   ManualClock clock;
   syncer::JoinRequestData req;
@@ -131,7 +130,7 @@ int main(int argc, char** argv) {
     const auto phi = core->public_values(p);
     std::vector<float> local(phi.begin(), phi.end());
     for (float& v : local) v -= static_cast<float>(rng.Normal(0.0005, 0.002));
-    if (Status st = exchange::EncodeOuterGradient(opt->uplink, phi, local, pushes[static_cast<size_t>(p)]); !st.ok()) {
+    if (Status st = exchange::EncodeOuterGradient(opt.uplink, phi, local, pushes[static_cast<size_t>(p)]); !st.ok()) {
       Usage(st.ToString());
     }
   }
@@ -158,7 +157,7 @@ int main(int argc, char** argv) {
   int closed = 0;
   std::vector<double> round_ratio, close_ratio;
   std::vector<int64_t> have(static_cast<size_t>(fragments), 0);
-  const bool momentum = opt->outer.momentum > 0;
+  const bool momentum = opt.outer.momentum > 0;
   for (int r = 0; r < rounds; ++r) {
     for (int p = 0; p < fragments; ++p) {
       const auto& payload = pushes[static_cast<size_t>(p)];
@@ -169,7 +168,7 @@ int main(int argc, char** argv) {
       {
         std::vector<std::thread> handlers;
         for (int m = 0; m < learners; ++m) {
-          handlers.emplace_back([&, m] { prepared[static_cast<size_t>(m)] = syncer::PreparePush(opt->uplink, payload, numel); });
+          handlers.emplace_back([&, m] { prepared[static_cast<size_t>(m)] = syncer::PreparePush(opt.uplink, payload, numel); });
         }
         for (auto& t : handlers) t.join();
       }
@@ -182,9 +181,9 @@ int main(int argc, char** argv) {
         h.base_version = have[static_cast<size_t>(p)];
         h.c_tokens = 4096;
         h.c_steps = 1;
-        h.encoding = opt->uplink.encoding;
-        h.block_size = opt->uplink.block_size;
-        h.compression = opt->uplink.compression;
+        h.encoding = opt.uplink.encoding;
+        h.block_size = opt.uplink.block_size;
+        h.compression = opt.uplink.compression;
         h.num_values = static_cast<int64_t>(numel);
         auto pushed = core->Push(h, std::move(prepared[static_cast<size_t>(m)]), clock.Now());
         if (!pushed.ok()) Usage("push: " + pushed.status().ToString());

@@ -78,7 +78,7 @@ struct MinimalLoop {
 struct Args {
   std::string data = "data";
   std::string preset = "tiny";
-  std::string precision = "auto";
+  atl::model::Precision precision = atl::model::Precision::kAuto;
   int batch = 16, seq = 256, threads = 1, rounds = 5, steps = 4, anchor_steps = 30;
   bool anchor = true;
 };
@@ -96,7 +96,11 @@ Args Parse(int argc, char** argv) {
     };
     if (k == "--data") a.data = next();
     else if (k == "--preset") a.preset = next();
-    else if (k == "--precision") a.precision = next();
+    else if (k == "--precision") {
+      auto p = atl::model::ParsePrecision(next());
+      if (!p.ok()) Die("--precision", p.status());
+      a.precision = *p;
+    }
     else if (k == "--batch") a.batch = std::stoi(next());
     else if (k == "--seq") a.seq = std::stoi(next());
     else if (k == "--threads") a.threads = std::stoi(next());
@@ -211,11 +215,10 @@ int main(int argc, char** argv) {
   o.threads = a.threads;
   o.precision = a.precision;
   o.optim.total_steps = 1000;
-  auto precision = atl::model::ResolvePrecision(a.precision);
-  if (!precision.ok()) Die("--precision", precision.status());
+  const char* precision = atl::model::PrecisionName(atl::model::ResolvePrecision(a.precision));
   std::printf("model %s: %.2f M params, batch %d × seq %d; atoll trains in %s (the minimal loop and the "
               "PyTorch anchor in fp32)\n",
-              a.preset.c_str(), atl::model::ParameterCount(o.model) / 1e6, a.batch, a.seq, precision->c_str());
+              a.preset.c_str(), atl::model::ParameterCount(o.model) / 1e6, a.batch, a.seq, precision);
   Pair p = SideBySide(o, *tokens, a.rounds, a.steps);
   const double ratio = p.atoll_tps / p.minimal_tps;
   std::printf("atoll Trainer::Step %.0f tokens/s (%.0f ms/step) vs minimal libtorch loop %.0f "
@@ -247,7 +250,7 @@ int main(int argc, char** argv) {
     const std::string work = (fs::temp_directory_path() / "atoll-bench-anchor").string();
     atl::model::DataOptions d;
     d.out_dir = work + "/data-byte";
-    d.tokenizer = "byte";
+    d.tokenizer = atl::model::TokenizerKind::kByte;
     d.inputs = {(fs::path(a.data) / "text/kjv.txt").string()};
     auto bd = atl::model::PrepareData(d);
     if (!bd.ok()) Die("byte data", bd.status());
@@ -259,7 +262,7 @@ int main(int argc, char** argv) {
     ob.model.n_layers = 4;
     ob.model.n_heads = 4;
     ob.model.d_ff = 512;
-    ob.model.mlp = "gelu";
+    ob.model.mlp = atl::model::Mlp::kGelu;
     std::printf("PyTorch anchor (%s, %d steps, single worker) vs atoll on the same shape "
                 "(byte-level, %.2f M params):\n",
                 script.filename().string().c_str(), a.anchor_steps,

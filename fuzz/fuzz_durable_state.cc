@@ -7,7 +7,7 @@
 #include "atoll/core/checksum.h"
 #include "atoll/core/text.h"
 #include "atoll/syncer/durable_state.h"
-#include "../tests/syncer/small_plan.h"
+#include "testing/plans.h"
 #include "fuzz_util.h"
 
 namespace {

@@ -115,13 +115,11 @@ Status CheckOptions(const atoll_learner_options& o) {
   if (o.run_id == nullptr) return atl::InvalidArgumentError("options.run_id is NULL (the syncer's run id; may be \"\")");
   if (o.learner_id < -1) return atl::InvalidArgumentError("options.learner_id " + std::to_string(o.learner_id) + " (≥ 0, or -1)");
   auto mode = atl::diloco::ParseMode(Str(o.mode));
-  if (!mode) return atl::InvalidArgumentError("options.mode '" + Str(o.mode) + "' is not decoupled or diloco");
+  if (!mode.ok()) return mode.status().WithContext("options.mode");
   if (*mode == atl::diloco::Mode::kDdp) {
     return atl::InvalidArgumentError("options.mode 'ddp' is not supported by the C API (it exchanges gradients)");
   }
-  bool ok = true;
-  atl::diloco::ParsePlanStrategy(Str(o.plan), &ok);
-  if (!ok) return atl::InvalidArgumentError("options.plan '" + Str(o.plan) + "' is not balanced or strided");
+  if (auto plan = atl::diloco::ParsePlanStrategy(Str(o.plan)); !plan.ok()) return plan.status().WithContext("options.plan");
   ATOLL_RETURN_IF_ERROR(atl::diloco::Schedule::Of(*mode, o.H, o.fragments, o.tau).Validate());
   if (!(o.alpha >= 0 && o.alpha < 1)) return atl::InvalidArgumentError("options.alpha must be in [0, 1)");
   if (!(o.join_timeout_s >= 0 && o.join_timeout_s <= 3600)) {
@@ -218,10 +216,9 @@ StatusOr<std::unique_ptr<atoll_learner>> Open(atoll_learner_options o, const ato
     views.emplace_back(params[i].data, static_cast<size_t>(spec.numel));
     specs.push_back(std::move(spec));
   }
-  bool ok = true;
   atl::diloco::PlanOptions po;
   po.num_fragments = o.fragments;
-  po.strategy = atl::diloco::ParsePlanStrategy(o.plan, &ok);
+  po.strategy = *atl::diloco::ParsePlanStrategy(atl::capi::Str(o.plan));  // CheckOptions read it
   auto l = std::make_unique<atoll_learner>();
   ATOLL_ASSIGN_OR_RETURN(l->plan, atl::diloco::MakeFragmentPlan(specs, po));
   ATOLL_ASSIGN_OR_RETURN(auto co, ClientOptionsOf(o, settings));
@@ -232,9 +229,8 @@ StatusOr<std::unique_ptr<atoll_learner>> Open(atoll_learner_options o, const ato
     o.rejoin = rejoin ? 1 : 0;
   }
   ATOLL_ASSIGN_OR_RETURN(l->client, atl::transport::GrpcSyncerClient::Connect(co));
-  l->mode = *atl::diloco::ParseMode(o.mode);
-  l->H = o.H;
-  l->agent = std::make_unique<atl::learner::LearnerAgent>(AgentOptionsOf(o, settings, l->mode, n), l->plan,
+  const atl::diloco::Mode mode = *atl::diloco::ParseMode(atl::capi::Str(o.mode));  // CheckOptions read it
+  l->agent = std::make_unique<atl::learner::LearnerAgent>(AgentOptionsOf(o, settings, mode, n), l->plan,
                                                           std::move(views), *l->client, atl::RealClock::Default());
   if (Status st = l->agent->Start(); !st.ok()) {
     if (st.message().find("model signature") == std::string::npos) return st;
@@ -245,19 +241,13 @@ StatusOr<std::unique_ptr<atoll_learner>> Open(atoll_learner_options o, const ato
   return l;
 }
 
-// The after-step rule of the C API: this step's sends, then the merges that are due (at the
-// barrier in diloco mode), then the progress the heartbeats report. Returns the merges applied.
-int AfterStep(atoll_learner& l, int64_t tokens, double loss) {
-  l.agent->OnStep(l.step, tokens);
+// A step of the caller's loop finished: the agent's after-step rule (LearnerAgent::AfterStep),
+// then the progress the heartbeats report. Returns the merges applied.
+int StepDone(atoll_learner& l, int64_t tokens, double loss) {
+  const int n = l.agent->AfterStep(l.step, tokens).applied;
   ++l.step;
   l.tokens += tokens;
   l.loss = loss;
-  int n = 0;
-  if (l.mode == atl::diloco::Mode::kDiloco && l.step % l.H == 0) {
-    n = l.agent->WaitForAllFragments(l.step, 600.0);  // the synchronous barrier
-  } else {
-    n = l.agent->ApplyReady(l.step);
-  }
   atl::learner::Progress p;
   p.step = l.step;
   p.tokens = l.tokens;
@@ -332,7 +322,7 @@ atoll_status atoll_learner_step(atoll_learner* l, int64_t tokens, double loss, i
                                             " still waits for its staged values (atoll_learner_send)"));
   }
   if (Status fatal = l->agent->fatal_error(); !fatal.ok()) return Report(fatal);
-  const int n = AfterStep(*l, tokens, loss);
+  const int n = StepDone(*l, tokens, loss);
   if (atl::capi::StateDue(*l)) atl::capi::WriteState(*l);
   if (applied != nullptr) *applied = n;
   return Report(Status::Ok());

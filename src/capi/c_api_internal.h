@@ -10,16 +10,13 @@
 #include "atoll/c_api.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/fragment_plan.h"
-#include "atoll/diloco/mode.h"
 #include "atoll/learner/learner_agent.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_client.h"
 
 struct atoll_learner {
   atl::diloco::FragmentPlan plan;
   std::unique_ptr<atl::transport::GrpcSyncerClient> client;
   std::unique_ptr<atl::learner::LearnerAgent> agent;
-  atl::diloco::Mode mode = atl::diloco::Mode::kDecoupled;
-  int H = 1;
   int64_t step = 0, tokens = 0;
   double loss = 0;
   std::string run_id;

@@ -8,27 +8,6 @@
 
 namespace atl::chaos {
 
-const char* FaultKindName(FaultKind k) {
-  switch (k) {
-    case FaultKind::kKill: return "kill";
-    case FaultKind::kPause: return "pause";
-    case FaultKind::kSlow: return "slow";
-    case FaultKind::kPartition: return "partition";
-    case FaultKind::kBandwidth: return "bandwidth";
-    case FaultKind::kKillSyncer: return "kill_syncer";
-  }
-  return "?";
-}
-
-StatusOr<FaultKind> ParseFaultKind(const std::string& n) {
-  for (FaultKind k : {FaultKind::kKill, FaultKind::kPause, FaultKind::kSlow, FaultKind::kPartition,
-                      FaultKind::kBandwidth, FaultKind::kKillSyncer}) {
-    if (n == FaultKindName(k)) return k;
-  }
-  return InvalidArgumentError("unknown fault kind '" + n +
-                              "' (kill, pause, slow, partition, bandwidth, kill_syncer)");
-}
-
 nlohmann::json FaultEvent::ToJson() const {
   nlohmann::json j = {{"kind", FaultKindName(kind)}, {"duration_s", duration_s}};
   if (at_step >= 0) {
@@ -44,14 +23,10 @@ nlohmann::json FaultEvent::ToJson() const {
 
 Status ValidateChaos(const ChaosConfig& c, int learners) {
   auto bad = [](const std::string& m) { return InvalidArgumentError("chaos: " + m); };
-  if (c.mode != "none" && c.mode != "random" && c.mode != "events")
-    return bad("mode must be none, random or events (got '" + c.mode + "')");
   const RandomChaos& r = c.random;
-  if (c.mode == "random") {
+  if (c.mode == ChaosMode::kRandom) {
     if (!(r.learner_mtbf_s > 0)) return bad("learner_mtbf must be > 0 seconds");
     if (!(r.repair_s >= 0)) return bad("repair must be ≥ 0 seconds");
-    if (r.repair_dist != "exponential" && r.repair_dist != "fixed" && r.repair_dist != "lognormal")
-      return bad("repair_dist must be exponential, fixed or lognormal");
     if (r.straggler_every_s < 0 || r.partition_every_s < 0 || r.syncer_mtbf_s < 0)
       return bad("rates must be ≥ 0 (0 = off)");
     if (!(r.straggler_factor > 0 && r.straggler_factor <= 1)) return bad("straggler_factor must be in (0, 1]");
@@ -77,14 +52,17 @@ Status ValidateChaos(const ChaosConfig& c, int learners) {
 StatusOr<std::vector<FaultEvent>> BuildSchedule(const ChaosConfig& c, int learners, double duration_s) {
   ATOLL_RETURN_IF_ERROR(ValidateChaos(c, learners));
   std::vector<FaultEvent> out;
-  if (c.mode == "events") {
+  if (c.mode == ChaosMode::kEvents) {
     out = c.events;
-  } else if (c.mode == "random") {
+  } else if (c.mode == ChaosMode::kRandom) {
     const RandomChaos& r = c.random;
     Rng root(c.seed);
     auto repair = [&](Rng& rng) {
-      if (r.repair_dist == "fixed") return r.repair_s;
-      if (r.repair_dist == "lognormal") return r.repair_s > 0 ? rng.LogNormal(r.repair_s, 0.5) : 0.0;
+      switch (r.repair_dist) {
+        case RepairDist::kFixed: return r.repair_s;
+        case RepairDist::kLogNormal: return r.repair_s > 0 ? rng.LogNormal(r.repair_s, 0.5) : 0.0;
+        case RepairDist::kExponential: break;
+      }
       return r.repair_s > 0 ? rng.Exponential(r.repair_s) : 0.0;
     };
     for (int i = 0; i < learners; ++i) {
@@ -131,16 +109,63 @@ nlohmann::json ToJson(const ChaosConfig& c) {
   nlohmann::json events = nlohmann::json::array();
   for (const auto& e : c.events) events.push_back(e.ToJson());
   const RandomChaos& r = c.random;
-  return {{"mode", c.mode}, {"seed", c.seed}, {"learner_mtbf", r.learner_mtbf_s}, {"repair", r.repair_s},
-          {"repair_dist", r.repair_dist}, {"straggler_every", r.straggler_every_s},
+  return {{"mode", ChaosModeName(c.mode)}, {"seed", c.seed}, {"learner_mtbf", r.learner_mtbf_s}, {"repair", r.repair_s},
+          {"repair_dist", RepairDistName(r.repair_dist)}, {"straggler_every", r.straggler_every_s},
           {"straggler_factor", r.straggler_factor}, {"straggler_duration", r.straggler_s},
           {"partition_every", r.partition_every_s}, {"partition_duration", r.partition_s},
           {"syncer_mtbf", r.syncer_mtbf_s}, {"syncer_restart", r.syncer_restart_s},
           {"start_after", r.start_after_s}, {"events", events}};
 }
 
-StatusOr<ChaosConfig> ChaosFromJson(const nlohmann::json& j) {
+namespace {
+
+// The random schedule's keys of the [chaos] table; throws on a wrong type.
+Status RandomFromJson(const nlohmann::json& j, RandomChaos& r) {
+  r.learner_mtbf_s = j.value("learner_mtbf", r.learner_mtbf_s);
+  r.repair_s = j.value("repair", r.repair_s);
+  ATOLL_ASSIGN_OR_RETURN(r.repair_dist, ParseRepairDist(j.value("repair_dist", std::string(RepairDistName(r.repair_dist)))));
+  r.straggler_every_s = j.value("straggler_every", r.straggler_every_s);
+  r.straggler_factor = j.value("straggler_factor", r.straggler_factor);
+  r.straggler_s = j.value("straggler_duration", r.straggler_s);
+  r.partition_every_s = j.value("partition_every", r.partition_every_s);
+  r.partition_s = j.value("partition_duration", r.partition_s);
+  r.syncer_mtbf_s = j.value("syncer_mtbf", r.syncer_mtbf_s);
+  r.syncer_restart_s = j.value("syncer_restart", r.syncer_restart_s);
+  r.start_after_s = j.value("start_after", r.start_after_s);
+  return Status::Ok();
+}
+
+// One entry of the events list; throws on a wrong type.
+StatusOr<FaultEvent> EventFromJson(const nlohmann::json& e) {
+  static const std::set<std::string> ek = {"kind", "at_s", "at_step", "learner", "duration_s", "value"};
+  for (const auto& [k, v] : e.items()) {
+    if (!ek.count(k)) return InvalidArgumentError("unknown event key '" + k + "'");
+  }
+  FaultEvent ev;
+  ATOLL_ASSIGN_OR_RETURN(ev.kind, ParseFaultKind(e.value("kind", std::string("?"))));
+  ev.at_s = e.value("at_s", 0.0);
+  ev.at_step = e.value("at_step", -1);
+  ev.target = e.value("learner", ev.kind == FaultKind::kKillSyncer ? -1 : 0);
+  ev.duration_s = e.value("duration_s", 0.0);
+  ev.value = e.value("value", 0.0);
+  return ev;
+}
+
+StatusOr<ChaosConfig> ChaosFromJsonOrThrow(const nlohmann::json& j) {
   ChaosConfig c;
+  ATOLL_ASSIGN_OR_RETURN(c.mode, ParseChaosMode(j.value("mode", std::string(ChaosModeName(c.mode)))));
+  c.seed = j.value("seed", c.seed);
+  ATOLL_RETURN_IF_ERROR(RandomFromJson(j, c.random));
+  for (const auto& e : j.value("events", nlohmann::json::array())) {
+    ATOLL_ASSIGN_OR_RETURN(FaultEvent ev, EventFromJson(e));
+    c.events.push_back(ev);
+  }
+  return c;
+}
+
+}  // namespace
+
+StatusOr<ChaosConfig> ChaosFromJson(const nlohmann::json& j) {
   if (!j.is_object()) return InvalidArgumentError("chaos: must be a table");
   static const std::set<std::string> known = {
       "mode", "seed", "learner_mtbf", "repair", "repair_dist", "straggler_every", "straggler_factor",
@@ -150,38 +175,12 @@ StatusOr<ChaosConfig> ChaosFromJson(const nlohmann::json& j) {
     if (!known.count(k)) return InvalidArgumentError("chaos: unknown key '" + k + "'");
   }
   try {
-    c.mode = j.value("mode", c.mode);
-    c.seed = j.value("seed", c.seed);
-    RandomChaos& r = c.random;
-    r.learner_mtbf_s = j.value("learner_mtbf", r.learner_mtbf_s);
-    r.repair_s = j.value("repair", r.repair_s);
-    r.repair_dist = j.value("repair_dist", r.repair_dist);
-    r.straggler_every_s = j.value("straggler_every", r.straggler_every_s);
-    r.straggler_factor = j.value("straggler_factor", r.straggler_factor);
-    r.straggler_s = j.value("straggler_duration", r.straggler_s);
-    r.partition_every_s = j.value("partition_every", r.partition_every_s);
-    r.partition_s = j.value("partition_duration", r.partition_s);
-    r.syncer_mtbf_s = j.value("syncer_mtbf", r.syncer_mtbf_s);
-    r.syncer_restart_s = j.value("syncer_restart", r.syncer_restart_s);
-    r.start_after_s = j.value("start_after", r.start_after_s);
-    for (const auto& e : j.value("events", nlohmann::json::array())) {
-      static const std::set<std::string> ek = {"kind", "at_s", "at_step", "learner", "duration_s", "value"};
-      for (const auto& [k, v] : e.items()) {
-        if (!ek.count(k)) return InvalidArgumentError("chaos: unknown event key '" + k + "'");
-      }
-      FaultEvent ev;
-      ATOLL_ASSIGN_OR_RETURN(ev.kind, ParseFaultKind(e.value("kind", std::string("?"))));
-      ev.at_s = e.value("at_s", 0.0);
-      ev.at_step = e.value("at_step", -1);
-      ev.target = e.value("learner", ev.kind == FaultKind::kKillSyncer ? -1 : 0);
-      ev.duration_s = e.value("duration_s", 0.0);
-      ev.value = e.value("value", 0.0);
-      c.events.push_back(ev);
-    }
+    auto c = ChaosFromJsonOrThrow(j);
+    if (!c.ok()) return c.status().WithContext("chaos");
+    return c;
   } catch (const std::exception& e) {
     return InvalidArgumentError(std::string("chaos: wrong type: ") + e.what());
   }
-  return c;
 }
 
 }  // namespace atl::chaos

@@ -10,7 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
+
 namespace atl::cli {
+
+// An option whose value is one of an enum's spellings (the EnumNames beside the enum, found by
+// ADL): parsed here, at the edge, so the command sees only the enum. The help ends with the
+// spellings and the default, both from the code: "<help>: a | b | c (default a)".
+template <typename E>
+CLI::Option* AddEnumOption(CLI::App* app, const std::string& names, E& value, const std::string& help) {
+  const auto& spellings = NamesOf(value);
+  return app->add_option_function<std::string>(
+      names,
+      [&value, names](const std::string& s) {
+        auto parsed = NamesOf(value).Parse(s);
+        if (!parsed.ok()) throw CLI::ValidationError(names, parsed.status().message());
+        value = *parsed;
+      },
+      help + ": " + spellings.Alternatives(" | ", " | ") + " (default " + spellings.Name(value) + ")");
+}
 
 // The action a sub-command installs in its callback; its return value is the exit code.
 using Action = std::function<int()>;
@@ -27,6 +45,13 @@ struct CommandEntry {
 };
 
 std::vector<CommandEntry>& CommandRegistry();
+
+// A sub-command's former name, kept working as a CLI11 alias: main() prints a note naming the new
+// one when a command line uses the old.
+struct RenamedCommand {
+  std::string old_name, new_name;
+};
+std::vector<RenamedCommand>& RenamedCommands();
 
 struct CommandRegistration {
   CommandRegistration(int order, Registrar r) { CommandRegistry().push_back({order, r}); }

@@ -64,17 +64,12 @@ nlohmann::ordered_json PlanJson(const dl::FragmentPlan& plan, const dl::PlanOpti
 }
 
 int RunPlan(const PlanFlags& flags) {
-  bool ok = false;
   dl::PlanOptions o;
   o.num_fragments = flags.fragments;
-  o.strategy = dl::ParsePlanStrategy(flags.strategy, &ok);
   o.split_large = !flags.no_split;
-  if (!ok) {
-    std::string msg = "--strategy must be 'balanced' or 'strided', got '";
-    msg += flags.strategy;
-    msg += '\'';
-    return Fail("plan", InvalidArgumentError(std::move(msg)));
-  }
+  auto strategy = dl::ParsePlanStrategy(flags.strategy);
+  if (!strategy.ok()) return Fail("plan", strategy.status().WithContext("--strategy"));
+  o.strategy = *strategy;
   auto plan = dl::MakeFragmentPlan(dl::ExampleGptTensors(), o);
   if (!plan.ok()) return Fail("plan", plan.status());
   if (flags.json) {

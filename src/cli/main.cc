@@ -12,6 +12,10 @@ std::vector<CommandEntry>& CommandRegistry() {
   static std::vector<CommandEntry> registry;
   return registry;
 }
+std::vector<RenamedCommand>& RenamedCommands() {
+  static std::vector<RenamedCommand> renamed;
+  return renamed;
+}
 }  // namespace atl::cli
 
 int main(int argc, char** argv) {
@@ -31,6 +35,12 @@ int main(int argc, char** argv) {
                    [](const auto& a, const auto& b) { return a.order < b.order; });
   for (const auto& e : entries) e.registrar(app, ctx);
 
+  for (const auto& r : atl::cli::RenamedCommands()) {
+    if (argc > 1 && r.old_name == argv[1]) {
+      std::fprintf(stderr, "atoll: note: `atoll %s` is now `atoll %s` (the old name is deprecated)\n", r.old_name.c_str(),
+                   r.new_name.c_str());
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -39,8 +39,7 @@ void RegisterData(CLI::App& app, CommandContext& ctx) {
   prep->add_option("--out", opts->out_dir, "Data folder")->capture_default_str();
   prep->add_option("--vocab", opts->vocab_size, "BPE vocabulary size (≤ 65536)")
       ->capture_default_str();
-  prep->add_option("--tokenizer", opts->tokenizer, "bpe (SentencePiece) or byte")
-      ->capture_default_str();
+  AddEnumOption(prep, "--tokenizer", opts->tokenizer, "SentencePiece BPE or bytes (external: from --shards)");
   prep->add_option("--input", opts->inputs, "Your own text files or folders (repeatable)");
   prep->add_option("--shards", opts->shards, "Existing tokenised .bin shards (repeatable)");
   prep->add_option("--val-fraction", opts->val_fraction, "Share held out for validation")
@@ -52,7 +51,7 @@ void RegisterData(CLI::App& app, CommandContext& ctx) {
       auto m = model::PrepareData(*opts);
       if (!m.ok()) return Fail("data prepare", m.status());
       std::printf("data ready in %s: tokenizer %s, vocab %d, %s train + %s val tokens\n",
-                  m->dir.c_str(), m->tokenizer.c_str(), m->vocab_size,
+                  m->dir.c_str(), model::TokenizerKindName(m->tokenizer), m->vocab_size,
                   Grouped(m->train_tokens).c_str(), Grouped(m->val_tokens).c_str());
       return 0;
     };
@@ -64,7 +63,7 @@ struct TrainFlags {
   std::string preset = "tiny";
   int seq = 256;
   int d_model = 0, layers = 0, heads = 0, d_ff = 0;
-  std::string mlp;
+  model::Mlp mlp = model::Mlp::kSwiglu;  // used when --mlp is given
   int64_t warmup = -1;
 };
 
@@ -103,7 +102,7 @@ StatusOr<model::ModelConfig> TrainModelConfig(const CLI::App& cmd, const TrainFl
   if (f.layers > 0) config.n_layers = f.layers;
   if (f.heads > 0) config.n_heads = f.heads;
   if (f.d_ff > 0) config.d_ff = f.d_ff;
-  if (!f.mlp.empty()) config.mlp = f.mlp;
+  if (Given(cmd, "--mlp")) config.mlp = f.mlp;
   return config;
 }
 
@@ -169,10 +168,9 @@ void RegisterTrain(CLI::App& app, CommandContext& ctx) {
       ->capture_default_str();
   cmd->add_option("--threads", t.threads, "Torch threads (1 per learner is fastest here)")
       ->capture_default_str();
-  cmd->add_option("--precision", t.precision,
-                  "Training arithmetic: auto (bf16 where the CPU has AMX or AVX-512-BF16, else fp32) | fp32 | bf16 "
-                  "(matrix products in bf16, fp32 weights, gradients and optimizer; evaluation in fp32)")
-      ->capture_default_str();
+  AddEnumOption(cmd, "--precision", t.precision,
+                "Training arithmetic (auto: bf16 where the CPU has AMX or AVX-512-BF16, else fp32; bf16: matrix "
+                "products in bf16, fp32 weights, gradients and optimizer; evaluation in fp32)");
   cmd->add_option("--eval-every", r.eval_every, "Evaluate every N steps (0: start and end)")
       ->capture_default_str();
   cmd->add_option("--eval-batches", r.eval_batches, "Validation batches per evaluation")
@@ -194,7 +192,7 @@ void RegisterTrain(CLI::App& app, CommandContext& ctx) {
   cmd->add_option("--layers", f->layers, "Override the preset's layer count");
   cmd->add_option("--heads", f->heads, "Override the preset's head count");
   cmd->add_option("--d-ff", f->d_ff, "Override the preset's MLP width");
-  cmd->add_option("--mlp", f->mlp, "swiglu or gelu");
+  AddEnumOption(cmd, "--mlp", f->mlp, "Override the preset's MLP");
   cmd->callback([&ctx, f, cmd] { ctx.action = [f, cmd] { return RunTrain(*cmd, *f); }; });
 }
 

@@ -2,13 +2,16 @@
 // `atoll export` (durable syncer state → safetensors).
 #include <optional>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "atoll/core/format.h"
 #include "atoll/core/platform.h"
 #include "atoll/model/trainer.h"
 #include "atoll/runtime/export.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/learner_process.h"
+#include "atoll/runtime/local_cluster.h"
+#include "atoll/runtime/syncer_process.h"
 #include "atoll/runtime/simulate.h"
 #include "atoll/core/file.h"
 #include "atoll/core/text.h"
@@ -25,9 +28,22 @@ struct Overrides {
   nlohmann::json values = nlohmann::json::object();
 };
 
+// A flag that overrides one run-config key. Its help ends with what the code says of the key
+// (runtime::HelpOf, from RunConfig{}): its spellings where it has a fixed set of values, and its
+// default where it has one.
 template <typename T>
 void Flag(CLI::App* c, Overrides& o, const std::string& names, const char* key, const std::string& help) {
-  c->add_option_function<T>(names, [&o, key](const T& v) { o.values[key] = v; }, help);
+  const runtime::KeyHelp k = runtime::HelpOf(key);
+  std::string text = help;
+  if (!k.spellings.empty()) text += ": " + k.spellings;
+  if (!k.default_text.empty()) text += " (default " + k.default_text + ")";
+  c->add_option_function<T>(names, [&o, key](const T& v) { o.values[key] = v; }, text);
+}
+
+// "decoupled 1, diloco and ddp 0.7": a field of the outer optimizer by mode (DefaultOuterOptimizer).
+std::string OuterDefaults(double diloco::OuterOptimizerOptions::*field) {
+  auto text = [&](diloco::Mode m) { return fmt::format("{:g}", runtime::DefaultOuterOptimizer(m).*field); };
+  return "decoupled " + text(diloco::Mode::kDecoupled) + ", diloco and ddp " + text(diloco::Mode::kDiloco);
 }
 
 // The run: its config, mode, size, folders, credentials and model.
@@ -35,98 +51,108 @@ void AddRunShapeFlags(CLI::App* c, Overrides& o) {
   c->add_option("-c,--config", o.config_file,
                 "Run file (TOML, see configs/run.toml) or a run folder's config.json; flags override it")
       ->check(CLI::ExistingFile);
-  Flag<std::string>(c, o, "--mode", "mode", "decoupled (default) | diloco (synchronous DiLoCo) | ddp");
-  Flag<int>(c, o, "-M,--learners", "learners", "Number of learners M (default 4)");
+  Flag<std::string>(c, o, "--mode", "mode",
+                    "How learners exchange work (decoupled: Decoupled DiLoCo; diloco: synchronous DiLoCo; ddp: "
+                    "data-parallel through the syncer)");
+  Flag<int>(c, o, "-M,--learners", "learners", "Number of learners M");
   Flag<int>(c, o, "--syncer-shards", "syncer_shards",
             "atoll run: start the syncer as S shard processes, shard i owning the fragments p with p mod S = i "
-            "(default 1; 1 <= S <= P; `atoll syncer` takes --shard i/S instead)");
-  Flag<int64_t>(c, o, "--steps", "steps", "Inner steps per learner (default 120)");
-  Flag<uint64_t>(c, o, "--seed", "seed", "Seed of weights and data order (default 0)");
+            "(1 <= S <= P; `atoll syncer` takes --shard i/S instead)");
+  Flag<int64_t>(c, o, "--steps", "steps", "Inner steps per learner");
+  Flag<uint64_t>(c, o, "--seed", "seed", "Seed of weights and data order");
   Flag<std::string>(c, o, "--out", "out", "Run folder (default runs/<timestamp>-<mode>)");
-  Flag<std::string>(c, o, "--data", "data", "Prepared data folder (default data; prepared when missing)");
+  Flag<std::string>(c, o, "--data", "data", "Prepared data folder, prepared when missing");
   Flag<std::string>(c, o, "--token", "token", "Shared auth token for every call (atoll run default: per-learner credentials from a run secret instead; a hand-started syncer checks none unless --token or --secret-file)");
   Flag<std::string>(c, o, "--run-id", "run_id", "Run id learners must present (default: run folder name)");
-  Flag<std::string>(c, o, "--preset", "preset", "Model preset: tiny | small | base (default tiny)");
+  Flag<std::string>(c, o, "--preset", "preset", "Model preset: tiny | small | base");
   Flag<std::string>(c, o, "--spec", "spec",
                     "Model spec: a safetensors file of the initial weights, any architecture (default: the preset from the "
                     "seed; `atoll init` writes one for a preset)");
   Flag<std::vector<std::string>>(c, o, "--embeddings", "embeddings",
-                                 "Glob patterns of embedding tensors in a spec that does not list them (default *embed* "
-                                 "*wte* *tok_emb*)");
+                                 "Glob patterns of embedding tensors in a spec that does not list them");
 }
 
 // Inner training: batch, sequence, learning rate, threads, precision.
 void AddTrainingFlags(CLI::App* c, Overrides& o) {
-  Flag<int>(c, o, "--batch", "batch", "Sequences per inner step (default 16)");
-  Flag<int>(c, o, "--seq", "seq", "Sequence length (default 256)");
-  Flag<double>(c, o, "--lr", "lr", "Inner AdamW peak learning rate (default 3e-3)");
-  Flag<int64_t>(c, o, "--warmup", "warmup", "Inner warm-up steps (default 20; at most half of --steps, so that the run decays)");
-  Flag<int>(c, o, "--threads", "threads", "Torch threads per learner (default 1)");
+  Flag<int>(c, o, "--batch", "batch", "Sequences per inner step");
+  Flag<int>(c, o, "--seq", "seq", "Sequence length");
+  Flag<double>(c, o, "--lr", "lr", "Inner AdamW peak learning rate");
+  Flag<int64_t>(c, o, "--warmup", "warmup", "Inner warm-up steps (at most half of --steps, so that the run decays)");
+  Flag<int>(c, o, "--threads", "threads", "Torch threads per learner");
   Flag<std::string>(c, o, "--precision", "precision",
-                    "Training arithmetic: auto (default: bf16 where the CPU has AMX or AVX-512-BF16, else fp32) | fp32 | "
-                    "bf16 (matrix products in bf16, fp32 weights, gradients and optimizer; evaluation in fp32)");
+                    "Training arithmetic (auto: bf16 where the CPU has AMX or AVX-512-BF16, else fp32; bf16: matrix "
+                    "products in bf16, fp32 weights, gradients and optimizer; evaluation in fp32)");
 }
 
 // The method: fragments, schedule, rounds, merge and outer step.
 void AddMethodFlags(CLI::App* c, Overrides& o) {
-  Flag<int>(c, o, "-P,--fragments", "fragments", "Fragments P (default 24)");
-  Flag<int>(c, o, "-H,--inner-steps", "H", "Inner steps between two syncs of a fragment, H ≥ P (default 24)");
-  Flag<int>(c, o, "--tau", "tau", "Overlap: a merged fragment is applied tau steps after it was sent (default 2)");
-  Flag<int>(c, o, "-K,--quorum", "quorum", "Minimum quorum K of learners per round (default 1)");
-  Flag<bool>(c, o, "--grace", "grace", "Adaptive grace window on/off (default true)");
-  Flag<double>(c, o, "--gamma", "gamma", "Grace factor gamma in [0,1] (default 0.5)");
-  Flag<double>(c, o, "--grace-cap", "grace_cap", "Upper bound of the grace window, seconds (default 5)");
-  Flag<std::string>(c, o, "--merge", "merge", "rda (default: RDA, the embedding by the mean) | rda-all (RDA for the tied embedding too) | mean");
-  Flag<double>(c, o, "--outer-lr", "outer_lr", "Outer Nesterov learning rate (default: decoupled 1.0, diloco 0.7)");
-  Flag<double>(c, o, "--outer-momentum", "outer_momentum", "Outer Nesterov momentum (default: decoupled 0, diloco 0.9)");
+  Flag<int>(c, o, "-P,--fragments", "fragments", "Fragments P");
+  Flag<int>(c, o, "-H,--inner-steps", "H", "Inner steps between two syncs of a fragment, H ≥ P");
+  Flag<int>(c, o, "--tau", "tau", "Overlap: a merged fragment is applied tau steps after it was sent");
+  Flag<int>(c, o, "-K,--quorum", "quorum", "Minimum quorum K of learners per round");
+  Flag<bool>(c, o, "--grace", "grace", "Adaptive grace window on/off");
+  Flag<double>(c, o, "--gamma", "gamma", "Grace factor gamma in [0,1]");
+  Flag<double>(c, o, "--grace-cap", "grace_cap", "Upper bound of the grace window, seconds");
+  Flag<std::string>(c, o, "--merge", "merge",
+                    "Merge of the outer gradients (rda: RDA, the embedding by the mean; rda-all: RDA for the tied "
+                    "embedding too; mean: the weighted mean)");
+  Flag<double>(c, o, "--outer-lr", "outer_lr",
+               "Outer Nesterov learning rate (default: " + OuterDefaults(&diloco::OuterOptimizerOptions::lr) + ")");
+  Flag<double>(c, o, "--outer-momentum", "outer_momentum",
+               "Outer Nesterov momentum (default: " + OuterDefaults(&diloco::OuterOptimizerOptions::momentum) + ")");
   Flag<std::string>(c, o, "--outer-step", "outer_step",
-                    "sweep (default: each round moves by its token share, momentum once per full round of tokens) | round (a full step per round)");
+                    "Outer step (sweep: each round moves by its token share, momentum once per full round of tokens; "
+                    "round: a full step per round; running: as sweep, holding the estimated synchronous step between "
+                    "rounds)");
   Flag<std::string>(c, o, "--outer-gradient", "outer_gradient",
-                    "current (default: v = global now - local) | base (v = the learner's copy - local)");
-  Flag<double>(c, o, "--alpha", "alpha", "Mixing on receipt: theta = alpha*local + (1-alpha)*global (default 0)");
-  Flag<bool>(c, o, "--keep-progress", "keep_progress", "Keep the steps trained since a fragment was sent when its merge arrives (default true)");
+                    "What an outer gradient is taken against (current: v = global now - local; base: v = the "
+                    "learner's copy - local)");
+  Flag<double>(c, o, "--alpha", "alpha", "Mixing on receipt: theta = alpha*local + (1-alpha)*global");
+  Flag<bool>(c, o, "--keep-progress", "keep_progress", "Keep the steps trained since a fragment was sent when its merge arrives");
   Flag<std::string>(c, o, "--weights", "weights",
-                    "Merge weights: tokens (default: c_tokens^2/c_steps, the paper's) | uniform (ablation)");
+                    "Merge weights (tokens: c_tokens^2/c_steps, the paper's; uniform: an ablation)");
 }
 
 // Links: the plan, encodings, per-learner speeds, the emulated WAN, liveness and evaluation.
 void AddLinkFlags(CLI::App* c, Overrides& o) {
-  Flag<std::string>(c, o, "--plan", "plan", "Fragment plan: balanced (default) | strided");
-  Flag<std::string>(c, o, "--uplink", "uplink", "Outer-gradient encoding: int4 (default) | int8 | bf16 | fp32 | int2 (3 levels: the paper's 2-bit ablation)");
-  Flag<std::string>(c, o, "--downlink", "downlink", "Global-fragment encoding: int4 (default) | int8 | bf16 | fp32 | int2");
-  Flag<int>(c, o, "--block", "block", "int4/int8/int2 block size (default 256)");
+  Flag<std::string>(c, o, "--plan", "plan", "Fragment plan");
+  Flag<std::string>(c, o, "--uplink", "uplink", "Outer-gradient encoding (int2: 3 levels, the paper's 2-bit ablation)");
+  Flag<std::string>(c, o, "--downlink", "downlink", "Global-fragment encoding");
+  Flag<int>(c, o, "--block", "block", "int4/int8/int2 block size");
   Flag<std::string>(c, o, "--compression", "compression",
-                    "Lossless stage after the encoding, both links: deflate (default: entropy-codes the quantised values, "
-                    "int4 payloads shrink to about 0.7) | none");
-  Flag<std::vector<double>>(c, o, "--speeds", "speeds", "Per-learner speed factors in (0,1], e.g. 1 1 0.5 0.5");
-  Flag<std::vector<int>>(c, o, "--batches", "batches", "Per-learner batch sizes (default: all --batch), e.g. 24 24 8 8");
+                    "Lossless stage after the encoding, both links (deflate entropy-codes the quantised values: int4 "
+                    "payloads shrink to about 0.7)");
+  Flag<std::vector<double>>(c, o, "--speeds", "speeds", "Per-learner speed factors in (0,1], e.g. 1 1 0.5 0.5 (default: all 1)");
+  Flag<std::vector<int>>(c, o, "--batches", "batches", "Per-learner batch sizes, e.g. 24 24 8 8 (default: all --batch)");
   Flag<double>(c, o, "--bandwidth-mbps", "bandwidth_mbps", "Emulated WAN bandwidth per learner link, Mbit/s (0 = unlimited)");
-  Flag<double>(c, o, "--latency-ms", "latency_ms", "Emulated added latency per call, ms (default 0)");
-  Flag<double>(c, o, "--loss", "loss", "Emulated probability that a call is dropped (default 0)");
-  Flag<double>(c, o, "--learner-timeout", "learner_timeout", "Seconds without heartbeat before a learner stops counting as live and must rejoin (default 10)");
-  Flag<int>(c, o, "--eval-batches", "eval_batches", "Validation batches for eval loss (default 16)");
-  Flag<int>(c, o, "--eval-every", "eval_every", "Rounds between evaluations of the global model during the run (default 48; 0 = off)");
+  Flag<double>(c, o, "--latency-ms", "latency_ms", "Emulated added latency per call, ms");
+  Flag<double>(c, o, "--loss", "loss", "Emulated probability that a call is dropped");
+  Flag<double>(c, o, "--learner-timeout", "learner_timeout", "Seconds without heartbeat before a learner stops counting as live and must rejoin");
+  Flag<int>(c, o, "--eval-batches", "eval_batches", "Validation batches for eval loss");
+  Flag<int>(c, o, "--eval-every", "eval_every", "Rounds between evaluations of the global model during the run (0 = off)");
 }
 
 // [limits]: the syncer's protection against hostile or broken clients (docs/security.md).
 void AddLimitFlags(CLI::App* c, Overrides& o) {
-  Flag<int>(c, o, "--max-learners", "max_learners", "Limit: rows in the syncer's learner table (default 4096)");
-  Flag<double>(c, o, "--max-inflight-push-mb", "max_inflight_push_mb", "Limit: MiB of push payload being received at once (default 2048)");
-  Flag<int>(c, o, "--max-streams", "max_streams", "Limit: concurrent streams per connection (default 64)");
-  Flag<int>(c, o, "--max-threads", "max_threads", "Limit: gRPC handler threads (default 256)");
-  Flag<double>(c, o, "--memory-quota-mb", "memory_quota_mb", "Limit: MiB of gRPC buffers (default 4096)");
-  Flag<double>(c, o, "--handshake-timeout", "handshake_timeout_s", "Limit: seconds a connection has to finish its handshake (default 10)");
-  Flag<double>(c, o, "--idle-timeout", "idle_timeout_s", "Limit: seconds without calls before a connection is closed (default 120)");
-  Flag<double>(c, o, "--quarantine-factor", "quarantine_factor", "Quarantine outer gradients above this x the other learners' typical size (default 20; 0 = off)");
-  Flag<int>(c, o, "--max-rejects", "max_consecutive_rejects", "Invalid pushes in a row before a learner is disconnected (default 8)");
-  Flag<double>(c, o, "--ban-seconds", "ban_seconds", "How long a disconnected learner is refused (default 300)");
-  Flag<int>(c, o, "--max-connections", "max_connections", "Limit: open gRPC connections, never more than ulimit -n - 256 (default 4096)");
-  Flag<int>(c, o, "--max-pushes-per-learner", "max_pushes_per_learner", "Limit: pushes of one learner in flight at once (default 4)");
-  Flag<int>(c, o, "--max-polls-per-learner", "max_polls_per_learner", "Limit: pulls (long polls) of one learner in flight at once (default 4)");
-  Flag<double>(c, o, "--max-heartbeats-per-s", "max_heartbeats_per_s", "Limit: heartbeats per second of one learner (default 20)");
-  Flag<double>(c, o, "--push-timeout", "push_timeout_s", "Limit: seconds a push stream may stay open (default 120)");
+  Flag<int>(c, o, "--max-learners", "max_learners", "Limit: rows in the syncer's learner table");
+  Flag<double>(c, o, "--max-inflight-push-mb", "max_inflight_push_mb", "Limit: MiB of push payload being received at once");
+  Flag<int>(c, o, "--max-streams", "max_streams", "Limit: concurrent streams per connection");
+  Flag<int>(c, o, "--max-threads", "max_threads", "Limit: gRPC handler threads");
+  Flag<double>(c, o, "--memory-quota-mb", "memory_quota_mb", "Limit: MiB of gRPC buffers");
+  Flag<double>(c, o, "--handshake-timeout", "handshake_timeout_s", "Limit: seconds a connection has to finish its handshake");
+  Flag<double>(c, o, "--idle-timeout", "idle_timeout_s", "Limit: seconds without calls before a connection is closed");
+  Flag<double>(c, o, "--quarantine-factor", "quarantine_factor", "Quarantine outer gradients above this x the other learners' typical size (0 = off)");
+  Flag<int>(c, o, "--max-rejects", "max_consecutive_rejects", "Invalid pushes in a row before a learner is disconnected");
+  Flag<double>(c, o, "--ban-seconds", "ban_seconds", "How long a disconnected learner is refused");
+  Flag<int>(c, o, "--max-connections", "max_connections", "Limit: open gRPC connections, never more than ulimit -n - 256");
+  Flag<int>(c, o, "--max-pushes-per-learner", "max_pushes_per_learner", "Limit: pushes of one learner in flight at once");
+  Flag<int>(c, o, "--max-polls-per-learner", "max_polls_per_learner", "Limit: pulls (long polls) of one learner in flight at once");
+  Flag<double>(c, o, "--max-heartbeats-per-s", "max_heartbeats_per_s", "Limit: heartbeats per second of one learner");
+  Flag<double>(c, o, "--push-timeout", "push_timeout_s", "Limit: seconds a push stream may stay open, beyond its payload's time at --min-link-mbps");
+  Flag<double>(c, o, "--min-link-mbps", "min_link_mbps",
+               "The slowest learner link in Mbit/s: pushes and pulls get their payload's time at this rate on top of their deadline (0: none)");
   Flag<double>(c, o, "--commit-reserve-mb", "commit_reserve_mb",
-               "MiB of free space a commit must leave in the state folder beyond its files; below it rounds are held (default 64)");
+               "MiB of free space a commit must leave in the state folder beyond its files; below it rounds are held");
   Flag<std::string>(c, o, "--allowed-learners", "allowed_learners",
                     "Per-learner credentials: the learner ids whose tokens are accepted, e.g. 0-3,7 (default: any; leave an id out to revoke it)");
 }
@@ -267,7 +293,6 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
   c->add_option("--unit-store", p->unit_store, "(set by the unit's supervisor) the ranks' rendezvous file")->group("");
   OnRun(c, ctx, o, p, "learner", runtime::RunLearnerProcess);
 }
-
 
 // `atoll simulate`: the cluster of `atoll run` in one process on simulated time (deterministic).
 void RegisterSimulate(CLI::App& app, CommandContext& ctx) {

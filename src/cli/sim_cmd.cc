@@ -1,5 +1,7 @@
-// `atoll sim goodput` and `atoll sim bandwidth`: flags in, library calls out (see
-// include/atoll/sim/ and docs/sim.md for the model behind every number).
+// `atoll fleet goodput` and `atoll fleet bandwidth`, the fleet model (formerly `atoll sim`, still
+// accepted): flags in, library calls out (see include/atoll/sim/ and docs/sim.md for the model
+// behind every number). Not to be confused with `atoll simulate`, which runs the cluster itself on
+// simulated time (runtime_cmd.cc).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -16,7 +18,6 @@ namespace {
 
 struct GoodputFlags {
   sim::GoodputParams p;
-  std::string repair_dist = "fixed";
   bool json = false;
   std::string plot;
 };
@@ -52,14 +53,11 @@ const CLI::Validator kPositive = AtLeast(0, true);
 const CLI::Validator kNonNegative = AtLeast(0, false);
 
 int Fail(const Status& s) {
-  std::fprintf(stderr, "atoll sim: error: %s\n", s.ToString().c_str());
+  std::fprintf(stderr, "atoll fleet: error: %s\n", s.ToString().c_str());
   return 2;
 }
 
 int RunGoodputCommand(GoodputFlags& f) {
-  auto dist = sim::ParseRepairDist(f.repair_dist);
-  if (!dist.ok()) return Fail(dist.status());
-  f.p.repair_dist = *dist;
   RealClock& clock = RealClock::Default();
   const double t0 = clock.NowSeconds();
   auto res = sim::RunGoodput(f.p);
@@ -115,10 +113,7 @@ void AddFleetFlags(CLI::App* c, GoodputFlags& flags) {
       ->capture_default_str()->check(kPositive);
   c->add_option("--repair-hours", p.repair_hours, "mean time a failed slice is out, hours")
       ->capture_default_str()->check(kNonNegative);
-  c->add_option("--repair-dist", flags.repair_dist,
-                "repair time distribution with that mean: fixed, exp or lognormal")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"fixed", "exp", "exponential", "lognormal"}));
+  AddEnumOption(c, "--repair-dist", p.repair_dist, "repair time distribution with that mean");
   c->add_option("--repair-sigma", p.repair_sigma,
                 "lognormal repair only: sigma of the underlying normal")
       ->capture_default_str()->check(kNonNegative);
@@ -237,16 +232,19 @@ void AddBandwidth(CLI::App& sim, CommandContext& ctx) {
   c->callback([f, &ctx] { ctx.action = [f] { return RunBandwidthCommand(*f); }; });
 }
 
-void RegisterSim(CLI::App& app, CommandContext& ctx) {
-  CLI::App* sim = app.add_subcommand(
-      "sim", "Fleet simulator: goodput under failures and cross-site bandwidth (no GPU needed)");
-  sim->require_subcommand(1);
-  AddGoodput(*sim, ctx);
-  AddBandwidth(*sim, ctx);
+void RegisterFleet(CLI::App& app, CommandContext& ctx) {
+  CLI::App* fleet = app.add_subcommand(
+      "fleet", "Fleet model: goodput under chip failures and cross-site bandwidth, for fleets of any size (no GPU "
+               "needed; `atoll simulate` runs the cluster itself)");
+  fleet->alias("sim");
+  RenamedCommands().push_back({"sim", "fleet"});
+  fleet->require_subcommand(1);
+  AddGoodput(*fleet, ctx);
+  AddBandwidth(*fleet, ctx);
 }
 
 }  // namespace
 
-ATOLL_COMMAND(50, RegisterSim);
+ATOLL_COMMAND(50, RegisterFleet);
 
 }  // namespace atl::cli

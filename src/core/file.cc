@@ -75,6 +75,14 @@ Status WriteFileAtomic(const std::string& path, std::string_view text) {
   return WriteFileAtomic(path, std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
+Status WriteFileOwnerOnly(const std::string& path, std::string_view text) {
+  ATOLL_RETURN_IF_ERROR(WriteFileAtomic(path, text));
+  if (::chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) {
+    return InternalError("chmod 0600 " + path + ": " + ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::string> ReadFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) {

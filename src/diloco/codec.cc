@@ -125,24 +125,6 @@ Status DecodeIntBlocks(IntCodec codec, size_t block, const std::byte* in, std::s
 
 }  // namespace
 
-const char* EncodingName(Encoding e) {
-  switch (e) {
-    case Encoding::kFp32: return "fp32";
-    case Encoding::kBf16: return "bf16";
-    case Encoding::kInt8: return "int8";
-    case Encoding::kInt4: return "int4";
-    case Encoding::kInt2: return "int2";
-  }
-  return "unknown";
-}
-
-StatusOr<Encoding> ParseEncoding(const std::string& s) {
-  for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
-    if (s == EncodingName(e)) return e;
-  }
-  return InvalidArgumentError("unknown encoding '" + s + "' (expected fp32, bf16, int8, int4 or int2)");
-}
-
 Status ValidateCodecOptions(const CodecOptions& options) {
   if (options.compression != Compression::kNone && options.compression != Compression::kDeflate) {
     return InvalidArgumentError("codec: unknown compression " + std::to_string(static_cast<int>(options.compression)));
@@ -327,21 +309,6 @@ class Deflater {
 };
 
 }  // namespace
-
-const char* CompressionName(Compression c) {
-  switch (c) {
-    case Compression::kNone: return "none";
-    case Compression::kDeflate: return "deflate";
-  }
-  return "unknown";
-}
-
-StatusOr<Compression> ParseCompression(const std::string& s) {
-  for (Compression c : {Compression::kNone, Compression::kDeflate}) {
-    if (s == CompressionName(c)) return c;
-  }
-  return InvalidArgumentError("unknown compression '" + s.substr(0, 32) + "' (expected none or deflate)");
-}
 
 size_t MaxPayloadSize(const CodecOptions& options, size_t n) {
   const size_t raw = EncodedSize(options, n);

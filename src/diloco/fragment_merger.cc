@@ -1,13 +1,16 @@
 #include "atoll/diloco/fragment_merger.h"
 
-#include "atoll/core/simd.h"
-
 #include <algorithm>
 #include <cmath>
 #include <string>
 
 namespace atl::diloco {
 namespace {
+
+// A contribution's values are asked for in pieces of this many (a whole number of lanes, so that
+// LaneSquares adds them up as SumSquares would the whole segment).
+constexpr size_t kPieceValues = 1024;
+static_assert(kPieceValues % LaneSquares::kLanes == 0 && kReduceChunk % kPieceValues == 0);
 
 // Per-thread tile buffers (pool threads keep theirs between rounds).
 std::vector<float>& FloatTile(int which) {
@@ -17,11 +20,6 @@ std::vector<float>& FloatTile(int which) {
 std::vector<double>& DoubleTile() {
   thread_local std::vector<double> tile;
   return tile;
-}
-
-// a += c·x in double.
-ATOLL_SIMD_CLONES void AddScaled(double* __restrict a, const float* __restrict x, double c, size_t n) {
-  for (size_t j = 0; j < n; ++j) a[j] += c * static_cast<double>(x[j]);
 }
 
 }  // namespace
@@ -62,7 +60,25 @@ bool FragmentMerger::AnyRda() const {
   return false;
 }
 
+namespace {
+
+// A Source function as a ContributionSource.
+class FunctionSource final : public ContributionSource {
+ public:
+  explicit FunctionSource(const FragmentMerger::Source& fn) : fn_(fn) {}
+  void Values(size_t m, size_t begin, size_t end, float* out) const override { fn_(m, begin, end, out); }
+
+ private:
+  const FragmentMerger::Source& fn_;
+};
+
+}  // namespace
+
 void FragmentMerger::Run(const Source& source, const Sink& sink, const Vet& vet) {
+  Run(FunctionSource(source), sink, vet);
+}
+
+void FragmentMerger::Run(const ContributionSource& source, const Sink& sink, const Vet& vet) {
   if (AnyRda() || vet) Norms(source);
   if (vet) {
     sum_ = 0;
@@ -72,26 +88,60 @@ void FragmentMerger::Run(const Source& source, const Sink& sink, const Vet& vet)
     }
   }
   Coefficients();
+  directions_kept_ = false;
   DirectionNorms(source);
   Merge(source, sink);
 }
 
-void FragmentMerger::Norms(const Source& source) {
+void FragmentMerger::GiveNorms(size_t m, std::span<const double> slice_norms, double norm) {
+  ATOLL_CHECK(m < weights_.size() && slice_norms.size() == fragment_.slices.size());
+  slice_norms_[m].assign(slice_norms.begin(), slice_norms.end());
+  norms_[m] = norm;
+  given_.resize(weights_.size(), false);
+  given_[m] = true;
+}
+
+StatusOr<FragmentMerger::ContributionNorms> FragmentMerger::NormsOf(const Fragment& fragment,
+                                                                    const ContributionSource& source, size_t m,
+                                                                    ThreadPool* pool) {
+  // A merger of contribution m alone (the others weigh 0 and are never read) runs pass 1.
+  std::vector<double> weights(m + 1, 0.0);
+  weights[m] = 1.0;
+  ATOLL_ASSIGN_OR_RETURN(FragmentMerger merger, Create(fragment, MergeRule::kRda, std::move(weights), pool));
+  merger.Norms(source);
+  return ContributionNorms{merger.slice_norms_[m], merger.norms_[m]};
+}
+
+void FragmentMerger::Norms(const ContributionSource& source) {
   const auto& segs = grid_.segments();
+  given_.resize(weights_.size(), false);
   std::vector<std::vector<double>> parts(weights_.size());
+  bool any = false;
   for (size_t m = 0; m < weights_.size(); ++m) {
-    if (weights_[m] > 0) parts[m].assign(segs.size(), 0.0);
+    if (weights_[m] > 0 && !given_[m]) {
+      parts[m].assign(segs.size(), 0.0);
+      any = true;
+    }
   }
-  // Segment by segment (≤ kReduceChunk values: each contribution's part stays in L1 between its
-  // decoding and its use), every contribution in turn.
+  if (!any) return;  // every norm was given
+  // Segment by segment, each in pieces of kPieceValues with every contribution in turn: a piece of
+  // each contribution stays in L1 between its decoding and its use, and so do the piece's values
+  // of whatever the source reads beside the contribution (the reference, the base).
   auto tile = [&](size_t t) {
     std::vector<float>& v = FloatTile(0);
-    v.resize(kReduceChunk);
+    v.resize(kPieceValues);
+    std::vector<LaneSquares> sums(weights_.size());
     for (size_t k = grid_.first_segment(t); k < grid_.first_segment(t + 1); ++k) {
+      std::fill(sums.begin(), sums.end(), LaneSquares{});
+      for (size_t pb = segs[k].begin; pb < segs[k].end; pb += kPieceValues) {
+        const size_t pe = std::min(segs[k].end, pb + kPieceValues);
+        for (size_t m = 0; m < weights_.size(); ++m) {
+          if (parts[m].empty()) continue;
+          source.AddSquares(m, pb, pe, v.data(), sums[m]);
+        }
+      }
       for (size_t m = 0; m < weights_.size(); ++m) {
-        if (weights_[m] == 0) continue;
-        source(m, segs[k].begin, segs[k].end, v.data());
-        parts[m][k] = SumSquares(v.data(), segs[k].end - segs[k].begin);
+        if (!parts[m].empty()) parts[m][k] = sums[m].Sum();
       }
     }
   };
@@ -101,7 +151,7 @@ void FragmentMerger::Norms(const Source& source) {
     for (size_t t = 0; t < grid_.num_tiles(); ++t) tile(t);
   }
   for (size_t m = 0; m < weights_.size(); ++m) {
-    if (weights_[m] == 0) continue;
+    if (parts[m].empty()) continue;
     const std::vector<double> per_slice = grid_.PerSlice(parts[m]);
     for (size_t s = 0; s < per_slice.size(); ++s) slice_norms_[m][s] = std::sqrt(per_slice[s]);
     norms_[m] = std::sqrt(SegmentGrid::Total(parts[m]));
@@ -110,7 +160,7 @@ void FragmentMerger::Norms(const Source& source) {
 
 void FragmentMerger::Coefficients() {
   const size_t slices = fragment_.slices.size();
-  coef_.assign(weights_.size(), std::vector<double>(slices, 0.0));
+  coef_.assign(slices, std::vector<double>(weights_.size(), 0.0));
   radius_.assign(slices, 0.0);
   scale_.assign(slices, 0.0);
   any_direction_.assign(slices, false);
@@ -120,52 +170,54 @@ void FragmentMerger::Coefficients() {
     for (size_t m = 0; m < weights_.size(); ++m) {
       if (weights_[m] == 0) continue;
       if (!Rda(s)) {
-        coef_[m][s] = weights_[m] / sum_;
+        coef_[s][m] = weights_[m] / sum_;
         continue;
       }
       // RDA (as RdaMerge): radius = Σ (w/Σw)·‖v‖; direction = Σ (w/Σw)·v/‖v‖.
       const double norm = slice_norms_[m][s];
       radius_[s] += weights_[m] / sum_ * norm;
       if (norm > 0) {
-        coef_[m][s] = weights_[m] / sum_ / norm;
+        coef_[s][m] = weights_[m] / sum_ / norm;
         any_direction_[s] = true;
       }
     }
   }
 }
 
-void FragmentMerger::Accumulate(const Source& source, size_t begin, size_t end, std::vector<float>& v,
-                                std::vector<double>& acc) const {
+void FragmentMerger::Accumulate(const ContributionSource& source, size_t begin, size_t end, std::vector<float>& v,
+                                double* acc) const {
   const auto& segs = grid_.segments();
   const size_t t = begin / grid_.tile_values();
   const size_t first = grid_.first_segment(t), last = grid_.first_segment(t + 1);
-  std::fill(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(end - begin), 0.0);
-  for (size_t k = first; k < last; ++k) {  // segment by segment, as Norms
-    double* a = acc.data() + (segs[k].begin - begin);
-    for (size_t m = 0; m < weights_.size(); ++m) {
-      const double c = coef_[m][segs[k].slice];
-      if (c == 0) continue;
-      source(m, segs[k].begin, segs[k].end, v.data());
-      AddScaled(a, v.data(), c, segs[k].end - segs[k].begin);
+  for (size_t k = first; k < last; ++k) {  // segment by segment and piece by piece, as Norms
+    for (size_t pb = segs[k].begin; pb < segs[k].end; pb += kPieceValues) {
+      const size_t pe = std::min(segs[k].end, pb + kPieceValues);
+      source.Accumulate(coef_[segs[k].slice], pb, pe, v.data(), acc + (pb - begin));
     }
   }
 }
 
-void FragmentMerger::DirectionNorms(const Source& source) {
+void FragmentMerger::DirectionNorms(const ContributionSource& source) {
   bool needed = false;
   for (size_t s = 0; s < fragment_.slices.size(); ++s) needed |= Rda(s) && any_direction_[s];
   if (!needed || sum_ == 0) return;
   const auto& segs = grid_.segments();
   std::vector<double> parts(segs.size(), 0.0);
+  if (kept_ != nullptr) kept_->resize(grid_.numel());
   auto tile = [&](size_t t) {
     const size_t b = grid_.tile_begin(t), e = grid_.tile_end(t);
     std::vector<float>& v = FloatTile(0);
-    std::vector<double>& acc = DoubleTile();
-    v.resize(kReduceChunk);
-    acc.resize(grid_.tile_values());
+    v.resize(kPieceValues);
+    // Into the caller's buffer when it keeps the sums for the merge, else a tile of this thread's.
+    double* acc = kept_ != nullptr ? kept_->data() + b : nullptr;
+    if (acc == nullptr) {
+      std::vector<double>& tile_acc = DoubleTile();
+      tile_acc.resize(grid_.tile_values());
+      acc = tile_acc.data();
+    }
     Accumulate(source, b, e, v, acc);
     for (size_t k = grid_.first_segment(t); k < grid_.first_segment(t + 1); ++k) {
-      if (Rda(segs[k].slice)) parts[k] = SumSquares(acc.data() + (segs[k].begin - b), segs[k].end - segs[k].begin);
+      if (Rda(segs[k].slice)) parts[k] = SumSquares(acc + (segs[k].begin - b), segs[k].end - segs[k].begin);
     }
   };
   if (pool_ != nullptr) {
@@ -173,6 +225,7 @@ void FragmentMerger::DirectionNorms(const Source& source) {
   } else {
     for (size_t t = 0; t < grid_.num_tiles(); ++t) tile(t);
   }
+  directions_kept_ = kept_ != nullptr;
   const std::vector<double> per_slice = grid_.PerSlice(parts);
   for (size_t s = 0; s < per_slice.size(); ++s) {
     if (!Rda(s) || !any_direction_[s]) continue;
@@ -185,22 +238,27 @@ void FragmentMerger::DirectionNorms(const Source& source) {
   }
 }
 
-void FragmentMerger::Merge(const Source& source, const Sink& sink) {
+void FragmentMerger::Merge(const ContributionSource& source, const Sink& sink) {
   const auto& segs = grid_.segments();
   std::vector<double> parts(segs.size(), 0.0);
   auto tile = [&](size_t t) {
     const size_t b = grid_.tile_begin(t), e = grid_.tile_end(t);
-    std::vector<float>& v = FloatTile(0);
     std::vector<float>& out = FloatTile(1);
-    std::vector<double>& acc = DoubleTile();
-    v.resize(kReduceChunk);
     out.resize(grid_.tile_values());
-    acc.resize(grid_.tile_values());
-    if (sum_ > 0) Accumulate(source, b, e, v, acc);
+    // The sums pass 2 kept, or formed here.
+    const double* acc = kept_ != nullptr && directions_kept_ ? kept_->data() + b : nullptr;
+    if (acc == nullptr) {
+      std::vector<float>& v = FloatTile(0);
+      std::vector<double>& tile_acc = DoubleTile();
+      v.resize(kPieceValues);
+      tile_acc.resize(grid_.tile_values());
+      if (sum_ > 0) Accumulate(source, b, e, v, tile_acc.data());
+      acc = tile_acc.data();
+    }
     for (size_t k = grid_.first_segment(t); k < grid_.first_segment(t + 1); ++k) {
       const size_t s = segs[k].slice, off = segs[k].begin - b, len = segs[k].end - segs[k].begin;
       float* o = out.data() + off;
-      const double* a = acc.data() + off;
+      const double* a = acc + off;
       if (zero_[s]) {
         std::fill(o, o + len, 0.0f);
       } else if (Rda(s)) {

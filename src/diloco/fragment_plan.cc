@@ -221,18 +221,6 @@ std::string DescribePlan(const FragmentPlan& plan) {
   return out;
 }
 
-PlanStrategy ParsePlanStrategy(const std::string& s, bool* ok) {
-  *ok = true;
-  if (s == "balanced") return PlanStrategy::kBalanced;
-  if (s == "strided") return PlanStrategy::kStrided;
-  *ok = false;
-  return PlanStrategy::kBalanced;
-}
-
-const char* PlanStrategyName(PlanStrategy s) {
-  return s == PlanStrategy::kStrided ? "strided" : "balanced";
-}
-
 Status Schedule::Validate() const {
   if (P < 1 || P > H) {
     return InvalidArgumentError("schedule: need 1 ≤ P ≤ H, got P=" + std::to_string(P) +

@@ -79,13 +79,6 @@ Status RdaMerge(std::span<const std::span<const float>> inputs, std::span<const 
   return MergeVector("RDA merge", MergeRule::kRda, inputs, weights, out);
 }
 
-StatusOr<MergeRule> ParseMergeRule(const std::string& name) {
-  if (name == "rda") return MergeRule::kRda;
-  if (name == "rda-all") return MergeRule::kRdaAll;
-  if (name == "mean") return MergeRule::kMean;
-  return InvalidArgumentError("merge must be rda, rda-all or mean (got '" + name + "')");
-}
-
 Status MergeFragment(const Fragment& fragment, MergeRule rule,
                      std::span<const std::span<const float>> inputs,
                      std::span<const double> weights, std::span<float> out) {

@@ -1,8 +1,10 @@
 #include "atoll/diloco/outer_optimizer.h"
 
+#include "atoll/core/simd.h"
 #include "atoll/diloco/reduce.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -41,6 +43,66 @@ double LaneSum(size_t begin, size_t end, Step step) {
 inline double Moved(float after, float before) {
   const double d = static_cast<double>(after) - static_cast<double>(before);
   return d * d;
+}
+
+// θ − lr·(ρ·m) in place, the stateless step of both kinds (ρ = 1: θ − lr·m exactly, as 1·m is m):
+// the default decoupled step, in one loop that vectorises. Returns Σ (Θ_after − Θ_before)² in
+// LaneSum's lanes.
+ATOLL_SIMD_CLONES double StatelessInPlace(float* theta, const float* __restrict m, double lr, double rho, size_t n) {
+  double acc[kLanes] = {};
+  size_t i = 0;
+  const auto step = [&](size_t j) {
+    const float before = theta[j];
+    const float t = static_cast<float>(static_cast<double>(before) - lr * (rho * static_cast<double>(m[j])));
+    theta[j] = t;
+    return Moved(t, before);
+  };
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) acc[k] += step(i + k);
+  }
+  double tail = 0;
+  for (; i < n; ++i) tail += step(i);
+  double sum = 0;
+  for (double x : acc) sum += x;
+  return sum + tail;
+}
+
+// StatelessInPlace that also saves Θ_before and measures the range (ApplyMeasured): one loop
+// instead of a copy, the step, two sums of squares and a finiteness scan.
+ATOLL_SIMD_CLONES OuterStepKernel::Measures StatelessMeasured(float* theta, const float* __restrict m,
+                                                              float* __restrict saved, double lr, double rho,
+                                                              size_t n) {
+  double b2[kLanes] = {}, a2[kLanes] = {}, s2[kLanes] = {};
+  uint32_t bad[kLanes] = {};
+  const auto step = [&](size_t j, double& bl, double& al, double& sl, uint32_t& badl) {
+    const float before = theta[j];
+    const float t = static_cast<float>(static_cast<double>(before) - lr * (rho * static_cast<double>(m[j])));
+    saved[j] = before;
+    theta[j] = t;
+    bl += static_cast<double>(before) * static_cast<double>(before);
+    al += static_cast<double>(t) * static_cast<double>(t);
+    sl += Moved(t, before);
+    badl |= static_cast<uint32_t>((std::bit_cast<uint32_t>(t) & 0x7f800000u) == 0x7f800000u);
+  };
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) step(i + k, b2[k], a2[k], s2[k], bad[k]);
+  }
+  double tb = 0, ta = 0, ts = 0;
+  uint32_t tbad = 0;
+  for (; i < n; ++i) step(i, tb, ta, ts, tbad);
+  OuterStepKernel::Measures out;
+  for (size_t k = 0; k < kLanes; ++k) {
+    out.before2 += b2[k];
+    out.after2 += a2[k];
+    out.step2 += s2[k];
+    tbad |= bad[k];
+  }
+  out.before2 += tb;
+  out.after2 += ta;
+  out.step2 += ts;
+  out.finite = tbad == 0;
+  return out;
 }
 
 }  // namespace
@@ -83,6 +145,7 @@ double OuterStepKernel::Apply(size_t begin, size_t end, const float* merged, con
 double OuterStepKernel::RoundStep(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const {
   const float* d = merged - begin;
   const double lr = lr_, mu = mu_;
+  if (stateless_ && s.theta_out == s.theta) return StatelessInPlace(s.theta_out + begin, merged, lr, 1.0, end - begin);
   if (stateless_) {  // θ − lr·Δ: what both updates below compute at μ = 0
     return LaneSum(begin, end, [&](size_t i) {
       const float before = s.theta[i];
@@ -105,6 +168,7 @@ double OuterStepKernel::RoundStep(size_t begin, size_t end, const float* merged,
 double OuterStepKernel::SweepStep(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const {
   const float* m = merged - begin;
   const double lr = lr_, mu = mu_, rho = rho_;
+  if (stateless_ && s.theta_out == s.theta) return StatelessInPlace(s.theta_out + begin, merged, lr, rho, end - begin);
   return LaneSum(begin, end, [&](size_t i) {
     const double g = rho * static_cast<double>(m[i]);
     const float before = s.theta[i];
@@ -154,6 +218,21 @@ double OuterStepKernel::RunningStep(size_t begin, size_t end, const float* merge
     s.theta_out[i] = t;
     return Moved(t, before);
   });
+}
+
+OuterStepKernel::Measures OuterStepKernel::ApplyMeasured(size_t begin, size_t end, const float* merged,
+                                                         const OuterStepSpans& s, float* saved) const {
+  const size_t n = end - begin;
+  if (stateless_ && s.theta_out == s.theta) {  // stateless_: never kRunning
+    return StatelessMeasured(s.theta_out + begin, merged, saved, lr_, kind_ == OuterStepKind::kRound ? 1.0 : rho_, n);
+  }
+  std::copy(s.theta + begin, s.theta + end, saved);
+  Measures out;
+  out.step2 = Apply(begin, end, merged, s);
+  out.before2 = SumSquares(saved, n);
+  out.after2 = SumSquares(s.theta_out + begin, n);
+  for (size_t i = begin; i < end; ++i) out.finite &= std::isfinite(s.theta_out[i]);
+  return out;
 }
 
 void OuterStepKernel::Finish(SweepState& state) const {

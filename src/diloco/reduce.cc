@@ -45,6 +45,27 @@ ATOLL_SIMD_CLONES double SumSquaredDifferences(const float* a, const float* b, s
   });
 }
 
+namespace {
+
+// x[i]² into lanes[i % 8] for the whole lanes of x, and the rest in order into *tail.
+ATOLL_SIMD_CLONES void AddSquares(const float* __restrict x, size_t n, double* __restrict lanes, double* tail) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(x[i + k]) * static_cast<double>(x[i + k]);
+  }
+  for (; i < n; ++i) *tail += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+}
+
+}  // namespace
+
+void LaneSquares::Add(const float* x, size_t n) { AddSquares(x, n, lanes_, &tail_); }
+
+double LaneSquares::Sum() const {
+  double s = 0;
+  for (double a : lanes_) s += a;
+  return s + tail_;
+}
+
 double ChunkedSumSquares(std::span<const float> x) {
   double s = 0;
   for (size_t base = 0; base < x.size(); base += kReduceChunk) {

@@ -1,6 +1,8 @@
 #include "atoll/exchange/fragment_exchange.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "atoll/core/checksum.h"
 
@@ -34,6 +36,21 @@ void ScatterFragment(const diloco::Fragment& fragment, std::span<const float> va
     }
     pos += dst.size();
   }
+}
+
+std::vector<std::vector<float>> GatherAll(const diloco::FragmentPlan& plan, std::span<const std::span<float>> tensors) {
+  std::vector<std::vector<float>> out;
+  out.reserve(plan.fragments.size());
+  for (const auto& f : plan.fragments) {
+    out.emplace_back(static_cast<size_t>(f.numel));
+    GatherFragment(f, tensors, out.back());
+  }
+  return out;
+}
+
+void ScatterAll(const diloco::FragmentPlan& plan, const std::function<std::span<const float>(int)>& values_of,
+                std::span<const std::span<float>> tensors) {
+  for (const auto& f : plan.fragments) ScatterFragment(f, values_of(f.index), tensors);
 }
 
 bool AllFinite(std::span<const float> values) {
@@ -83,8 +100,23 @@ Status DecodeLocal(const diloco::CodecOptions& codec, std::span<const std::byte>
   return Status::Ok();
 }
 
-uint64_t ValuesChecksum(std::span<const float> values) {
-  return Checksum64(values.data(), values.size() * sizeof(float));
+uint64_t PieceChecksum(std::span<const float> piece) { return Checksum64(piece.data(), piece.size() * sizeof(float)); }
+
+uint64_t CombinePieceChecksums(std::span<const uint64_t> pieces, size_t n) {
+  if (n <= kChecksumPieceValues) return pieces.empty() ? PieceChecksum({}) : pieces.front();
+  return Checksum64(pieces.data(), pieces.size() * sizeof(uint64_t));
+}
+
+uint64_t ValuesChecksum(std::span<const float> values, ThreadPool* pool) {
+  if (values.size() <= kChecksumPieceValues) return PieceChecksum(values);
+  std::vector<uint64_t> pieces((values.size() + kChecksumPieceValues - 1) / kChecksumPieceValues);
+  ForRanges(pool, pieces.size(), 16, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      pieces[i] = PieceChecksum(values.subspan(i * kChecksumPieceValues,
+                                               std::min(kChecksumPieceValues, values.size() - i * kChecksumPieceValues)));
+    }
+  });
+  return CombinePieceChecksums(pieces, values.size());
 }
 
 }  // namespace atl::exchange

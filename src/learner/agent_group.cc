@@ -25,6 +25,17 @@ Status AgentGroup::Start() {
   return Status::Ok();
 }
 
+StepResult AgentGroup::AfterStep(int64_t step, int64_t tokens) {
+  OnStep(step, tokens);
+  StepResult sum;
+  for (auto& a : agents_) {
+    const StepResult r = a->ApplyDue(step + 1);
+    sum.applied += r.applied;
+    sum.barrier_wait_s += r.barrier_wait_s;
+  }
+  return sum;
+}
+
 void AgentGroup::OnStep(int64_t step, int64_t tokens) {
   for (auto& a : agents_) a->OnStep(step, tokens);
 }

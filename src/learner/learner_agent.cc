@@ -260,6 +260,27 @@ int LearnerAgent::ApplyReady(int64_t next_step) {
   return static_cast<int>(due.size());
 }
 
+StepResult LearnerAgent::AfterStep(int64_t step, int64_t tokens) {
+  OnStep(step, tokens);
+  return ApplyDue(step + 1);
+}
+
+bool LearnerAgent::BarrierBefore(int64_t next_step) const {
+  return options_.schedule.synchronous && next_step % options_.schedule.H == 0;
+}
+
+StepResult LearnerAgent::ApplyDue(int64_t next_step) {
+  StepResult r;
+  if (!BarrierBefore(next_step)) {
+    r.applied = ApplyReady(next_step);
+    return r;
+  }
+  const TimePoint t0 = clock_.Now();
+  r.applied = WaitForAllFragments(next_step, options_.barrier_timeout_s);
+  r.barrier_wait_s = ToSeconds(clock_.Now() - t0);
+  return r;
+}
+
 int LearnerAgent::WaitForAllFragments(int64_t next_step, double timeout_s) {
   const TimePoint deadline = clock_.Now() + FromSeconds(timeout_s);
   {

@@ -38,7 +38,7 @@ StatusOr<ModelConfig> PresetConfig(const std::string& preset, int vocab_size) {
       c.n_heads = p.n_heads;
       c.d_ff = p.d_ff;
       c.seq_len = 256;
-      c.mlp = "swiglu";
+      c.mlp = Mlp::kSwiglu;
       return c;
     }
   }
@@ -64,15 +64,12 @@ Status ValidateModelConfig(const ModelConfig& c) {
                                 std::to_string(c.n_heads) +
                                 " heads of even width (rotary embeddings rotate pairs)");
   }
-  if (c.mlp != "swiglu" && c.mlp != "gelu") {
-    return InvalidArgumentError("unknown mlp '" + c.mlp + "' (swiglu or gelu)");
-  }
   return Status::Ok();
 }
 
 int64_t ParameterCount(const ModelConfig& c) {
   const int64_t D = c.d_model, F = c.d_ff;
-  const int64_t mlp = (c.mlp == "swiglu" ? 3 : 2) * D * F;
+  const int64_t mlp = (c.mlp == Mlp::kSwiglu ? 3 : 2) * D * F;
   const int64_t block = 2 * D + 4 * D * D + mlp;
   return int64_t{c.vocab_size} * D + c.n_layers * block + D;
 }
@@ -110,7 +107,7 @@ namespace atl::model {
 nlohmann::json ModelConfigToJson(const ModelConfig& c) {
   return {{"preset", c.preset},   {"vocab_size", c.vocab_size}, {"d_model", c.d_model},
           {"n_layers", c.n_layers}, {"n_heads", c.n_heads},     {"d_ff", c.d_ff},
-          {"seq_len", c.seq_len},   {"mlp", c.mlp}};
+          {"seq_len", c.seq_len},   {"mlp", MlpName(c.mlp)}};
 }
 
 nlohmann::json OptimizerConfigToJson(const OptimizerConfig& c) {
@@ -134,7 +131,7 @@ StatusOr<ModelConfig> ModelConfigFromJson(const nlohmann::json& j) {
     c.n_heads = j.at("n_heads").get<int>();
     c.d_ff = j.at("d_ff").get<int>();
     c.seq_len = j.at("seq_len").get<int>();
-    c.mlp = j.at("mlp").get<std::string>();
+    ATOLL_ASSIGN_OR_RETURN(c.mlp, ParseMlp(j.at("mlp").get<std::string>()));
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgumentError(std::string("model config: ") + e.what());
   }

@@ -58,7 +58,7 @@ StatusOr<std::unique_ptr<Gpt>> Gpt::Create(const ModelConfig& c, uint64_t seed) 
     b.wqkv = add(p + "attn.wqkv.weight", normal({3 * D, D}, std_in), false, true);
     b.wo = add(p + "attn.wo.weight", normal({D, D}, std_out), false, true);
     b.mlp_norm = add(p + "mlp_norm.weight", torch::ones({D}, opts), false, false);
-    const int64_t in_rows = c.mlp == "swiglu" ? 2 * F : F;
+    const int64_t in_rows = c.mlp == Mlp::kSwiglu ? 2 * F : F;
     b.w_in = add(p + "mlp.w_in.weight", normal({in_rows, D}, std_in), false, true);
     b.w_out = add(p + "mlp.w_out.weight", normal({D, F}, std_out), false, true);
     g->blocks_.push_back(std::move(b));
@@ -113,7 +113,7 @@ torch::Tensor Gpt::Hidden(const torch::Tensor& idx) const {
 
     h = RmsNorm(x, b.mlp_norm);
     torch::Tensor m;
-    if (config_.mlp == "swiglu") {
+    if (config_.mlp == Mlp::kSwiglu) {
       auto gu = torch::linear(h, b.w_in).chunk(2, -1);  // 2 × [B,T,F]
       m = torch::silu(gu[0]) * gu[1];
     } else {

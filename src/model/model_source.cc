@@ -126,14 +126,14 @@ Status CheckSameTokenizer(const ModelSource& s, const DataManifest& eval) {
   auto own = LoadDataManifest(s.data_dir);
   if (!own.ok()) return Status::Ok();
   const auto key = [](const DataManifest& m) {
-    return m.tokenizer + "/" + std::to_string(m.vocab_size) + "/" +
+    return std::string(TokenizerKindName(m.tokenizer)) + "/" + std::to_string(m.vocab_size) + "/" +
            m.json.value("tokenizer_checksum", std::string());
   };
   if (key(*own) == key(eval)) return Status::Ok();
   return FailedPreconditionError(
-      "data folder " + eval.dir + " uses another tokenizer (" + eval.tokenizer + ", vocab " +
+      "data folder " + eval.dir + " uses another tokenizer (" + TokenizerKindName(eval.tokenizer) + ", vocab " +
       std::to_string(eval.vocab_size) + ") than the one the model was trained with in " +
-      s.data_dir + " (" + own->tokenizer + ", vocab " + std::to_string(own->vocab_size) +
+      s.data_dir + " (" + TokenizerKindName(own->tokenizer) + ", vocab " + std::to_string(own->vocab_size) +
       "): evaluate on data prepared with the same tokenizer");
 }
 

@@ -83,11 +83,9 @@ void ToFloat(SpecDtype d, const std::byte* in, size_t n, float* out) {
 }
 
 StatusOr<SpecDtype> ParseDtype(const std::string& name, const std::string& tensor) {
-  if (name == "F32") return SpecDtype::kF32;
-  if (name == "BF16") return SpecDtype::kBf16;
-  if (name == "F16") return SpecDtype::kF16;
-  return InvalidArgumentError("model spec: tensor '" + tensor + "' has dtype " + name.substr(0, 16) +
-                              "; a spec holds F32, BF16 or F16 tensors");
+  auto d = kSpecDtypeNames.Parse(name);
+  if (!d.ok()) return d.status().WithContext("model spec: tensor '" + tensor + "'");
+  return d;
 }
 
 struct Entry {
@@ -153,15 +151,6 @@ std::string Describe(const diloco::TensorSpec& t) {
 }
 
 }  // namespace
-
-const char* SpecDtypeName(SpecDtype d) {
-  switch (d) {
-    case SpecDtype::kF32: return "F32";
-    case SpecDtype::kBf16: return "BF16";
-    case SpecDtype::kF16: return "F16";
-  }
-  return "?";
-}
 
 std::string ModelSpec::preset() const {
   return metadata.contains(kPresetKey) && metadata[kPresetKey].is_string() ? metadata[kPresetKey].get<std::string>() : "";

@@ -31,13 +31,10 @@ Status TorchError(const std::string& what, const std::exception& e) {
 
 }  // namespace
 
-StatusOr<std::string> ResolvePrecision(const std::string& precision) {
-  if (precision == "fp32" || precision == "bf16") return precision;
-  if (precision == "auto") {
-    static const bool fast = FlagsHaveFastBf16(ReadCpuFlags());
-    return std::string(fast ? "bf16" : "fp32");
-  }
-  return InvalidArgumentError("precision must be auto, fp32 or bf16, got '" + precision + "'");
+Precision ResolvePrecision(Precision precision) {
+  if (precision != Precision::kAuto) return precision;
+  static const bool fast = FlagsHaveFastBf16(ReadCpuFlags());
+  return fast ? Precision::kBf16 : Precision::kFp32;
 }
 
 namespace {
@@ -51,7 +48,6 @@ Status ValidateTrainerOptions(const TrainerOptions& o) {
                                 " outside [0, num_learners " + std::to_string(o.num_learners) +
                                 ")");
   }
-  ATOLL_RETURN_IF_ERROR(ResolvePrecision(o.precision).status());
   return ValidateModelConfig(o.model);
 }
 
@@ -87,7 +83,7 @@ class TorchTrainer final : public Trainer {
   }
   StatusOr<StepStats> ApplyGradients(StepStats computed) override;
   StatusOr<EvalStats> Evaluate(int batches) override;
-  const std::string& precision() const override { return precision_; }
+  Precision precision() const override { return precision_; }
   int64_t step() const override { return step_; }
   int64_t tokens_trained() const override { return tokens_; }
   int64_t tokens_per_step() const override {
@@ -121,7 +117,7 @@ class TorchTrainer final : public Trainer {
                                                     const CheckpointManifest& m) const;
 
   TrainerOptions opts_;
-  std::string precision_;  // opts_.precision resolved: fp32 | bf16
+  Precision precision_ = Precision::kFp32;  // opts_.precision resolved: kFp32 | kBf16
   bool bf16_ = false;
   std::string data_dir_;  // absolute
   std::unique_ptr<Gpt> model_;
@@ -149,8 +145,8 @@ StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
 
   auto t = std::unique_ptr<TorchTrainer>(new TorchTrainer());
   t->opts_ = o;
-  ATOLL_ASSIGN_OR_RETURN(t->precision_, ResolvePrecision(o.precision));
-  t->bf16_ = t->precision_ == "bf16";
+  t->precision_ = ResolvePrecision(o.precision);
+  t->bf16_ = t->precision_ == Precision::kBf16;
   t->data_dir_ = fs::absolute(o.data_dir).string();
   ATOLL_ASSIGN_OR_RETURN(t->model_, Gpt::Create(o.model, o.seed));
   t->DescribeParameters();

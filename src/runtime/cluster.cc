@@ -12,7 +12,7 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/secrets.h"
 #include "atoll/transport/credentials.h"
 
 namespace atl::runtime {
@@ -45,48 +45,6 @@ Cluster::Cluster(RunConfig config, std::string config_path)
 }
 
 std::string Cluster::LearnerLog(int id) const { return c_.out + "/learner-" + std::to_string(id) + ".log"; }
-
-std::string SecretsDir(const RunConfig& c) { return c.out + "/secrets"; }
-
-StatusOr<std::string> ReadSecretFile(const std::string& path) {
-  ATOLL_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return InvalidArgumentError(path + " is empty (expected a secret or token)");
-  return text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
-}
-
-bool IsLoopbackAddress(const std::string& address) {
-  return address.rfind("127.", 0) == 0 || address.rfind("localhost:", 0) == 0 || address.rfind("[::1]:", 0) == 0 ||
-         address.rfind("unix:", 0) == 0;
-}
-
-StatusOr<std::string> WriteRunCredentials(const RunConfig& c) {
-  namespace fs = std::filesystem;
-  const std::string dir = SecretsDir(c);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return InternalError("mkdir " + dir + ": " + ec.message());
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
-  if (ec) return InternalError("chmod 0700 " + dir + ": " + ec.message());
-  unsigned char random[32];
-  std::FILE* f = std::fopen("/dev/urandom", "rb");
-  const bool got = f != nullptr && std::fread(random, 1, sizeof(random), f) == sizeof(random);
-  if (f) std::fclose(f);
-  if (!got) return InternalError("cannot read 32 random bytes from /dev/urandom");
-  std::string secret;
-  for (unsigned char ch : random) secret += fmt::format("{:02x}", ch);
-  auto write = [](const std::string& path, const std::string& text) -> Status {
-    ATOLL_RETURN_IF_ERROR(WriteFileAtomic(path, text));
-    std::error_code e;
-    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace, e);
-    return e ? InternalError("chmod 0600 " + path + ": " + e.message()) : Status::Ok();
-  };
-  ATOLL_RETURN_IF_ERROR(write(dir + "/run.secret", secret));
-  for (int m = 0; m < c.learners; ++m) {
-    ATOLL_RETURN_IF_ERROR(write(dir + "/learner-" + std::to_string(m) + ".token", transport::LearnerToken(secret, c.run_id, m)));
-  }
-  return transport::OperatorToken(secret, c.run_id);
-}
 
 std::string Cluster::ShardOut(int k) const {
   return shards_.size() == 1 ? c_.out : c_.out + "/syncer-" + std::to_string(k);
@@ -166,14 +124,14 @@ Status Cluster::StartLearner(int id, bool rejoin, int64_t start_step) {
   ATOLL_ASSIGN_OR_RETURN(auto p, ChildProcess::Start(argv, LearnerLog(id)));
   LearnerSlot& s = learners_[static_cast<size_t>(id)];
   s.process = std::move(p);
-  s.state = LearnerState::kRunning;
+  s.state = ProcessState::kRunning;
   s.incarnations += 1;
   return Status::Ok();
 }
 
 Status Cluster::WriteControl(int id) {
-  return WriteFileAtomic(c_.out + "/control/learner-" + std::to_string(id) + ".json",
-                         learners_[static_cast<size_t>(id)].control.dump());
+  return WriteChaosControl(c_.out + "/control/learner-" + std::to_string(id) + ".json",
+                           learners_[static_cast<size_t>(id)].control);
 }
 
 void Cluster::Note(double now, const std::string& kind, int target, const std::string& note) {
@@ -193,22 +151,22 @@ void Cluster::Inject(const chaos::FaultEvent& e, double now) {
   auto skip = [&](const std::string& why) { Note(now, kind + "_skipped", id, why); };
   switch (e.kind) {
     case chaos::FaultKind::kKill:
-      if (s->state != LearnerState::kRunning && s->state != LearnerState::kPaused) return skip("learner not running");
-      if (s->state == LearnerState::kPaused) {
+      if (s->state != ProcessState::kRunning && s->state != ProcessState::kPaused) return skip("learner not running");
+      if (s->state == ProcessState::kPaused) {
         s->paused_seconds += now - s->down_since;  // the pause ends here; the outage begins
         s->resume_at.reset();
       }
       s->process.Signal(SIGKILL);
       s->process.WaitOrKill(5);
-      s->state = LearnerState::kDown;
+      s->state = ProcessState::kDown;
       s->down_since = now;
       if (e.duration_s > 0) s->restart_at = now + e.duration_s;
       Note(now, "kill", id, "SIGKILL" + (e.duration_s > 0 ? ", repair " + std::to_string(e.duration_s) + " s" : std::string(", permanent")));
       break;
     case chaos::FaultKind::kPause:
-      if (s->state != LearnerState::kRunning) return skip("learner not running");
+      if (s->state != ProcessState::kRunning) return skip("learner not running");
       s->process.Signal(SIGSTOP);
-      s->state = LearnerState::kPaused;
+      s->state = ProcessState::kPaused;
       s->resume_at = now + e.duration_s;
       s->down_since = now;
       Note(now, "pause", id, "SIGSTOP for " + std::to_string(e.duration_s) + " s");
@@ -216,9 +174,9 @@ void Cluster::Inject(const chaos::FaultEvent& e, double now) {
     case chaos::FaultKind::kSlow:
     case chaos::FaultKind::kPartition:
     case chaos::FaultKind::kBandwidth: {
-      if (e.kind == chaos::FaultKind::kSlow) s->control["speed"] = e.value;
-      if (e.kind == chaos::FaultKind::kPartition) s->control["partition"] = true;
-      if (e.kind == chaos::FaultKind::kBandwidth) s->control["bandwidth_mbps"] = e.value;
+      if (e.kind == chaos::FaultKind::kSlow) s->control.speed = e.value;
+      if (e.kind == chaos::FaultKind::kPartition) s->control.partition = true;
+      if (e.kind == chaos::FaultKind::kBandwidth) s->control.bandwidth_mbps = e.value;
       (void)WriteControl(id);
       s->restore_control_at = now + e.duration_s;
       Note(now, kind, id, (e.kind == chaos::FaultKind::kPartition ? std::string("cut off from the syncer")
@@ -254,7 +212,7 @@ void Cluster::Tick(double now) {
   }
   for (int id = 0; id < static_cast<int>(learners_.size()); ++id) {
     LearnerSlot& s = learners_[static_cast<size_t>(id)];
-    if (s.state == LearnerState::kDown && s.restart_at && now >= *s.restart_at && !syncer_down()) {
+    if (s.state == ProcessState::kDown && s.restart_at && now >= *s.restart_at && !syncer_down()) {
       s.restart_at.reset();
       s.dead_seconds += now - s.down_since;
       // Synchronous modes: rejoin at the barrier the others are waiting at (completed barriers ×
@@ -268,16 +226,16 @@ void Cluster::Tick(double now) {
       Note(now, st.ok() ? "restart" : "restart_failed", id,
            st.ok() ? "rejoining from step " + std::to_string(start) : st.ToString());
     }
-    if (s.state == LearnerState::kPaused && s.resume_at && now >= *s.resume_at) {
+    if (s.state == ProcessState::kPaused && s.resume_at && now >= *s.resume_at) {
       s.resume_at.reset();
       s.process.Signal(SIGCONT);
-      s.state = LearnerState::kRunning;
+      s.state = ProcessState::kRunning;
       s.paused_seconds += now - s.down_since;
       Note(now, "resume", id, "SIGCONT");
     }
     if (s.restore_control_at && now >= *s.restore_control_at) {
       s.restore_control_at.reset();
-      s.control = nlohmann::json::object();
+      s.control = ChaosControl{};
       (void)WriteControl(id);
       Note(now, "restore", id, "speed, link and partition back to normal");
     }
@@ -288,13 +246,13 @@ std::vector<int> Cluster::ReapLearners(double now) {
   std::vector<int> failed;
   for (int id = 0; id < static_cast<int>(learners_.size()); ++id) {
     LearnerSlot& s = learners_[static_cast<size_t>(id)];
-    if (s.state != LearnerState::kRunning) continue;
+    if (s.state != ProcessState::kRunning) continue;
     if (s.process.running()) continue;
     const int code = s.process.exit_code().value_or(-1);
     if (code == 0) {
-      s.state = LearnerState::kDone;
+      s.state = ProcessState::kDone;
     } else {
-      s.state = LearnerState::kFailed;
+      s.state = ProcessState::kFailed;
       failed.push_back(id);
       std::fprintf(stderr, "atoll run: learner %d exited with code %d at t=%.0fs; the others train on. learner-%d.log ends with:\n%s",
                    id, code, now, id, TailOf(LearnerLog(id), 8).c_str());
@@ -305,10 +263,30 @@ std::vector<int> Cluster::ReapLearners(double now) {
 
 bool Cluster::AllLearnersFinished() const {
   for (const auto& s : learners_) {
-    if (s.state == LearnerState::kRunning || s.state == LearnerState::kPaused) return false;
-    if (s.state == LearnerState::kDown && s.restart_at) return false;  // coming back
+    if (s.state == ProcessState::kRunning || s.state == ProcessState::kPaused) return false;
+    if (s.state == ProcessState::kDown && s.restart_at) return false;  // coming back
   }
   return true;
+}
+
+void ChaosInjector::InjectDue(double now) {
+  while (next_timed_ < schedule_.size() && schedule_[next_timed_].at_step < 0 && schedule_[next_timed_].at_s <= now) {
+    cluster_.Inject(schedule_[next_timed_], now);
+    done_[next_timed_] = true;
+    ++next_timed_;
+  }
+}
+
+void ChaosInjector::InjectReached(double now) {
+  for (size_t i = 0; i < schedule_.size(); ++i) {
+    const auto& e = schedule_[i];
+    if (done_[i] || e.at_step < 0) continue;
+    const int target = e.kind == chaos::FaultKind::kKillSyncer ? 0 : e.target;
+    if (cluster_.learners()[static_cast<size_t>(target)].last_step >= e.at_step) {
+      cluster_.Inject(e, now);
+      done_[i] = true;
+    }
+  }
 }
 
 }  // namespace atl::runtime

@@ -11,15 +11,17 @@
 #include "atoll/chaos/schedule.h"
 #include "atoll/core/child_process.h"
 #include "atoll/runtime/run_config.h"
+#include "chaos_control.h"
 #include "jsonl.h"
 
 namespace atl::runtime {
 
-enum class LearnerState { kRunning, kPaused, kDown, kDone, kFailed };
+// A learner process as `atoll run` sees it (syncer::LearnerState is what the syncer's table says).
+enum class ProcessState { kRunning, kPaused, kDown, kDone, kFailed };
 
 struct LearnerSlot {
   ChildProcess process;
-  LearnerState state = LearnerState::kRunning;
+  ProcessState state = ProcessState::kRunning;
   int incarnations = 0;
   double down_since = -1;         // run time the current outage began
   double dead_seconds = 0;        // total time down (killed, before restart)
@@ -27,7 +29,7 @@ struct LearnerSlot {
   std::optional<double> restart_at, resume_at, restore_control_at;
   std::vector<double> restarted_at;  // run times of restarts (rejoin latency is measured from them)
   int64_t last_step = 0;          // as last reported
-  nlohmann::json control = nlohmann::json::object();
+  ChaosControl control;           // what its control file says
 };
 
 // One syncer process: the one syncer, or a shard of a sharded one (docs/decisions/011).
@@ -90,12 +92,23 @@ class Cluster {
   nlohmann::json fault_log_ = nlohmann::json::array();
 };
 
-std::string TailOf(const std::string& path, size_t lines);
+// The run's fault schedule applied to the cluster: time-triggered faults once their time has come
+// (InjectDue, every tick), step-triggered ones once their learner reached the step as last
+// reported (InjectReached, after each status poll). Each fault once.
+class ChaosInjector {
+ public:
+  ChaosInjector(Cluster& cluster, std::vector<chaos::FaultEvent> schedule)
+      : cluster_(cluster), schedule_(std::move(schedule)), done_(schedule_.size(), false) {}
+  void InjectDue(double now);
+  void InjectReached(double now);
 
-// Per-learner credentials of a run (docs/security.md): a fresh random secret in
-// <out>/secrets/run.secret and learner m's token in <out>/secrets/learner-<m>.token (folder 0700,
-// files 0600). Returns the operator token. The Cluster passes these files to its children.
-StatusOr<std::string> WriteRunCredentials(const RunConfig& c);
-std::string SecretsDir(const RunConfig& c);
+ private:
+  Cluster& cluster_;
+  const std::vector<chaos::FaultEvent> schedule_;  // time-triggered first, in time order
+  std::vector<bool> done_;
+  size_t next_timed_ = 0;
+};
+
+std::string TailOf(const std::string& path, size_t lines);
 
 }  // namespace atl::runtime

@@ -9,7 +9,7 @@
 #include "atoll/model/data.h"
 #include "atoll/model/model_spec.h"
 #include "model_host.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 #include "atoll/syncer/durable_state.h"
 
 namespace atl::runtime {
@@ -74,7 +74,7 @@ StatusOr<syncer::SyncerCore> RestoreShard(const RunConfig& c, const std::string&
                          " (no meta.json); pass --state with the folder the syncer wrote "
                          "(default <run folder>/state; a sharded run: every shard's, in shard order)");
   }
-  ATOLL_ASSIGN_OR_RETURN(syncer::SyncerOptions sopts, MakeSyncerOptions(c));
+  syncer::SyncerOptions sopts = MakeSyncerOptions(c);
   sopts.shard = shard;
   std::vector<std::vector<float>> initial;
   for (const auto& f : plan.fragments) initial.emplace_back(static_cast<size_t>(f.numel), 0.0f);
@@ -97,11 +97,7 @@ Status EvaluateGlobal(const RunConfig& c, const ModelHost& model, const diloco::
                       ExportResult& r) {
   model::Trainer* ev = model.evaluator();
   if (ev == nullptr) return FailedPreconditionError("cannot evaluate: " + model.no_evaluation());
-  std::vector<std::span<float>> params;
-  for (int i = 0; i < static_cast<int>(ev->tensors().size()); ++i) params.push_back(ev->Parameter(i));
-  for (int p = 0; p < plan.num_fragments(); ++p) {
-    exchange::ScatterFragment(plan.fragments[static_cast<size_t>(p)], owner(p).theta(p), params);
-  }
+  exchange::ScatterAll(plan, [&](int p) { return owner(p).theta(p); }, model::ParameterViews(*ev));
   ATOLL_ASSIGN_OR_RETURN(auto e, ev->Evaluate(c.eval_batches));
   r.eval_loss = e.loss;
   r.eval_perplexity = e.perplexity;

@@ -32,8 +32,7 @@ void GlobalEvaluator::Stop() {
 }
 
 void GlobalEvaluator::Run() {
-  std::vector<std::span<float>> params;
-  for (int i = 0; i < static_cast<int>(trainer_->tensors().size()); ++i) params.push_back(trainer_->Parameter(i));
+  const auto params = model::ParameterViews(*trainer_);
   for (;;) {
     std::pair<std::vector<std::vector<float>>, GlobalEvalPoint> job;
     {
@@ -43,9 +42,7 @@ void GlobalEvaluator::Run() {
       job = std::move(*waiting_);
       waiting_.reset();
     }
-    for (int p = 0; p < plan_.num_fragments(); ++p) {
-      exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], job.first[static_cast<size_t>(p)], params);
-    }
+    exchange::ScatterAll(plan_, [&](int p) { return std::span<const float>(job.first[static_cast<size_t>(p)]); }, params);
     auto e = trainer_->Evaluate(batches_);
     if (!e.ok()) continue;  // a failed evaluation leaves a gap in the curve, nothing else
     job.second.loss = e->loss;

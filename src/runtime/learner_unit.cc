@@ -190,8 +190,7 @@ int RunFollowerRank(const LearnerProcessOptions& opt) {
   if (!trainer.ok()) return fail(trainer.status());
   auto group = RankGroup::Create(opt.unit_store, opt.rank, opt.ranks, kRankTimeoutSeconds);
   if (!group.ok()) return fail(group.status());
-  std::vector<std::span<float>> params, grads;
-  for (int i = 0; i < static_cast<int>((*trainer)->tensors().size()); ++i) params.push_back((*trainer)->Parameter(i));
+  const std::vector<std::span<float>> params = model::ParameterViews(**trainer);
   if (Status st = (*group)->Broadcast(params); !st.ok()) return fail(st);  // the global model rank 0 joined with
   for (;;) {
     int64_t go = 0;
@@ -213,8 +212,7 @@ int RunFollowerRank(const LearnerProcessOptions& opt) {
 }
 
 StatusOr<model::StepStats> AverageAndApply(RankGroup& group, model::Trainer& trainer, model::StepStats computed) {
-  std::vector<std::span<float>> grads;
-  for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) grads.push_back(trainer.Gradient(i));
+  std::vector<std::span<float>> grads = model::GradientViews(trainer);
   float loss = static_cast<float>(computed.loss);
   grads.emplace_back(&loss, 1);  // the unit's loss: the mean over its ranks
   ATOLL_RETURN_IF_ERROR(group.AllReduceMean(grads));

@@ -3,7 +3,8 @@
 #pragma once
 
 #include "atoll/model/trainer.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/learner_process.h"
+#include "atoll/runtime/run_options.h"
 #include "atoll/runtime/rank_group.h"
 
 namespace atl::runtime {

@@ -6,7 +6,7 @@
 #include "atoll/core/format.h"
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/model/data.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 
 namespace atl::runtime {
 
@@ -61,9 +61,7 @@ std::string ModelHost::Describe() const {
 
 Status ModelHost::Initial(const diloco::Fragment& fragment, std::span<float> out) const {
   if (evaluator_ == nullptr) return model::ReadSpecFragment(*spec_, fragment, out);
-  std::vector<std::span<float>> views;
-  for (int i = 0; i < static_cast<int>(tensors_.size()); ++i) views.push_back(evaluator_->Parameter(i));
-  exchange::GatherFragment(fragment, views, out);
+  exchange::GatherFragment(fragment, model::ParameterViews(*evaluator_), out);
   return Status::Ok();
 }
 

@@ -1,11 +1,14 @@
 #include "report.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <fmt/format.h>
 
+#include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
+#include "atoll/runtime/export.h"
 #include "atoll/runtime/accounting.h"
 #include "atoll/core/format.h"
 #include "atoll/observe/run_report.h"
@@ -73,7 +76,7 @@ void ProgressView::Draw(const nlohmann::json& st, double t) {
                        Num(st, "global_eval_loss"), st.value("global_eval_rounds", int64_t{0}), n ? sum / n : 0.0);
   }
   for (const auto& l : ls) {
-    const bool silent = Num(l, "seconds_since_seen") > config_.learner_timeout && l.value("state", "") != "done";
+    const bool silent = Num(l, "seconds_since_seen") > config_.learner_timeout && l.value("state", "") != syncer::LearnerStateName(syncer::LearnerState::kDone);
     out += fmt::format("  learner {:2}  {:9}  step {:5}/{:<5}  {:7.0f} tok/s  loss {:7.4f}  rounds {:5}  version {:5}  joins {}\n",
                        l.value("id", -1), silent ? "silent" : l.value("state", "?"), l.value("step", 0),
                        config_.steps, Num(l, "tokens_per_second"), Num(l, "loss"), l.value("rounds_joined", 0),
@@ -159,8 +162,8 @@ nlohmann::json BuildRunSummary(const RunConfig& c, const nlohmann::json& syncer,
   s["tau"] = c.tau;
   s["quorum"] = c.quorum;
   s["grace"] = c.grace;
-  s["uplink"] = c.uplink;
-  s["downlink"] = c.downlink;
+  s["uplink"] = diloco::EncodingName(c.uplink);
+  s["downlink"] = diloco::EncodingName(c.downlink);
   s["preset"] = c.preset;
   s["wall_seconds"] = wall;
   const double params = Num(syncer, "params");
@@ -240,7 +243,7 @@ std::vector<LearnerRecordOfRun> ReadLearnerRecords(const RunConfig& c, Cluster& 
       }
     }
     r.tokens_merged = Num(per[static_cast<size_t>(i)], "tokens_merged");
-    r.finished = cluster.learners()[static_cast<size_t>(i)].state == LearnerState::kDone;
+    r.finished = cluster.learners()[static_cast<size_t>(i)].state == ProcessState::kDone;
   }
   return records;
 }
@@ -282,7 +285,7 @@ void AddAccounting(const RunConfig& c, Cluster& cluster, double t0, double wall,
     row["tokens_computed"] = a.tokens_computed;
     row["tokens_lost"] = a.tokens_lost;
     row["seconds_training"] = a.seconds_training;
-    row["seconds_dead"] = slot.dead_seconds + (slot.state == LearnerState::kDown ? (wall - slot.down_since) : 0.0);
+    row["seconds_dead"] = slot.dead_seconds + (slot.state == ProcessState::kDown ? (wall - slot.down_since) : 0.0);
     row["seconds_paused"] = slot.paused_seconds;
     row["seconds_alive"] = wall - Num(row, "seconds_dead") - slot.paused_seconds;
     row["useful_seconds"] = a.useful_seconds;
@@ -340,6 +343,50 @@ std::string FormatReport(const nlohmann::json& s) {
     r += "\n";
   }
   return r;
+}
+
+// A sharded run's summary: global.safetensors exported from the shards' committed states and
+// evaluated; rounds, versions and each learner's merged tokens, rounds and bytes added up over
+// the shards (each counts only its own fragments).
+StatusOr<nlohmann::json> CombineShardSummaries(const RunConfig& c, const std::vector<nlohmann::json>& shards,
+                                              const std::vector<std::string>& states) {
+  std::string state_list;
+  for (const std::string& st : states) state_list += (state_list.empty() ? "" : ",") + st;
+  ExportOptions eo{c.out + "/config.json", state_list, c.out + "/global.safetensors", /*force=*/true, /*evaluate=*/true};
+  ATOLL_ASSIGN_OR_RETURN(ExportResult global, ExportState(eo));
+  nlohmann::json s = shards.front();
+  s.erase("shard");
+  s.erase("owned_fragments");
+  double up = 0, down = 0;
+  for (const auto& shard : shards) {
+    up += shard.value("bytes_up", 0.0);
+    down += shard.value("bytes_down", 0.0);
+  }
+  s["bytes_up"] = up;
+  s["bytes_down"] = down;
+  s["rounds"] = global.rounds;
+  s["versions"] = global.versions;
+  s["shards"] = static_cast<int>(shards.size());
+  s["theta_checksum"] = ChecksumHex(global.theta_checksum);
+  s["eval_loss"] = global.eval_loss;
+  s["eval_perplexity"] = global.eval_perplexity;
+  s["checkpoint"] = global.out;
+  std::map<int, nlohmann::json> rows;
+  for (const auto& shard : shards) {
+    for (const auto& l : shard.value("learners", nlohmann::json::array())) {
+      nlohmann::json& row = rows[l.value("id", -1)];
+      if (row.is_null()) {
+        row = l;
+        continue;
+      }
+      for (const char* key : {"tokens_merged", "rounds_joined", "late_folded", "bytes_up", "bytes_down", "pushes"}) {
+        row[key] = row.value(key, 0.0) + l.value(key, 0.0);
+      }
+    }
+  }
+  s["learners"] = nlohmann::json::array();
+  for (auto& [id, row] : rows) s["learners"].push_back(row);
+  return s;
 }
 
 }  // namespace atl::runtime

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,12 @@ nlohmann::json BuildRunSummary(const RunConfig& config, const nlohmann::json& sy
 // Merges metrics-syncer.jsonl and metrics-learner-*.jsonl into metrics.jsonl, ordered by time.
 void MergeMetrics(const RunConfig& config);
 std::string FormatReport(const nlohmann::json& summary);
+// A sharded run's summary from its shards' final summaries and their state folders (in shard
+// order): global.safetensors exported from the committed states and evaluated; rounds, versions
+// and each learner's merged tokens, rounds and bytes added up over the shards (each counts only
+// its own fragments). The export's errors.
+StatusOr<nlohmann::json> CombineShardSummaries(const RunConfig& config, const std::vector<nlohmann::json>& shards,
+                                              const std::vector<std::string>& states);
 
 class Cluster;
 // Goodput accounting from the metrics and the fault log: per learner tokens computed / merged /

@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <cmath>
+#include <cstdio>
 #include <type_traits>
 
 #include "atoll/core/file.h"
@@ -30,6 +31,7 @@ void VisitLimitFields(Config& c, F&& f) {
   f("limits", "max_polls_per_learner", c.max_polls_per_learner);
   f("limits", "max_heartbeats_per_s", c.max_heartbeats_per_s);
   f("limits", "push_timeout_s", c.push_timeout_s);
+  f("limits", "min_link_mbps", c.min_link_mbps);
   f("limits", "commit_reserve_mb", c.commit_reserve_mb);
   f("limits", "allowed_learners", c.allowed_learners);
 }
@@ -146,13 +148,28 @@ Status Take(const nlohmann::json& j, const std::string& key, std::optional<doubl
   return Status::Ok();
 }
 
-Status Take(const nlohmann::json& j, const std::string& key, diloco::Mode& out) {
-  std::string name = diloco::ModeName(out);
+// A setting with a fixed set of values: one of its enum's spellings.
+template <typename E>
+  requires std::is_enum_v<E>
+Status Take(const nlohmann::json& j, const std::string& key, E& out) {
+  std::string name = NamesOf(out).Name(out);
   ATOLL_RETURN_IF_ERROR(Take(j, key, name));
-  auto m = diloco::ParseMode(name);
-  if (!m) return InvalidArgumentError("mode must be decoupled, diloco or ddp (got '" + name + "')");
-  out = *m;
+  auto parsed = NamesOf(out).Parse(name);
+  if (!parsed.ok()) return parsed.status().WithContext("config key '" + key + "'");
+  out = *parsed;
   return Status::Ok();
+}
+
+// A member's JSON form: an enum by its name, an unset optional as null.
+template <typename T>
+nlohmann::json JsonOf(const T& value) {
+  if constexpr (std::is_enum_v<T>) {
+    return NamesOf(value).Name(value);
+  } else if constexpr (std::is_same_v<T, std::optional<double>>) {
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+  } else {
+    return value;
+  }
 }
 
 }  // namespace
@@ -168,8 +185,6 @@ Status ValidateTraining(const RunConfig& c) {
   if (!(c.lr > 0) || !std::isfinite(c.lr)) return bad("lr must be > 0");
   if (c.warmup < 0) return bad("warmup must be ≥ 0");
   if (c.threads < 1) return bad("threads must be ≥ 1");
-  if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
-    return bad("precision must be auto, fp32 or bf16 (got '" + c.precision + "')");
   return Status::Ok();
 }
 
@@ -187,12 +202,6 @@ Status ValidateMethod(const RunConfig& c) {
     return bad("quorum K must be in [1, learners] (K=" + std::to_string(c.quorum) + ", M=" + std::to_string(c.learners) + ")");
   if (!(c.gamma >= 0 && c.gamma <= 1)) return bad("gamma must be in [0, 1]");
   if (!(c.grace_cap >= 0)) return bad("grace_cap must be ≥ 0");
-  if (auto m = diloco::ParseMergeRule(c.merge); !m.ok()) return bad(m.status().message());
-  if (c.weights != "tokens" && c.weights != "uniform") return bad("weights must be tokens or uniform");
-  if (c.outer_step != "sweep" && c.outer_step != "round" && c.outer_step != "running")
-    return bad("outer_step must be sweep, running or round");
-  if (c.outer_gradient != "current" && c.outer_gradient != "base")
-    return bad("outer_gradient must be current or base");
   if ((c.outer_lr && !(*c.outer_lr >= 0 && std::isfinite(*c.outer_lr))) ||
       (c.outer_momentum && !(*c.outer_momentum >= 0 && *c.outer_momentum < 1)))
     return bad("outer_lr must be ≥ 0 and outer_momentum in [0, 1)");
@@ -203,13 +212,7 @@ Status ValidateMethod(const RunConfig& c) {
 // The plan, encodings, per-learner speeds and batches, the emulated WAN, liveness, evaluation.
 Status ValidateLinks(const RunConfig& c) {
   auto bad = [](const std::string& m) { return InvalidArgumentError("run config: " + m); };
-  if (c.plan != "balanced" && c.plan != "strided") return bad("plan must be balanced or strided");
-  for (const auto* e : {&c.uplink, &c.downlink})
-    if (*e != "fp32" && *e != "bf16" && *e != "int8" && *e != "int4" && *e != "int2")
-      return bad("encoding must be fp32, bf16, int8, int4 or int2 (got '" + *e + "')");
   if (c.block < 8 || c.block > 65536 || c.block % 2) return bad("block must be even and in [8, 65536]");
-  if (c.compression != "deflate" && c.compression != "none")
-    return bad("compression must be deflate or none (got '" + c.compression + "')");
   if (!(c.learner_timeout > 0)) return bad("learner_timeout must be > 0");
   if (!c.speeds.empty() && static_cast<int>(c.speeds.size()) != c.learners)
     return bad("speeds has " + std::to_string(c.speeds.size()) + " entries for " + std::to_string(c.learners) + " learners");
@@ -246,6 +249,7 @@ Status ValidateLimits(const RunConfig& c) {
     return bad("max_connections must be in [16, 1000000], max_pushes_per_learner and max_polls_per_learner in [1, 1000]");
   if (!(c.max_heartbeats_per_s >= 1 && c.max_heartbeats_per_s <= 1e6) || !(c.push_timeout_s >= 1 && c.push_timeout_s <= 86'400))
     return bad("max_heartbeats_per_s must be in [1, 1e6] and push_timeout_s in [1, 86400]");
+  if (!(c.min_link_mbps >= 0 && c.min_link_mbps <= 1e6)) return bad("min_link_mbps must be in [0, 1e6] (0: no allowance for payload size)");
   if (!(c.commit_reserve_mb >= 0 && c.commit_reserve_mb <= 1 << 30)) return bad("commit_reserve_mb must be in [0, 1073741824]");
   if (auto ids = transport::LearnerIdSet::Parse(c.allowed_learners); !ids.ok()) return bad("allowed_learners: " + ids.status().message());
   return Status::Ok();
@@ -267,52 +271,76 @@ Status ValidateRunConfig(const RunConfig& c) {
   return chaos::ValidateChaos(c.chaos, c.learners);
 }
 
+diloco::OuterOptimizerOptions DefaultOuterOptimizer(diloco::Mode mode) {
+  if (mode == diloco::Mode::kDecoupled) return {.lr = 1.0, .momentum = 0.0, .nesterov = true};
+  return diloco::OuterOptimizerOptions{};
+}
+
+diloco::OuterOptimizerOptions OuterOptimizerOf(const RunConfig& c) {
+  diloco::OuterOptimizerOptions o = DefaultOuterOptimizer(c.mode);
+  if (c.outer_lr) o.lr = *c.outer_lr;
+  if (c.outer_momentum) o.momentum = *c.outer_momentum;
+  return o;
+}
+
 RunConfig Normalized(RunConfig c) {
-  const bool decoupled = c.mode == diloco::Mode::kDecoupled;
-  if (!c.outer_lr) c.outer_lr = decoupled ? 1.0 : 0.7;
-  if (!c.outer_momentum) c.outer_momentum = decoupled ? 0.0 : 0.9;
+  const diloco::OuterOptimizerOptions outer = OuterOptimizerOf(c);
+  c.outer_lr = outer.lr;
+  c.outer_momentum = outer.momentum;
   if (diloco::IsSynchronous(c.mode)) {
     c.quorum = c.learners;  // synchronous modes wait for everyone
     c.grace = false;
-    c.outer_step = "round"; // every round holds every learner: one full outer step each
+    c.outer_step = syncer::OuterStepRule::kRound;  // every round holds every learner: one full outer step each
   }
   if (c.mode == diloco::Mode::kDdp) {
     c.fragments = 1;        // the whole gradient every step (clipping is global)
     c.H = 1;
     c.tau = 0;
-    c.uplink = "bf16";      // bf16 gradients up, bf16 parameter deltas down
-    c.downlink = "bf16";
-    c.compression = "none"; // raw, as a data-parallel job's all-reduce moves them (the baseline)
+    c.uplink = diloco::Encoding::kBf16;  // bf16 gradients up, bf16 parameter deltas down
+    c.downlink = diloco::Encoding::kBf16;
+    c.compression = diloco::Compression::kNone;  // raw, as a data-parallel job's all-reduce moves them (the baseline)
   }
   return c;
 }
 
-namespace {
-diloco::CodecOptions CodecOf(const RunConfig& c, const std::string& encoding) {
-  auto e = diloco::ParseEncoding(encoding);
-  auto z = diloco::ParseCompression(c.compression);
-  ATOLL_CHECK_MSG(e.ok() && z.ok(), "codec of an unvalidated run config");
-  return {*e, c.block, *z};
-}
-}  // namespace
-
-diloco::CodecOptions UplinkCodec(const RunConfig& c) { return CodecOf(c, c.uplink); }
-diloco::CodecOptions DownlinkCodec(const RunConfig& c) { return CodecOf(c, c.downlink); }
+diloco::CodecOptions UplinkCodec(const RunConfig& c) { return {c.uplink, c.block, c.compression}; }
+diloco::CodecOptions DownlinkCodec(const RunConfig& c) { return {c.downlink, c.block, c.compression}; }
 
 nlohmann::json ToJson(const RunConfig& c) {
   nlohmann::json j = nlohmann::json::object();
-  VisitFields(c, [&](const char*, const char* key, const auto& value) {
-    using T = std::decay_t<decltype(value)>;
-    if constexpr (std::is_same_v<T, diloco::Mode>) {
-      j[key] = diloco::ModeName(value);
-    } else if constexpr (std::is_same_v<T, std::optional<double>>) {
-      j[key] = value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-    } else {
-      j[key] = value;
-    }
-  });
+  VisitFields(c, [&](const char*, const char* key, const auto& value) { j[key] = JsonOf(value); });
   j["chaos"] = chaos::ToJson(c.chaos);
   return j;
+}
+
+namespace {
+
+std::string DefaultText(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v.get<double>());
+    return buf;
+  }
+  if (v.is_array()) {
+    std::string out;
+    for (const auto& e : v) out += (out.empty() ? "" : " ") + DefaultText(e);
+    return out;
+  }
+  return v.is_null() ? "" : v.dump();
+}
+
+}  // namespace
+
+KeyHelp HelpOf(const std::string& key) {
+  KeyHelp help;
+  const RunConfig defaults;
+  VisitFields(defaults, [&](const char*, const char* k, const auto& value) {
+    if (key != k) return;
+    help.default_text = DefaultText(JsonOf(value));
+    if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) help.spellings = NamesOf(value).Alternatives(" | ", " | ");
+  });
+  return help;
 }
 
 StatusOr<RunConfig> FromJson(const nlohmann::json& j, RunConfig c) {

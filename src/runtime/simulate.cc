@@ -16,7 +16,7 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/learner/learner_agent.h"
 #include "atoll/model/trainer.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 #include "atoll/syncer/syncer_loop.h"
 #include "round_json.h"
 
@@ -27,7 +27,7 @@ Status CheckSimulated(const RunConfig& c, const SimulateOptions& o) {
   if (c.mode == diloco::Mode::kDdp) {
     return InvalidArgumentError("simulate: ddp mode is not simulated (decoupled or diloco; `atoll train --replicas M` is data-parallel)");
   }
-  if (c.chaos.mode != "none") return InvalidArgumentError("simulate: chaos is not simulated ([chaos] mode must be none)");
+  if (c.chaos.mode != chaos::ChaosMode::kNone) return InvalidArgumentError("simulate: chaos is not simulated ([chaos] mode must be none)");
   if (c.bandwidth_mbps != 0 || c.latency_ms != 0 || c.loss != 0) {
     return InvalidArgumentError("simulate: the WAN emulation (bandwidth_mbps, latency_ms, loss) is not simulated");
   }
@@ -40,32 +40,12 @@ Status CheckSimulated(const RunConfig& c, const SimulateOptions& o) {
   return Status::Ok();
 }
 
-std::vector<std::span<float>> Views(model::Trainer& t) {
-  std::vector<std::span<float>> v;
-  for (int i = 0; i < static_cast<int>(t.tensors().size()); ++i) v.push_back(t.Parameter(i));
-  return v;
-}
-
-// Θ⁰ per fragment: the trainer's initial values in the plan's layout.
-std::vector<std::vector<float>> InitialFragments(model::Trainer& t, const diloco::FragmentPlan& plan) {
-  std::vector<std::vector<float>> initial;
-  auto views = Views(t);
-  for (const auto& f : plan.fragments) {
-    initial.emplace_back(static_cast<size_t>(f.numel));
-    exchange::GatherFragment(f, views, initial.back());
-  }
-  return initial;
-}
-
 // The global model's evaluator: Θ scattered into its own Trainer (loop thread, then main thread).
 class Evaluator {
  public:
   Evaluator(std::unique_ptr<model::Trainer> t, const diloco::FragmentPlan& plan) : t_(std::move(t)), plan_(plan) {}
   StatusOr<double> Of(const syncer::SyncerCore& core, int batches) {
-    auto views = Views(*t_);
-    for (int p = 0; p < plan_.num_fragments(); ++p) {
-      exchange::ScatterFragment(plan_.fragments[static_cast<size_t>(p)], core.theta(p), views);
-    }
+    exchange::ScatterAll(plan_, [&](int p) { return core.theta(p); }, model::ParameterViews(*t_));
     ATOLL_ASSIGN_OR_RETURN(auto ev, t_->Evaluate(batches));
     return ev.loss;
   }
@@ -86,14 +66,8 @@ struct SimLearner {
 };
 
 learner::AgentOptions SimAgentOptions(const RunConfig& c, int id) {
-  learner::AgentOptions ao;
-  ao.run_id = c.run_id;
-  ao.learner_id = id;
+  learner::AgentOptions ao = MakeAgentOptions(c, id);
   ao.host = "simulated";
-  ao.schedule = diloco::Schedule::Of(c.mode, c.H, c.fragments, c.tau);
-  ao.uplink = UplinkCodec(c);
-  ao.alpha = c.alpha;
-  ao.keep_progress = c.keep_progress;
   return ao;
 }
 
@@ -122,7 +96,7 @@ void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::Frag
   if (!topts.ok()) return void(me.status = topts.status());
   auto trainer = model::Trainer::Create(*topts);
   if (!trainer.ok()) return void(me.status = trainer.status());
-  auto params = Views(**trainer);
+  auto params = model::ParameterViews(**trainer);
   learner::LearnerAgent agent(SimAgentOptions(c, me.id), plan, params, api, clock);
   // Each learner starts a few ms apart, off the syncer loop's 50 ms tick: its heartbeats (every
   // 0.5 s from its start) then never arrive at the same simulated instant as another's or as a
@@ -147,13 +121,8 @@ void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::Frag
     p.step_seconds = ema;
     p.tokens_per_second = static_cast<double>(s->tokens) / ema;
     agent.SetProgress(p);
-    agent.OnStep(step, s->tokens);
+    agent.AfterStep(step, s->tokens);
     ++step;
-    if (c.mode == diloco::Mode::kDiloco && step % c.H == 0) {
-      agent.WaitForAllFragments(step, 600.0);
-    } else {
-      agent.ApplyReady(step);
-    }
   }
   Leave(agent, step, tokens, last_loss, clock, me);
 }
@@ -241,9 +210,9 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
     ATOLL_ASSIGN_OR_RETURN(auto e0, eval.trainer().Evaluate(c.eval_batches));
     result.eval_loss_start = e0.loss;
   }
-  ATOLL_ASSIGN_OR_RETURN(auto sopts, MakeSyncerOptions(c));
+  syncer::SyncerOptions sopts = MakeSyncerOptions(c);
   sopts.incarnation = 1;
-  ATOLL_ASSIGN_OR_RETURN(auto core, syncer::SyncerCore::Create(sopts, plan, InitialFragments(eval.trainer(), plan)));
+  ATOLL_ASSIGN_OR_RETURN(auto core, syncer::SyncerCore::Create(sopts, plan, exchange::GatherAll(plan, model::ParameterViews(eval.trainer()))));
 
   SimClock clock;
   RoundObserver observe(c, o, clock, eval, result);

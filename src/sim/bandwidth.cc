@@ -159,7 +159,7 @@ std::string BandwidthSweepSvg(const BandwidthParams& p) {
     panel.series.push_back(s);
   }
   const std::string title = fmt::format(
-      "atoll sim bandwidth: {:.3g} parameters, {:g} s/step, data-parallel {:g}-bit, DiLoCo "
+      "atoll fleet bandwidth: {:.3g} parameters, {:g} s/step, data-parallel {:g}-bit, DiLoCo "
       "{:g}-bit, "
       "H={}, P={}, tau={:g}",
       p.params, p.step_s, p.dp_bits, p.bits, p.inner_steps, p.fragments, p.overlap);

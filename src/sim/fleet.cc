@@ -10,23 +10,6 @@
 
 namespace atl::sim {
 
-std::string_view RepairDistName(RepairDist d) {
-  switch (d) {
-    case RepairDist::kFixed: return "fixed";
-    case RepairDist::kExponential: return "exp";
-    case RepairDist::kLogNormal: return "lognormal";
-  }
-  return "?";
-}
-
-StatusOr<RepairDist> ParseRepairDist(std::string_view name) {
-  if (name == "fixed") return RepairDist::kFixed;
-  if (name == "exp" || name == "exponential") return RepairDist::kExponential;
-  if (name == "lognormal") return RepairDist::kLogNormal;
-  return InvalidArgumentError("repair distribution must be fixed, exp or lognormal, not '" +
-                              std::string(name) + "'");
-}
-
 Status ValidateFleet(const FleetSpec& s) {
   if (s.chips <= 0) return InvalidArgumentError("chips must be > 0");
   if (s.slice_chips <= 0) return InvalidArgumentError("slice size must be > 0 chips");

@@ -12,18 +12,18 @@
 
 namespace atl::sim {
 
-std::string_view ModeName(Mode m) {
+std::string_view FleetModeName(FleetMode m) {
   switch (m) {
-    case Mode::kDataParallel: return "data-parallel";
-    case Mode::kElasticDataParallel: return "elastic-data-parallel";
-    case Mode::kSyncDiloco: return "sync-diloco";
-    case Mode::kDecoupledDiloco: return "decoupled-diloco";
+    case FleetMode::kDataParallel: return "data-parallel";
+    case FleetMode::kElasticDataParallel: return "elastic-data-parallel";
+    case FleetMode::kSyncDiloco: return "sync-diloco";
+    case FleetMode::kDecoupledDiloco: return "decoupled-diloco";
   }
   return "?";
 }
 
-int ModeLearners(Mode m, const GoodputParams& p) {
-  return (m == Mode::kSyncDiloco || m == Mode::kDecoupledDiloco) ? p.learners : 1;
+int ModeLearners(FleetMode m, const GoodputParams& p) {
+  return (m == FleetMode::kSyncDiloco || m == FleetMode::kDecoupledDiloco) ? p.learners : 1;
 }
 
 FleetSpec ToFleetSpec(const GoodputParams& p) {
@@ -137,13 +137,13 @@ double ElasticUptime(const GoodputParams& p, double lambda) {
 }
 }  // namespace
 
-Oracle ClosedForm(Mode mode, const GoodputParams& p) {
+Oracle ClosedForm(FleetMode mode, const GoodputParams& p) {
   const FleetSpec f = ToFleetSpec(p);
   const double lambda = StationarySliceFailureRate(f);
   const double down = StationaryDownFraction(f);
   Oracle o;
   switch (mode) {
-    case Mode::kDataParallel: {
+    case FleetMode::kDataParallel: {
       // The job's J slices (all but the spares) are always healthy, so job failures arrive at
       // λj = J·S/MTBI. A failure while running starts a restart whose mean length E follows
       // from MeanPauseEpisode; running and restarting alternate, so the job runs a share
@@ -164,7 +164,7 @@ Oracle ClosedForm(Mode mode, const GoodputParams& p) {
                   static_cast<double>(p.chips);
       break;
     }
-    case Mode::kElasticDataParallel: {
+    case FleetMode::kElasticDataParallel: {
       // Failures and returns each arrive at rate λ (half the events each): pauses and
       // training alternate.
       o.available = true;
@@ -172,7 +172,7 @@ Oracle ClosedForm(Mode mode, const GoodputParams& p) {
       o.goodput = o.uptime * (1.0 - down);
       break;
     }
-    case Mode::kDecoupledDiloco: {
+    case FleetMode::kDecoupledDiloco: {
       // Each learner sees λ/M; learners are independent, so the number training is binomial.
       o.available = true;
       const int m = p.learners;
@@ -186,16 +186,16 @@ Oracle ClosedForm(Mode mode, const GoodputParams& p) {
       o.uptime = std::min(1.0, tail);
       break;
     }
-    case Mode::kSyncDiloco: break;
+    case FleetMode::kSyncDiloco: break;
   }
   return o;
 }
 
-StatusOr<std::vector<ModeSummary>> RunGoodput(const GoodputParams& p, const std::vector<Mode>& modes) {
+StatusOr<std::vector<ModeSummary>> RunGoodput(const GoodputParams& p, const std::vector<FleetMode>& modes) {
   ATOLL_RETURN_IF_ERROR(ValidateGoodput(p));
   const FleetSpec f = ToFleetSpec(p);
   std::vector<ModeSummary> out;
-  for (Mode m : modes) {
+  for (FleetMode m : modes) {
     ModeSummary s;
     s.mode = m;
     s.learners = ModeLearners(m, p);
@@ -247,7 +247,7 @@ std::string FormatGoodputTable(const GoodputParams& p, const std::vector<ModeSum
       oracle = fmt::format("{:.1f}% / {:.2f}%", 100 * m.oracle.goodput, 100 * m.oracle.uptime);
     out +=
         fmt::format("{:<23} {:8}  {:5.1f}% +- {:<6.2f} {:6.2f}% +- {:<6.2f} {:>10}  {}\n",
-                    ModeName(m.mode), m.learners, 100 * m.goodput, 100 * m.goodput_ci95,
+                    FleetModeName(m.mode), m.learners, 100 * m.goodput, 100 * m.goodput_ci95,
                     100 * m.uptime, 100 * m.uptime_ci95, Grouped(std::llround(m.failures)), oracle);
   }
   return out;
@@ -257,7 +257,7 @@ std::string GoodputJson(const GoodputParams& p, const std::vector<ModeSummary>& 
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& m : s) {
     nlohmann::json o;
-    o["mode"] = ModeName(m.mode);
+    o["mode"] = FleetModeName(m.mode);
     o["learners"] = m.learners;
     o["chips"] = m.chips;
     o["goodput"] = m.goodput;
@@ -299,9 +299,9 @@ StatusOr<std::string> GoodputSweepSvg(const GoodputParams& p) {
   up.title = "Uptime vs fleet size";
   up.x_label = "chips";
   up.y_label = "uptime (global model advances)";
-  for (Mode m : kAllModes) {
+  for (FleetMode m : kAllFleetModes) {
     Series sg, su;
-    sg.name = su.name = std::string(ModeName(m)) +
+    sg.name = su.name = std::string(FleetModeName(m)) +
                         (ModeLearners(m, p) > 1 ? fmt::format(" (M={})", ModeLearners(m, p)) : "");
     gp.series.push_back(sg);
     up.series.push_back(su);
@@ -320,7 +320,7 @@ StatusOr<std::string> GoodputSweepSvg(const GoodputParams& p) {
     }
   }
   const std::string title = fmt::format(
-      "atoll sim goodput: MTBI {:g} chip-years, slices of {}, repair {:g} h, {:g} days x {} seeds "
+      "atoll fleet goodput: MTBI {:g} chip-years, slices of {}, repair {:g} h, {:g} days x {} seeds "
       "(bars: 95% CI)",
       p.mtbi_years, p.slice_chips, p.repair_hours, p.days, p.seeds);
   return RenderSvg(title, {gp, up});

@@ -323,24 +323,24 @@ RunResult Drive(ModeModel& model, EventQueue& q, const FailureTrace& tr) {
 
 }  // namespace
 
-RunResult SimulateMode(Mode mode, const GoodputParams& p, const FailureTrace& trace) {
+RunResult SimulateMode(FleetMode mode, const GoodputParams& p, const FailureTrace& trace) {
   EventQueue q;
   switch (mode) {
-    case Mode::kDataParallel: {
+    case FleetMode::kDataParallel: {
       DataParallel dp(p, trace);
       return Drive(dp, q, trace);
     }
-    case Mode::kElasticDataParallel: {
+    case FleetMode::kElasticDataParallel: {
       Islands m(p, trace, 1, Islands::Rule::kAny, /*rounds=*/false);
       m.Start(q);
       return Drive(m, q, trace);
     }
-    case Mode::kSyncDiloco: {
+    case FleetMode::kSyncDiloco: {
       Islands m(p, trace, p.learners, Islands::Rule::kAll, /*rounds=*/true);
       m.Start(q);
       return Drive(m, q, trace);
     }
-    case Mode::kDecoupledDiloco: {
+    case FleetMode::kDecoupledDiloco: {
       Islands m(p, trace, p.learners, Islands::Rule::kQuorum, /*rounds=*/false);
       m.Start(q);
       return Drive(m, q, trace);

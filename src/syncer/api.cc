@@ -6,22 +6,6 @@
 
 namespace atl::syncer {
 
-const char* LearnerStateName(LearnerState s) {
-  switch (s) {
-    case LearnerState::kJoining: return "joining";
-    case LearnerState::kTraining: return "training";
-    case LearnerState::kDone: return "done";
-  }
-  return "?";
-}
-
-std::optional<LearnerState> ParseLearnerState(std::string_view s) {
-  for (LearnerState x : {LearnerState::kJoining, LearnerState::kTraining, LearnerState::kDone}) {
-    if (s == LearnerStateName(x)) return x;
-  }
-  return std::nullopt;
-}
-
 StatusOr<ShardSpec> ParseShardSpec(std::string_view text) {
   const auto bad = [&](const std::string& why) {
     return InvalidArgumentError("--shard '" + std::string(text.substr(0, 32)) + "': " + why +

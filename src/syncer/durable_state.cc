@@ -72,8 +72,7 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile1(const std::string& path
   const char* body = bytes.data() + sizeof(h);
   if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum) return DataLossError(path + " is corrupted: checksum mismatch");
   SyncerCore::FragmentSnapshot s;
-  s.version = h.version;
-  s.round = h.round;
+  s.version = h.version;  // h.round: always the version
   ReadFloats(body, n, s.theta);
   ReadFloats(body + n * sizeof(float), n, s.momentum);
   return s;
@@ -117,8 +116,7 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile(const std::string& path,
   }
   ATOLL_ASSIGN_OR_RETURN(const FragmentHeader2 h, ReadHeader2(path, bytes, n));
   SyncerCore::FragmentSnapshot s;
-  s.version = h.version;
-  s.round = h.round;
+  s.version = h.version;  // h.round: always the version
   s.sweep_share = h.sweep_share;
   const char* body = bytes.data() + sizeof(h);
   ReadFloats(body, n, s.theta);
@@ -249,7 +247,7 @@ Status DurableState::WriteFragment(const SyncerCore& core, int p) {
   FragmentHeader2 h{};
   std::memcpy(h.magic, kMagic2, 8);
   h.version = snap.version;
-  h.round = snap.round;
+  h.round = snap.version;  // the rounds it closed: kept in the file's layout
   h.numel = static_cast<int64_t>(n);
   h.flags = (snap.momentum.empty() ? 0 : kHasMomentum) | (snap.public_values.empty() ? 0 : kHasPublicCopy);
   h.lattice_blocks = static_cast<uint32_t>(snap.lattice_exp.size());
@@ -381,7 +379,7 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) {
     if (!core.owns(p)) continue;  // another shard's
     const size_t n = static_cast<size_t>(core.plan().fragments[static_cast<size_t>(p)].numel);
     ATOLL_ASSIGN_OR_RETURN(auto snap, ReadFragmentFile(FragmentPath(p), n));
-    fragment_rounds += snap.round;
+    fragment_rounds += snap.version;
     snaps.push_back(std::move(snap));
   }
   LearnerTable table = ReadLearnerTable(fragment_rounds);
@@ -423,7 +421,8 @@ DurableState::LearnerTable DurableState::ReadLearnerRows(const nlohmann::json& l
     LearnerRecord l;
     l.id = r.value("id", -1);
     l.host = r.value("host", "");
-    l.state = ParseLearnerState(r.value("state", "joining")).value_or(LearnerState::kJoining);
+    auto state = ParseLearnerState(r.value("state", "joining"));
+    l.state = state.ok() ? *state : LearnerState::kJoining;
     l.joins = r.value("joins", 0);
     l.step = r.value("step", int64_t{0});
     l.tokens = r.value("tokens", int64_t{0});

@@ -21,8 +21,10 @@ PublicCopy::PublicCopy(exchange::Lattice lattice, std::vector<float> phi, int64_
     : options_(options),
       lattice_(std::move(lattice)),
       phi_(std::move(phi)),
-      checksum_(exchange::ValuesChecksum(phi_)),
-      version_(version) {}
+      checksum_(exchange::ValuesChecksum(phi_, options_.pool)),
+      version_(version) {
+  if (phi_.capacity() < options_.capacity) phi_.reserve(options_.capacity);
+}
 
 StatusOr<PublicCopy> PublicCopy::Create(std::span<const float> initial, int block, PublicCopyOptions options) {
   ATOLL_ASSIGN_OR_RETURN(exchange::Lattice lattice, exchange::MakeLattice(initial, block));
@@ -55,19 +57,21 @@ Status PublicCopy::Advance(std::span<const float> theta, int64_t version) {
   return Status::Ok();
 }
 
-void PublicCopy::Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated) {
+void PublicCopy::Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated,
+                        std::optional<uint64_t> checksum) {
   ATOLL_CHECK(next.size() == phi_.size());
   phi_.swap(next);
-  CommitInPlace(std::move(delta), version, saturated);
+  CommitInPlace(std::move(delta), version, saturated, checksum);
 }
 
-void PublicCopy::CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated) {
+void PublicCopy::CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated,
+                               std::optional<uint64_t> checksum) {
   ATOLL_CHECK(version == version_ + 1);
   Past past;
   past.version = version;
   past.delta = std::move(delta);
   if (history_.empty()) base_checksum_ = checksum_;
-  checksum_ = past.checksum = exchange::ValuesChecksum(phi_);
+  checksum_ = past.checksum = checksum.has_value() ? *checksum : exchange::ValuesChecksum(phi_, options_.pool);
   version_ = version;
   saturated_ += saturated;
   history_.push_back(std::move(past));
@@ -121,12 +125,15 @@ StatusOr<std::vector<std::byte>> PublicCopy::Compressed(std::vector<std::byte> r
   return out;
 }
 
-StatusOr<PullPayload> PublicCopy::Serve(int64_t have) {
+StatusOr<SharedPull> PublicCopy::Serve(int64_t have, int fragment, uint64_t incarnation) {
   ATOLL_CHECK(have != version_);
   const bool delta = have >= oldest() && have < version_;
   const int64_t key = delta ? have : -1;
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  PullPayload out;
+  auto made = std::make_shared<PullPayload>();
+  PullPayload& out = *made;
+  out.fragment = fragment;
+  out.incarnation = incarnation;
   out.version = version_;
   out.is_delta = delta;
   out.base_version = delta ? have : -1;
@@ -150,11 +157,12 @@ StatusOr<PullPayload> PublicCopy::Serve(int64_t have) {
   size_t raw_size = 0;
   ATOLL_ASSIGN_OR_RETURN(out.bytes, Compressed(std::move(raw), &raw_size));
   out.raw_bytes = raw_size;
+  SharedPull shared = std::move(made);
   if (cache_held_ + out.bytes.size() <= options_.cache_bytes) {
     cache_held_ += out.bytes.size();
-    cache_.emplace(key, out);
+    cache_.emplace(key, shared);
   }
-  return out;
+  return shared;
 }
 
 size_t PublicCopy::HeldBytes() const {

@@ -38,6 +38,12 @@ void Size(std::vector<float>& v, size_t n, size_t capacity) {
   v.resize(n);
 }
 
+size_t LargestFragment(const diloco::FragmentPlan& plan) {
+  size_t n = 0;
+  for (const diloco::Fragment& g : plan.fragments) n = std::max(n, static_cast<size_t>(g.numel));
+  return n;
+}
+
 void Save(const float* from, size_t begin, size_t end, std::vector<float>& to) {
   std::copy(from + begin, from + end, to.begin() + static_cast<std::ptrdiff_t>(begin));
 }
@@ -55,6 +61,7 @@ struct SyncerCore::RoundPass {
   // Per reduction chunk of the fragment: Σ Θ_before², Σ Θ_after², Σ (Θ_after − Θ_before)², Σ momentum².
   std::vector<double> before2, after2, step2, momentum2;
   std::vector<std::vector<std::byte>> delta_parts;  // per tile, joined in order
+  std::vector<uint64_t> phi_checksums;              // per tile: the fused lattice step's next Φ
   std::vector<int64_t> saturated;                   // per tile
   std::vector<char> finite;                         // per tile: kThetaFinite | kMomentumFinite | kSweepFinite
   std::vector<float> merged;                        // ddp and the unfused lattice step only
@@ -69,7 +76,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   FragmentState& f = fragments_[static_cast<size_t>(p)];
   RoundReport report;
   report.fragment = p;
-  report.round = f.round;
+  report.round = f.version;  // round r makes version r + 1
   report.grace_seconds = d.grace_seconds;
   report.late = d.missing;
   report.reason = d.reason;
@@ -107,7 +114,6 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   f.pending.clear();
   f.opened_at.reset();
   f.quorum_at.reset();
-  f.round += 1;
   rounds_closed_ += 1;
   report.close_seconds = ToSeconds(clock.Now() - t0);
   estimates_.sync_seconds = Ema(estimates_.sync_seconds, report.close_seconds);
@@ -117,8 +123,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
 Status SyncerCore::PrepareRoundPass(int p, RoundPass& pass, RoundReport& report) {
   FragmentState& f = fragments_[static_cast<size_t>(p)];
   const size_t n = f.theta.size();
-  size_t capacity = 0;
-  for (const diloco::Fragment& g : plan_.fragments) capacity = std::max(capacity, static_cast<size_t>(g.numel));
+  const size_t capacity = LargestFragment(plan_);
   // Φ_p at the versions late pushes were computed against (each once, a copy: Φ_p itself moves in
   // the pass): exact, from the history.
   for (const Contribution& c : f.pending) {
@@ -171,17 +176,17 @@ void SyncerCore::ApplyTile(int p, RoundPass& pass, size_t t, size_t b, size_t e,
       .accum_out = pass.kernel->keeps_accum() ? f.sweep.accum.data() : nullptr,
       .start = pass.kernel->keeps_start() ? f.sweep.start.data() : nullptr,
       .start_out = pass.kernel->keeps_start() ? f.sweep.start.data() : nullptr};
-  Save(f.theta.data(), b, e, scratch_.theta);
   if (pass.writes_momentum) Save(f.momentum.data(), b, e, scratch_.momentum);
   if (spans.accum != nullptr) Save(spans.accum, b, e, scratch_.accum);
   if (spans.start != nullptr) Save(spans.start, b, e, scratch_.start);
   bool theta = true, momentum = true, sweep = true;
   for (size_t c = b; c < e; c += diloco::kReduceChunk) {
     const size_t ce = std::min(e, c + diloco::kReduceChunk), k = c / diloco::kReduceChunk;
-    pass.step2[k] = pass.kernel->Apply(c, ce, merged.data() + (c - b), spans);
-    pass.before2[k] = diloco::SumSquares(scratch_.theta.data() + c, ce - c);
-    pass.after2[k] = diloco::SumSquares(f.theta.data() + c, ce - c);
-    theta &= std::isfinite(pass.after2[k]) && Finite(f.theta.data() + c, ce - c);
+    const auto measures = pass.kernel->ApplyMeasured(c, ce, merged.data() + (c - b), spans, scratch_.theta.data() + c);
+    pass.step2[k] = measures.step2;
+    pass.before2[k] = measures.before2;
+    pass.after2[k] = measures.after2;
+    theta &= std::isfinite(pass.after2[k]) && measures.finite;
     if (pass.writes_momentum) {
       pass.momentum2[k] = diloco::SumSquares(f.momentum.data() + c, ce - c);
       momentum &= Finite(f.momentum.data() + c, ce - c);
@@ -191,11 +196,12 @@ void SyncerCore::ApplyTile(int p, RoundPass& pass, size_t t, size_t b, size_t e,
   }
   pass.finite[t] = static_cast<char>((theta ? kThetaFinite : 0) | (momentum ? kMomentumFinite : 0) | (sweep ? kSweepFinite : 0));
   if (theta && pass.fuse_lattice) {
-    const std::span<float> phi = f.copy->values_for_advance();
-    Save(phi.data(), b, e, scratch_.phi);
+    // Φ's next values into scratch (swapped in at the commit; a refused round leaves Φ as it was),
+    // checksummed while the tile is in cache (a tile is one checksum piece).
     const size_t block = static_cast<size_t>(f.copy->lattice().block);
     exchange::EncodeLatticeStepBlocks(f.copy->lattice(), f.copy->options().qmax, b / block, (e + block - 1) / block,
-                                      f.theta, phi, phi, pass.delta_parts[t], &pass.saturated[t]);
+                                      f.theta, f.copy->values(), scratch_.phi, pass.delta_parts[t], &pass.saturated[t]);
+    pass.phi_checksums[t] = exchange::PieceChecksum(std::span<const float>(scratch_.phi).subspan(b, e - b));
   }
 }
 
@@ -206,21 +212,29 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
   auto merger = diloco::FragmentMerger::Create(plan_.fragments[static_cast<size_t>(p)], rule_->merge_rule(),
                                                pass.weights, pool_.get());
   if (!merger.ok()) return merger.status().WithContext("merge");
+  if (const size_t capacity = LargestFragment(plan_); scratch_.sums.capacity() < capacity) scratch_.sums.reserve(capacity);
+  merger->KeepSums(&scratch_.sums);
+  for (size_t m = 0; m < f.pending.size(); ++m) {
+    if (f.pending[m].norm >= 0) merger->GiveNorms(m, f.pending[m].slice_norms, f.pending[m].norm);
+  }
   const diloco::SegmentGrid& grid = merger->grid();
-  pass.fuse_lattice = pass.kernel.has_value() && grid.tile_values() % static_cast<size_t>(f.copy->lattice().block) == 0;
+  pass.fuse_lattice = pass.kernel.has_value() && grid.tile_values() % static_cast<size_t>(f.copy->lattice().block) == 0 &&
+                      grid.tile_values() == exchange::kChecksumPieceValues;
   const size_t chunks = (n + diloco::kReduceChunk - 1) / diloco::kReduceChunk;
   for (auto* v : {&pass.before2, &pass.after2, &pass.step2, &pass.momentum2}) v->assign(chunks, 0.0);
   pass.delta_parts.assign(grid.num_tiles(), {});
+  pass.phi_checksums.assign(grid.num_tiles(), 0);
   pass.saturated.assign(grid.num_tiles(), 0);
   pass.finite.assign(grid.num_tiles(), kThetaFinite | kMomentumFinite | kSweepFinite);
   if (!pass.kernel || !pass.fuse_lattice) pass.merged.resize(n);
   pass.started = true;
 
-  const std::span<const float> reference = rule_->Reference(f.theta, f.sweep);
-  const diloco::FragmentMerger::Source source = [&](size_t m, size_t b, size_t e, float* out) {
-    diloco::DecodeRawRange(options_.uplink, f.pending[m].raw, n, b, e, out);
-    rule_->VectorizeRange(pass.base_of[m], reference, b, e, out);
-  };
+  std::vector<diloco::EncodedGradients::Push> pushes;
+  for (size_t m = 0; m < f.pending.size(); ++m) {
+    pushes.push_back({.raw = f.pending[m].raw, .base = pass.base_of[m].empty() ? nullptr : pass.base_of[m].data()});
+  }
+  const diloco::EncodedGradients source(options_.uplink, n, rule_->Reference(f.theta, f.sweep).data(),
+                                        std::move(pushes));
   diloco::FragmentMerger::Vet vet;
   if (pass.kernel) {
     vet = [&](size_t, double norm) {
@@ -279,7 +293,12 @@ void SyncerCore::CommitRoundPass(int p, RoundPass& pass) {
   if (pass.kernel) pass.kernel->Finish(f.sweep);
   int64_t saturated = 0;
   for (int64_t s : pass.saturated) saturated += s;
-  f.copy->CommitInPlace(std::move(pass.delta), f.version + 1, saturated);
+  if (pass.fuse_lattice) {
+    f.copy->Commit(scratch_.phi, std::move(pass.delta), f.version + 1, saturated,
+                   exchange::CombinePieceChecksums(pass.phi_checksums, f.theta.size()));
+  } else {
+    f.copy->CommitInPlace(std::move(pass.delta), f.version + 1, saturated);
+  }
   f.version += 1;
   f.theta_norm = pass.kernel ? std::sqrt(diloco::SegmentGrid::Total(pass.after2)) : diloco::L2Norm(f.theta);
 }
@@ -300,18 +319,9 @@ void SyncerCore::RestoreRoundPass(int p, RoundPass& pass) {
     if (pass.start_sized) back(scratch_.start, f.sweep.start.data());
     else f.sweep.start.clear();
   }
-  // Φ moved in the tiles whose Θ stayed finite (or whole, when not fused); the others kept theirs.
-  const std::span<float> phi = f.copy->values_for_advance();
-  if (pass.lattice_unfused) {
-    back(scratch_.phi, phi.data());
-  } else if (pass.fuse_lattice) {
-    const size_t tile = diloco::kTileValues;
-    for (size_t t = 0; t < pass.finite.size(); ++t) {
-      if ((pass.finite[t] & kThetaFinite) == 0) continue;
-      const size_t b = t * tile, e = std::min(n, b + tile);
-      std::copy(scratch_.phi.begin() + static_cast<std::ptrdiff_t>(b), scratch_.phi.begin() + static_cast<std::ptrdiff_t>(e), phi.begin() + static_cast<std::ptrdiff_t>(b));
-    }
-  }
+  // Φ moved in place only when the lattice step ran whole (not fused: the fused step writes the
+  // next values into scratch, and a refused round never swaps them in).
+  if (pass.lattice_unfused) back(scratch_.phi, f.copy->values_for_advance().data());
 }
 
 RoundReport SyncerCore::RefuseRound(int p, RoundReport report, const Status& why) {

@@ -1,5 +1,7 @@
 #include "atoll/syncer/syncer_core.h"
 
+#include "atoll/diloco/fragment_merger.h"
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -105,6 +107,7 @@ PublicCopyOptions SyncerCore::CopyOptions(size_t numel) const {
                         : std::max(options_.history_min_bytes,
                                    static_cast<size_t>(options_.history_bytes_per_value * static_cast<double>(numel)));
   o.pool = pool_.get();
+  for (const diloco::Fragment& g : plan_.fragments) o.capacity = std::max(o.capacity, static_cast<size_t>(g.numel));
   return o;
 }
 
@@ -377,6 +380,19 @@ StatusOr<SyncerCore::Contribution> SyncerCore::MakeContribution(const PushHeader
   return c;
 }
 
+void SyncerCore::JoinNorms(int p, Contribution& c) {
+  const FragmentState& f = fragments_[static_cast<size_t>(p)];
+  if (!rule_->ReadsNorms()) return;
+  const bool based = rule_->NeedsBase();
+  if (based && c.base_version != f.version) return;
+  const diloco::EncodedGradients source(options_.uplink, f.theta.size(), rule_->Reference(f.theta, f.sweep).data(),
+                                        {{.raw = c.raw, .base = based ? f.copy->values().data() : nullptr}});
+  auto norms = diloco::FragmentMerger::NormsOf(plan_.fragments[static_cast<size_t>(p)], source, 0, pool_.get());
+  if (!norms.ok()) return;  // the close forms them
+  c.slice_norms = std::move(norms->slice_norms);
+  c.norm = norms->norm;
+}
+
 int64_t SyncerCore::PendingBytes() const {
   int64_t n = 0;
   for (const FragmentState& f : fragments_) {
@@ -430,6 +446,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
     return Reject(l, h, st, now);
   }
   // Validated: now change state.
+  JoinNorms(h.fragment, *c);
   if (size > 1e-12) {
     f.recent_norms.push_back(size);
     if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
@@ -448,15 +465,15 @@ PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeade
   l.pushes += 1;
   if (l.state == LearnerState::kJoining) l.state = LearnerState::kTraining;
   PushResult result;
-  result.round = f.round;
+  result.round = f.version;  // the open round: it makes merged_version
   result.merged_version = f.version + 1;
   result.incarnation = options_.incarnation;
   if (h.base_version < f.version) {
     l.late_folded += 1;
     result.note = fmt::format("computed against version {}, folded into round {} (current version {})",
-                              h.base_version, f.round, f.version);
+                              h.base_version, f.version, f.version);
   } else {
-    result.note = fmt::format("joined round {}", f.round);
+    result.note = fmt::format("joined round {}", f.version);
   }
   auto existing = std::find_if(f.pending.begin(), f.pending.end(),
                                [&](const Contribution& x) { return x.learner == h.learner_id; });
@@ -569,6 +586,11 @@ Status SyncerCore::CheckNotBanned(const LearnerRecord& l, TimePoint now) const {
 }
 
 StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version) {
+  ATOLL_ASSIGN_OR_RETURN(SharedPull shared, PullShared(learner_id, fragment, have_version, want_version));
+  return *shared;
+}
+
+StatusOr<SharedPull> SyncerCore::PullShared(int learner_id, int fragment, int64_t have_version, int64_t want_version) {
   if (fragment < 0 || fragment >= plan_.num_fragments()) {
     return InvalidArgumentError("pull: fragment " + std::to_string(fragment) + " out of range [0, " +
                                 std::to_string(plan_.num_fragments()) + ")");
@@ -586,21 +608,20 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
                                    " but the syncer is at " + std::to_string(f.version) +
                                    " (syncer restarted from older state?)");
   }
-  PullPayload out;
   const bool reachable = have_version >= f.copy->oldest();
   if (have_version == f.version || (reachable && want_version > f.version)) {
-    out.not_modified = true;
-  } else {
-    auto served = f.copy->Serve(have_version);
-    if (!served.ok()) {
-      return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + served.status().message());
-    }
-    out = std::move(*served);
+    auto out = std::make_shared<PullPayload>();
+    out->not_modified = true;
+    out->incarnation = options_.incarnation;
+    out->fragment = fragment;
+    out->version = f.version;
+    return SharedPull(std::move(out));
   }
-  out.incarnation = options_.incarnation;
-  out.fragment = fragment;
-  if (out.not_modified) out.version = f.version;
-  return out;
+  auto served = f.copy->Serve(have_version, fragment, options_.incarnation);
+  if (!served.ok()) {
+    return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + served.status().message());
+  }
+  return std::move(*served);
 }
 
 void SyncerCore::CountBytes(int learner_id, int64_t up, int64_t down) {
@@ -628,7 +649,8 @@ SyncerCore::HeldBytes SyncerCore::held_bytes() const {
     for (const Contribution& c : f.pending) b.pending += c.raw.capacity();
   }
   b.scratch = (scratch_.theta.capacity() + scratch_.momentum.capacity() + scratch_.accum.capacity() +
-               scratch_.start.capacity() + scratch_.phi.capacity()) * sizeof(float);
+               scratch_.start.capacity() + scratch_.phi.capacity()) * sizeof(float) +
+              scratch_.sums.capacity() * sizeof(double);
   for (const auto& [id, l] : learners_) b.learners += sizeof(l) + l.host.capacity() + l.merged_versions.capacity() * sizeof(int64_t);
   return b;
 }

@@ -14,7 +14,7 @@ namespace atl::syncer {
 
 SyncerCore::FragmentSnapshot SyncerCore::SnapshotFragment(int fragment) const {
   const FragmentState& f = fragments_[static_cast<size_t>(fragment)];
-  FragmentSnapshot s{f.version, f.round, f.theta, f.momentum, {}, {}, f.sweep.share};
+  FragmentSnapshot s{f.version, f.theta, f.momentum, {}, {}, f.sweep.share};
   if (f.copy) {
     s.public_values.assign(f.copy->values().begin(), f.copy->values().end());
     s.lattice_exp = f.copy->lattice().exp;
@@ -33,7 +33,7 @@ Status SyncerCore::RestoreFragment(int fragment, FragmentSnapshot snap) {
                                 std::to_string(snap.theta.size()) + " values, the plan " + std::to_string(n));
   }
   if (!exchange::AllFinite(snap.theta) || !exchange::AllFinite(snap.momentum) || !exchange::AllFinite(snap.public_values) ||
-      snap.version < 0 || snap.round < 0 || !std::isfinite(snap.sweep_share) || snap.sweep_share < 0 || snap.sweep_share > 1) {
+      snap.version < 0 || !std::isfinite(snap.sweep_share) || snap.sweep_share < 0 || snap.sweep_share > 1) {
     return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " holds invalid values");
   }
   exchange::Lattice lattice = f.copy->lattice();
@@ -60,7 +60,6 @@ Status SyncerCore::RestoreFragment(int fragment, FragmentSnapshot snap) {
   }
   f.copy.emplace(std::move(*copy));
   f.version = snap.version;
-  f.round = snap.round;
   f.sweep = {};  // a partial sweep's accumulator is not persisted: its rounds are in Θ already
   f.sweep.share = f.momentum.empty() ? snap.sweep_share : 0;
   f.pending.clear();

@@ -4,17 +4,10 @@
 
 #include <fmt/format.h>
 
-#include "atoll/core/simd.h"
 #include "atoll/syncer/syncer_core.h"
 
 namespace atl::syncer {
 namespace {
-
-// out = r − (b − out): the outer gradient against the reference from the learner's Δ̂.
-ATOLL_SIMD_CLONES void AgainstReference(const float* __restrict r, const float* __restrict b, float* __restrict out,
-                                        size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = r[i] - (b[i] - out[i]);
-}
 
 // Decoupled and synchronous DiLoCo: outer gradients, a merge, an outer step.
 class OuterRule final : public UpdateRule {
@@ -28,13 +21,7 @@ class OuterRule final : public UpdateRule {
 
   Status CheckBase(int64_t, int64_t) const override { return Status::Ok(); }
   bool NeedsBase() const override { return against_current_; }
-
-  void VectorizeRange(std::span<const float> base, std::span<const float> reference, size_t begin, size_t end,
-                      float* out) const override {
-    // kCurrent: v = Θ_ref − θ_m with θ_m = Φ_base − Δ̂; kBase: v = Δ̂.
-    if (!against_current_) return;
-    AgainstReference(reference.data() + begin, base.data() + begin, out, end - begin);
-  }
+  bool ReadsNorms() const override { return true; }
 
   std::span<const float> Reference(const std::vector<float>& theta, const diloco::SweepState& sweep) const override {
     return step_ == OuterStepRule::kRunning && !sweep.start.empty() ? sweep.start : theta;
@@ -76,7 +63,7 @@ class ParameterServerRule final : public UpdateRule {
                                     base_version, current_version));
   }
   bool NeedsBase() const override { return false; }
-  void VectorizeRange(std::span<const float>, std::span<const float>, size_t, size_t, float*) const override {}
+  bool ReadsNorms() const override { return false; }  // a mean, and no outer-gradient bound
   std::span<const float> Reference(const std::vector<float>& theta, const diloco::SweepState&) const override {
     return theta;
   }

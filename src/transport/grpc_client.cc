@@ -3,7 +3,7 @@
 
 #include "atoll.grpc.pb.h"
 #include "atoll/core/checksum.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_client.h"
 #include "wire.h"
 
 namespace atl::transport {
@@ -78,17 +78,7 @@ StatusOr<syncer::JoinReplyData> GrpcSyncerClient::Join(const syncer::JoinRequest
   grpc::ClientContext ctx;
   impl_->Prepare(ctx, impl_->options.call_timeout_s);
   atl::v1::JoinRequest req;
-  req.set_protocol_version(r.protocol_version);
-  req.set_run_id(r.run_id);
-  req.set_model_signature(r.model_signature);
-  req.set_learner_id(r.learner_id);
-  req.set_host(r.host);
-  req.set_rejoin(r.rejoin);
-  for (uint64_t c : r.fragment_checksums) req.add_fragment_checksums(c);
-  if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
-    req.set_shard_index(r.shard.index);
-    req.set_shard_count(r.shard.count);
-  }
+  FillJoinRequest(r, &req);
   atl::v1::JoinReply reply;
   grpc::Status st = impl_->stub->Join(&ctx, req, &reply);
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
@@ -117,24 +107,13 @@ StatusOr<syncer::HeartbeatReplyData> GrpcSyncerClient::Heartbeat(int learner_id,
   grpc::ClientContext ctx;
   impl_->Prepare(ctx, impl_->options.call_timeout_s);
   atl::v1::HeartbeatRequest req;
-  req.set_learner_id(learner_id);
-  req.set_step(p.step);
-  req.set_tokens(p.tokens);
-  req.set_loss(p.loss);
-  req.set_step_seconds(p.step_seconds);
-  req.set_tokens_per_second(p.tokens_per_second);
-  req.set_state(syncer::LearnerStateName(p.state));
-  req.set_version_held(p.version_held);
+  FillHeartbeat(learner_id, p, &req);
   atl::v1::HeartbeatReply reply;
   grpc::Status st = impl_->stub->Heartbeat(&ctx, req, &reply);
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
   if (!st.ok()) return FromGrpc(st, "heartbeat");
   bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
-  syncer::HeartbeatReplyData d;
-  d.versions.assign(reply.fragment_versions().begin(), reply.fragment_versions().end());
-  d.finish = reply.finish();
-  d.incarnation = reply.incarnation();
-  return d;
+  return ParseHeartbeatReply(reply);
 }
 
 StatusOr<syncer::PushResult> GrpcSyncerClient::Push(const syncer::PushHeaderData& header,
@@ -176,63 +155,64 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
   bytes_sent_ += sent;
   if (!st.ok()) return FromGrpc(st, "push");
   bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
-  return syncer::PushResult{reply.round(), reply.merged_version(), reply.note(), reply.incarnation()};
+  return ParsePushReply(reply);
 }
+
+namespace {
+
+// A pull stream that ended this way may have broken on the way (a lost connection, a deadline the
+// link could not meet, a cancelled or aborted stream): worth resuming where part of it arrived.
+bool BrokenStream(const grpc::Status& st) {
+  switch (st.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::ABORTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
 
 StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragment, int64_t have_version,
                                                      double wait_seconds, int64_t want_version) {
-  grpc::ClientContext ctx;
-  impl_->Prepare(ctx, wait_seconds + PayloadDeadlineSeconds(impl_->options.push_timeout_s,
-                                                            impl_->largest_pull_bytes.load(),
-                                                            impl_->options.min_link_mbps));
   atl::v1::PullRequest req;
   req.set_learner_id(learner_id);
   req.set_fragment(fragment);
   req.set_have_version(have_version);
   req.set_wait_seconds(wait_seconds);
   req.set_want_version(want_version);
-  auto reader = impl_->stub->Pull(&ctx, req);
-  bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
-  atl::v1::PullChunk msg;
-  syncer::PullPayload out;
-  bool have_header = false;
-  int64_t total = 0;
-  uint64_t checksum = 0;
-  Status bad;
-  while (reader->Read(&msg)) {
-    bytes_received_ += static_cast<int64_t>(msg.ByteSizeLong());
-    if (msg.kind_case() == atl::v1::PullChunk::kHeader) {
-      if (have_header) {
-        bad = DataLossError("pull: two headers in one reply");
-        break;
+  // No payload of this run is larger than a full copy of its largest fragment: about 4 bytes a
+  // value, and a little more once compressed (before the join: 1 MiB).
+  PullAssembler reply(2 * impl_->largest_pull_bytes.load() + (int64_t{1} << 20));
+  const std::string what = "pull of fragment " + std::to_string(fragment);
+  for (int attempt = 0;; ++attempt) {
+    // The first stream may carry a full copy; a resumed one what is still missing.
+    const int64_t payload = attempt == 0 ? impl_->largest_pull_bytes.load() : reply.missing_bytes();
+    grpc::ClientContext ctx;
+    impl_->Prepare(ctx, wait_seconds + PayloadDeadlineSeconds(impl_->options.push_timeout_s, payload,
+                                                              impl_->options.min_link_mbps));
+    auto reader = impl_->stub->Pull(&ctx, req);
+    bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
+    atl::v1::PullChunk msg;
+    while (reader->Read(&msg)) {
+      bytes_received_ += static_cast<int64_t>(msg.ByteSizeLong());
+      if (Status bad = reply.Add(msg); !bad.ok()) {
+        ctx.TryCancel();
+        reader->Finish();
+        return bad.WithContext(what);
       }
-      have_header = true;
-      // No payload of this run is larger than a full copy of its largest fragment: about 4 bytes a
-      // value, and a little more once compressed (before the join: 1 MiB).
-      bad = ParsePullHeader(msg.header(), 2 * impl_->largest_pull_bytes.load() + (int64_t{1} << 20), out, total, checksum);
-      if (!bad.ok()) break;
-      out.bytes.reserve(static_cast<size_t>(total));
-    } else {
-      if (!have_header) {
-        bad = DataLossError("pull: data before header");
-        break;
-      }
-      bad = AppendChunk(msg.data(), total, out.bytes);
-      if (!bad.ok()) break;
     }
+    grpc::Status st = reader->Finish();
+    if (st.ok()) break;
+    if (!BrokenStream(st) || !reply.Resumable() || attempt >= impl_->options.pull_resumes) return FromGrpc(st, what);
+    reply.Resume(req);  // the next stream continues after the bytes held
+    ++pulls_resumed_;
   }
-  if (!bad.ok()) {
-    ctx.TryCancel();
-    reader->Finish();
-    return bad.WithContext("pull of fragment " + std::to_string(fragment));
-  }
-  grpc::Status st = reader->Finish();
-  if (!st.ok()) return FromGrpc(st, "pull of fragment " + std::to_string(fragment));
-  if (!have_header) return DataLossError("pull: empty reply");
-  if (static_cast<int64_t>(out.bytes.size()) != total || Checksum64(out.bytes) != checksum) {
-    return DataLossError("pull of fragment " + std::to_string(fragment) +
-                         ": truncated or corrupted payload");
-  }
+  auto out = std::move(reply).Finish();
+  if (!out.ok()) return out.status().WithContext(what);
   return out;
 }
 

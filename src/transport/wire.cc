@@ -1,8 +1,11 @@
 #include "wire.h"
 
+#include <cmath>
+
 #include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/core/text.h"
+#include "atoll/transport/grpc_client.h"
 
 namespace atl::transport {
 
@@ -89,7 +92,8 @@ Status AppendChunk(const atl::v1::DataChunk& chunk, int64_t total, std::vector<s
   return Status::Ok();
 }
 
-int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::PullChunk>* writer) {
+int64_t WritePull(const syncer::PullPayload& p, uint64_t payload_checksum, const PullWrite& w,
+                  grpc::ServerWriter<atl::v1::PullChunk>* writer) {
   atl::v1::PullChunk msg;
   auto* h = msg.mutable_header();
   h->set_fragment(p.fragment);
@@ -102,14 +106,17 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
   h->set_raw_bytes(static_cast<int64_t>(p.raw_bytes));
   h->set_num_values(0);
   h->set_payload_bytes(static_cast<int64_t>(p.bytes.size()));
-  h->set_payload_checksum(Checksum64(p.bytes));
+  h->set_payload_checksum(payload_checksum);
   h->set_value_checksum(p.value_checksum);
   h->set_not_modified(p.not_modified);
   h->set_incarnation(p.incarnation);
+  h->set_resume_offset(w.from);
   if (!writer->Write(msg)) return 0;
   int64_t sent = 0;
-  for (size_t off = 0; off < p.bytes.size(); off += kMaxChunkBytes) {
-    const size_t n = std::min(kMaxChunkBytes, p.bytes.size() - off);
+  int chunks = 0;
+  for (size_t off = static_cast<size_t>(w.from); off < p.bytes.size(); off += w.chunk_bytes) {
+    if (w.max_chunks >= 0 && chunks++ >= w.max_chunks) break;
+    const size_t n = std::min(w.chunk_bytes, p.bytes.size() - off);
     atl::v1::PullChunk c;
     auto* d = c.mutable_data();
     d->set_offset(static_cast<int64_t>(off));
@@ -119,6 +126,14 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
     sent += static_cast<int64_t>(n);
   }
   return sent;
+}
+
+StatusOr<int64_t> ResumeOffset(const atl::v1::PullRequest& r, const syncer::PullPayload& p, uint64_t payload_checksum) {
+  if (r.resume_offset() < 0) {
+    return InvalidArgumentError("pull: resume_offset " + std::to_string(r.resume_offset()) + " is negative");
+  }
+  const bool same = !p.not_modified && r.resume_version() == p.version && r.resume_payload_checksum() == payload_checksum;
+  return same && r.resume_offset() < static_cast<int64_t>(p.bytes.size()) ? r.resume_offset() : 0;
 }
 
 Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out, int64_t& payload_bytes,
@@ -143,6 +158,135 @@ Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, 
   }
   out.raw_bytes = static_cast<uint64_t>(h.raw_bytes());
   return Status::Ok();
+}
+
+Status PullAssembler::Add(const atl::v1::PullChunk& msg) {
+  if (msg.kind_case() == atl::v1::PullChunk::kHeader) return AddHeader(msg.header());
+  if (!have_header_) return DataLossError("data before the header");
+  return AppendChunk(msg.data(), total_, out_.bytes);
+}
+
+Status PullAssembler::AddHeader(const atl::v1::PullHeader& h) {
+  if (have_header_ && !resuming_) return DataLossError("two headers in one reply");
+  const int64_t from = h.resume_offset();
+  if (have_header_ && from != 0) {  // a resumed stream that continues the payload held
+    resuming_ = false;
+    if (from != held_bytes() || h.version() != out_.version || h.payload_bytes() != total_ ||
+        h.payload_checksum() != checksum_) {
+      return DataLossError("a resumed pull continued at byte " + std::to_string(from) + " of version " +
+                           std::to_string(h.version()) + "; this learner holds " + std::to_string(held_bytes()) +
+                           " bytes of version " + std::to_string(out_.version));
+    }
+    return Status::Ok();
+  }
+  if (from != 0) return DataLossError("a reply that starts at byte " + std::to_string(from) + " of its payload");
+  resuming_ = false;
+  have_header_ = true;
+  out_ = {};
+  ATOLL_RETURN_IF_ERROR(ParsePullHeader(h, max_payload_bytes_, out_, total_, checksum_));
+  out_.bytes.reserve(static_cast<size_t>(total_));
+  return Status::Ok();
+}
+
+bool PullAssembler::Resumable() const {
+  return have_header_ && !out_.not_modified && held_bytes() > 0 && held_bytes() < total_;
+}
+
+void PullAssembler::Resume(atl::v1::PullRequest& request) {
+  resuming_ = true;
+  request.set_resume_offset(held_bytes());
+  request.set_resume_version(out_.version);
+  request.set_resume_payload_checksum(checksum_);
+}
+
+StatusOr<syncer::PullPayload> PullAssembler::Finish() && {
+  if (!have_header_) return DataLossError("an empty reply");
+  if (static_cast<int64_t>(out_.bytes.size()) != total_ || Checksum64(out_.bytes) != checksum_) {
+    return DataLossError("truncated or corrupted payload");
+  }
+  return std::move(out_);
+}
+
+void FillJoinRequest(const syncer::JoinRequestData& r, atl::v1::JoinRequest* out) {
+  out->set_protocol_version(r.protocol_version);
+  out->set_run_id(r.run_id);
+  out->set_model_signature(r.model_signature);
+  out->set_learner_id(r.learner_id);
+  out->set_host(r.host);
+  out->set_rejoin(r.rejoin);
+  for (uint64_t c : r.fragment_checksums) out->add_fragment_checksums(c);
+  if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
+    out->set_shard_index(r.shard.index);
+    out->set_shard_count(r.shard.count);
+  }
+}
+
+syncer::JoinRequestData ParseJoinRequest(const atl::v1::JoinRequest& r) {
+  syncer::JoinRequestData d;
+  d.protocol_version = r.protocol_version();
+  d.run_id = r.run_id();
+  d.model_signature = r.model_signature();
+  d.learner_id = r.learner_id();
+  d.host = TruncateUtf8(r.host(), 256);  // never cut inside a UTF-8 character
+  d.rejoin = r.rejoin();
+  d.fragment_checksums.assign(r.fragment_checksums().begin(), r.fragment_checksums().end());
+  // 0: a learner that does not say (unsharded); any other value is checked by the core.
+  if (r.shard_count() != 0) d.shard = {r.shard_index(), r.shard_count()};
+  return d;
+}
+
+void FillHeartbeat(int learner_id, const syncer::LearnerProgress& p, atl::v1::HeartbeatRequest* out) {
+  out->set_learner_id(learner_id);
+  out->set_step(p.step);
+  out->set_tokens(p.tokens);
+  out->set_loss(p.loss);
+  out->set_step_seconds(p.step_seconds);
+  out->set_tokens_per_second(p.tokens_per_second);
+  out->set_state(syncer::LearnerStateName(p.state));
+  out->set_version_held(p.version_held);
+}
+
+StatusOr<syncer::LearnerProgress> ParseHeartbeat(const atl::v1::HeartbeatRequest& r) {
+  syncer::LearnerProgress p;
+  p.step = r.step();
+  p.tokens = r.tokens();
+  p.loss = r.loss();
+  p.step_seconds = r.step_seconds();
+  p.tokens_per_second = r.tokens_per_second();
+  auto state = syncer::ParseLearnerState(r.state());
+  if (!state.ok()) return state.status().WithContext("heartbeat");
+  p.state = *state;
+  p.version_held = r.version_held();
+  if (!std::isfinite(p.step_seconds) || p.step_seconds < 0 || p.step < 0 || p.tokens < 0 || !std::isfinite(p.loss) ||
+      !std::isfinite(p.tokens_per_second)) {
+    return InvalidArgumentError("heartbeat: negative or non-finite progress values");
+  }
+  return p;
+}
+
+void FillHeartbeatReply(const syncer::HeartbeatReplyData& d, atl::v1::HeartbeatReply* out) {
+  for (int64_t v : d.versions) out->add_fragment_versions(v);
+  out->set_finish(d.finish);
+  out->set_incarnation(d.incarnation);
+}
+
+syncer::HeartbeatReplyData ParseHeartbeatReply(const atl::v1::HeartbeatReply& r) {
+  syncer::HeartbeatReplyData d;
+  d.versions.assign(r.fragment_versions().begin(), r.fragment_versions().end());
+  d.finish = r.finish();
+  d.incarnation = r.incarnation();
+  return d;
+}
+
+void FillPushReply(const syncer::PushResult& r, atl::v1::PushReply* out) {
+  out->set_round(r.round);
+  out->set_merged_version(r.merged_version);
+  out->set_note(r.note);
+  out->set_incarnation(r.incarnation);
+}
+
+syncer::PushResult ParsePushReply(const atl::v1::PushReply& r) {
+  return {r.round(), r.merged_version(), r.note(), r.incarnation()};
 }
 
 void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
@@ -174,8 +318,8 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   d.fragment_numel.assign(r.fragment_numel().begin(), r.fragment_numel().end());
   d.H = r.inner_steps_per_sync();
   d.tau = r.overlap_steps();
-  auto mode = diloco::ParseMode(r.mode());
-  if (!mode) return InvalidArgumentError("join reply: unknown mode '" + r.mode().substr(0, 32) + "'");
+  auto mode = diloco::ParseMode(r.mode().substr(0, 32));
+  if (!mode.ok()) return mode.status().WithContext("join reply");
   d.mode = *mode;
   d.incarnation = r.incarnation();
   d.fragment_held.assign(r.fragment_held().begin(), r.fragment_held().end());

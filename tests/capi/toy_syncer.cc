@@ -6,7 +6,7 @@
 #include "atoll/core/clock.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/syncer/syncer_loop.h"
-#include "atoll/transport/grpc.h"
+#include "atoll/transport/grpc_server.h"
 
 struct toy_syncer {
   atl::RealClock clock;

@@ -7,7 +7,7 @@
 #include <map>
 #include <vector>
 
-#include "cluster_fixture.h"
+#include "testing/atoll_binary.h"
 
 namespace atl {
 namespace {
@@ -89,7 +89,7 @@ void ExpectResumedAtTheLastCommits(const Commits& c, const std::vector<int>& fra
 }
 
 TEST(Chaos, KilledLearnerRejoinsAndTheOthersNeverStall) {
-  const std::string dir = testing::TempDir("chaos_kill");
+  const std::string dir = testing::ScratchDir("chaos_kill");
   const nlohmann::json s = SmallRunWithEvents(dir, "{ kind = \"kill\", learner = 1, at_step = 15, duration_s = 3.0 }");
   ASSERT_TRUE(s.is_object());
   ASSERT_EQ(s["faults"].size(), 2u) << s["faults"].dump(2);  // the kill and the restart
@@ -131,7 +131,7 @@ TEST(Chaos, KilledLearnerRejoinsAndTheOthersNeverStall) {
 }
 
 TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
-  const std::string dir = testing::TempDir("chaos_syncer");
+  const std::string dir = testing::ScratchDir("chaos_syncer");
   const nlohmann::json s = SmallRunWithEvents(dir, "{ kind = \"kill_syncer\", at_step = 20, duration_s = 2.0 }");
   ASSERT_TRUE(s.is_object());
   // No learner exited and the restart cost none of them a token: the syncer's join reply says
@@ -163,7 +163,7 @@ TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
 // field names the shard): it resumes from its own committed state, no learner exits or loses a
 // token, and the run's model combines both shards' fragments.
 TEST(Chaos, KilledSyncerShardResumesFromItsLastCommittedRound) {
-  const std::string dir = testing::TempDir("chaos_shard");
+  const std::string dir = testing::ScratchDir("chaos_shard");
   const nlohmann::json s = SmallRunWithEvents(dir, "{ kind = \"kill_syncer\", learner = 1, at_step = 20, duration_s = 2.0 }", "--syncer-shards 2 ");
   ASSERT_TRUE(s.is_object());
   ExpectNoLearnerLostWork(s);
@@ -192,7 +192,7 @@ TEST(Chaos, KilledSyncerShardResumesFromItsLastCommittedRound) {
 }
 
 TEST(Chaos, CorruptedSyncerStateIsRefusedOnStart) {
-  const std::string dir = testing::TempDir("chaos_corrupt");
+  const std::string dir = testing::ScratchDir("chaos_corrupt");
   const std::string data = testing::PrepareSmallData(dir);
   auto r = testing::RunAtoll(std::string("run --data ") + data + " --out " + dir + "/run " +
                              "-M 1 --steps 8 --seq 64 --batch 8 -P 8 -H 8 --tau 1 --eval-batches 2 --no-live", 200);

@@ -9,7 +9,7 @@ namespace {
 
 ChaosConfig Random(uint64_t seed) {
   ChaosConfig c;
-  c.mode = "random";
+  c.mode = ChaosMode::kRandom;
   c.seed = seed;
   c.random.learner_mtbf_s = 120;
   c.random.repair_s = 10;
@@ -32,7 +32,7 @@ TEST(ChaosSchedule, SameSeedSameFaultsDifferentSeedDifferent) {
 
 TEST(ChaosSchedule, RandomFailuresMatchTheMtbfAndNeverOverlapARepair) {
   ChaosConfig c;
-  c.mode = "random";
+  c.mode = ChaosMode::kRandom;
   c.seed = 3;
   c.random.learner_mtbf_s = 100;
   c.random.repair_s = 10;
@@ -59,7 +59,7 @@ TEST(ChaosSchedule, RandomFailuresMatchTheMtbfAndNeverOverlapARepair) {
 
 TEST(ChaosSchedule, ExplicitEventsAreKeptAndValidated) {
   ChaosConfig c;
-  c.mode = "events";
+  c.mode = ChaosMode::kEvents;
   c.events = {{30, -1, FaultKind::kPause, 1, 5, 0}, {10, -1, FaultKind::kKill, 0, 8, 0},
               {0, 50, FaultKind::kKillSyncer, -1, 3, 0}};
   auto s = BuildSchedule(c, 2, 100);
@@ -90,7 +90,18 @@ TEST(ChaosSchedule, JsonRoundTripAndUnknownKeys) {
   auto bad = ChaosFromJson({{"mode", "random"}, {"mtbf", 3}});
   EXPECT_NE(bad.status().message().find("unknown key 'mtbf'"), std::string::npos);
   auto kind = ChaosFromJson({{"events", {{{"kind", "explode"}}}}});
-  EXPECT_NE(kind.status().message().find("unknown fault kind 'explode'"), std::string::npos);
+  EXPECT_EQ(kind.status().message(),
+            "chaos: fault kind must be kill, pause, slow, partition, bandwidth or kill_syncer (got 'explode')");
+  EXPECT_EQ(ChaosFromJson({{"mode", "chaotic"}}).status().message(),
+            "chaos: chaos mode must be none, random or events (got 'chaotic')");
+  EXPECT_EQ(ChaosFromJson({{"repair_dist", "weibull"}}).status().message(),
+            "chaos: repair_dist must be exponential, fixed or lognormal (got 'weibull')");
+  c.random.repair_dist = RepairDist::kLogNormal;
+  c.mode = ChaosMode::kEvents;
+  back = ChaosFromJson(ToJson(c));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->random.repair_dist, RepairDist::kLogNormal);
+  EXPECT_EQ(back->mode, ChaosMode::kEvents);
   ChaosConfig none;
   auto empty = BuildSchedule(none, 4, 100);
   ASSERT_TRUE(empty.ok());

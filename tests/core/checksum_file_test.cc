@@ -5,6 +5,7 @@
 
 #include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
+#include "testing/scratch.h"
 
 namespace atl {
 namespace {
@@ -26,9 +27,7 @@ TEST(Checksum, StreamingEqualsOneShotAndDetectsFlips) {
 }
 
 TEST(File, AtomicWriteReplacesAndLeavesNoTemp) {
-  auto dir = std::filesystem::temp_directory_path() / ("atoll_file_test_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  ASSERT_TRUE(MakeDirs(dir.string()).ok());
+  const std::filesystem::path dir = testing::ScratchDir("file_test");
   std::string path = (dir / "state.bin").string();
   ASSERT_TRUE(WriteFileAtomic(path, std::string_view("first")).ok());
   ASSERT_TRUE(WriteFileAtomic(path, std::string_view("second version")).ok());
@@ -61,8 +60,7 @@ namespace atl {
 namespace {
 
 TEST(File, ListFilesRecursiveIsSortedAndReportsMissingFolders) {
-  auto dir = std::filesystem::temp_directory_path() / ("atoll_list_test_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const std::filesystem::path dir = testing::ScratchDir("list_test");
   ASSERT_TRUE(MakeDirs((dir / "b" / "c").string()).ok());
   for (const char* f : {"z.txt", "b/c/y.txt", "a.txt"}) ASSERT_TRUE(WriteFileAtomic((dir / f).string(), std::string_view("x")).ok());
   auto files = ListFilesRecursive(dir.string());

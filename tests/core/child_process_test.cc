@@ -7,14 +7,14 @@
 #include <signal.h>
 
 #include <filesystem>
+#include "testing/scratch.h"
 
 namespace atl {
 namespace {
 
 std::string TempLog(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("atoll-child-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  static const std::string dir = testing::ScratchDir("child_test");
+  return dir + "/" + name;
 }
 
 std::string Read(const std::string& path) {

@@ -280,13 +280,14 @@ TEST(FragmentPlanTest, DescribeAndParse) {
   EXPECT_NE(d.find("1,315,968 elements"), std::string::npos) << d;
   EXPECT_NE(d.find("fragment 23:"), std::string::npos);
   EXPECT_NE(d.find("tok_emb.weight[rows 0:409]"), std::string::npos) << d;
-  bool ok = false;
-  EXPECT_EQ(ParsePlanStrategy("strided", &ok), PlanStrategy::kStrided);
-  EXPECT_TRUE(ok);
-  EXPECT_EQ(ParsePlanStrategy("balanced", &ok), PlanStrategy::kBalanced);
-  EXPECT_TRUE(ok);
-  ParsePlanStrategy("lpt", &ok);
-  EXPECT_FALSE(ok);
+  EXPECT_EQ(*ParsePlanStrategy("strided"), PlanStrategy::kStrided);
+  EXPECT_EQ(*ParsePlanStrategy("balanced"), PlanStrategy::kBalanced);
+  for (PlanStrategy s : {PlanStrategy::kBalanced, PlanStrategy::kStrided}) {
+    EXPECT_EQ(*ParsePlanStrategy(PlanStrategyName(s)), s);
+  }
+  const auto bad = ParsePlanStrategy("lpt");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "plan must be balanced or strided (got 'lpt')");
 }
 
 TEST(ScheduleTest, OneFragmentPerStepWhenPEqualsH) {

@@ -1,7 +1,9 @@
 #include "atoll/diloco/merge.h"
+#include "atoll/diloco/reduce.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -278,6 +280,19 @@ TEST(MergeFragmentTest, RdaIsPerSliceNotPerFragment) {
   ASSERT_TRUE(MergeFragment(f, MergeRule::kRda, Spans(in), std::vector<double>{1, 1}, out).ok());
   EXPECT_NEAR(L2Norm(std::span<const float>(out).subspan(0, 2)), 10.0, 1e-5);
   EXPECT_NEAR(L2Norm(std::span<const float>(out).subspan(2, 2)), 0.1, 1e-7);
+}
+
+TEST(LaneSquaresTest, PiecesAddUpToSumSquaresBitForBit) {
+  Rng rng(7);
+  for (size_t n : {0, 1, 7, 8, 9, 1000, 1024, 1031, 4096}) {
+    Vec x(n);
+    for (float& v : x) v = static_cast<float>(rng.Normal()) * 3.0f;
+    for (size_t piece : {8, 24, 1024}) {
+      LaneSquares sums;
+      for (size_t b = 0; b < n; b += piece) sums.Add(x.data() + b, std::min(piece, n - b));
+      EXPECT_EQ(sums.Sum(), SumSquares(x.data(), n)) << "n " << n << ", pieces of " << piece;
+    }
+  }
 }
 
 }  // namespace

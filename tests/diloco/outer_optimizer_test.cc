@@ -1,8 +1,12 @@
 #include "atoll/diloco/outer_optimizer.h"
+#include "atoll/diloco/reduce.h"
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -203,4 +207,54 @@ TEST(SweepOuterStepTest, RejectsBadArgumentsAndChangesNothing) {
 }
 
 }  // namespace
+TEST(OuterStepKernelTest, ApplyMeasuredEqualsApplyThenTheSums) {
+  // Every kind, stateless and with momentum, in place: the measured form and Apply + SumSquares +
+  // a finiteness scan give the same bits, and the saved values are Θ_before.
+  const size_t n = 4096 + 13;
+  std::vector<float> theta0(n), merged(n), momentum0(n), accum0(n);
+  for (size_t i = 0; i < n; ++i) {
+    theta0[i] = std::sin(0.37f * static_cast<float>(i)) * 0.05f;
+    merged[i] = std::cos(0.11f * static_cast<float>(i)) * 0.01f;
+    momentum0[i] = 0.001f * static_cast<float>(i % 7);
+    accum0[i] = 0.002f * static_cast<float>(i % 5);
+  }
+  merged[17] = std::numeric_limits<float>::infinity();  // one value leaves the finite range
+  for (const OuterStepKind kind : {OuterStepKind::kRound, OuterStepKind::kSweep, OuterStepKind::kRunning}) {
+    for (const double mu : {0.0, 0.9}) {
+      const bool keeps = mu > 0 || kind == OuterStepKind::kRunning;
+      auto k = OuterStepKernel::Create({0.7, mu, true}, kind, 0.25, 0.5, keeps);
+      ASSERT_TRUE(k.ok()) << k.status();
+      std::vector<float> t1 = theta0, t2 = theta0, m1 = momentum0, m2 = momentum0, a1 = accum0, a2 = accum0,
+                         s1 = theta0, s2 = theta0, saved(n);
+      const auto spans = [&](std::vector<float>& t, std::vector<float>& m, std::vector<float>& a,
+                             std::vector<float>& st) {
+        return OuterStepSpans{.theta = t.data(), .theta_out = t.data(),
+                              .momentum = keeps ? m.data() : nullptr, .momentum_out = keeps ? m.data() : nullptr,
+                              .accum = k->keeps_accum() ? a.data() : nullptr,
+                              .accum_out = k->keeps_accum() ? a.data() : nullptr,
+                              .start = k->keeps_start() ? st.data() : nullptr,
+                              .start_out = k->keeps_start() ? st.data() : nullptr};
+      };
+      const auto got = k->ApplyMeasured(0, n, merged.data(), spans(t1, m1, a1, s1), saved.data());
+      const double step2 = k->Apply(0, n, merged.data(), spans(t2, m2, a2, s2));
+      bool finite = true;
+      for (float x : t2) finite &= std::isfinite(x);
+      // Bit for bit (NaN included: one merged value is infinite).
+      const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+      };
+      const auto bits = [](double x) { return std::bit_cast<uint64_t>(x); };
+      EXPECT_TRUE(same(t1, t2));
+      EXPECT_TRUE(same(m1, m2));
+      EXPECT_TRUE(same(a1, a2));
+      EXPECT_TRUE(same(saved, theta0));
+      EXPECT_EQ(bits(got.step2), bits(step2));
+      EXPECT_EQ(bits(got.before2), bits(SumSquares(theta0.data(), n)));
+      EXPECT_EQ(bits(got.after2), bits(SumSquares(t2.data(), n)));
+      EXPECT_EQ(got.finite, finite);
+      EXPECT_FALSE(got.finite);
+    }
+  }
+}
+
 }  // namespace atl::diloco

@@ -17,7 +17,8 @@
 
 #include "atoll/core/child_process.h"
 #include "atoll/core/file.h"
-#include "cluster_fixture.h"
+#include "testing/atoll_binary.h"
+#include "testing/await.h"
 
 namespace atl {
 namespace {
@@ -36,9 +37,8 @@ struct UnitRun {
     auto s = ChildProcess::Start(argv, dir + "/syncer.log");
     ASSERT_TRUE(s.ok()) << s.status();
     syncer = std::move(*s);
-    for (int i = 0; i < 2400 && syncer.running() && !fs::exists(dir + "/syncer.port"); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    testing::AwaitFor([&] { return !syncer.running() || fs::exists(dir + "/syncer.port"); }, 240.0,
+                      std::chrono::milliseconds(100));
     auto port = ReadFile(dir + "/syncer.port");
     ASSERT_TRUE(port.ok()) << testing::TextOf(dir + "/syncer.log");
     target = "127.0.0.1:" + *port;
@@ -113,7 +113,7 @@ double EvalLossOfTwoReplicas(const std::string& dir, const std::string& data) {
 }
 
 TEST(LearnerUnit, TwoRanksTrainLikeTwoReplicasInOneProcess) {
-  const std::string dir = testing::TempDir("learner_unit_match");
+  const std::string dir = testing::ScratchDir("learner_unit_match");
   const std::string data = testing::PrepareSmallData(dir);
   const double two_ranks = EvalLossOfTwoRankUnit(dir + "/a", data);
   const double replicas = EvalLossOfTwoReplicas(dir + "/b", data);
@@ -125,7 +125,7 @@ TEST(LearnerUnit, TwoRanksTrainLikeTwoReplicasInOneProcess) {
 
 TEST(LearnerUnit, KilledRankRestartsOnlyItsUnit) {
   UnitRun r;
-  r.dir = testing::TempDir("learner_unit_kill");
+  r.dir = testing::ScratchDir("learner_unit_kill");
   r.data = testing::PrepareSmallData(r.dir);
   r.out = r.dir + "/run";
   const auto flags = Flags(r, 2, 80, 4, 0);
@@ -136,13 +136,14 @@ TEST(LearnerUnit, KilledRankRestartsOnlyItsUnit) {
   ChildProcess other = r.StartLearner(1, flags, "learner-1.log");
   // Once the unit trains (15 steps reported), SIGKILL its rank 1.
   const std::string metrics = r.out + "/metrics-learner-0.jsonl";
-  for (int i = 0; i < 2400 && unit.running(); ++i) {
-    std::istringstream lines(testing::TextOf(metrics));
-    int n = 0;
-    for (std::string line; std::getline(lines, line);) ++n;
-    if (n >= 15) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  testing::AwaitFor(
+      [&] {
+        std::istringstream lines(testing::TextOf(metrics));
+        int n = 0;
+        for (std::string line; std::getline(lines, line);) ++n;
+        return n >= 15 || !unit.running();
+      },
+      240.0, std::chrono::milliseconds(100));
   std::istringstream pids(testing::TextOf(r.out + "/unit-0/pids"));
   int rank = -1;
   pid_t pid = -1;
@@ -174,7 +175,7 @@ TEST(LearnerUnit, KilledRankRestartsOnlyItsUnit) {
 }
 
 TEST(LearnerUnit, BadRanksAreRefused) {
-  const std::string dir = testing::TempDir("learner_unit_bad");
+  const std::string dir = testing::ScratchDir("learner_unit_bad");
   auto zero = testing::RunAtoll("learner --id 0 --syncer 127.0.0.1:1 --ranks 0 --out " + dir, 60);
   EXPECT_EQ(zero.exit_code, 2) << zero.output;
   EXPECT_NE(zero.output.find("--ranks 0"), std::string::npos) << zero.output;

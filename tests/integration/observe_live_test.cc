@@ -18,13 +18,13 @@
 
 #include "atoll/core/child_process.h"
 #include "atoll/core/file.h"
-#include "cluster_fixture.h"
+#include "testing/atoll_binary.h"
+#include "testing/await.h"
 
 namespace atl {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 // A port that was free a moment ago (Prometheus cannot listen on port 0 and report it).
 int FreePort() {
@@ -50,7 +50,7 @@ struct LiveRun {
   std::string token;
 
   void Start(const std::string& name) {
-    dir = testing::TempDir(name);
+    dir = testing::ScratchDir(name);
     const std::string data = testing::PrepareSmallData(dir);
     auto p = ChildProcess::Start({ATOLL_BIN, "run", "--data", data, "--out", dir + "/run", "-M", "4", "--steps", "2000",
                                   "--seq", "32", "--batch", "4", "-P", "4", "-H", "4", "--tau", "1", "--eval-batches", "2",
@@ -59,17 +59,13 @@ struct LiveRun {
     ASSERT_TRUE(p.ok()) << p.status();
     run = std::move(*p);
     const std::regex url("status page: http://127\\.0\\.0\\.1:([0-9]+)/\\?token=([0-9a-f]+)");
-    for (auto deadline = Clock::now() + std::chrono::seconds(120); Clock::now() < deadline && run.running();) {
-      std::smatch m;
-      const std::string log = Log();
-      if (std::regex_search(log, m, url)) {
-        http_port = std::stoi(m[1]);
-        token = m[2];
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    FAIL() << "atoll run printed no status page URL:\n" << Log();
+    std::smatch m;
+    std::string log;
+    testing::AwaitFor([&] { return std::regex_search(log = Log(), m, url) || !run.running(); }, 120.0,
+                      std::chrono::milliseconds(100));
+    ASSERT_FALSE(m.empty()) << "atoll run printed no status page URL:\n" << Log();
+    http_port = std::stoi(m[1]);
+    token = m[2];
   }
 
   nlohmann::json Status() const {
@@ -80,12 +76,16 @@ struct LiveRun {
 
   // Waits (bounded) until the syncer reports `rounds` > `above` with all 4 learners in its table.
   int64_t AwaitRounds(int64_t above, double seconds) const {
-    for (auto deadline = Clock::now() + std::chrono::duration<double>(seconds); Clock::now() < deadline;) {
-      auto s = Status();
-      if (s.is_object() && s.value("rounds", int64_t{0}) > above && s["learners"].size() == 4) return s["rounds"];
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return -1;
+    int64_t rounds = -1;
+    testing::AwaitFor(
+        [&] {
+          auto s = Status();
+          if (!s.is_object() || s.value("rounds", int64_t{0}) <= above || s["learners"].size() != 4) return false;
+          rounds = s["rounds"];
+          return true;
+        },
+        seconds, std::chrono::milliseconds(200));
+    return rounds;
   }
 
   std::string Log() const { return testing::TextOf(dir + "/run.log", ""); }
@@ -111,11 +111,7 @@ double Query(httplib::Client& prom, const std::string& promql) {
 template <typename Pred>
 double AwaitQuery(httplib::Client& prom, const std::string& promql, Pred ok, double seconds) {
   double v = std::nan("");
-  for (auto deadline = Clock::now() + std::chrono::duration<double>(seconds); Clock::now() < deadline;) {
-    v = Query(prom, promql);
-    if (ok(v)) return v;
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
+  testing::AwaitFor([&] { return ok(v = Query(prom, promql)); }, seconds, std::chrono::milliseconds(250));
   return v;
 }
 

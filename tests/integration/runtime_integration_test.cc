@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "atoll/model/safetensors.h"
-#include "cluster_fixture.h"
+#include "testing/atoll_binary.h"
 
 namespace atl {
 namespace {
@@ -14,7 +14,7 @@ namespace {
 const char* kSmallRun = "-M 3 --steps 48 --seq 64 --batch 8 -P 8 -H 8 --tau 1 --eval-batches 4 --no-live";
 
 TEST(RuntimeIntegration, SyncerAndThreeLearnersTrainTogether) {
-  const std::string dir = testing::TempDir("rt_integration");
+  const std::string dir = testing::ScratchDir("rt_integration");
   const std::string data = testing::PrepareSmallData(dir);
   // --eval-every 8: the run closes only ~50 rounds, and a snapshot offered near the end may be
   // dropped when the evaluator stops (global_eval.h), so the default 48 could leave no point.
@@ -74,7 +74,7 @@ TEST(RuntimeIntegration, SyncerAndThreeLearnersTrainTogether) {
 }
 
 TEST(RuntimeIntegration, SynchronousDilocoModeRunsToTheEnd) {
-  const std::string dir = testing::TempDir("rt_diloco");
+  const std::string dir = testing::ScratchDir("rt_diloco");
   const std::string data = testing::PrepareSmallData(dir);
   auto r = testing::RunAtoll(std::string("run --mode diloco --data ") + data + " --out " + dir + "/run " + kSmallRun, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -88,7 +88,7 @@ TEST(RuntimeIntegration, SynchronousDilocoModeRunsToTheEnd) {
 }
 
 TEST(RuntimeIntegration, DdpModeIsAParameterServerOnTheSameWire) {
-  const std::string dir = testing::TempDir("rt_ddp");
+  const std::string dir = testing::ScratchDir("rt_ddp");
   const std::string data = testing::PrepareSmallData(dir);
   auto r = testing::RunAtoll(std::string("run --mode ddp --data ") + data + " --out " + dir + "/run " +
                              "-M 2 --steps 20 --seq 64 --batch 8 --eval-batches 4 --no-live", 300);
@@ -116,7 +116,7 @@ TEST(RuntimeIntegration, BadInputIsRefusedWithAClearMessage) {
   r = testing::RunAtoll("run --mode bogus", 30);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("mode must be decoupled, diloco or ddp"), std::string::npos) << r.output;
-  const std::string dir = testing::TempDir("rt_badcfg");
+  const std::string dir = testing::ScratchDir("rt_badcfg");
   std::ofstream(dir + "/bad.toml") << "[diloco]\nfragmnets = 4\n";
   r = testing::RunAtoll("run -c " + dir + "/bad.toml", 30);
   EXPECT_EQ(r.exit_code, 2);
@@ -132,7 +132,7 @@ TEST(RuntimeIntegration, BadInputIsRefusedWithAClearMessage) {
 // those weights and evaluates it, and the global model has the spec's tensors. Bad inputs: init
 // over an existing file without --force, a spec that does not exist.
 TEST(RuntimeIntegration, ARunOfAModelSpecWrittenByInitTrains) {
-  const std::string dir = testing::TempDir("rt_spec");
+  const std::string dir = testing::ScratchDir("rt_spec");
   const std::string data = testing::PrepareSmallData(dir);
   const std::string spec = dir + "/model.safetensors";
   auto r = testing::RunAtoll("init --data " + data + " --seq 64 --out " + spec, 60);

@@ -17,7 +17,8 @@
 #include "atoll/core/child_process.h"
 #include "atoll/core/file.h"
 #include "atoll/model/safetensors.h"
-#include "cluster_fixture.h"
+#include "testing/atoll_binary.h"
+#include "testing/await.h"
 
 namespace atl {
 namespace {
@@ -41,12 +42,7 @@ std::vector<nlohmann::json> Jsonl(const std::string& path) {
 
 // Waits (bounded) until `done()` holds; false when the bound passed first.
 bool Await(const std::function<bool()>& done, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return done();
+  return testing::AwaitFor(done, seconds, std::chrono::milliseconds(100));
 }
 
 struct ShardedRun {
@@ -108,7 +104,7 @@ struct ShardedRun {
 
 TEST(ShardedSyncer, KilledShardStallsOnlyItsFragmentsAndResumesFromItsCommits) {
   ShardedRun r;
-  r.dir = testing::TempDir("sharded");
+  r.dir = testing::ScratchDir("sharded");
   r.data = testing::PrepareSmallData(r.dir);
   r.StartShard(0, "127.0.0.1:0");
   r.StartShard(1, "127.0.0.1:0");
@@ -185,7 +181,7 @@ TEST(ShardedSyncer, BadShardFlagIsRefused) {
 
 TEST(ShardedSyncer, LearnerWithMismatchedShardListIsRefused) {
   ShardedRun r;
-  r.dir = testing::TempDir("sharded_bad");
+  r.dir = testing::ScratchDir("sharded_bad");
   r.data = testing::PrepareSmallData(r.dir);
   r.StartShard(0, "127.0.0.1:0");
   r.StartShard(1, "127.0.0.1:0");

@@ -13,7 +13,7 @@
 #include "atoll/core/child_process.h"
 #include "atoll/core/file.h"
 #include "atoll/model/safetensors.h"
-#include "hand_run.h"
+#include "testing/hand_run.h"
 
 namespace atl {
 namespace {
@@ -68,7 +68,7 @@ void CheckUsableModel(const HandRun& r) {
 
 TEST(SyncerByHand, SigtermLeavesAUsableModel) {
   HandRun r;
-  r.dir = testing::TempDir("syncer_by_hand");
+  r.dir = testing::ScratchDir("syncer_by_hand");
   r.data = testing::PrepareSmallData(r.dir);
   r.out = r.dir + "/run";
   ASSERT_NO_FATAL_FAILURE(r.StartSyncer(16, {"--checkpoint-every", "4"}));
@@ -109,7 +109,7 @@ TEST(SyncerByHand, SigtermLeavesAUsableModel) {
 // ended at its peak learning rate (decisions/007, eighth-session amendment). Simulated time: the
 // outcome does not depend on this machine's load, which is why the test above failed only sometimes.
 TEST(SyncerByHand, ItsShapeEndsBelowTheInitialLossAtTimingsThatOnceBrokeIt) {
-  const std::string dir = testing::TempDir("syncer_by_hand_sim");
+  const std::string dir = testing::ScratchDir("syncer_by_hand_sim");
   const std::string data = testing::PrepareSmallData(dir);
   for (const char* step_time : {"0.3", "1.7"}) {
     SCOPED_TRACE(std::string("--step-time ") + step_time);
@@ -128,7 +128,7 @@ TEST(SyncerByHand, ItsShapeEndsBelowTheInitialLossAtTimingsThatOnceBrokeIt) {
 
 TEST(SyncerByHand, FinishWhenDoneEndsByItself) {
   HandRun r;
-  r.dir = testing::TempDir("syncer_by_hand_done");
+  r.dir = testing::ScratchDir("syncer_by_hand_done");
   r.data = testing::PrepareSmallData(r.dir);
   r.out = r.dir + "/run";
   ASSERT_NO_FATAL_FAILURE(r.StartSyncer(8, {"--finish-when-done", "--checkpoint-every", "0"}));
@@ -144,7 +144,7 @@ TEST(SyncerByHand, FinishWhenDoneEndsByItself) {
 }
 
 TEST(SyncerByHand, BadHttpAddressIsRefused) {
-  const std::string dir = testing::TempDir("syncer_bad_http");
+  const std::string dir = testing::ScratchDir("syncer_bad_http");
   auto r = testing::RunAtoll("syncer --http nonsense --out " + dir + "/run --data " + dir + "/none", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("not host:port"), std::string::npos) << r.output;

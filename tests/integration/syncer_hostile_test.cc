@@ -23,8 +23,8 @@
 #include "atoll.grpc.pb.h"
 #include "atoll/core/child_process.h"
 #include "atoll/core/file.h"
-#include "hand_run.h"
-#include "../loopback_socket.h"
+#include "testing/hand_run.h"
+#include "testing/loopback_socket.h"
 
 namespace atl {
 namespace {
@@ -78,7 +78,7 @@ class SlowHttpClients {
 // Issue 32: 24 slow HTTP connections made SIGTERM unable to stop the syncer.
 TEST(SyncerHostile, SigtermStopsTheSyncerWhileSlowClientsHoldItsConnections) {
   HandRun s;
-  s.dir = testing::TempDir("syncer_hostile_term");
+  s.dir = testing::ScratchDir("syncer_hostile_term");
   s.data = testing::PrepareSmallData(s.dir);
   s.out = s.dir + "/run";
   ASSERT_NO_FATAL_FAILURE(s.StartSyncer(8, {}));
@@ -127,7 +127,7 @@ TEST(SyncerHostile, RoundsAreHeldWhileACommitCannotFindItsSpace) {
   ASSERT_LT(free_mib, 1 << 29) << "the margin below must exceed the free space";
   const std::string margin_mib = std::to_string(static_cast<int64_t>(2 * free_mib) + 1024);
   HandRun s;
-  s.dir = testing::TempDir("syncer_hostile_hold");
+  s.dir = testing::ScratchDir("syncer_hostile_hold");
   s.data = testing::PrepareSmallData(s.dir);
   s.out = s.dir + "/run";
   ASSERT_NO_FATAL_FAILURE(s.StartSyncer(8, {"--commit-reserve-mb", margin_mib}));
@@ -154,7 +154,7 @@ TEST(SyncerHostile, RoundsAreHeldWhileACommitCannotFindItsSpace) {
 // Issue 32: with meta.json gone the syncer started over from the initial model and overwrote every
 // committed fragment file. It refuses the folder, and leaves it as it was.
 TEST(SyncerHostile, AStateFolderWithoutMetaJsonIsRefusedNotOverwritten) {
-  const std::string dir = testing::TempDir("syncer_hostile_meta");
+  const std::string dir = testing::ScratchDir("syncer_hostile_meta");
   const std::string data = testing::PrepareSmallData(dir);
   fs::create_directories(dir + "/run/state");
   const std::string committed = "committed rounds, not to be overwritten";
@@ -172,7 +172,7 @@ TEST(SyncerHostile, AStateFolderWithoutMetaJsonIsRefusedNotOverwritten) {
 }
 
 TEST(SyncerHostile, AnHttpEndpointOffLoopbackNeedsCredentials) {
-  const std::string dir = testing::TempDir("syncer_hostile_http");
+  const std::string dir = testing::ScratchDir("syncer_hostile_http");
   auto r = testing::RunAtoll("syncer --http 0.0.0.0:0 --out " + dir + "/run --data " + dir + "/none", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("refusing to serve the HTTP status endpoint on 0.0.0.0:0 without credentials"), std::string::npos)

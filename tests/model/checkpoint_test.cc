@@ -5,7 +5,8 @@
 
 #include "atoll/core/file.h"
 #include "atoll/model/safetensors.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::model {
 namespace {

@@ -9,7 +9,8 @@
 #include "atoll/model/data.h"
 #include "atoll/model/shard.h"
 #include "atoll/model/tokenizer.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::model {
 namespace {
@@ -173,11 +174,11 @@ TEST(ModelPrepareData, UserTextByteTokenizerIsIdempotent) {
   std::string in = testing::WriteText(dir, "in.txt", text);
   DataOptions o;
   o.out_dir = dir + "/data";
-  o.tokenizer = "byte";
+  o.tokenizer = TokenizerKind::kByte;
   o.inputs = {in};
   auto m = PrepareData(o);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->tokenizer, "byte");
+  EXPECT_EQ(m->tokenizer, TokenizerKind::kByte);
   EXPECT_EQ(m->vocab_size, 256);
   EXPECT_EQ(m->train_tokens + m->val_tokens, static_cast<int64_t>(text.size()));
   EXPECT_GT(m->val_tokens, 0);
@@ -207,7 +208,7 @@ TEST(ModelPrepareData, UserTextByteTokenizerIsIdempotent) {
   // EnsureDataPrepared keeps whatever the folder holds.
   auto ensured = EnsureDataPrepared(o.out_dir, nullptr);
   ASSERT_TRUE(ensured.ok()) << ensured.status();
-  EXPECT_EQ(ensured->tokenizer, "byte");
+  EXPECT_EQ(ensured->tokenizer, TokenizerKind::kByte);
 }
 
 // A corpus of several 1 MB encoding chunks: the tokens are the text in order, split into train
@@ -220,7 +221,7 @@ TEST(ModelPrepareData, ChunkedEncodingKeepsTheTextInOrder) {
   std::string in = testing::WriteText(dir, "in.txt", text);
   DataOptions o;
   o.out_dir = dir + "/data";
-  o.tokenizer = "byte";
+  o.tokenizer = TokenizerKind::kByte;
   o.inputs = {in};
   auto m = PrepareData(o);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -247,7 +248,7 @@ TEST(ModelPrepareData, BpeFolderInputAndShardInput) {
   o.inputs = {dir + "/in"};
   auto m = PrepareData(o);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->tokenizer, "bpe");
+  EXPECT_EQ(m->tokenizer, TokenizerKind::kBpe);
   EXPECT_EQ(m->vocab_size, 350);
   EXPECT_EQ(m->json["sources"].size(), 2u) << "binary file skipped";
   EXPECT_TRUE(fs::exists(dir + "/data/tokenizer.model"));
@@ -260,7 +261,7 @@ TEST(ModelPrepareData, BpeFolderInputAndShardInput) {
   s.shards = m->train_files;
   auto m2 = PrepareData(s);
   ASSERT_TRUE(m2.ok()) << m2.status();
-  EXPECT_EQ(m2->tokenizer, "external");
+  EXPECT_EQ(m2->tokenizer, TokenizerKind::kExternal);
   EXPECT_EQ(m2->vocab_size, 350);
   EXPECT_EQ(m2->train_tokens + m2->val_tokens, m->train_tokens);
   EXPECT_EQ(LoadTokenizer(*m2).status().code(), StatusCode::kFailedPrecondition);
@@ -287,9 +288,11 @@ TEST(ModelPrepareData, BadInputGivesClearErrors) {
   EXPECT_NE(st.message().find("uint16"), std::string::npos) << st;
 
   o.vocab_size = 4096;
-  o.tokenizer = "wordpiece";
+  EXPECT_EQ(ParseTokenizerKind("wordpiece").status().message(),
+            "tokenizer must be bpe, byte or external (got 'wordpiece')");
+  o.tokenizer = TokenizerKind::kExternal;  // the kind of a folder from shards, not a request
   EXPECT_EQ(PrepareData(o).status().code(), StatusCode::kInvalidArgument);
-  o.tokenizer = "bpe";
+  o.tokenizer = TokenizerKind::kBpe;
   o.shards = {dir + "/x.bin"};
   EXPECT_EQ(PrepareData(o).status().code(), StatusCode::kInvalidArgument);
 

@@ -8,7 +8,7 @@
 namespace atl::model {
 namespace {
 
-ModelConfig Tiny(const std::string& mlp = "swiglu") {
+ModelConfig Tiny(Mlp mlp = Mlp::kSwiglu) {
   ModelConfig c;
   c.vocab_size = 50;
   c.d_model = 32;
@@ -21,13 +21,13 @@ ModelConfig Tiny(const std::string& mlp = "swiglu") {
 }
 
 TEST(ModelGpt, ShapesAndParameterCount) {
-  for (const char* mlp : {"swiglu", "gelu"}) {
+  for (Mlp mlp : {Mlp::kSwiglu, Mlp::kGelu}) {
     auto g = Gpt::Create(Tiny(mlp), 1);
     ASSERT_TRUE(g.ok()) << g.status();
     auto idx = torch::randint(0, 50, {3, 16}, torch::kInt64);
     auto logits = (*g)->Forward(idx);
     EXPECT_EQ(logits.sizes().vec(), (std::vector<int64_t>{3, 16, 50}));
-    EXPECT_EQ((*g)->num_params(), ParameterCount(Tiny(mlp))) << mlp;
+    EXPECT_EQ((*g)->num_params(), ParameterCount(Tiny(mlp))) << MlpName(mlp);
     auto shorter = (*g)->Forward(idx.narrow(1, 0, 5));
     EXPECT_EQ(shorter.sizes().vec(), (std::vector<int64_t>{3, 5, 50}));
     for (const auto& p : (*g)->params()) {

@@ -13,7 +13,8 @@
 #include "atoll/model/run.h"
 #include "atoll/model/safetensors.h"
 #include "atoll/model/trainer.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::model {
 namespace {
@@ -24,7 +25,7 @@ std::string PrepareByteData(const std::string& dir, uint64_t seed) {
   EXPECT_TRUE(MakeDirs(dir).ok());
   DataOptions o;
   o.out_dir = dir + "/data";
-  o.tokenizer = "byte";
+  o.tokenizer = TokenizerKind::kByte;
   o.inputs = {testing::WriteText(dir, "corpus.txt", testing::TinyCorpus(40000, seed))};
   auto m = PrepareData(o);
   EXPECT_TRUE(m.ok()) << m.status();
@@ -281,7 +282,7 @@ TEST(ModelSource, EvaluationOnDataOfAnotherTokenizerIsRefused) {
   const std::string bpe_dir = f.dir + "/bpe";
   DataOptions o;
   o.out_dir = bpe_dir;
-  o.tokenizer = "bpe";
+  o.tokenizer = TokenizerKind::kBpe;
   o.vocab_size = 350;
   o.inputs = {testing::WriteText(f.dir, "bpe.txt", testing::TinyCorpus(40000, 2))};
   ASSERT_TRUE(PrepareData(o).ok());

@@ -11,14 +11,14 @@
 #include "atoll/core/file.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/model/safetensors.h"
+#include "testing/scratch.h"
 
 namespace atl::model {
 namespace {
 
 std::string Scratch(const char* name) {
-  auto dir = std::filesystem::temp_directory_path() / ("atoll_spec_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  static const std::string dir = testing::ScratchDir("spec");
+  return dir + "/" + name;
 }
 
 // A small foreign model: untied head, RMSNorm gains, names no atoll preset uses.

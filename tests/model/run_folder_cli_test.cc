@@ -10,7 +10,7 @@
 
 #include "atoll/core/file.h"
 #include "atoll/model/safetensors.h"
-#include "cluster_fixture.h"
+#include "testing/atoll_binary.h"
 
 namespace atl {
 namespace {
@@ -138,7 +138,7 @@ void CheckBadInput(const RunFolder& f) {
 
 TEST(ModelRunFolder, SampleEvalExportAndResumeAfterAtollRun) {
   RunFolder f;
-  f.dir = testing::TempDir("model_run_folder");
+  f.dir = testing::ScratchDir("model_run_folder");
   const std::string data = testing::PrepareSmallData(f.dir);
   f.run = testing::RunAtoll("run --data " + data + " --out " + f.Run() +
                             " -M 2 --steps 16 --seq 32 --batch 4 -P 4 -H 4 --tau 1 "

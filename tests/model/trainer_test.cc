@@ -11,7 +11,8 @@
 #include "atoll/model/data.h"
 #include "atoll/model/run.h"
 #include "atoll/model/trainer.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::model {
 namespace {
@@ -293,20 +294,18 @@ TEST(ModelTrainer, BadOptionsAreRejected) {
 
 TEST(ModelTrainer, PrecisionIsResolvedAndABadOneIsRefused) {
   auto o = TinyOptions();
-  o.precision = "fp16";
-  auto bad = Trainer::Create(o);
+  const auto bad = ParsePrecision("fp16");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("auto, fp32 or bf16"), std::string::npos) << bad.status();
-  o.precision = "auto";
+  EXPECT_EQ(bad.status().message(), "precision must be auto, fp32 or bf16 (got 'fp16')");
+  o.precision = Precision::kAuto;
   auto t = Make(o);
   ASSERT_TRUE(t);
-  const auto resolved = ResolvePrecision("auto");
-  ASSERT_TRUE(resolved.ok());
-  EXPECT_EQ(t->precision(), *resolved);
-  EXPECT_TRUE(*resolved == "fp32" || *resolved == "bf16");
-  o.precision = "fp32";
-  EXPECT_EQ(Make(o)->precision(), "fp32");
+  const Precision resolved = ResolvePrecision(Precision::kAuto);
+  EXPECT_EQ(t->precision(), resolved);
+  EXPECT_TRUE(resolved == Precision::kFp32 || resolved == Precision::kBf16);
+  o.precision = Precision::kFp32;
+  EXPECT_EQ(Make(o)->precision(), Precision::kFp32);
 }
 
 // bf16 autocast: the same model and batches, matrix products in bf16. The first losses agree
@@ -314,12 +313,12 @@ TEST(ModelTrainer, PrecisionIsResolvedAndABadOneIsRefused) {
 // identical), and the weights stay fp32 (the parameter views keep working).
 TEST(ModelTrainer, Bf16TrainsLikeFp32AndEvaluatesInFp32) {
   auto o32 = TinyOptions();
-  o32.precision = "fp32";
+  o32.precision = Precision::kFp32;
   auto o16 = o32;
-  o16.precision = "bf16";
+  o16.precision = Precision::kBf16;
   auto a = Make(o32), b = Make(o16);
   ASSERT_TRUE(a && b);
-  EXPECT_EQ(b->precision(), "bf16");
+  EXPECT_EQ(b->precision(), Precision::kBf16);
   auto ea = a->Evaluate(4), eb = b->Evaluate(4);
   ASSERT_TRUE(ea.ok() && eb.ok());
   EXPECT_EQ(ea->loss, eb->loss);  // evaluation is fp32 for both

@@ -21,7 +21,7 @@
 
 #include "atoll/observe/http_request.h"
 #include "atoll/observe/http_server.h"
-#include "../loopback_socket.h"
+#include "testing/loopback_socket.h"
 
 namespace atl::observe {
 namespace {

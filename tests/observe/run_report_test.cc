@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "atoll/core/file.h"
+#include "testing/scratch.h"
 
 namespace atl::observe {
 namespace {
@@ -18,10 +19,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string Scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("atoll_report_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
+  return testing::ScratchDir("report_" + name);
 }
 
 void WriteLines(const std::string& path, const std::vector<json>& lines, const std::string& tail = "") {

@@ -11,17 +11,18 @@
 #include "atoll/model/model_source.h"
 #include "atoll/model/safetensors.h"
 #include "atoll/runtime/export.h"
-#include "atoll/runtime/processes.h"
+#include "atoll/runtime/run_options.h"
 #include "atoll/syncer/durable_state.h"
 #include "report.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::runtime {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string& DataDir() { return model::testing::TinyByteData("export", 40000); }
+const std::string& DataDir() { return testing::TinyByteData("export", 40000); }
 
 RunConfig SmallRun(const std::string& run_id) {
   RunConfig c;
@@ -68,20 +69,17 @@ FakeRun WriteRunWithState(const std::string& dir, const RunConfig& c) {
     theta.emplace_back(static_cast<size_t>(f.numel));
     exchange::GatherFragment(f, params, theta.back());
   }
-  auto sopts = MakeSyncerOptions(c);
-  EXPECT_TRUE(sopts.ok());
-  auto core = syncer::SyncerCore::Create(*sopts, *plan, theta);
+  auto core = syncer::SyncerCore::Create(MakeSyncerOptions(c), *plan, theta);
   EXPECT_TRUE(core.ok()) << core.status();
   auto snap = core->SnapshotFragment(1);
   snap.version = 3;
-  snap.round = 3;
   EXPECT_TRUE(core->RestoreFragment(1, snap).ok());
   EXPECT_TRUE(syncer::DurableState(dir + "/state").SaveAll(*core).ok());
   return run;
 }
 
 TEST(RuntimeExport, WritesTheCommittedGlobalModelAsSafetensors) {
-  const std::string dir = model::testing::ScratchDir("export_ok");
+  const std::string dir = testing::ScratchDir("export_ok");
   FakeRun run = WriteRunWithState(dir + "/run", SmallRun("run-a"));
   ExportOptions o;
   o.config = run.dir;  // the run folder: config.json and state/ inside
@@ -123,7 +121,7 @@ TEST(RuntimeExport, WritesTheCommittedGlobalModelAsSafetensors) {
 
 // `atoll export --state RUN/state`: the config beside the state, the model into the run folder.
 TEST(RuntimeExport, StateFolderAloneIsEnough) {
-  const std::string dir = model::testing::ScratchDir("export_state_only");
+  const std::string dir = testing::ScratchDir("export_state_only");
   FakeRun run = WriteRunWithState(dir + "/run", SmallRun("run-s"));
   ExportOptions o;
   o.state = run.dir + "/state";
@@ -139,7 +137,7 @@ TEST(RuntimeExport, StateFolderAloneIsEnough) {
 }
 
 TEST(RuntimeExport, BadInputGetsAClearError) {
-  const std::string dir = model::testing::ScratchDir("export_bad");
+  const std::string dir = testing::ScratchDir("export_bad");
   FakeRun run = WriteRunWithState(dir + "/run", SmallRun("run-a"));
   ExportOptions o;
   auto st = ExportState(o).status();

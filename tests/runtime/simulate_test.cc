@@ -7,12 +7,13 @@
 
 #include "atoll/model/data.h"
 #include "atoll/runtime/simulate.h"
-#include "test_util.h"
+#include "testing/data.h"
+#include "testing/scratch.h"
 
 namespace atl::runtime {
 namespace {
 
-const std::string& DataDir() { return model::testing::TinyByteData("simulate", 60000); }
+const std::string& DataDir() { return testing::TinyByteData("simulate", 60000); }
 
 RunConfig Small() {
   RunConfig c;
@@ -150,7 +151,7 @@ TEST(Simulate, WhatIsNotSimulatedIsRefusedByName) {
   };
   const std::vector<Case> cases = {
       {"ddp mode", [](RunConfig& c, SimulateOptions&) { c.mode = diloco::Mode::kDdp; }},
-      {"chaos", [](RunConfig& c, SimulateOptions&) { c.chaos.mode = "random"; }},
+      {"chaos", [](RunConfig& c, SimulateOptions&) { c.chaos.mode = chaos::ChaosMode::kRandom; }},
       {"WAN emulation", [](RunConfig& c, SimulateOptions&) { c.bandwidth_mbps = 10; }},
       {"sharded syncer", [](RunConfig& c, SimulateOptions&) { c.syncer_shards = 2; }},
       {"--step-time", [](RunConfig&, SimulateOptions& o) { o.step_seconds = 0; }},

@@ -16,12 +16,12 @@ TEST(SimCalibration, PaperPointWithDefaults) {
   auto s = RunGoodput(p);
   ASSERT_TRUE(s.ok()) << s.status();
   for (const auto& m : *s) {
-    const double target = m.mode == Mode::kDataParallel          ? 0.27
-                          : m.mode == Mode::kElasticDataParallel ? 0.58
-                          : m.mode == Mode::kDecoupledDiloco     ? 0.88
+    const double target = m.mode == FleetMode::kDataParallel          ? 0.27
+                          : m.mode == FleetMode::kElasticDataParallel ? 0.58
+                          : m.mode == FleetMode::kDecoupledDiloco     ? 0.88
                                                                  : -1;
     if (target < 0) continue;
-    EXPECT_NEAR(m.goodput, target, 0.03) << ModeName(m.mode);
+    EXPECT_NEAR(m.goodput, target, 0.03) << FleetModeName(m.mode);
   }
   EXPECT_GT(s->back().uptime, 0.999);  // Decoupled DiLoCo, K = 1: no global downtime
 }
@@ -29,8 +29,8 @@ TEST(SimCalibration, PaperPointWithDefaults) {
 void ExpectRow(int64_t chips, double dp, double elastic, double decoupled, double tolerance) {
   GoodputParams p;
   p.chips = chips;
-  auto s = RunGoodput(p, {Mode::kDataParallel, Mode::kElasticDataParallel,
-                          Mode::kDecoupledDiloco});
+  auto s = RunGoodput(p, {FleetMode::kDataParallel, FleetMode::kElasticDataParallel,
+                          FleetMode::kDecoupledDiloco});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_NEAR((*s)[0].goodput, dp, tolerance) << chips << " chips, data-parallel";
   EXPECT_NEAR((*s)[1].goodput, elastic, tolerance) << chips << " chips, elastic";
@@ -49,7 +49,7 @@ TEST(SimCalibration, RestartingEveryRestartMissesTheLargeFleet) {
   GoodputParams p;
   p.chips = 2'400'000;
   p.detect_s = 1e9;
-  auto s = RunGoodput(p, {Mode::kDataParallel});
+  auto s = RunGoodput(p, {FleetMode::kDataParallel});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_LT(s->front().goodput, 0.18 - 0.08);
 }

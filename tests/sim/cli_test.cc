@@ -32,14 +32,14 @@ TEST(SimCli, BadFlagsFailClearly) {
     const char* args;
     const char* says;
   } cases[] = {
-      {"sim goodput --chips=-5", "--chips"},
-      {"sim goodput --chips 0", "--chips"},
-      {"sim goodput --mtbi-years 0", "--mtbi-years"},
-      {"sim goodput --learners 4 --quorum 5", "quorum"},
-      {"sim goodput --repair-dist weibull", "--repair-dist"},
-      {"sim goodput --chips 1000 --slice-chips 256", "learners"},
-      {"sim bandwidth --sites 1", "--sites"},
-      {"sim bandwidth --fragments 48", "fragments"},
+      {"fleet goodput --chips=-5", "--chips"},
+      {"fleet goodput --chips 0", "--chips"},
+      {"fleet goodput --mtbi-years 0", "--mtbi-years"},
+      {"fleet goodput --learners 4 --quorum 5", "quorum"},
+      {"fleet goodput --repair-dist weibull", "--repair-dist"},
+      {"fleet goodput --chips 1000 --slice-chips 256", "learners"},
+      {"fleet bandwidth --sites 1", "--sites"},
+      {"fleet bandwidth --fragments 48", "fragments"},
   };
   for (const auto& c : cases) {
     const CliRun r = Atoll(c.args);
@@ -49,7 +49,7 @@ TEST(SimCli, BadFlagsFailClearly) {
 }
 
 TEST(SimCli, HelpExplainsFlagsWithDefaults) {
-  const CliRun r = Atoll("sim goodput --help");
+  const CliRun r = Atoll("fleet goodput --help");
   EXPECT_EQ(r.code, 0);
   for (const char* s : {"--chips", "1200000", "--mtbi-years", "--repair-hours", "--restart-s", "70", "--detect-s",
                         "--shrink-s", "--grow-s", "--learners", "--quorum", "--days", "--seeds"})
@@ -57,16 +57,24 @@ TEST(SimCli, HelpExplainsFlagsWithDefaults) {
 }
 
 TEST(SimCli, JsonRunsAndParses) {
-  const CliRun r = Atoll("sim goodput --chips 50000 --days 0.5 --seeds 2 --json");
+  const CliRun r = Atoll("fleet goodput --chips 50000 --days 0.5 --seeds 2 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto start = r.out.find('[');
   ASSERT_NE(start, std::string::npos);
   const auto end = r.out.rfind(']');
   const auto j = nlohmann::json::parse(r.out.substr(start, end - start + 1));
   EXPECT_EQ(j.size(), 4u);
-  const CliRun b = Atoll("sim bandwidth");
+  const CliRun b = Atoll("fleet bandwidth");
   EXPECT_EQ(b.code, 0);
   EXPECT_NE(b.out.find("0.8333"), std::string::npos) << b.out;
+}
+
+// The fleet model's former name still works, with a note naming the new one.
+TEST(SimCli, TheOldNameSimStillRunsAndSaysTheNewOne) {
+  const CliRun r = Atoll("sim bandwidth --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("`atoll sim` is now `atoll fleet`"), std::string::npos) << r.out;
+  EXPECT_EQ(Atoll("fleet bandwidth --json").out.find("is now"), std::string::npos);
 }
 
 }  // namespace

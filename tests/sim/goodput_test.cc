@@ -24,7 +24,7 @@ GoodputParams FourSlices() {
   return p;
 }
 
-const ModeSummary& Find(const std::vector<ModeSummary>& s, Mode m) {
+const ModeSummary& Find(const std::vector<ModeSummary>& s, FleetMode m) {
   for (const auto& x : s) {
     if (x.mode == m) return x;
   }
@@ -58,7 +58,7 @@ TEST(SimGoodput, ModesShareOneTracePerSeed) {
 TEST(SimGoodput, NonElasticAgreesWithClosedFormOverALongRun) {
   GoodputParams p = Mid();
   p.days = 40;
-  auto s = RunGoodput(p, {Mode::kDataParallel});
+  auto s = RunGoodput(p, {FleetMode::kDataParallel});
   ASSERT_TRUE(s.ok());
   const auto& m = s->front();
   ASSERT_TRUE(m.oracle.available);
@@ -70,24 +70,24 @@ TEST(SimGoodput, NonElasticLostWorkAgreesWithClosedForm) {
   GoodputParams p = Mid();
   p.days = 40;
   p.checkpoint_s = 120;  // lose up to two minutes of progress per failure
-  auto s = RunGoodput(p, {Mode::kDataParallel});
+  auto s = RunGoodput(p, {FleetMode::kDataParallel});
   ASSERT_TRUE(s.ok());
   const auto& m = s->front();
   EXPECT_NEAR(m.goodput, m.oracle.goodput, 0.01);
   GoodputParams q = p;
   q.checkpoint_s = 0;
-  EXPECT_LT(m.oracle.goodput, ClosedForm(Mode::kDataParallel, q).goodput - 0.05);
+  EXPECT_LT(m.oracle.goodput, ClosedForm(FleetMode::kDataParallel, q).goodput - 0.05);
 }
 
 TEST(SimGoodput, ElasticAgreesWithClosedFormOverALongRun) {
   GoodputParams p = Mid();
   p.days = 40;
-  auto s = RunGoodput(p, {Mode::kElasticDataParallel, Mode::kDecoupledDiloco});
+  auto s = RunGoodput(p, {FleetMode::kElasticDataParallel, FleetMode::kDecoupledDiloco});
   ASSERT_TRUE(s.ok());
   for (const auto& m : *s) {
     ASSERT_TRUE(m.oracle.available);
-    EXPECT_NEAR(m.goodput, m.oracle.goodput, 0.01) << ModeName(m.mode);
-    EXPECT_NEAR(m.uptime, m.oracle.uptime, 0.01) << ModeName(m.mode);
+    EXPECT_NEAR(m.goodput, m.oracle.goodput, 0.01) << FleetModeName(m.mode);
+    EXPECT_NEAR(m.uptime, m.oracle.uptime, 0.01) << FleetModeName(m.mode);
   }
 }
 
@@ -103,17 +103,17 @@ TEST(SimGoodput, ClosedFormsByHand) {
   EXPECT_EQ(SpareSlices(p), 0);
   // Detection longer than every pause: each failure starts its pause again (union of intervals).
   p.detect_s = 1e9;
-  EXPECT_NEAR(ClosedForm(Mode::kDataParallel, p).goodput, std::exp(-lambda * 100), 1e-12);
-  EXPECT_NEAR(ClosedForm(Mode::kElasticDataParallel, p).goodput, std::exp(-lambda * 13), 1e-12);
+  EXPECT_NEAR(ClosedForm(FleetMode::kDataParallel, p).goodput, std::exp(-lambda * 100), 1e-12);
+  EXPECT_NEAR(ClosedForm(FleetMode::kElasticDataParallel, p).goodput, std::exp(-lambda * 13), 1e-12);
   // No detection cost: a failure during a pause is free, running and pausing alternate.
   p.detect_s = 0;
-  EXPECT_NEAR(ClosedForm(Mode::kDataParallel, p).goodput, 1 / (1 + lambda * 100), 1e-12);
-  EXPECT_NEAR(ClosedForm(Mode::kElasticDataParallel, p).goodput, 1 / (1 + lambda * 13), 1e-12);
+  EXPECT_NEAR(ClosedForm(FleetMode::kDataParallel, p).goodput, 1 / (1 + lambda * 100), 1e-12);
+  EXPECT_NEAR(ClosedForm(FleetMode::kElasticDataParallel, p).goodput, 1 / (1 + lambda * 13), 1e-12);
   p.learners = 2;
   p.quorum = 2;
   const double q = 1 / (1 + lambda / 2 * 13);
-  EXPECT_NEAR(ClosedForm(Mode::kDecoupledDiloco, p).uptime, q * q, 1e-12);
-  EXPECT_FALSE(ClosedForm(Mode::kSyncDiloco, p).available);
+  EXPECT_NEAR(ClosedForm(FleetMode::kDecoupledDiloco, p).uptime, q * q, 1e-12);
+  EXPECT_FALSE(ClosedForm(FleetMode::kSyncDiloco, p).available);
 }
 
 TEST(SimGoodput, MeanPauseEpisodeByHand) {
@@ -144,11 +144,11 @@ TEST(SimGoodput, AFailureDuringARestartCostsItsDetectionNotANewRestart) {
   // Slice 0 fails at 100: restart until 170. Slice 1 fails at 168 (during it): the restart
   // takes its spare in and ends at 173, not at 238.
   const FailureTrace tr = HandTrace(4, {{100, 0}, {168, 1}});
-  RunResult r = SimulateMode(Mode::kDataParallel, p, tr);
+  RunResult r = SimulateMode(FleetMode::kDataParallel, p, tr);
   EXPECT_NEAR(r.uptime, (100 + (1000 - 173)) / 1000.0, 1e-12);
   EXPECT_NEAR(r.goodput, r.uptime * 512 / 1024, 1e-12);
   p.detect_s = 1e9;  // the older model: the second failure starts the restart again
-  r = SimulateMode(Mode::kDataParallel, p, tr);
+  r = SimulateMode(FleetMode::kDataParallel, p, tr);
   EXPECT_NEAR(r.uptime, (100 + (1000 - 238)) / 1000.0, 1e-12);
 }
 
@@ -160,11 +160,11 @@ TEST(SimGoodput, AFailureDuringAnElasticPauseCostsItsDetection) {
   // Slice 0 fails at 100 (pause until 112), slice 1 at 110: the pause ends at 115, then the job
   // trains on the two slices left.
   const FailureTrace tr = HandTrace(4, {{100, 0}, {110, 1}});
-  RunResult r = SimulateMode(Mode::kElasticDataParallel, p, tr);
+  RunResult r = SimulateMode(FleetMode::kElasticDataParallel, p, tr);
   EXPECT_NEAR(r.uptime, (1000 - 15) / 1000.0, 1e-12);
   EXPECT_NEAR(r.goodput, (100 * 1024 + (1000 - 115) * 512) / (1024 * 1000.0), 1e-12);
   p.detect_s = 1e9;  // the older model: the pause starts again at 110 and ends at 122
-  r = SimulateMode(Mode::kElasticDataParallel, p, tr);
+  r = SimulateMode(FleetMode::kElasticDataParallel, p, tr);
   EXPECT_NEAR(r.uptime, (1000 - 22) / 1000.0, 1e-12);
 }
 
@@ -178,8 +178,8 @@ TEST(SimGoodput, MoreChipsLowerGoodput) {
     rows.push_back(*s);
   }
   for (size_t m = 0; m < rows[0].size(); ++m) {
-    EXPECT_GT(rows[0][m].goodput, rows[1][m].goodput) << ModeName(rows[0][m].mode);
-    EXPECT_GT(rows[1][m].goodput, rows[2][m].goodput) << ModeName(rows[0][m].mode);
+    EXPECT_GT(rows[0][m].goodput, rows[1][m].goodput) << FleetModeName(rows[0][m].mode);
+    EXPECT_GT(rows[1][m].goodput, rows[2][m].goodput) << FleetModeName(rows[0][m].mode);
   }
 }
 
@@ -191,16 +191,16 @@ TEST(SimGoodput, MoreLearnersHigherGoodputAndFullUptimeFromFour) {
   for (int m : {1, 2, 4, 8, 16}) {
     p.learners = m;
     p.quorum = 1;
-    auto s = RunGoodput(p, {Mode::kDecoupledDiloco, Mode::kSyncDiloco});
+    auto s = RunGoodput(p, {FleetMode::kDecoupledDiloco, FleetMode::kSyncDiloco});
     ASSERT_TRUE(s.ok());
-    const auto& d = Find(*s, Mode::kDecoupledDiloco);
+    const auto& d = Find(*s, FleetMode::kDecoupledDiloco);
     EXPECT_GT(d.goodput, last) << "M=" << m;
     last = d.goodput;
     if (m >= 4) {
       EXPECT_GT(d.uptime, 0.999) << "M=" << m;
     }
     // Sync DiLoCo never beats Decoupled on the same trace: it only adds waiting.
-    EXPECT_LE(Find(*s, Mode::kSyncDiloco).goodput, d.goodput + 1e-9) << "M=" << m;
+    EXPECT_LE(Find(*s, FleetMode::kSyncDiloco).goodput, d.goodput + 1e-9) << "M=" << m;
   }
 }
 
@@ -210,14 +210,14 @@ TEST(SimGoodput, OrderingAtTheCalibrationScale) {
   p.seeds = 2;
   auto s = RunGoodput(p);
   ASSERT_TRUE(s.ok());
-  const double dp = Find(*s, Mode::kDataParallel).goodput;
-  const double el = Find(*s, Mode::kElasticDataParallel).goodput;
-  const double sy = Find(*s, Mode::kSyncDiloco).goodput;
-  const double de = Find(*s, Mode::kDecoupledDiloco).goodput;
+  const double dp = Find(*s, FleetMode::kDataParallel).goodput;
+  const double el = Find(*s, FleetMode::kElasticDataParallel).goodput;
+  const double sy = Find(*s, FleetMode::kSyncDiloco).goodput;
+  const double de = Find(*s, FleetMode::kDecoupledDiloco).goodput;
   EXPECT_LT(dp, el);
   EXPECT_LT(el, sy);
   EXPECT_LT(sy, de);
-  EXPECT_NEAR(Find(*s, Mode::kSyncDiloco).failures, Find(*s, Mode::kDecoupledDiloco).failures, 0);
+  EXPECT_NEAR(Find(*s, FleetMode::kSyncDiloco).failures, Find(*s, FleetMode::kDecoupledDiloco).failures, 0);
 }
 
 TEST(SimGoodput, SyncDilocoBarrierCostsTimeAndNeverDeadlocks) {
@@ -225,9 +225,9 @@ TEST(SimGoodput, SyncDilocoBarrierCostsTimeAndNeverDeadlocks) {
   p.chips = 20'000;  // few slices per learner: learners can lose every slice
   p.slice_chips = 1024;
   p.days = 5;
-  auto base = RunGoodput(p, {Mode::kSyncDiloco});
+  auto base = RunGoodput(p, {FleetMode::kSyncDiloco});
   p.barrier_s = 6;  // 6 s of outer all-reduce per 24 s round
-  auto slow = RunGoodput(p, {Mode::kSyncDiloco});
+  auto slow = RunGoodput(p, {FleetMode::kSyncDiloco});
   ASSERT_TRUE(base.ok() && slow.ok());
   EXPECT_GT(base->front().goodput, 0.5);
   EXPECT_NEAR(slow->front().goodput, base->front().goodput * 24 / 30, 0.03);
@@ -237,9 +237,9 @@ TEST(SimGoodput, QuorumAllLowersUptimeNotGoodput) {
   GoodputParams p = Mid();
   p.chips = 1'200'000;
   p.days = 1;
-  auto k1 = RunGoodput(p, {Mode::kDecoupledDiloco});
+  auto k1 = RunGoodput(p, {FleetMode::kDecoupledDiloco});
   p.quorum = p.learners;
-  auto km = RunGoodput(p, {Mode::kDecoupledDiloco});
+  auto km = RunGoodput(p, {FleetMode::kDecoupledDiloco});
   ASSERT_TRUE(k1.ok() && km.ok());
   EXPECT_EQ(k1->front().goodput, km->front().goodput);
   EXPECT_LT(km->front().uptime, k1->front().uptime - 0.1);
@@ -248,9 +248,9 @@ TEST(SimGoodput, QuorumAllLowersUptimeNotGoodput) {
 TEST(SimGoodput, SparesRunningDryStallsTheNonElasticJob) {
   GoodputParams p = Mid();
   p.days = 10;
-  auto dflt = RunGoodput(p, {Mode::kDataParallel});
+  auto dflt = RunGoodput(p, {FleetMode::kDataParallel});
   p.spare_slices = 0;  // every failure waits for a repair (2 h)
-  auto none = RunGoodput(p, {Mode::kDataParallel});
+  auto none = RunGoodput(p, {FleetMode::kDataParallel});
   ASSERT_TRUE(dflt.ok() && none.ok());
   EXPECT_LT(none->front().goodput, 0.05);
   EXPECT_GT(dflt->front().goodput, 0.5);

@@ -20,7 +20,9 @@
 #include "atoll/syncer/commit_headroom.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_loop.h"
-#include "small_core.h"
+#include "testing/small_core.h"
+#include "testing/await.h"
+#include "testing/scratch.h"
 
 namespace atl::syncer {
 namespace {
@@ -30,20 +32,8 @@ JoinRequestData Req(int id) { return testing::SmallJoin(id); }
 PushHeaderData Header(int id, int p, int64_t base) { return testing::SmallHeader(id, p, base); }
 std::vector<std::byte> Fp32(float v) { return testing::Fp32Values(v); }
 
-// Polls `done` every 5 ms for at most 30 s (the bound of the test, not a threshold).
-bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 6000; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
-}
-
-std::string TempDir(const char* name) {
-  const std::string dir = ::testing::TempDir() + "/" + name + "-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+// At most 30 s (the bound of the test, not a threshold).
+bool Eventually(const std::function<bool()>& done) { return testing::AwaitFor(done, 30.0, std::chrono::milliseconds(5)); }
 
 // The version of fragment 0 on disk, read back through a restore.
 int64_t CommittedVersion(const std::string& dir) {
@@ -54,7 +44,7 @@ int64_t CommittedVersion(const std::string& dir) {
 }
 
 TEST(CommitHold, AFullDiskHoldsRoundsUntilThereIsRoomAndNoLearnerSeesAnUncommittedVersion) {
-  const std::string dir = TempDir("commit-hold-disk");
+  const std::string dir = testing::ScratchDir("commit-hold-disk");
   DurableState state(dir);
   ASSERT_TRUE(state.SaveAll(MakeCore()).ok());
   std::atomic<uint64_t> free_bytes{100};  // a full disk
@@ -101,7 +91,7 @@ TEST(CommitHold, AFullDiskHoldsRoundsUntilThereIsRoomAndNoLearnerSeesAnUncommitt
 // Descriptors exhausted by anything else in the process (connections, in the syncer): the
 // reserve lets a commit through; when even the reserve cannot be taken back, rounds are held.
 TEST(CommitHold, TheDescriptorReserveLetsACommitThroughAndItsLossHoldsRounds) {
-  const std::string dir = TempDir("commit-hold-fds");
+  const std::string dir = testing::ScratchDir("commit-hold-fds");
   DurableState state(dir);
   SyncerCore core = MakeCore();
   ASSERT_TRUE(state.SaveAll(core).ok());

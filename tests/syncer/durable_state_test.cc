@@ -10,7 +10,8 @@
 #include "atoll/core/checksum.h"
 #include "atoll/core/file.h"
 #include "atoll/exchange/fragment_exchange.h"
-#include "toy_cluster.h"
+#include "testing/toy_learner.h"
+#include "testing/scratch.h"
 
 namespace atl::syncer {
 namespace {
@@ -20,8 +21,7 @@ struct Env {
   diloco::FragmentPlan plan = testing::ToyPlan(3);
   SyncerOptions options;
   Env() {
-    dir = (std::filesystem::temp_directory_path() / ("atoll_durable_" + std::to_string(::getpid()))).string();
-    std::filesystem::remove_all(dir);
+    dir = testing::ScratchDir("durable");
     options.run_id = "durable";
     options.H = 3;
     options.round.grace = false;
@@ -289,7 +289,7 @@ TEST(DurableState, AFragmentFileOfTheEarlierFormatIsStillRead) {
   snap.momentum.resize(snap.theta.size());  // zeros where the outer step keeps none
   std::string body(reinterpret_cast<const char*>(snap.theta.data()), snap.theta.size() * 4);
   body.append(reinterpret_cast<const char*>(snap.momentum.data()), snap.momentum.size() * 4);
-  const int64_t header[3] = {snap.version, snap.round, static_cast<int64_t>(snap.theta.size())};
+  const int64_t header[3] = {snap.version, snap.version, static_cast<int64_t>(snap.theta.size())};
   const uint64_t sum = Checksum64(body.data(), body.size());
   std::string v1 = "ATOLFRG1" + std::string(reinterpret_cast<const char*>(header), sizeof(header)) +
                    std::string(reinterpret_cast<const char*>(&sum), sizeof(sum)) + body;

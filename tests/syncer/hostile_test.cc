@@ -19,7 +19,8 @@
 #include "atoll/syncer/guards.h"
 #include "atoll/syncer/syncer_core.h"
 #include "atoll/syncer/syncer_loop.h"
-#include "small_core.h"
+#include "testing/small_core.h"
+#include "testing/scratch.h"
 
 namespace atl::syncer {
 namespace {
@@ -91,7 +92,7 @@ TEST(Hostile, ARoundThatWouldPoisonThetaIsRefusedAndLeavesNoTrace) {
   EXPECT_EQ(a.rounds_closed(), 0);
   EXPECT_EQ(a.rounds_refused(), 1);
   EXPECT_EQ(a.learners().at(0).contributions_refused, 1);
-  EXPECT_EQ(a.SnapshotFragment(0).round, 0);
+  EXPECT_EQ(a.SnapshotFragment(0).version, 0);
   for (float v : a.theta(0)) EXPECT_EQ(v, 1.0f);
   for (float v : a.SnapshotFragment(0).momentum) EXPECT_EQ(v, 0.0f);
   EXPECT_TRUE(a.Poll(kT0, RealClock::Default()).empty());  // nothing left pending
@@ -247,8 +248,7 @@ TEST(Hostile, AbsurdTelemetryIsIgnoredAndCounted) {
 
 TEST(Hostile, ACommitOutOfFileDescriptorsIsRetriedAndReportedAsTransient) {
   SyncerCore core = MakeCore(Options());
-  const std::string dir = ::testing::TempDir() + "/hostile-emfile-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::ScratchDir("hostile-emfile");
   DurableState state(dir);
   ASSERT_TRUE(state.SaveAll(core).ok());
   rlimit old{};
@@ -272,8 +272,7 @@ TEST(Hostile, ACommitOutOfFileDescriptorsIsRetriedAndReportedAsTransient) {
 // is not committed state: it is ignored with a warning, and the fragments are restored.
 TEST(Hostile, AWellChecksummedLearnerTableOfWrongTypesIsIgnoredNotACrash) {
   SyncerCore core = MakeCore(Options());
-  const std::string dir = ::testing::TempDir() + "/hostile-types-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::ScratchDir("hostile-types");
   DurableState state(dir);
   ASSERT_TRUE(state.SaveAll(core).ok());
   for (const char* rows : {R"({"learners":[{"id":"zero","host":7}]})", R"({"learners":[5],"rounds_closed":"x"})"}) {

@@ -11,7 +11,8 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/syncer/durable_state.h"
-#include "small_core.h"
+#include "testing/small_core.h"
+#include "testing/scratch.h"
 
 namespace atl::syncer {
 namespace {
@@ -145,9 +146,7 @@ TEST(RobustMergeWeights, ClaimedTokensCannotOutvoteTheOthers) {
 
 TEST_F(RobustMerge, TheReferencesSurviveARestart) {
   HonestRound();
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("atoll-robust-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::ScratchDir("robust");
   DurableState state(dir);
   ASSERT_TRUE(state.SaveAll(core_).ok());
   SyncerCore restarted = SmallCore(RobustOptions());

@@ -14,6 +14,7 @@
 #include "atoll/exchange/fragment_exchange.h"
 #include "atoll/syncer/durable_state.h"
 #include "atoll/syncer/syncer_core.h"
+#include "testing/scratch.h"
 
 namespace atl::syncer {
 namespace {
@@ -179,8 +180,7 @@ TEST(ShardedCore, AnotherShardsFragmentIsRefusedAndChangesNothing) {
 }
 
 TEST(ShardedCore, AShardsStateResumesOnlyAsThatShard) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("atoll_shard_state_" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  const std::string dir = testing::ScratchDir("shard_state");
   SyncerCore s1 = MakeCore({1, 2});
   ASSERT_TRUE(DurableState(dir).SaveAll(s1).ok());
   for (ShardSpec other : {ShardSpec{0, 2}, ShardSpec{}, ShardSpec{1, 3}}) {

@@ -8,7 +8,7 @@
 
 #include "atoll/core/rng.h"
 #include "atoll/exchange/fragment_exchange.h"
-#include "small_plan.h"
+#include "testing/plans.h"
 
 namespace atl::syncer {
 namespace {

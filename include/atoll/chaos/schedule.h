@@ -16,14 +16,40 @@
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/status.h"
 
 namespace atl::chaos {
 
 enum class FaultKind { kKill, kPause, kSlow, kPartition, kBandwidth, kKillSyncer };
+inline constexpr EnumNames<FaultKind, 6> kFaultKindNames{"fault kind",
+                                                         {{{FaultKind::kKill, "kill"},
+                                                           {FaultKind::kPause, "pause"},
+                                                           {FaultKind::kSlow, "slow"},
+                                                           {FaultKind::kPartition, "partition"},
+                                                           {FaultKind::kBandwidth, "bandwidth"},
+                                                           {FaultKind::kKillSyncer, "kill_syncer"}}}};
+constexpr const auto& NamesOf(FaultKind) { return kFaultKindNames; }
+inline const char* FaultKindName(FaultKind kind) { return kFaultKindNames.Name(kind); }
+inline StatusOr<FaultKind> ParseFaultKind(std::string_view name) { return kFaultKindNames.Parse(name); }
 
-const char* FaultKindName(FaultKind kind);
-StatusOr<FaultKind> ParseFaultKind(const std::string& name);
+// Where a run's faults come from: none, drawn at random from RandomChaos, or the explicit list.
+enum class ChaosMode { kNone, kRandom, kEvents };
+inline constexpr EnumNames<ChaosMode, 3> kChaosModeNames{
+    "chaos mode", {{{ChaosMode::kNone, "none"}, {ChaosMode::kRandom, "random"}, {ChaosMode::kEvents, "events"}}}};
+constexpr const auto& NamesOf(ChaosMode) { return kChaosModeNames; }
+inline const char* ChaosModeName(ChaosMode m) { return kChaosModeNames.Name(m); }
+inline StatusOr<ChaosMode> ParseChaosMode(std::string_view s) { return kChaosModeNames.Parse(s); }
+
+// A killed learner's repair time: exponential or fixed with mean `repair`, or log-normal with
+// median `repair` and sigma 0.5. (sim::RepairDist is the fleet model's, parameterised by its mean.)
+enum class RepairDist { kExponential, kFixed, kLogNormal };
+inline constexpr EnumNames<RepairDist, 3> kRepairDistNames{
+    "repair_dist",
+    {{{RepairDist::kExponential, "exponential"}, {RepairDist::kFixed, "fixed"}, {RepairDist::kLogNormal, "lognormal"}}}};
+constexpr const auto& NamesOf(RepairDist) { return kRepairDistNames; }
+inline const char* RepairDistName(RepairDist d) { return kRepairDistNames.Name(d); }
+inline StatusOr<RepairDist> ParseRepairDist(std::string_view s) { return kRepairDistNames.Parse(s); }
 
 struct FaultEvent {
   double at_s = 0;          // seconds after the learners started (ignored when at_step ≥ 0)
@@ -40,7 +66,7 @@ struct FaultEvent {
 struct RandomChaos {
   double learner_mtbf_s = 120;     // mean time between failures of one learner (exponential)
   double repair_s = 10;            // mean (or fixed) repair time
-  std::string repair_dist = "exponential";  // exponential | fixed | lognormal (sigma 0.5)
+  RepairDist repair_dist = RepairDist::kExponential;
   double straggler_every_s = 0;    // mean time between straggler episodes per learner; 0 = none
   double straggler_factor = 0.3;
   double straggler_s = 10;
@@ -52,7 +78,7 @@ struct RandomChaos {
 };
 
 struct ChaosConfig {
-  std::string mode = "none";       // none | random | events
+  ChaosMode mode = ChaosMode::kNone;
   uint64_t seed = 0;
   RandomChaos random;
   std::vector<FaultEvent> events;

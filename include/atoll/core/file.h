@@ -24,6 +24,9 @@ enum class Durability { kSync, kNoSync };
 Status WriteFileAtomic(const std::string& path, std::span<const std::byte> bytes,
                        Durability durability = Durability::kSync);
 Status WriteFileAtomic(const std::string& path, std::string_view text);
+// WriteFileAtomic, then the file made readable and writable by its owner only (0600): for files
+// that hold a secret, a token or a URL with one.
+Status WriteFileOwnerOnly(const std::string& path, std::string_view text);
 
 // Reads a whole file. NotFound when absent; DataLoss/Internal on read errors.
 StatusOr<std::string> ReadFile(const std::string& path);

@@ -44,14 +44,25 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 
 namespace atl::diloco {
 
 enum class Encoding : uint8_t { kFp32 = 0, kBf16 = 1, kInt8 = 2, kInt4 = 3, kInt2 = 4 };
+inline constexpr EnumNames<Encoding, 5> kEncodingNames{"encoding",
+                                                       {{{Encoding::kInt4, "int4"},
+                                                         {Encoding::kInt8, "int8"},
+                                                         {Encoding::kBf16, "bf16"},
+                                                         {Encoding::kFp32, "fp32"},
+                                                         {Encoding::kInt2, "int2"}}}};
+constexpr const auto& NamesOf(Encoding) { return kEncodingNames; }
 
 enum class Compression : uint8_t { kNone = 0, kDeflate = 1 };
+inline constexpr EnumNames<Compression, 2> kCompressionNames{
+    "compression", {{{Compression::kDeflate, "deflate"}, {Compression::kNone, "none"}}}};
+constexpr const auto& NamesOf(Compression) { return kCompressionNames; }
 
 struct CodecOptions {
   Encoding encoding = Encoding::kInt4;
@@ -62,13 +73,13 @@ struct CodecOptions {
 // InvalidArgument when the encoding is unknown or (int8/int4/int2) the block size is out of range.
 Status ValidateCodecOptions(const CodecOptions& options);
 
-const char* EncodingName(Encoding e);
-// "fp32" | "bf16" | "int8" | "int4" | "int2" → Encoding; InvalidArgument otherwise.
-StatusOr<Encoding> ParseEncoding(const std::string& s);
+inline const char* EncodingName(Encoding e) { return kEncodingNames.Name(e); }
+// "int4" | "int8" | "bf16" | "fp32" | "int2" → Encoding; InvalidArgument otherwise.
+inline StatusOr<Encoding> ParseEncoding(std::string_view s) { return kEncodingNames.Parse(s); }
 
-const char* CompressionName(Compression c);
-// "none" | "deflate" → Compression; InvalidArgument otherwise.
-StatusOr<Compression> ParseCompression(const std::string& s);
+inline const char* CompressionName(Compression c) { return kCompressionNames.Name(c); }
+// "deflate" | "none" → Compression; InvalidArgument otherwise.
+inline StatusOr<Compression> ParseCompression(std::string_view s) { return kCompressionNames.Parse(s); }
 
 // Exact size in bytes of n values as the quantiser writes them, before compression. Options must
 // be valid (ATOLL_CHECK).

@@ -33,12 +33,19 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/tensor_spec.h"
 
 namespace atl::diloco {
 
 enum class PlanStrategy { kBalanced, kStrided };
+inline constexpr EnumNames<PlanStrategy, 2> kPlanStrategyNames{
+    "plan", {{{PlanStrategy::kBalanced, "balanced"}, {PlanStrategy::kStrided, "strided"}}}};
+constexpr const auto& NamesOf(PlanStrategy) { return kPlanStrategyNames; }
+inline const char* PlanStrategyName(PlanStrategy s) { return kPlanStrategyNames.Name(s); }
+// "balanced" | "strided"; InvalidArgument for anything else.
+inline StatusOr<PlanStrategy> ParsePlanStrategy(std::string_view s) { return kPlanStrategyNames.Parse(s); }
 
 struct PlanOptions {
   int num_fragments = 24;  // P ≥ 1
@@ -76,10 +83,6 @@ StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
 
 // Human-readable one-line-per-fragment report ("fragment 3: 41,216 elements (1.02× ideal) ...").
 std::string DescribePlan(const FragmentPlan& plan);
-
-// "balanced" | "strided"; *ok = false (and kBalanced returned) for anything else.
-PlanStrategy ParsePlanStrategy(const std::string& s, bool* ok);
-const char* PlanStrategyName(PlanStrategy s);
 
 // The staggered schedule. Inner steps are counted from 0 on each learner. With H ≥ P, fragment p
 // is sent after every local step t with (t mod H) == floor(p·H / P); its merged value is due

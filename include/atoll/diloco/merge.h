@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/fragment_plan.h"
@@ -28,9 +29,12 @@ namespace atl::diloco {
 // embedding's rows are updated sparsely). kRdaAll: RDA for embeddings too — for a tied embedding,
 // which as the output head gets a dense gradient. kMean: the weighted mean everywhere.
 enum class MergeRule { kMean, kRda, kRdaAll };
-
+inline constexpr EnumNames<MergeRule, 3> kMergeRuleNames{
+    "merge", {{{MergeRule::kRda, "rda"}, {MergeRule::kRdaAll, "rda-all"}, {MergeRule::kMean, "mean"}}}};
+constexpr const auto& NamesOf(MergeRule) { return kMergeRuleNames; }
+inline const char* MergeRuleName(MergeRule r) { return kMergeRuleNames.Name(r); }
 // The rule a run file or flag names: "rda", "rda-all" or "mean"; InvalidArgument for any other.
-StatusOr<MergeRule> ParseMergeRule(const std::string& name);
+inline StatusOr<MergeRule> ParseMergeRule(std::string_view name) { return kMergeRuleNames.Parse(name); }
 
 // c_tokens² / c_steps in double (no int64 overflow); 0 when c_steps ≤ 0 or c_tokens ≤ 0.
 double TokenWeight(int64_t c_tokens, int64_t c_steps);
@@ -38,6 +42,11 @@ double TokenWeight(int64_t c_tokens, int64_t c_steps);
 // How a round weights its contributions: the paper's token weights ("quantity × quality",
 // TokenWeight), or uniform (1 each; 0 for a contribution without steps) for ablation.
 enum class WeightRule { kTokens, kUniform };
+inline constexpr EnumNames<WeightRule, 2> kWeightRuleNames{
+    "weights", {{{WeightRule::kTokens, "tokens"}, {WeightRule::kUniform, "uniform"}}}};
+constexpr const auto& NamesOf(WeightRule) { return kWeightRuleNames; }
+inline const char* WeightRuleName(WeightRule r) { return kWeightRuleNames.Name(r); }
+inline StatusOr<WeightRule> ParseWeightRule(std::string_view name) { return kWeightRuleNames.Parse(name); }
 double ContributionWeight(WeightRule rule, int64_t c_tokens, int64_t c_steps);
 
 // Weighted mean of inputs[m] into out. All inputs and out have the same length; weights ≥ 0.

@@ -5,29 +5,19 @@
 // Thread-safety: values and pure functions.
 #pragma once
 
-#include <optional>
 #include <string_view>
+
+#include "atoll/core/enum_names.h"
 
 namespace atl::diloco {
 
 enum class Mode { kDecoupled, kDiloco, kDdp };
-
-inline const char* ModeName(Mode m) {
-  switch (m) {
-    case Mode::kDecoupled: return "decoupled";
-    case Mode::kDiloco: return "diloco";
-    case Mode::kDdp: return "ddp";
-  }
-  return "?";
-}
-
-// nullopt for anything but the three names.
-inline std::optional<Mode> ParseMode(std::string_view s) {
-  for (Mode m : {Mode::kDecoupled, Mode::kDiloco, Mode::kDdp}) {
-    if (s == ModeName(m)) return m;
-  }
-  return std::nullopt;
-}
+inline constexpr EnumNames<Mode, 3> kModeNames{
+    "mode", {{{Mode::kDecoupled, "decoupled"}, {Mode::kDiloco, "diloco"}, {Mode::kDdp, "ddp"}}}};
+constexpr const auto& NamesOf(Mode) { return kModeNames; }
+inline const char* ModeName(Mode m) { return kModeNames.Name(m); }
+// InvalidArgument for anything but the three names.
+inline StatusOr<Mode> ParseMode(std::string_view s) { return kModeNames.Parse(s); }
 
 // Synchronous modes wait for every learner at every round.
 inline bool IsSynchronous(Mode m) { return m != Mode::kDecoupled; }

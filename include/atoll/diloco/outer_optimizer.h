@@ -124,6 +124,15 @@ class OuterStepKernel {
   // Moves values [begin, end); merged[i − begin] is value i's merged outer gradient. Returns
   // Σ (Θ_after − Θ_before)² over the range, with SumSquares' 8 lanes.
   double Apply(size_t begin, size_t end, const float* merged, const OuterStepSpans& s) const;
+  // What numeric safety reads of a range the step moved, each sum with SumSquares' lanes over the
+  // range: Σ Θ_before², Σ Θ_after², Σ (Θ_after − Θ_before)², and whether every Θ_after is finite.
+  struct Measures {
+    double before2 = 0, after2 = 0, step2 = 0;
+    bool finite = true;
+  };
+  // Apply, with Θ_before saved into saved[0, end − begin) first (for a roll-back) and the range
+  // measured: the same bits as Apply and SumSquares, in one loop for the stateless step in place.
+  Measures ApplyMeasured(size_t begin, size_t end, const float* merged, const OuterStepSpans& s, float* saved) const;
   // The sweep's S and count after this round (kRound: nothing).
   void Finish(SweepState& state) const;
 

@@ -32,6 +32,22 @@ double SumSquaredDifferences(const float* a, const float* b, size_t n);
 // Σ x² of a plain vector: one slice, chunks of kReduceChunk added in order.
 double ChunkedSumSquares(std::span<const float> x);
 
+// SumSquares of one segment given in consecutive pieces: each piece but the last a whole number of
+// lanes (a multiple of 8 values). Add(x, n) takes the next piece; Sum() is then SumSquares of the
+// whole segment, bit for bit.
+class LaneSquares {
+ public:
+  static constexpr size_t kLanes = 8;
+  void Add(const float* x, size_t n);
+  double Sum() const;
+  // The lanes, for a fused kernel that adds whole lanes of values in order (as Add does).
+  double* lanes() { return lanes_; }
+
+ private:
+  double lanes_[kLanes] = {};
+  double tail_ = 0;
+};
+
 struct Segment {
   size_t slice = 0;
   size_t begin = 0, end = 0;  // [begin, end) in the fragment's value positions

@@ -19,12 +19,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
+#include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/fragment_plan.h"
+#include "atoll/diloco/reduce.h"
 
 namespace atl::exchange {
 
@@ -36,6 +39,11 @@ void GatherFragment(const diloco::Fragment& fragment, std::span<const std::span<
 // θ ← α·θ + (1−α)·value (α = 0 overwrites).
 void ScatterFragment(const diloco::Fragment& fragment, std::span<const float> values,
                      std::span<const std::span<float>> tensors, double alpha = 0.0);
+// The whole model: every fragment of `plan` gathered from `tensors`, in plan order; and every
+// fragment p written into them from values_of(p) (size fragment.numel), overwriting.
+std::vector<std::vector<float>> GatherAll(const diloco::FragmentPlan& plan, std::span<const std::span<float>> tensors);
+void ScatterAll(const diloco::FragmentPlan& plan, const std::function<std::span<const float>(int)>& values_of,
+                std::span<const std::span<float>> tensors);
 
 // Encodes Θ − Φ into `encoded` and advances Φ by the decoded delta (Φ ← Φ + d̂).
 // InvalidArgument when sizes differ or Θ is not finite.
@@ -53,8 +61,15 @@ Status EncodeOuterGradient(const diloco::CodecOptions& codec, std::span<const fl
 Status DecodeLocal(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
                    std::span<const float> public_base, std::span<float> out);
 
-// XXH3-64 of fp32 values (the bits both sides must agree on).
-uint64_t ValuesChecksum(std::span<const float> values);
+// The checksum of fp32 values (the bits both sides must agree on): up to kChecksumPieceValues
+// values, the XXH3-64 of their bytes; more, the XXH3-64 of the XXH3-64s of consecutive pieces of
+// kChecksumPieceValues values (little-endian, in order), so that the pieces can be hashed in
+// parallel, or by a round's pass tile by tile while they are in cache (a piece is one tile).
+inline constexpr size_t kChecksumPieceValues = diloco::kTileValues;
+uint64_t ValuesChecksum(std::span<const float> values, ThreadPool* pool = nullptr);
+// The same from the pieces' own checksums (PieceChecksum of each piece, in order) of n values.
+uint64_t PieceChecksum(std::span<const float> piece);
+uint64_t CombinePieceChecksums(std::span<const uint64_t> pieces, size_t n);
 
 // True when every value is finite.
 bool AllFinite(std::span<const float> values);

@@ -73,6 +73,11 @@ Status EncodeLatticeStep(const Lattice& lattice, int qmax, std::span<const float
 void EncodeLatticeStepBlocks(const Lattice& lattice, int qmax, size_t first, size_t last, std::span<const float> theta,
                              std::span<const float> phi, std::span<float> phi_out, std::vector<std::byte>& out,
                              int64_t* saturated);
+// For tests: the same by the exact per-value path alone (no vector kernels), which the fast paths
+// must equal bit for bit.
+void TEST_EncodeLatticeStepBlocksExact(const Lattice& lattice, int qmax, size_t first, size_t last,
+                                       std::span<const float> theta, std::span<const float> phi,
+                                       std::span<float> phi_out, std::vector<std::byte>& out, int64_t* saturated);
 // Φ ← Φ + sign·delta (sign ±1). DataLoss for a malformed delta or a result out of range; Φ is
 // unchanged then.
 Status ApplyLatticeDelta(const Lattice& lattice, std::span<const std::byte> raw, std::span<float> phi, int sign = 1,

@@ -30,6 +30,9 @@ class AgentGroup {
   // first permanent refusal (wrong run, model, shard) and returns it. With more than one shard
   // the learner id must be given (≥ 0): no shard assigns it (InvalidArgument).
   Status Start();
+  // The after-step rule (LearnerAgent::AfterStep) over every shard: every agent's sends first,
+  // then every agent's due merges; waits and counts are summed.
+  StepResult AfterStep(int64_t step, int64_t tokens);
   void OnStep(int64_t step, int64_t tokens);
   int ApplyReady(int64_t next_step);
   int WaitForAllFragments(int64_t next_step, double timeout_s);

@@ -1,8 +1,9 @@
 // LearnerAgent: a learner's side of Decoupled DiLoCo, independent of the model framework.
 //
-// The training loop (main thread) never waits on the network. It tells the agent after every
-// inner step (OnStep) and asks it, between steps, to apply merged fragments that have arrived
-// (ApplyReady). A background exchange thread joins the syncer (with backoff), catches up on the
+// The training loop (main thread) never waits on the network, except at the synchronous
+// schedule's barrier. After every inner step it calls AfterStep, the learner's after-step rule:
+// this step's sends (OnStep), then the merged fragments that are due (ApplyDue: the ones that have
+// arrived, or at the barrier all of them). A background exchange thread joins the syncer (with backoff), catches up on the
 // current global fragments, pushes each fragment's outer gradient on the staggered schedule and
 // pulls the merged values; a heartbeat thread reports progress. The three meet only through a
 // small locked hand-off (push jobs in, merged fragments out).
@@ -26,8 +27,8 @@
 // the fragments that move, when it has them; and a receipt writes into them what the caller must
 // do to its live values (Receipt) instead of values the caller would have to copy back whole.
 //
-// Thread-safety: OnStep/ApplyReady/WaitForAllFragments/Progress/Send/UnstageAll and the receipt
-// accessors are called from the training thread only (one thread at a time); the parameter spans
+// Thread-safety: AfterStep/OnStep/ApplyDue/ApplyReady/WaitForAllFragments/Progress/Send/UnstageAll
+// and the receipt accessors are called from the training thread only (one thread at a time); the parameter spans
 // are touched only on that thread. Everything else is internal.
 #pragma once
 
@@ -64,6 +65,11 @@ struct AgentOptions {
   double heartbeat_s = 0.5;
   double backoff_initial_s = 0.2, backoff_max_s = 5.0;
   double initial_join_timeout_s = 20.0;  // how long Start() waits for the first join + catch-up
+  // How long the training thread waits at the synchronous barrier for the fragments pushed there
+  // (ApplyDue); past it, training goes on with those that came back. A synchronous run's rounds
+  // wait for every live learner, so this bounds a wait behind a learner that is down but not yet
+  // past the syncer's learner timeout.
+  double barrier_timeout_s = 600.0;
   // false (ddp mode): join and heartbeat only; the training loop exchanges (DdpExchange).
   bool exchange_fragments = true;
   // true: the join is refused (FailedPrecondition) unless the syncer's H, τ and mode are this
@@ -105,6 +111,12 @@ struct AgentCounters {
 
 using Progress = syncer::LearnerProgress;  // version_held is filled in by the agent
 
+// What the merges applied after a step did to the training thread.
+struct StepResult {
+  int applied = 0;            // fragments written into the parameters
+  double barrier_wait_s = 0;  // time blocked at the synchronous barrier (0 between barriers)
+};
+
 class LearnerAgent {
  public:
   // `tensors` are live views of the model's parameters in the plan's tensor order.
@@ -118,8 +130,17 @@ class LearnerAgent {
   // the global fragments are applied before returning. Returns OK either way unless the syncer
   // refused us for good (wrong run, model, version, token): then the error says why.
   Status Start();
-  // Call after inner step `step` (0-based) finished, with the tokens it processed.
+  // The after-step rule: call after inner step `step` (0-based) finished, with the tokens it
+  // processed. OnStep(step, tokens), then ApplyDue(step + 1).
+  StepResult AfterStep(int64_t step, int64_t tokens);
+  // This step's sends: snapshots the fragments the schedule sends after `step` and queues them.
   void OnStep(int64_t step, int64_t tokens);
+  // Whether the training thread waits before `next_step` for every fragment pushed at the barrier:
+  // the synchronous schedule, at the end of each H-step period.
+  bool BarrierBefore(int64_t next_step) const;
+  // The merges due before `next_step`: at a barrier WaitForAllFragments(next_step,
+  // barrier_timeout_s), else ApplyReady(next_step).
+  StepResult ApplyDue(int64_t next_step);
   // Applies merged fragments that are due (sent at s, applied at step ≥ s + τ). Returns how many.
   int ApplyReady(int64_t next_step);
   // diloco mode: blocks until every fragment pushed at this barrier has come back merged (or

@@ -11,7 +11,7 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/core/rng.h"
-#include "atoll/syncer/syncer_loop.h"
+#include "atoll/syncer/api.h"
 
 namespace atl::learner {
 

@@ -29,15 +29,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/status.h"
 #include "atoll/model/tokenizer.h"
 
 namespace atl::model {
 
+// How a data folder's text became token ids: a SentencePiece BPE trained on it (tokenizer.model),
+// bytes, or elsewhere (token shards given to `atoll data prepare --shards`: no tokenizer here).
+enum class TokenizerKind { kBpe, kByte, kExternal };
+inline constexpr EnumNames<TokenizerKind, 3> kTokenizerKindNames{
+    "tokenizer", {{{TokenizerKind::kBpe, "bpe"}, {TokenizerKind::kByte, "byte"}, {TokenizerKind::kExternal, "external"}}}};
+constexpr const auto& NamesOf(TokenizerKind) { return kTokenizerKindNames; }
+inline const char* TokenizerKindName(TokenizerKind k) { return kTokenizerKindNames.Name(k); }
+inline StatusOr<TokenizerKind> ParseTokenizerKind(std::string_view s) { return kTokenizerKindNames.Parse(s); }
+
 struct DataOptions {
   std::string out_dir = "data";
   int vocab_size = 4096;               // for tokenizer "bpe"
-  std::string tokenizer = "bpe";       // bpe | byte
+  TokenizerKind tokenizer = TokenizerKind::kBpe;  // bpe or byte (external: give `shards`)
   std::vector<std::string> inputs;     // user text files or folders (default: Debian corpora)
   std::vector<std::string> shards;     // user token shards (.bin); excludes `inputs`
   double val_fraction = 0.03;
@@ -47,7 +57,7 @@ struct DataOptions {
 
 struct DataManifest {
   std::string dir;
-  std::string tokenizer;   // bpe | byte | external
+  TokenizerKind tokenizer = TokenizerKind::kByte;
   int vocab_size = 0;
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
@@ -86,7 +96,7 @@ StatusOr<DataManifest> LoadDataManifest(const std::string& dir);
 StatusOr<DataManifest> EnsureDataPrepared(const std::string& dir,
                                           const std::function<void(const std::string&)>& log);
 
-// The tokenizer of a prepared folder. FailedPrecondition for "external" (shards only).
+// The tokenizer of a prepared folder. FailedPrecondition for kExternal (shards only).
 StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const DataManifest& manifest);
 
 // All training shards concatenated (verified), and the validation tokens.

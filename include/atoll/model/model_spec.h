@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/fragment_plan.h"
 #include "atoll/diloco/tensor_spec.h"
@@ -30,8 +31,12 @@ namespace atl::model {
 
 inline const std::vector<std::string> kDefaultEmbeddingPatterns = {"*embed*", "*wte*", "*tok_emb*"};
 
+// The dtypes a spec's tensors may have, by their safetensors names.
 enum class SpecDtype { kF32, kBf16, kF16 };
-const char* SpecDtypeName(SpecDtype d);
+inline constexpr EnumNames<SpecDtype, 3> kSpecDtypeNames{
+    "dtype", {{{SpecDtype::kF32, "F32"}, {SpecDtype::kBf16, "BF16"}, {SpecDtype::kF16, "F16"}}}};
+constexpr const auto& NamesOf(SpecDtype) { return kSpecDtypeNames; }
+inline const char* SpecDtypeName(SpecDtype d) { return kSpecDtypeNames.Name(d); }
 
 struct ModelSpec {
   std::string path;

@@ -20,10 +20,30 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/tensor_spec.h"
 
 namespace atl::model {
+
+// The MLP of each transformer block: SwiGLU (w1, w3 gate and value, w2 out) or GELU (w1, w2).
+enum class Mlp { kSwiglu, kGelu };
+inline constexpr EnumNames<Mlp, 2> kMlpNames{"mlp", {{{Mlp::kSwiglu, "swiglu"}, {Mlp::kGelu, "gelu"}}}};
+constexpr const auto& NamesOf(Mlp) { return kMlpNames; }
+inline const char* MlpName(Mlp m) { return kMlpNames.Name(m); }
+inline StatusOr<Mlp> ParseMlp(std::string_view s) { return kMlpNames.Parse(s); }
+
+// Training arithmetic: kFp32; kBf16 (autocast: matrix products in bf16 with fp32 master weights,
+// residual stream, gradients and AdamW; evaluation stays fp32); kAuto = bf16 where the CPU has
+// bf16 matrix hardware (AMX or AVX-512-BF16), else fp32 (ResolvePrecision).
+enum class Precision { kAuto, kFp32, kBf16 };
+inline constexpr EnumNames<Precision, 3> kPrecisionNames{
+    "precision", {{{Precision::kAuto, "auto"}, {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}}}};
+constexpr const auto& NamesOf(Precision) { return kPrecisionNames; }
+inline const char* PrecisionName(Precision p) { return kPrecisionNames.Name(p); }
+inline StatusOr<Precision> ParsePrecision(std::string_view s) { return kPrecisionNames.Parse(s); }
+// kFp32 or kBf16: kAuto decided from this machine's CPU, the others as they are.
+Precision ResolvePrecision(Precision precision);
 
 struct ModelConfig {
   std::string preset = "tiny";  // tiny (~1 M params) | small (~5 M) | base (~20 M)
@@ -33,7 +53,7 @@ struct ModelConfig {
   int n_heads = 4;
   int d_ff = 344;        // SwiGLU hidden width
   int seq_len = 256;
-  std::string mlp = "swiglu";  // swiglu | gelu
+  Mlp mlp = Mlp::kSwiglu;
 };
 
 // Fills a config from a preset name (vocab_size kept from the tokenizer). InvalidArgument for an
@@ -47,7 +67,7 @@ StatusOr<ModelConfig> PresetConfig(const std::string& preset, int vocab_size);
 std::vector<std::string> PresetNames();
 
 // InvalidArgument unless every size is positive, d_model divides into n_heads heads of even
-// width (rotary embeddings rotate pairs), vocab ≤ 65536 and mlp is swiglu or gelu.
+// width (rotary embeddings rotate pairs) and vocab ≤ 65536.
 Status ValidateModelConfig(const ModelConfig& config);
 
 // Number of trainable parameters of the model a config describes (tied embedding counted once).
@@ -86,11 +106,7 @@ struct TrainerOptions {
   int num_learners = 1;           // how many shards the training data is cut into
   uint64_t seed = 0;
   int threads = 1;                // torch intra-op threads
-  // Training arithmetic: "fp32"; "bf16" (autocast: matrix products in bf16 with fp32 master
-  // weights, residual stream, gradients and AdamW; evaluation stays fp32); "auto" = bf16 where the
-  // CPU has bf16 matrix hardware (AMX or AVX-512-BF16), else fp32 (ResolvePrecision).
-  // Trainer::Create refuses anything else.
-  std::string precision = "auto";
+  Precision precision = Precision::kAuto;  // training arithmetic
   // Synchronous data-parallel baseline: each Step() runs `replicas` micro-batches of batch_size
   // sequences, replica r reading shard learner_id·replicas + r of num_learners·replicas, and
   // applies their averaged gradient — the same global batch M learners of a Decoupled DiLoCo run
@@ -108,10 +124,6 @@ struct TrainerOptions {
   // another model, naming the first tensor that differs.
   std::string init_weights;
 };
-
-// "fp32" or "bf16" for a TrainerOptions::precision ("auto" decided from this machine's CPU);
-// InvalidArgument for anything else.
-StatusOr<std::string> ResolvePrecision(const std::string& precision);
 
 struct StepStats {
   int64_t step = 0;       // inner steps completed after this one
@@ -151,8 +163,8 @@ class Trainer {
   // Mean cross-entropy over `batches` fixed validation batches (same batches every call).
   virtual StatusOr<EvalStats> Evaluate(int batches) = 0;
 
-  // The training arithmetic in use: "fp32" or "bf16" (TrainerOptions::precision resolved).
-  virtual const std::string& precision() const = 0;
+  // The training arithmetic in use: kFp32 or kBf16 (TrainerOptions::precision resolved).
+  virtual Precision precision() const = 0;
   virtual int64_t step() const = 0;
   virtual int64_t tokens_trained() const = 0;
   virtual int64_t tokens_per_step() const = 0;
@@ -164,5 +176,18 @@ class Trainer {
   // Resets AdamW moments (used when a learner's parameters are replaced wholesale).
   virtual void ResetOptimizerState() = 0;
 };
+
+// Views of every parameter (Parameter(i)) and of every gradient (Gradient(i), valid until the
+// next ComputeGradients), in tensors() order: the model as the fragment plan sees it.
+inline std::vector<std::span<float>> ParameterViews(Trainer& trainer) {
+  std::vector<std::span<float>> views;
+  for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) views.push_back(trainer.Parameter(i));
+  return views;
+}
+inline std::vector<std::span<float>> GradientViews(Trainer& trainer) {
+  std::vector<std::span<float>> views;
+  for (int i = 0; i < static_cast<int>(trainer.tensors().size()); ++i) views.push_back(trainer.Gradient(i));
+  return views;
+}
 
 }  // namespace atl::model

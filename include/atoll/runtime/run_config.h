@@ -3,6 +3,10 @@
 // overridden by command-line flags. One struct, shared by `atoll run`, `atoll syncer` and
 // `atoll learner`, so all processes of a run agree (the syncer checks the model signature and the
 // fragment plan at join time anyway).
+// Every default is the member initialiser below (the flags' help text is generated from it), except
+// the outer optimizer's, which depends on the mode (DefaultOuterOptimizer). Every setting with a
+// fixed set of values is an enum, parsed here from its spellings (the EnumNames beside each enum):
+// the rest of atoll never compares a config string.
 // Thread-safety: values.
 #pragma once
 
@@ -16,7 +20,13 @@
 #include "atoll/chaos/schedule.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
+#include "atoll/diloco/fragment_plan.h"
+#include "atoll/diloco/merge.h"
 #include "atoll/diloco/mode.h"
+#include "atoll/diloco/outer_optimizer.h"
+#include "atoll/model/model_spec.h"
+#include "atoll/model/trainer.h"
+#include "atoll/syncer/syncer_core.h"
 
 namespace atl::runtime {
 
@@ -40,7 +50,7 @@ struct RunConfig {
   double lr = 3e-3;
   int64_t warmup = 20;
   int threads = 1;
-  std::string precision = "auto";  // training arithmetic: auto | fp32 | bf16 (model/trainer.h)
+  model::Precision precision = model::Precision::kAuto;  // training arithmetic (model/trainer.h)
   // The run's model as data (model/model_spec.h): a safetensors file of the initial weights, any
   // architecture. "" = the preset, initialised from the seed. Learners of a spec written for an
   // atoll preset (`atoll init`) train that preset from those weights; any other spec is trained by
@@ -48,7 +58,7 @@ struct RunConfig {
   std::string spec;
   // Glob patterns of the tensor names that are embeddings (merged by weighted mean) when the spec
   // does not list them itself.
-  std::vector<std::string> embeddings = {"*embed*", "*wte*", "*tok_emb*"};
+  std::vector<std::string> embeddings = model::kDefaultEmbeddingPatterns;
   // [diloco]
   int fragments = 24;              // P
   int H = 24;
@@ -57,21 +67,19 @@ struct RunConfig {
   bool grace = true;
   double gamma = 0.5;
   double grace_cap = 5.0;
-  std::string merge = "rda";       // rda | rda-all | mean
-  // Outer Nesterov SGD. Unset: the mode's default, filled in by Normalized — decoupled lr 1.0,
-  // momentum 0 (measured best with the sweep step, docs/decisions/007); diloco and ddp 0.7 / 0.9
-  // (DiLoCo's values).
+  diloco::MergeRule merge = diloco::MergeRule::kRda;
+  // Outer Nesterov SGD. Unset: the mode's default (DefaultOuterOptimizer), filled in by Normalized.
   std::optional<double> outer_lr, outer_momentum;
-  std::string outer_step = "sweep";      // sweep | round (docs/decisions/007)
-  std::string outer_gradient = "current"; // current | base
+  syncer::OuterStepRule outer_step = syncer::OuterStepRule::kSweep;  // docs/decisions/007
+  syncer::OuterGradientRule outer_gradient = syncer::OuterGradientRule::kCurrent;
   double alpha = 0.0;
   bool keep_progress = true;       // keep the steps trained since a fragment's send on receipt
-  std::string weights = "tokens";  // merge weights: tokens (c_tokens²/c_steps, the paper's) | uniform
-  std::string plan = "balanced";   // balanced | strided
-  std::string uplink = "int4";
-  std::string downlink = "int4";
+  diloco::WeightRule weights = diloco::WeightRule::kTokens;  // c_tokens²/c_steps, the paper's
+  diloco::PlanStrategy plan = diloco::PlanStrategy::kBalanced;
+  diloco::Encoding uplink = diloco::Encoding::kInt4;
+  diloco::Encoding downlink = diloco::Encoding::kInt4;
   int block = 256;                 // int4/int8 block: 4 bytes of scale per 256 values
-  std::string compression = "deflate";  // lossless stage on both links: deflate | none (decisions/013)
+  diloco::Compression compression = diloco::Compression::kDeflate;  // both links (decisions/013)
   double learner_timeout = 10.0;   // seconds without a heartbeat → not live
   // [learners]
   std::vector<double> speeds;      // per learner, (0, 1]; empty = all 1.0
@@ -97,7 +105,8 @@ struct RunConfig {
   int max_pushes_per_learner = 4;      // pushes of one learner in flight at once
   int max_polls_per_learner = 4;       // pulls (long polls) of one learner in flight at once
   double max_heartbeats_per_s = 20;    // heartbeats one learner may send per second
-  double push_timeout_s = 120;         // a push stream still open after this is cancelled
+  double push_timeout_s = 120;         // a push stream still open after this (plus its payload at min_link_mbps) is cancelled
+  double min_link_mbps = 10;           // the slowest learner link: pushes and pulls get their payload's time at this rate
   double commit_reserve_mb = 64;       // free space a commit must leave beyond its files, else rounds are held
   std::string allowed_learners;        // per-learner credentials: ids whose tokens are accepted ("" = any; "0-3,7")
   // [chaos]
@@ -119,10 +128,27 @@ Status ValidateRunConfig(const RunConfig& config);
 // compression.
 RunConfig Normalized(RunConfig config);
 
-// The wire codec of the uplink (outer gradients) or downlink (global fragments) of a valid
-// config: its encoding, block size and compression.
+// The outer optimizer of a mode when the run does not set it: decoupled lr 1.0, momentum 0
+// (measured best with the sweep step, docs/decisions/007); diloco and ddp DiLoCo's 0.7 / 0.9
+// (diloco::OuterOptimizerOptions{}).
+diloco::OuterOptimizerOptions DefaultOuterOptimizer(diloco::Mode mode);
+// The run's outer optimizer: outer_lr and outer_momentum where set, else the mode's default.
+diloco::OuterOptimizerOptions OuterOptimizerOf(const RunConfig& config);
+
+// The wire codec of the uplink (outer gradients) or downlink (global fragments): its encoding,
+// block size and compression.
 diloco::CodecOptions UplinkCodec(const RunConfig& config);
 diloco::CodecOptions DownlinkCodec(const RunConfig& config);
+
+// What a flag's help says of a run-config key (the flat JSON key, e.g. "merge"), from RunConfig{}:
+// its default as text ("24", "rda", "true", "*embed* *wte*"; "" when the default is empty or
+// unset), and for a key with a fixed set of values its spellings ("rda | rda-all | mean"; else "").
+// Empty for an unknown key.
+struct KeyHelp {
+  std::string default_text;
+  std::string spellings;
+};
+KeyHelp HelpOf(const std::string& key);
 
 nlohmann::json ToJson(const RunConfig& config);
 // Unknown keys are an error (a typo must not silently fall back to a default).

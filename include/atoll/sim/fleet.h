@@ -19,13 +19,20 @@
 #include <string_view>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/status.h"
 
 namespace atl::sim {
 
 enum class RepairDist { kFixed, kExponential, kLogNormal };
-std::string_view RepairDistName(RepairDist d);
-StatusOr<RepairDist> ParseRepairDist(std::string_view name);
+inline constexpr EnumNames<RepairDist, 4> kRepairDistNames{"repair distribution",
+                                                           {{{RepairDist::kFixed, "fixed"},
+                                                             {RepairDist::kExponential, "exp"},
+                                                             {RepairDist::kExponential, "exponential"},
+                                                             {RepairDist::kLogNormal, "lognormal"}}}};
+constexpr const auto& NamesOf(RepairDist) { return kRepairDistNames; }
+inline std::string_view RepairDistName(RepairDist d) { return kRepairDistNames.Name(d); }
+inline StatusOr<RepairDist> ParseRepairDist(std::string_view name) { return kRepairDistNames.Parse(name); }
 
 struct FleetSpec {
   int64_t chips = 0;

@@ -69,11 +69,12 @@ FleetSpec ToFleetSpec(const GoodputParams& p);
 // slices in repair plus three standard deviations (binomial), rounded up, at most slices − 1.
 int64_t SpareSlices(const GoodputParams& p);
 
-enum class Mode { kDataParallel, kElasticDataParallel, kSyncDiloco, kDecoupledDiloco };
-inline constexpr Mode kAllModes[] = {Mode::kDataParallel, Mode::kElasticDataParallel,
-                                     Mode::kSyncDiloco, Mode::kDecoupledDiloco};
-std::string_view ModeName(Mode m);
-int ModeLearners(Mode m, const GoodputParams& p);  // 1 for the data-parallel modes
+// The training modes the fleet model compares (diloco::Mode is a run's mode).
+enum class FleetMode { kDataParallel, kElasticDataParallel, kSyncDiloco, kDecoupledDiloco };
+inline constexpr FleetMode kAllFleetModes[] = {FleetMode::kDataParallel, FleetMode::kElasticDataParallel,
+                                               FleetMode::kSyncDiloco, FleetMode::kDecoupledDiloco};
+std::string_view FleetModeName(FleetMode m);
+int ModeLearners(FleetMode m, const GoodputParams& p);  // 1 for the data-parallel modes
 
 struct RunResult {
   double goodput = 0;
@@ -82,7 +83,7 @@ struct RunResult {
 };
 
 // Simulates one mode over one trace (p must be valid and match the trace's fleet).
-RunResult SimulateMode(Mode mode, const GoodputParams& p, const FailureTrace& trace);
+RunResult SimulateMode(FleetMode mode, const GoodputParams& p, const FailureTrace& trace);
 
 // Closed-form long-run values. Data-parallel: exact for the model given the stationary failure
 // rate (a pause of length P with events at rate r and detection δ = min(detect_s, P) lasts
@@ -93,14 +94,14 @@ struct Oracle {
   double goodput = 0;
   double uptime = 0;
 };
-Oracle ClosedForm(Mode mode, const GoodputParams& p);
+Oracle ClosedForm(FleetMode mode, const GoodputParams& p);
 
 // Mean length of a pause (restart) of `pause_s` that events arriving at `rate` per second extend
 // to at least min(detect_s, pause_s) after each of them: pause − δ + (e^{rate·δ} − 1)/rate.
 double MeanPauseEpisode(double pause_s, double detect_s, double rate);
 
 struct ModeSummary {
-  Mode mode = Mode::kDataParallel;
+  FleetMode mode = FleetMode::kDataParallel;
   int learners = 1;
   int64_t chips = 0;
   double goodput = 0, goodput_ci95 = 0;  // mean over seeds, half-width of the 95 % CI
@@ -112,8 +113,8 @@ struct ModeSummary {
 
 // Runs every mode in `modes` over `p.seeds` traces. InvalidArgument for bad parameters.
 StatusOr<std::vector<ModeSummary>> RunGoodput(const GoodputParams& p,
-                                              const std::vector<Mode>& modes = {
-                                                  std::begin(kAllModes), std::end(kAllModes)});
+                                              const std::vector<FleetMode>& modes = {
+                                                  std::begin(kAllFleetModes), std::end(kAllFleetModes)});
 
 // Mean and 95 % confidence half-width (Student t) of xs; half-width 0 for fewer than 2 values.
 struct MeanCi {

@@ -7,12 +7,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
 #include "atoll/diloco/mode.h"
@@ -21,7 +23,8 @@
 namespace atl::syncer {
 
 // 2: the downlink carries lattice deltas of one shared public copy (docs/decisions/014).
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: value checksums hash 64 KiB pieces (exchange::ValuesChecksum, docs/decisions/018).
+inline constexpr uint32_t kProtocolVersion = 3;
 
 // A sharded syncer (docs/decisions/011): shard `index` of `count` owns the fragments p with
 // p mod count = index, and a learner joins every shard. count = 1 (index 0) is the one
@@ -39,8 +42,12 @@ inline int OwnerShard(int fragment, int count) { return fragment % count; }
 
 // Where a learner is in its life, as the syncer's table and the heartbeats say it.
 enum class LearnerState { kJoining, kTraining, kDone };
-const char* LearnerStateName(LearnerState s);
-std::optional<LearnerState> ParseLearnerState(std::string_view s);
+inline constexpr EnumNames<LearnerState, 3> kLearnerStateNames{
+    "learner state",
+    {{{LearnerState::kJoining, "joining"}, {LearnerState::kTraining, "training"}, {LearnerState::kDone, "done"}}}};
+constexpr const auto& NamesOf(LearnerState) { return kLearnerStateNames; }
+inline const char* LearnerStateName(LearnerState s) { return kLearnerStateNames.Name(s); }
+inline StatusOr<LearnerState> ParseLearnerState(std::string_view s) { return kLearnerStateNames.Parse(s); }
 
 // What a learner reports in a heartbeat.
 struct LearnerProgress {
@@ -127,6 +134,9 @@ struct PullPayload {
   uint64_t value_checksum = 0;      // of Φ at `version`
   uint64_t incarnation = 0;         // of the syncer that answered
 };
+
+// One pull reply shared by the syncer's cache and every learner it is being sent to.
+using SharedPull = std::shared_ptr<const PullPayload>;
 
 // Learner side of a pull: brings `copy` (Φ, held at `have_version` on `lattice`) to the payload's
 // version — a lattice delta from `have_version`, or the full copy, which also sets `lattice` —

@@ -11,7 +11,7 @@
 // Layout of the state folder (each file written atomically: temp, fsync, rename; the initial
 // state as a whole: written into a temp folder beside it and renamed into place):
 //   meta.json            run id, model signature, plan fingerprint, P (self-checksummed)
-//   fragment-NNN.bin     magic "ATOLFRG2", version, round, numel, what follows, the sweep's
+//   fragment-NNN.bin     magic "ATOLFRG2", version, round (= version), numel, what follows, the sweep's
 //                        share, the body's XXH3, the header's own XXH3; then Θ_p, the Nesterov
 //                        buffer (when kept), the public copy Φ_p and its lattice exponents
 //                        (fp32 little-endian; docs/decisions/014). Only a shard's own fragments.

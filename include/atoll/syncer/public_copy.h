@@ -37,6 +37,9 @@ struct PublicCopyOptions {
   size_t history_bytes = 0;         // and at most this many bytes of them, but always the newest (0: no bound)
   size_t cache_bytes = 64 << 20;    // pull payloads of the current version kept for other learners
   ThreadPool* pool = nullptr;       // spreads encoding and sums over threads (may be null)
+  // Values the copy's buffer has room for (at least its own): the syncer's largest fragment, so
+  // that the buffers Commit swaps between fragments and a round's scratch never reallocate.
+  size_t capacity = 0;
 };
 
 // The per-round quantiser of a downlink encoding: int2 1, int4 7, int8 127, bf16 255, fp32 0 (exact).
@@ -55,11 +58,15 @@ class PublicCopy {
   // The same advance coded by the caller (exchange::EncodeLatticeStepBlocks over every block, as
   // the syncer's tiled round does): `next` holds the new values and is swapped in (it then holds
   // the old ones), `delta` is the round's raw delta.
-  void Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated);
+  // `checksum`: the new values' ValuesChecksum when the caller formed it (a round's pass does, tile
+  // by tile); else it is formed here.
+  void Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated,
+              std::optional<uint64_t> checksum = std::nullopt);
   // The advance done in place by the caller: a round's pass writes Φ's new values into
   // values_for_advance() (restoring them itself if the round is refused), then commits its delta.
   std::span<float> values_for_advance() { return phi_; }
-  void CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated);
+  void CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated,
+                     std::optional<uint64_t> checksum = std::nullopt);
   // The options the copy codes with (its lattice quantiser, the pool).
   const PublicCopyOptions& options() const { return options_; }
 
@@ -74,8 +81,10 @@ class PublicCopy {
   // Φ at version u, oldest() ≤ u ≤ version(), into `out` (exact). OutOfRange otherwise.
   Status ValuesAt(int64_t u, std::vector<float>& out) const;
   // What a learner holding version `have` gets: a delta from it (oldest() ≤ have < version()), or
-  // the full copy (have = -1, or older than the history). Not for have = version().
-  StatusOr<PullPayload> Serve(int64_t have);
+  // the full copy (have = -1, or older than the history), stamped with the fragment and the
+  // syncer's incarnation. Not for have = version(). Replies of the current version are shared
+  // with the cache: M learners' pulls of the same one hold it once.
+  StatusOr<SharedPull> Serve(int64_t have, int fragment, uint64_t incarnation);
 
   int64_t saturated() const { return saturated_; }  // values held at the lattice's edge, in total
   // Bytes of the buffers this copy holds (values, lattice, history, cache).
@@ -99,7 +108,7 @@ class PublicCopy {
   int64_t version_ = 0;
   uint64_t base_checksum_ = 0;     // of Φ at oldest() when the history is not empty
   std::deque<Past> history_;       // oldest first; history_.back().version == version_
-  std::map<int64_t, PullPayload> cache_;  // have → payload, for version_
+  std::map<int64_t, SharedPull> cache_;  // have → payload, for version_
   size_t cache_held_ = 0;
   int64_t saturated_ = 0;
 };

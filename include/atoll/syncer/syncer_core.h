@@ -45,6 +45,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "atoll/core/clock.h"
+#include "atoll/core/enum_names.h"
 #include "atoll/core/parallel.h"
 #include "atoll/core/status.h"
 #include "atoll/diloco/codec.h"
@@ -75,11 +76,24 @@ using DdpStep = std::function<Status(std::span<const float> mean_gradient, std::
 //           sweep's arrivals so far, and outer gradients "against the current value" are taken
 //           against Θ_p at the sweep's start (diloco::SweepOuterStep with extrapolate).
 enum class OuterStepRule { kSweep, kRound, kRunning };
+inline constexpr EnumNames<OuterStepRule, 3> kOuterStepRuleNames{
+    "outer_step",
+    {{{OuterStepRule::kSweep, "sweep"}, {OuterStepRule::kRound, "round"}, {OuterStepRule::kRunning, "running"}}}};
+constexpr const auto& NamesOf(OuterStepRule) { return kOuterStepRuleNames; }
+inline const char* OuterStepRuleName(OuterStepRule r) { return kOuterStepRuleNames.Name(r); }
+inline StatusOr<OuterStepRule> ParseOuterStepRule(std::string_view s) { return kOuterStepRuleNames.Parse(s); }
 // What a learner's outer gradient is taken against.
 //   kCurrent: v_m = Θ_p(now) − θ_m (the paper: the syncer's current value).
 //   kBase:    v_m = Φ_{m,p}[base] − θ_m = Δ̂_m (the learner's own progress since the copy it
 //             started from, as in asynchronous local SGD).
 enum class OuterGradientRule { kCurrent, kBase };
+inline constexpr EnumNames<OuterGradientRule, 2> kOuterGradientRuleNames{
+    "outer_gradient", {{{OuterGradientRule::kCurrent, "current"}, {OuterGradientRule::kBase, "base"}}}};
+constexpr const auto& NamesOf(OuterGradientRule) { return kOuterGradientRuleNames; }
+inline const char* OuterGradientRuleName(OuterGradientRule r) { return kOuterGradientRuleNames.Name(r); }
+inline StatusOr<OuterGradientRule> ParseOuterGradientRule(std::string_view s) {
+  return kOuterGradientRuleNames.Parse(s);
+}
 
 struct SyncerOptions {
   std::string run_id = "atoll";
@@ -198,8 +212,8 @@ struct LearnerRecord {
 // One closed round, for the log and metrics.
 struct RoundReport {
   int fragment = 0;
-  int64_t round = 0;
-  int64_t version = 0;             // the version it produced
+  int64_t round = 0;               // the fragment's version before it
+  int64_t version = 0;             // the version it produced: round + 1
   std::vector<int> contributors;
   std::vector<double> weights;
   std::vector<int> late;           // live learners that missed it
@@ -269,6 +283,8 @@ class SyncerCore {
   // version in the history and wants one the fragment has not reached yet (`want_version`) gets
   // not_modified: intermediate versions are not worth a download.
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
+  // The same reply, shared with the public copy's cache (the gRPC server sends it as it is).
+  StatusOr<SharedPull> PullShared(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
 
   // The one admission check of a push: a joined learner that is not disconnected and has been
   // in contact (NotFound, PermissionDenied: not counted against it), then its header — a fragment
@@ -324,7 +340,7 @@ class SyncerCore {
   // when the outer step keeps none; `public_values` and `lattice_exp` are the public copy (empty:
   // not saved — the copy is then rebuilt from Θ_p and every learner fetches the fragment in full).
   struct FragmentSnapshot {
-    int64_t version = 0, round = 0;
+    int64_t version = 0;  // also the number of its closed rounds
     std::vector<float> theta, momentum, public_values;
     std::vector<int8_t> lattice_exp;
     double sweep_share = 0;
@@ -348,6 +364,10 @@ class SyncerCore {
     bool final_sync = false;  // the learner's end-of-training push: a whole span of work (TokenShare)
     std::vector<std::byte> raw;         // the payload in the quantiser's layout; decoded when the round closes
     double delta_norm = 0;              // ‖Δ̂‖ of its decoded values
+    // The merge's pass 1 for this push (its outer gradient's norms, per slice and over the
+    // fragment), formed when it joined the round (JoinNorms); norm < 0: formed at the close.
+    std::vector<double> slice_norms;
+    double norm = -1;
     TimePoint arrived{};
   };
   struct FragmentState {
@@ -356,8 +376,9 @@ class SyncerCore {
     // XXH3 of Θ_p as the run started: a learner process that starts from the same seed holds those
     // values and snaps them to the lattice itself (Join).
     uint64_t initial_checksum = 0;
+    // The fragment's one counter: round r of the fragment (its open round while r = version)
+    // makes version r + 1. A refused round changes neither.
     int64_t version = 0;
-    int64_t round = 0;
     std::vector<Contribution> pending;
     std::optional<TimePoint> opened_at, quorum_at;
     std::vector<double> recent_norms;  // accepted outer-gradient norms, oldest first (bounded)
@@ -379,6 +400,10 @@ class SyncerCore {
   // A checked push as a contribution of fragment h.fragment's open round: its base is one the
   // core still holds (else Aborted: pull in full), its size within the gradient bound.
   StatusOr<Contribution> MakeContribution(const PushHeaderData& h, PreparedPush prepared, TimePoint now) const;
+  // The merge's pass 1 for a push that joins fragment p's open round, while the pool is otherwise
+  // idle: what it reads (Θ_ref, Φ_p at the push's base) cannot change before this round closes. A
+  // push against an older version is left to the close (its base is rebuilt there once for all).
+  void JoinNorms(int p, Contribution& c);
   // The robust references of a push of fragment p by learner `id` (RobustRefs::others == 0: too
   // few other learners pushed it recently).
   struct RobustRefs {
@@ -442,10 +467,12 @@ class SyncerCore {
   std::shared_ptr<const UpdateRule> rule_;  // what the mode does with pushes (update_rule.h)
   std::shared_ptr<ThreadPool> pool_;        // the round's threads (options_.threads)
   // The values a round's pass moves in place (Θ_p, momentum, the sweep's buffers, Φ_p), saved
-  // tile by tile before they move, so that a refused round puts them back. Reserved for the
-  // largest fragment.
+  // tile by tile before they move, so that a refused round puts them back; and the merger's sums
+  // Σ coef·v that its direction pass keeps for the merge (FragmentMerger::KeepSums). Reserved for
+  // the largest fragment.
   struct Scratch {
     std::vector<float> theta, momentum, accum, start, phi;
+    std::vector<double> sums;
   };
   Scratch scratch_;
   std::vector<FragmentState> fragments_;

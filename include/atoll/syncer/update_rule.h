@@ -9,7 +9,7 @@
 //     averages them and the inner optimizer hook (SyncerOptions::ddp_step) moves Θ, whole.
 //
 // Rules hold no state of their own (the ddp optimizer state lives in its hook). Thread-safety:
-// const methods; VectorizeRange is called from the round's pool threads concurrently.
+// const methods.
 #pragma once
 
 #include <cstddef>
@@ -33,13 +33,13 @@ class UpdateRule {
   // A push's base version, beyond the range check every mode makes (ddp: must be current).
   virtual Status CheckBase(int64_t base_version, int64_t current_version) const = 0;
   // Whether the push decodes against the public copy Φ at its base version (Aborted when the
-  // syncer no longer holds that version: the learner must fetch in full).
+  // syncer no longer holds that version: the learner must fetch in full): the vector a round
+  // merges is then the outer gradient v = Θ_ref − (Φ_base − Δ̂) (Θ_ref: Reference;
+  // diloco::EncodedGradients), else Δ̂ itself (kBase, and ddp's gradients).
   virtual bool NeedsBase() const = 0;
-  // The vector a round merges, over values [begin, end) (out[0, end − begin) holds the push's
-  // decoded values Δ̂ on entry): the outer gradient v = Θ_ref − (Φ_base − Δ̂) under kCurrent
-  // (Θ_ref: Reference), Δ̂ itself under kBase and in ddp. `base` and `reference` are whole-fragment.
-  virtual void VectorizeRange(std::span<const float> base, std::span<const float> reference, size_t begin, size_t end,
-                              float* out) const = 0;
+  // Whether a round reads every push's norms (RDA's radius, the outer-gradient bound), so that
+  // they are worth forming when the push arrives (SyncerCore::JoinNorms).
+  virtual bool ReadsNorms() const = 0;
   // The value outer gradients are taken against: Θ_p, or the running sweep's start.
   virtual std::span<const float> Reference(const std::vector<float>& theta, const diloco::SweepState& sweep) const = 0;
   // Whether outliers by size (‖Δ̂‖/√c_steps) are quarantined.

@@ -15,6 +15,19 @@
 
 namespace atl::transport {
 
+// TLS for the gRPC server and client (grpc_server.h, grpc_client.h).
+struct TlsOptions {
+  bool enabled = false;
+  // Server: its certificate and key (PEM). Client: its own certificate and key for mutual TLS
+  // (both empty: no client certificate).
+  std::string cert_file, key_file;
+  std::string ca_file;              // client: the CA that signed the server certificate
+  std::string server_name;          // client: override of the expected host name
+  // Server: mutual TLS — every client must present a certificate signed by this CA (PEM);
+  // empty: clients are not asked for one.
+  std::string client_ca_file;
+};
+
 // The learner ids a syncer with per-learner credentials accepts tokens for (run-file key
 // `allowed_learners`, docs/security.md): "" = any id, else ids and ranges, e.g. "0-3,7". A
 // learner left out — a revoked credential — is refused (PERMISSION_DENIED) whatever its token.

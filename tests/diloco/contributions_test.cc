@@ -1,0 +1,118 @@
+#include "atoll/diloco/contributions.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "atoll/core/rng.h"
+#include "atoll/diloco/codec.h"
+#include "atoll/diloco/fragment_merger.h"
+
+namespace atl::diloco {
+namespace {
+
+// The source's fused forms against the default ones (Values, then the plain kernels), over ranges
+// that the fused kernels take (whole int4 blocks) and ranges they leave to the default.
+class PlainSource final : public ContributionSource {
+ public:
+  explicit PlainSource(const EncodedGradients& g) : g_(g) {}
+  void Values(size_t m, size_t begin, size_t end, float* out) const override { g_.Values(m, begin, end, out); }
+
+ private:
+  const EncodedGradients& g_;
+};
+
+TEST(EncodedGradientsTest, FusedFormsGiveTheDefaultFormsBits) {
+  // Three pushes (two against bases, one a plain Δ̂), over ranges that the fused kernels take
+  // (whole int4 blocks) and ranges they leave to the default forms.
+  const size_t n = 256 * 40 + 100;
+  for (int block : {64, 128, 256, 96}) {
+    const CodecOptions codec{.encoding = Encoding::kInt4, .block_size = block};
+    Rng rng(5);
+    std::vector<float> reference(n), base(n), older(n);
+    for (size_t i = 0; i < n; ++i) {
+      reference[i] = static_cast<float>(rng.Normal(0, 0.05));
+      base[i] = reference[i] + static_cast<float>(rng.Normal(0, 0.001));
+      older[i] = reference[i] + static_cast<float>(rng.Normal(0, 0.002));
+    }
+    std::vector<std::vector<std::byte>> raws(3);
+    for (auto& raw : raws) {
+      std::vector<float> delta(n);
+      for (float& x : delta) x = static_cast<float>(rng.Normal(0, 0.01));
+      ASSERT_TRUE(Encode(codec, delta, raw).ok());
+    }
+    const EncodedGradients fused(codec, n, reference.data(),
+                                 {{.raw = raws[0], .base = base.data()}, {.raw = raws[1], .base = nullptr},
+                                  {.raw = raws[2], .base = older.data()}});
+    const PlainSource plain(fused);
+    std::vector<float> scratch(n);
+    for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, 1024}, {256, 768}, {512, 4096}, {0, n},
+                                     {8, 1032}, {1024, 1024 + 96}}) {
+      const std::string where = "block " + std::to_string(block) + " [" + std::to_string(begin) + ", " +
+                                std::to_string(end) + ")";
+      for (size_t m = 0; m < 3; ++m) {
+        LaneSquares a, c;
+        fused.AddSquares(m, begin, end, scratch.data(), a);
+        plain.AddSquares(m, begin, end, scratch.data(), c);
+        EXPECT_EQ(a.Sum(), c.Sum()) << where << " push " << m;
+      }
+      for (const std::vector<double>& coefs : {std::vector<double>{0.37, 0.0, 1.5}, {0.0, 2.0, 0.25}, {0.0, 0.0, 0.0}}) {
+        std::vector<double> x(end - begin, 0.5), y(end - begin, -0.5);
+        fused.Accumulate(coefs, begin, end, scratch.data(), x.data());
+        plain.Accumulate(coefs, begin, end, scratch.data(), y.data());
+        EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(double)), 0) << where;
+      }
+    }
+  }
+}
+
+TEST(FragmentMergerTest, NormsGivenBeforeTheRunGiveTheSameMerge) {
+  // Three int4 pushes of a two-slice fragment (one an embedding), merged by RDA with every norm
+  // formed by the run, and with two of them given beforehand from NormsOf: the same bits.
+  Fragment f;
+  f.slices = {{.tensor = 0, .offset = 0, .count = 3000, .is_embedding = true},
+              {.tensor = 1, .offset = 0, .count = 9000}};
+  f.numel = 12000;
+  const CodecOptions codec{.encoding = Encoding::kInt4, .block_size = 256};
+  Rng rng(9);
+  std::vector<float> reference(12000), base(12000);
+  for (size_t i = 0; i < reference.size(); ++i) {
+    reference[i] = static_cast<float>(rng.Normal(0, 0.05));
+    base[i] = reference[i] + static_cast<float>(rng.Normal(0, 0.001));
+  }
+  std::vector<std::vector<std::byte>> raws(3);
+  std::vector<EncodedGradients::Push> pushes;
+  for (auto& raw : raws) {
+    std::vector<float> delta(12000);
+    for (float& x : delta) x = static_cast<float>(rng.Normal(0, 0.01));
+    ASSERT_TRUE(Encode(codec, delta, raw).ok());
+    pushes.push_back({.raw = raw, .base = base.data()});
+  }
+  const EncodedGradients source(codec, 12000, reference.data(), pushes);
+  const auto merge = [&](bool give) {
+    auto merger = FragmentMerger::Create(f, MergeRule::kRda, {1.0, 2.0, 0.5});
+    EXPECT_TRUE(merger.ok());
+    for (size_t m : {0u, 2u}) {
+      if (!give) break;
+      auto norms = FragmentMerger::NormsOf(f, source, m);
+      EXPECT_TRUE(norms.ok());
+      merger->GiveNorms(m, norms->slice_norms, norms->norm);
+    }
+    std::vector<float> out(12000);
+    merger->Run(source, [&](size_t, size_t b, size_t e, std::span<const float> merged) {
+      std::copy(merged.begin(), merged.end(), out.begin() + static_cast<std::ptrdiff_t>(b));
+    });
+    return std::pair{out, merger->norm(2)};
+  };
+  const auto [formed, norm_formed] = merge(false);
+  const auto [given, norm_given] = merge(true);
+  EXPECT_EQ(std::memcmp(formed.data(), given.data(), formed.size() * sizeof(float)), 0);
+  EXPECT_EQ(norm_formed, norm_given);
+  EXPECT_GT(norm_given, 0);
+}
+
+}  // namespace
+}  // namespace atl::diloco
