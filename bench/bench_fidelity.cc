@@ -24,6 +24,16 @@ const char* kUsage =
     "                      [--steps N] [--corpora project,bytes] [--wait-while FILE] [budget flags]\n"
     "  PART: parity | rda | codecs | alpha | weights | mixed | scavenging (default: all of these)\n"
     "        | budget | outer | frontier (only when named: hours each)\n"
+    "  budget    data-parallel (`atoll train --replicas 4`, lr tuned over --dp-lrs at the quarter\n"
+    "            budget), synchronous DiLoCo (P = 1, H = 24) and decoupled (defaults), the last two\n"
+    "            in `atoll simulate`, at --tokens-per-param, --seeds seeds, each of --corpora; then\n"
+    "            --confirm real `atoll run`s of decoupled. Writes budget.md, budget-<corpus>.svg\n"
+    "  outer     decoupled's outer optimizer: momentum {0, 0.5, 0.9} x outer lr {0.4, 0.7, 1} x\n"
+    "            alpha {0, 0.5} at the quarter budget, the defaults and the --finalists best at the\n"
+    "            full budget, a winner by 1 % checked at the 150-step shape. Writes outer.md\n"
+    "  frontier  decoupled at P = H for each --frontier-h, with data-parallel and synchronous\n"
+    "            DiLoCo: eval loss against bytes on the wire at the full budget. Writes frontier.md,\n"
+    "            frontier.svg\n"
     "  --quick       small runs (seq 128, batch 8, 48 steps, 1 seed unless --seeds): a smoke check\n"
     "  --data        prepared project corpus (default data; prepared by atoll when missing)\n"
     "  --bytes-data  byte-level corpus folder (default data-mhcc; made from Debian's\n"
@@ -104,7 +114,14 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--corpora") {
       a.corpora.clear();
       std::stringstream ss(next());
-      for (std::string c; std::getline(ss, c, ',');) a.corpora.push_back(c);
+      for (std::string c; std::getline(ss, c, ',');) {
+        auto kind = kCorpusNames.Parse(c);
+        if (!kind.ok()) {
+          std::fprintf(stderr, "bench_fidelity: --corpora: %s\n", std::string(kind.status().message()).c_str());
+          std::exit(2);
+        }
+        a.corpora.push_back(*kind);
+      }
     } else {
       rest.push_back(argv[i]);
     }
@@ -116,12 +133,6 @@ Args ParseArgs(int argc, char** argv) {
   if (a.common.quick && !seeds_set) a.seeds = 1;
   if (a.common.quick && !tpp_set) a.tokens_per_param = 0.25;
   if (a.steps <= 0) a.steps = a.common.quick ? 48 : 150;
-  for (const auto& c : a.corpora) {
-    if (c != "project" && c != "bytes") {
-      std::fprintf(stderr, "bench_fidelity: unknown corpus '%s' (project or bytes)\n", c.c_str());
-      std::exit(2);
-    }
-  }
   if (a.seeds < 1 || a.seeds > 8) {
     std::fprintf(stderr, "bench_fidelity: --seeds must be in [1, 8]\n");
     std::exit(2);
@@ -150,9 +161,10 @@ void Driver::Parity() {
        "merged norm first→last quarter"}};
   std::vector<atl::sim::Panel> panels;
   Json j = Json::array();
-  for (const auto& corpus : a_.corpora) {
-    if (corpus == "bytes" && !EnsureBytesCorpus()) continue;
-    const std::string data = " --data " + Quote(DataOf(corpus));
+  for (const CorpusKind kind : a_.corpora) {
+    if (kind == CorpusKind::kBytes && !EnsureBytesCorpus()) continue;
+    const std::string corpus = NameOf(kind);
+    const std::string data = " --data " + Quote(DataOf(kind));
     std::vector<Run> dp, dil, dec;
     for (int seed = 0; seed < a_.seeds; ++seed) {
       const std::string s = " --seed " + std::to_string(seed);

@@ -4,10 +4,12 @@
 // compute-optimal budget (budget, outer, frontier). Single-threaded; one run at a time.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 
+#include "atoll/core/enum_names.h"
 #include "atoll/sim/svg.h"
 #include "bench_util.h"
 
@@ -15,13 +17,19 @@ namespace bench::fidelity {
 
 extern const char* kUsage;
 
+// The corpora: the project's (its tokenizer) and the byte-level one (--bytes-data).
+enum class CorpusKind { kProject, kBytes };
+inline constexpr atl::EnumNames<CorpusKind, 2> kCorpusNames{
+    "corpus", {{{CorpusKind::kProject, "project"}, {CorpusKind::kBytes, "bytes"}}}};
+inline std::string NameOf(CorpusKind k) { return kCorpusNames.Name(k); }
+
 struct Args {
   CommonArgs common;
   std::string bytes_data = "data-mhcc";
   int seeds = 2;
   int64_t steps = 0;
   bool steps_set = false;
-  std::vector<std::string> corpora = {"project", "bytes"};
+  std::vector<CorpusKind> corpora = {CorpusKind::kProject, CorpusKind::kBytes};
   // The budget parts.
   double tokens_per_param = 20;             // quick: 0.25
   std::vector<double> dp_lrs = {2e-3, 3e-3, 4.5e-3};
@@ -81,7 +89,7 @@ class Driver {
            " --lr 3e-3 --warmup " + (q ? "5" : "15") + " --eval-batches " + (q ? "8" : "16");
   }
   double Timeout() const { return a_.common.quick ? 1200 : 5400; }
-  std::string DataOf(const std::string& corpus) const { return corpus == "bytes" ? a_.bytes_data : a_.common.data; }
+  std::string DataOf(CorpusKind corpus) const { return corpus == CorpusKind::kBytes ? a_.bytes_data : a_.common.data; }
 
   // The byte-level corpus: Matthew Henry's Concise Commentary (public domain), extracted with
   // diatheke, verse prefixes stripped and the repeated entries of verse ranges dropped.
@@ -201,7 +209,9 @@ class Driver {
 
   // fidelity_budget.cc
   struct Corpus;
-  std::optional<Corpus> CorpusAt(const std::string& name);
+  std::optional<Corpus> CorpusAt(CorpusKind kind);
+  // Calls part on each of --corpora whose data is ready.
+  void EachCorpus(const std::function<void(const Corpus&)>& part);
   std::string ShapeAt(int64_t steps) const;
   double TimeoutAt(int64_t steps) const;
   Run Dp(const Corpus& c, double lr, int64_t steps, int seed);

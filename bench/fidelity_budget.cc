@@ -15,6 +15,7 @@
 namespace bench::fidelity {
 
 struct Driver::Corpus {
+  CorpusKind kind;
   std::string name, data;
   double params = NAN;
   int64_t full = 0, quarter = 0;  // inner steps per learner
@@ -159,9 +160,10 @@ std::vector<Outer> OuterGrid() {
 
 }  // namespace
 
-std::optional<Driver::Corpus> Driver::CorpusAt(const std::string& name) {
-  if (name == "bytes" && !EnsureBytesCorpus()) return std::nullopt;
-  Corpus c{name, DataOf(name)};
+std::optional<Driver::Corpus> Driver::CorpusAt(CorpusKind kind) {
+  if (kind == CorpusKind::kBytes && !EnsureBytesCorpus()) return std::nullopt;
+  const std::string name = NameOf(kind);
+  Corpus c{kind, name, DataOf(kind)};
   // The tiny preset's parameter count on this corpus's vocabulary, from a 2-step `atoll train`.
   const Run probe = Atoll(name + "-params", "train",
                           " --steps 2 --warmup 1 --batch 1 --seq 16 --eval-batches 1 --eval-every 0 --log-every 1"
@@ -181,6 +183,12 @@ std::optional<Driver::Corpus> Driver::CorpusAt(const std::string& name) {
            " steps per learner (" + Fmt(static_cast<double>(c.full) * tokens_per_step / 1e6, "%.1f") +
            " M tokens), quarter " + Str(c.quarter));
   return c;
+}
+
+void Driver::EachCorpus(const std::function<void(const Corpus&)>& part) {
+  for (const CorpusKind kind : a_.corpora) {
+    if (auto c = CorpusAt(kind)) part(*c);
+  }
 }
 
 std::string Driver::ShapeAt(int64_t steps) const {
@@ -304,9 +312,7 @@ void Driver::BudgetCorpus(const Corpus& c, std::string& md, Json& j) {
 void Driver::Budget() {
   std::string md;
   Json j = Json::array();
-  for (const auto& name : a_.corpora) {
-    if (auto c = CorpusAt(name)) BudgetCorpus(*c, md, j);
-  }
+  EachCorpus([&](const Corpus& c) { BudgetCorpus(c, md, j); });
   out_["budget"] = j;
   WriteMd("budget", "Decoupled vs data-parallel at the compute-optimal budget (" + Str(a_.tokens_per_param) +
                         " tokens per parameter, M = 4)",
@@ -384,8 +390,8 @@ std::string Driver::ShortCheck(const std::string& tag, const std::string& flags,
   std::vector<std::vector<std::string>> rows = {{"corpus", "defaults, per seed", name + ", per seed", "÷ defaults"}};
   bool holds = true;
   j = Json::object();
-  for (const std::string corpus : {"project", "bytes"}) {
-    auto c = CorpusAt(corpus);
+  for (const CorpusKind kind : {CorpusKind::kProject, CorpusKind::kBytes}) {
+    auto c = CorpusAt(kind);
     if (!c) continue;
     std::vector<Run> d, w;
     std::string dl, wl;
@@ -397,8 +403,8 @@ std::string Driver::ShortCheck(const std::string& tag, const std::string& flags,
     }
     const double r = MeanRatio(w, d);
     holds = holds && r <= 1.01;
-    rows.push_back({corpus, dl, wl, Fmt(r, "%.4f")});
-    j[corpus] = J(r);
+    rows.push_back({c->name, dl, wl, Fmt(r, "%.4f")});
+    j[c->name] = J(r);
   }
   j["holds"] = holds;
   return "The winner at the " + Str(steps) + "-step shape (simulated, both corpora):\n\n" + Table(rows) + "\n" +
@@ -409,9 +415,7 @@ std::string Driver::ShortCheck(const std::string& tag, const std::string& flags,
 void Driver::Outer() {
   std::string md;
   Json j = Json::array();
-  for (const auto& name : a_.corpora) {
-    if (auto c = CorpusAt(name)) OuterCorpus(*c, md, j);
-  }
+  EachCorpus([&](const Corpus& c) { OuterCorpus(c, md, j); });
   out_["outer"] = j;
   WriteMd("outer", "The outer optimizer at the compute-optimal budget (decoupled, M = 4, simulated)",
           md + "Grid: outer momentum {0, 0.5, 0.9} × outer lr {0.4, 0.7, 1.0} × α {0, 0.5} (α: mixing on receipt, "
@@ -465,9 +469,7 @@ void Driver::Frontier() {
   std::string md;
   Json j = Json::array();
   std::vector<atl::sim::Panel> panels;
-  for (const auto& name : a_.corpora) {
-    if (auto c = CorpusAt(name)) FrontierCorpus(*c, md, j, panels);
-  }
+  EachCorpus([&](const Corpus& c) { FrontierCorpus(c, md, j, panels); });
   out_["frontier"] = j;
   const std::string title = "Eval loss against bytes on the wire at the compute-optimal budget (M = 4)";
   if (!panels.empty()) std::ofstream(a_.common.out + "/frontier.svg") << atl::sim::RenderSvg(title, panels);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # CI smoke check of bench_fidelity's budget parts (no quality thresholds): budget, frontier and
 # outer on the byte-level corpus in quick mode with a few steps, one seed; then the same budget
-# command again, which must find every run done and run nothing (resumable --out); and a bad flag,
+# command again, which must find every run done and run nothing (resumable --out); and bad flags,
 # which must be refused. Usage: fidelity_budget_smoke.sh BENCH_FIDELITY SCRATCH_DIR
 set -eu
 bench=$1
@@ -26,4 +26,8 @@ rc=0
 "$bench" --only budget --dp-lrs 0.003,x $common 2> "$scratch/bad.log" || rc=$?
 test "$rc" -eq 2
 grep -q "not a positive number" "$scratch/bad.log"
+rc=0
+"$bench" --only budget --corpora bytes,nope 2> "$scratch/bad.log" || rc=$?
+test "$rc" -eq 2
+grep -q "corpus must be project or bytes (got 'nope')" "$scratch/bad.log"
 rm -rf "$scratch"
