@@ -357,7 +357,7 @@ std::string AnchorFaultStory(const Json& r) {
 }
 
 void Driver::Anchor() {
-  const fs::path script = fs::weakly_canonical(fs::path(__FILE__).parent_path() / "../../shared/anchors/torch_baseline.py");
+  const fs::path script = fs::weakly_canonical(ATOLL_ANCHOR_SCRIPT);
   if (!fs::exists(script)) {
     Log("anchor: skipped (" + script.string() + " not found)");
     out_["anchor"] = {{"skipped", "torch_baseline.py not found"}};
