@@ -148,7 +148,9 @@ void AddLimitFlags(CLI::App* c, Overrides& o) {
   Flag<int>(c, o, "--max-pushes-per-learner", "max_pushes_per_learner", "Limit: pushes of one learner in flight at once");
   Flag<int>(c, o, "--max-polls-per-learner", "max_polls_per_learner", "Limit: pulls (long polls) of one learner in flight at once");
   Flag<double>(c, o, "--max-heartbeats-per-s", "max_heartbeats_per_s", "Limit: heartbeats per second of one learner");
-  Flag<double>(c, o, "--push-timeout", "push_timeout_s", "Limit: seconds a push stream may stay open");
+  Flag<double>(c, o, "--push-timeout", "push_timeout_s", "Limit: seconds a push stream may stay open, beyond its payload's time at --min-link-mbps");
+  Flag<double>(c, o, "--min-link-mbps", "min_link_mbps",
+               "The slowest learner link in Mbit/s: pushes and pulls get their payload's time at this rate on top of their deadline (0: none)");
   Flag<double>(c, o, "--commit-reserve-mb", "commit_reserve_mb",
                "MiB of free space a commit must leave in the state folder beyond its files; below it rounds are held");
   Flag<std::string>(c, o, "--allowed-learners", "allowed_learners",

@@ -594,6 +594,11 @@ Status SyncerCore::CheckNotBanned(const LearnerRecord& l, TimePoint now) const {
 }
 
 StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version) {
+  ATOLL_ASSIGN_OR_RETURN(SharedPull shared, PullShared(learner_id, fragment, have_version, want_version));
+  return *shared;
+}
+
+StatusOr<SharedPull> SyncerCore::PullShared(int learner_id, int fragment, int64_t have_version, int64_t want_version) {
   if (fragment < 0 || fragment >= plan_.num_fragments()) {
     return InvalidArgumentError("pull: fragment " + std::to_string(fragment) + " out of range [0, " +
                                 std::to_string(plan_.num_fragments()) + ")");
@@ -611,21 +616,20 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
                                    " but the syncer is at " + std::to_string(f.version) +
                                    " (syncer restarted from older state?)");
   }
-  PullPayload out;
   const bool reachable = have_version >= f.copy->oldest();
   if (have_version == f.version || (reachable && want_version > f.version)) {
-    out.not_modified = true;
-  } else {
-    auto served = f.copy->Serve(have_version);
-    if (!served.ok()) {
-      return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + served.status().message());
-    }
-    out = std::move(*served);
+    auto out = std::make_shared<PullPayload>();
+    out->not_modified = true;
+    out->incarnation = options_.incarnation;
+    out->fragment = fragment;
+    out->version = f.version;
+    return SharedPull(std::move(out));
   }
-  out.incarnation = options_.incarnation;
-  out.fragment = fragment;
-  if (out.not_modified) out.version = f.version;
-  return out;
+  auto served = f.copy->Serve(have_version, fragment, options_.incarnation);
+  if (!served.ok()) {
+    return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + served.status().message());
+  }
+  return std::move(*served);
 }
 
 void SyncerCore::CountBytes(int learner_id, int64_t up, int64_t down) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -133,6 +134,9 @@ struct PullPayload {
   uint64_t value_checksum = 0;      // of Φ at `version`
   uint64_t incarnation = 0;         // of the syncer that answered
 };
+
+// One pull reply shared by the syncer's cache and every learner it is being sent to.
+using SharedPull = std::shared_ptr<const PullPayload>;
 
 // Learner side of a pull: brings `copy` (Φ, held at `have_version` on `lattice`) to the payload's
 // version — a lattice delta from `have_version`, or the full copy, which also sets `lattice` —

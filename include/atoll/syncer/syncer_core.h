@@ -290,6 +290,8 @@ class SyncerCore {
   // version in the history and wants one the fragment has not reached yet (`want_version`) gets
   // not_modified: intermediate versions are not worth a download.
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
+  // The same reply, shared with the public copy's cache (the gRPC server sends it as it is).
+  StatusOr<SharedPull> PullShared(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
 
   // The one admission check of a push: a joined learner that is not disconnected and has been
   // in contact (NotFound, PermissionDenied: not counted against it), then its header — a fragment
