@@ -1,6 +1,7 @@
 #!/bin/sh
-# CI smoke check of bench_fidelity's budget parts (no quality thresholds): budget, frontier and
-# outer on the byte-level corpus in quick mode with a few steps, one seed; then the same budget
+# CI smoke check of bench_fidelity's budget part (no quality thresholds): budget on the
+# byte-level corpus in quick mode with a few steps, one seed (the frontier and outer parts run the
+# same arms over more points: minutes here, so they are checked by hand); then the same budget
 # command again, which must find every run done and run nothing (resumable --out); and bad flags,
 # which must be refused. Usage: fidelity_budget_smoke.sh BENCH_FIDELITY SCRATCH_DIR
 set -eu
@@ -17,11 +18,6 @@ grep -q "tuned" "$scratch/runs/budget.md"
 "$bench" --only budget --confirm 1 $common > "$scratch/again.log"
 grep -q "already done" "$scratch/again.log"
 if grep -q ": exit " "$scratch/again.log"; then echo "a finished run ran again"; exit 1; fi
-"$bench" --only frontier --frontier-h 12,24 $common
-grep -q "P = H = 12" "$scratch/runs/frontier.md"
-test -s "$scratch/runs/frontier.svg"
-"$bench" --only outer --finalists 1 $common
-grep -q "| 0.9 | 1 |" "$scratch/runs/outer.md"
 rc=0
 "$bench" --only budget --dp-lrs 0.003,x $common 2> "$scratch/bad.log" || rc=$?
 test "$rc" -eq 2

@@ -25,11 +25,12 @@ Status AgentGroup::Start() {
   return Status::Ok();
 }
 
-StepResult AgentGroup::AfterStep(int64_t step, int64_t tokens) {
-  OnStep(step, tokens);
+StepResult AgentGroup::AfterStep(int64_t step, int64_t tokens) { return AfterStepRule(*this, step, tokens); }
+
+StepResult AgentGroup::ApplyDue(int64_t next_step) {
   StepResult sum;
   for (auto& a : agents_) {
-    const StepResult r = a->ApplyDue(step + 1);
+    const StepResult r = a->ApplyDue(next_step);
     sum.applied += r.applied;
     sum.barrier_wait_s += r.barrier_wait_s;
   }

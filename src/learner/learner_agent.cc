@@ -260,10 +260,7 @@ int LearnerAgent::ApplyReady(int64_t next_step) {
   return static_cast<int>(due.size());
 }
 
-StepResult LearnerAgent::AfterStep(int64_t step, int64_t tokens) {
-  OnStep(step, tokens);
-  return ApplyDue(step + 1);
-}
+StepResult LearnerAgent::AfterStep(int64_t step, int64_t tokens) { return AfterStepRule(*this, step, tokens); }
 
 bool LearnerAgent::BarrierBefore(int64_t next_step) const {
   return options_.schedule.synchronous && next_step % options_.schedule.H == 0;

@@ -305,19 +305,27 @@ Status SyncerCore::CheckPushingLearner(const LearnerRecord& l, const PushHeaderD
   return Status::Ok();
 }
 
-Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const {
-  if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
-    return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
+Status CheckPushShape(const PushHeaderData& h, const diloco::CodecOptions& uplink, int num_fragments,
+                      const std::function<size_t(int)>& numel_of) {
+  if (h.fragment < 0 || h.fragment >= num_fragments) {
+    return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", num_fragments));
   }
-  const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
-  if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size ||
-      h.compression != options_.uplink.compression || h.num_values != static_cast<int64_t>(f.theta.size())) {
+  const size_t numel = numel_of(h.fragment);
+  if (h.encoding != uplink.encoding || h.block_size != uplink.block_size || h.compression != uplink.compression ||
+      h.num_values != static_cast<int64_t>(numel)) {
     return InvalidArgumentError(fmt::format("encoding {}/{}/{} with {} values, but the run uses {}/{}/{} and the fragment has {}",
                                             diloco::EncodingName(h.encoding), h.block_size,
                                             diloco::CompressionName(h.compression), h.num_values,
-                                            diloco::EncodingName(options_.uplink.encoding), options_.uplink.block_size,
-                                            diloco::CompressionName(options_.uplink.compression), f.theta.size()));
+                                            diloco::EncodingName(uplink.encoding), uplink.block_size,
+                                            diloco::CompressionName(uplink.compression), numel));
   }
+  return Status::Ok();
+}
+
+Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const {
+  ATOLL_RETURN_IF_ERROR(CheckPushShape(h, options_.uplink, plan_.num_fragments(),
+                                       [this](int p) { return fragments_[static_cast<size_t>(p)].theta.size(); }));
+  const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   const size_t expected = diloco::MaxPayloadSize(options_.uplink, f.theta.size());
   if (diloco::ExactPayloadSize(options_.uplink) ? payload_bytes != expected
                                                 : payload_bytes == 0 || payload_bytes > expected) {

@@ -233,10 +233,9 @@ StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<co
   // The payload is inflated and checked here, on the caller's thread (pure work on its bytes), so
   // that M pushes arriving together are prepared in parallel and the loop only admits them. A
   // header the core will refuse anyway is passed on unprepared (its own error comes first).
-  const bool known = header.fragment >= 0 && header.fragment < static_cast<int>(numel_.size()) &&
-                     header.encoding == uplink_.encoding && header.block_size == uplink_.block_size &&
-                     header.compression == uplink_.compression &&
-                     header.num_values == static_cast<int64_t>(numel_[static_cast<size_t>(header.fragment)]);
+  const bool known = CheckPushShape(header, uplink_, static_cast<int>(numel_.size()),
+                                    [this](int p) { return numel_[static_cast<size_t>(p)]; })
+                         .ok();
   if (!known) {  // the payload outlives the call: Ask waits for the loop
     return Ask<StatusOr<PushResult>>([header, payload, arrived](SyncerCore& core, TimePoint now) {
       return core.Push(header, payload, now, arrived);

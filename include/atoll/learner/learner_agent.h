@@ -117,6 +117,14 @@ struct StepResult {
   double barrier_wait_s = 0;  // time blocked at the synchronous barrier (0 between barriers)
 };
 
+// The after-step rule, once for an agent and for a group of them (AgentGroup): the sends of inner
+// step `step` (OnStep), then the merges due before step + 1 (ApplyDue).
+template <typename Agent>
+StepResult AfterStepRule(Agent& agent, int64_t step, int64_t tokens) {
+  agent.OnStep(step, tokens);
+  return agent.ApplyDue(step + 1);
+}
+
 class LearnerAgent {
  public:
   // `tensors` are live views of the model's parameters in the plan's tensor order.

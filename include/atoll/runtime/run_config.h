@@ -60,9 +60,10 @@ struct RunConfig {
   // does not list them itself.
   std::vector<std::string> embeddings = model::kDefaultEmbeddingPatterns;
   // [diloco]
-  int fragments = 24;              // P
-  int H = 24;
-  int tau = 2;
+  // P, H and τ: the staggered schedule's own defaults (diloco::Schedule).
+  int fragments = diloco::Schedule{}.P;  // P
+  int H = diloco::Schedule{}.H;
+  int tau = diloco::Schedule{}.tau;
   int quorum = 1;                  // K
   bool grace = true;
   double gamma = 0.5;

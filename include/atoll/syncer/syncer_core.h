@@ -245,6 +245,13 @@ struct PreparedPush {
 PreparedPush PreparePush(const diloco::CodecOptions& uplink, std::span<const std::byte> payload, size_t numel,
                          ThreadPool* pool = nullptr);
 
+// A push header's shape: a fragment in [0, num_fragments), the run's uplink encoding, block and
+// compression, and as many values as that fragment has (`numel_of(fragment)`). InvalidArgument
+// naming what differs. The one statement of the rule: SyncerCore refuses a push that fails it, and
+// SyncerLoop::Push prepares the payload only of a push that passes it.
+Status CheckPushShape(const PushHeaderData& h, const diloco::CodecOptions& uplink, int num_fragments,
+                      const std::function<size_t(int)>& numel_of);
+
 class SyncerCore {
  public:
   // `initial` holds Θ⁰ per fragment (plan layout; another shard's fragments may be empty).
