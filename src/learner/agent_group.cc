@@ -102,6 +102,7 @@ AgentCounters AgentGroup::counters() const {
     sum.checksum_mismatches += k.checksum_mismatches;
     sum.pushes_repeated += k.pushes_repeated;
     sum.pushes_deferred += k.pushes_deferred;
+    sum.rebases += k.rebases;
     if (k.first_contribution_s >= 0 && (sum.first_contribution_s < 0 || k.first_contribution_s < sum.first_contribution_s)) {
       sum.first_contribution_s = k.first_contribution_s;
     }

@@ -443,7 +443,14 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   std::string bounded;
   PushSample sample = BoundCounters(refs, *c, bounded);
   const double size = sample.size;
-  if (size > 1e-12) {  // zero pushes never lower anyone's reference
+  // What becomes a reference: a non-zero push over at least half a period that is not a final
+  // sync. Zero pushes would lower everyone's reference; a push over a few steps (a final sync's
+  // remainder, the leftover after a rejoin's merge) measures a few steps of progress at the end
+  // of its learner's schedule, many times smaller than the period-long push of a learner still
+  // mid-run (√(steps) for coherent progress, the learning-rate decay on top): two learners that
+  // finished early made a slow one's honest push after a syncer restart look 23-35x too large.
+  const bool reference = size > 1e-12 && !h.final_sync && 2 * c->c_steps >= options_.H;
+  if (reference) {
     sample.version = f.version;
     l.samples.resize(fragments_.size());
     l.samples[static_cast<size_t>(h.fragment)] = sample;
@@ -455,7 +462,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   }
   // Validated: now change state.
   JoinNorms(h.fragment, *c);
-  if (size > 1e-12) {
+  if (reference) {
     f.recent_norms.push_back(size);
     if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
   }
