@@ -12,41 +12,85 @@
 //   alpha       mixing on receipt: α = 0 vs 0.5
 //   mixed       learners at speeds 1, 1, 0.5, 0.5: K = M vs K = 1 vs K = 1 + grace
 //   scavenging  two learners from the start and two added mid-run vs four from the start
-#include <map>
-#include <set>
+//   budget      (--only) data-parallel with its lr tuned vs synchronous DiLoCo vs decoupled at 20
+//               tokens per parameter; outer (--only): the outer-optimizer sweep at that horizon;
+//               frontier (--only): eval loss against bytes on the wire for P = H in 6, 12, 24, 48
+#include "fidelity.h"
 
-#include "atoll/sim/svg.h"
-#include "bench_util.h"
-
-using namespace bench;
-
-namespace {
+namespace bench::fidelity {
 
 const char* kUsage =
     "usage: bench_fidelity [--quick] [--only PART] [--out DIR] [--data DIR] [--bytes-data DIR] [--seeds N]\n"
-    "                      [--steps N] [--corpora project,bytes]\n"
-    "  PART: parity | rda | codecs | alpha | weights | mixed | scavenging (default: all)\n"
+    "                      [--steps N] [--corpora project,bytes] [--wait-while FILE] [budget flags]\n"
+    "  PART: parity | rda | codecs | alpha | weights | mixed | scavenging (default: all of these)\n"
+    "        | budget | outer | frontier (only when named: hours each)\n"
+    "  budget    data-parallel (`atoll train --replicas 4`, lr tuned over --dp-lrs at the quarter\n"
+    "            budget), synchronous DiLoCo (P = 1, H = 24) and decoupled (defaults), the last two\n"
+    "            in `atoll simulate`, at --tokens-per-param, --seeds seeds, each of --corpora; then\n"
+    "            --confirm real `atoll run`s of decoupled. Writes budget.md, budget-<corpus>.svg\n"
+    "  outer     decoupled's outer optimizer: momentum {0, 0.5, 0.9} x outer lr {0.4, 0.7, 1} x\n"
+    "            alpha {0, 0.5} at the quarter budget, the defaults and the --finalists best at the\n"
+    "            full budget, a winner by 1 % checked at the 150-step shape. Writes outer.md\n"
+    "  frontier  decoupled at P = H for each --frontier-h, with data-parallel and synchronous\n"
+    "            DiLoCo: eval loss against bytes on the wire at the full budget. Writes frontier.md,\n"
+    "            frontier.svg\n"
     "  --quick       small runs (seq 128, batch 8, 48 steps, 1 seed unless --seeds): a smoke check\n"
     "  --data        prepared project corpus (default data; prepared by atoll when missing)\n"
     "  --bytes-data  byte-level corpus folder (default data-mhcc; made from Debian's\n"
     "                sword-comm-mhcc, Matthew Henry's Concise Commentary, when missing)\n"
     "  --seeds N     seeds per configuration (default 2)\n"
-    "  --steps N     inner steps per learner (default 150; quick 48)\n"
-    "  --corpora     which corpora parity uses (default project,bytes); the other parts use bytes\n";
+    "  --steps N     inner steps per learner (default 150; quick 48; budget parts: the full budget,\n"
+    "                default from --tokens-per-param)\n"
+    "  --corpora     which corpora parity and the budget parts use (default project,bytes); the\n"
+    "                other parts use bytes\n"
+    "  --wait-while FILE  before each run, wait while FILE exists (checked every 2 minutes)\n"
+    "  A run whose folder in --out holds a summary.json from the same command is not run again:\n"
+    "  rerun the same command line with the same --out to resume an interrupted invocation.\n"
+    "budget flags:\n"
+    "  --tokens-per-param X  full budget = X tokens per model parameter, 4 learners (default 20;\n"
+    "                quick 0.25); the quarter budget is a quarter of its steps\n"
+    "  --dp-lrs a,b,c   data-parallel learning rates tried at the quarter budget (default\n"
+    "                0.002,0.003,0.0045; extended by x1.5 past an edge that wins, twice at most)\n"
+    "  --confirm N   real `atoll run`s of decoupled per corpus at the full budget (default 1)\n"
+    "  --sweep-seeds N  seeds of the quarter-budget outer sweep (default 1)\n"
+    "  --finalists N sweep configurations carried to the full budget (default 2)\n"
+    "  --frontier-h a,b,..  P = H values of the frontier (default 6,12,24,48)\n"
+    "  --frontier-seeds N  seeds per frontier point (default 1)\n";
 
-struct Args {
-  CommonArgs common;
-  std::string bytes_data = "data-mhcc";
-  int seeds = 2;
-  int64_t steps = 0;
-  std::vector<std::string> corpora = {"project", "bytes"};
-};
+// A comma-separated list of numbers; exits 2 on anything else.
+template <typename T>
+std::vector<T> ParseList(const std::string& flag, const std::string& text) {
+  std::vector<T> out;
+  std::stringstream ss(text);
+  for (std::string v; std::getline(ss, v, ',');) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(x > 0)) {
+      std::fprintf(stderr, "bench_fidelity: %s: '%s' is not a positive number\n%s", flag.c_str(), v.c_str(), kUsage);
+      std::exit(2);
+    }
+    out.push_back(static_cast<T>(x));
+  }
+  return out;
+}
+
+// A count flag in [lo, hi]; exits 2 outside it.
+int Count(const std::string& flag, const std::string& text, int lo, int hi) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < lo || v > hi) {
+    std::fprintf(stderr, "bench_fidelity: %s must be an integer in [%d, %d], got '%s'\n", flag.c_str(), lo, hi,
+                 text.c_str());
+    std::exit(2);
+  }
+  return static_cast<int>(v);
+}
 
 // Splits our own flags off argv and hands the rest to ParseCommon.
 Args ParseArgs(int argc, char** argv) {
   Args a;
   std::vector<char*> rest = {argv[0]};
-  bool seeds_set = false;
+  bool seeds_set = false, tpp_set = false;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     auto next = [&]() -> std::string {
@@ -58,25 +102,37 @@ Args ParseArgs(int argc, char** argv) {
     };
     if (k == "--bytes-data") a.bytes_data = next();
     else if (k == "--seeds") a.seeds = std::atoi(next().c_str()), seeds_set = true;
-    else if (k == "--steps") a.steps = std::atoll(next().c_str());
+    else if (k == "--steps") a.steps = std::atoll(next().c_str()), a.steps_set = a.steps > 0;
+    else if (k == "--wait-while") a.wait_while = next();
+    else if (k == "--tokens-per-param") a.tokens_per_param = ParseList<double>(k, next()).at(0), tpp_set = true;
+    else if (k == "--dp-lrs") a.dp_lrs = ParseList<double>(k, next());
+    else if (k == "--confirm") a.confirm = Count(k, next(), 0, 8);
+    else if (k == "--sweep-seeds") a.sweep_seeds = Count(k, next(), 1, 8);
+    else if (k == "--finalists") a.finalists = Count(k, next(), 0, 17);
+    else if (k == "--frontier-h") a.frontier_h = ParseList<int>(k, next());
+    else if (k == "--frontier-seeds") a.frontier_seeds = Count(k, next(), 1, 8);
     else if (k == "--corpora") {
       a.corpora.clear();
       std::stringstream ss(next());
-      for (std::string c; std::getline(ss, c, ',');) a.corpora.push_back(c);
+      for (std::string c; std::getline(ss, c, ',');) {
+        auto kind = kCorpusNames.Parse(c);
+        if (!kind.ok()) {
+          std::fprintf(stderr, "bench_fidelity: --corpora: %s\n", std::string(kind.status().message()).c_str());
+          std::exit(2);
+        }
+        a.corpora.push_back(*kind);
+      }
     } else {
       rest.push_back(argv[i]);
     }
   }
   a.common = ParseCommon(static_cast<int>(rest.size()), rest.data(), "fidelity",
-                         {"parity", "rda", "codecs", "alpha", "weights", "mixed", "scavenging"}, kUsage);
+                         {"parity", "rda", "codecs", "alpha", "weights", "mixed", "scavenging", "budget", "outer",
+                          "frontier"},
+                         kUsage);
   if (a.common.quick && !seeds_set) a.seeds = 1;
+  if (a.common.quick && !tpp_set) a.tokens_per_param = 0.25;
   if (a.steps <= 0) a.steps = a.common.quick ? 48 : 150;
-  for (const auto& c : a.corpora) {
-    if (c != "project" && c != "bytes") {
-      std::fprintf(stderr, "bench_fidelity: unknown corpus '%s' (project or bytes)\n", c.c_str());
-      std::exit(2);
-    }
-  }
   if (a.seeds < 1 || a.seeds > 8) {
     std::fprintf(stderr, "bench_fidelity: --seeds must be in [1, 8]\n");
     std::exit(2);
@@ -84,15 +140,6 @@ Args ParseArgs(int argc, char** argv) {
   a.bytes_data = fs::absolute(a.bytes_data).lexically_normal().string();
   return a;
 }
-
-// One finished run: its final eval loss and its loss-vs-tokens curve.
-struct Run {
-  std::string name;
-  double eval_loss = NAN;
-  std::vector<double> tokens, curve;  // eval loss at tokens merged / trained
-  Json summary;
-  std::string dir;
-};
 
 // The merged outer-gradient norm of the first and last quarter of a run's rounds (the outer loop
 // must average, not amplify: the norm may not grow).
@@ -108,153 +155,16 @@ std::pair<double, double> NormTrend(const std::string& dir) {
   return {first / static_cast<double>(q), last / static_cast<double>(q)};
 }
 
-class Driver {
- public:
-  explicit Driver(Args a) : a_(std::move(a)), run_("fidelity", a_.common.out) {}
-
-  bool Want(const std::string& part) const { return a_.common.only.empty() || a_.common.only == part; }
-  int failures() const { return run_.failures(); }
-  Json& out() { return out_; }
-
-  void Parity();
-  void Rda();
-  void Codecs();
-  void Alpha();
-  void Weights();
-  void Mixed();
-  void Scavenging();
-
- private:
-  std::string Shape() const {
-    const bool q = a_.common.quick;
-    return " --steps " + std::to_string(a_.steps) + " --seq " + (q ? "128" : "256") + " --batch " + (q ? "8" : "16") +
-           " --lr 3e-3 --warmup " + (q ? "5" : "15") + " --eval-batches " + (q ? "8" : "16");
-  }
-  double Timeout() const { return a_.common.quick ? 1200 : 5400; }
-  std::string DataOf(const std::string& corpus) const { return corpus == "bytes" ? a_.bytes_data : a_.common.data; }
-
-  // The byte-level corpus: Matthew Henry's Concise Commentary (public domain), extracted with
-  // diatheke, verse prefixes stripped and the repeated entries of verse ranges dropped.
-  bool EnsureBytesCorpus() {
-    if (fs::exists(a_.bytes_data + "/data.json")) return true;
-    const std::string text = a_.common.out + "/mhcc.txt";
-    const std::string extract =
-        "diatheke -b MHCC -f plain -k 'Genesis 1:1-Revelation 22:21' 2>/dev/null | "
-        "sed -E 's/^[1-3]?[A-Za-z ]+ [0-9]+:[0-9]+: *//' | awk 'NF && !seen[$0]++' > " + Quote(text);
-    run_.Log("extracting the byte-level corpus (sword-comm-mhcc) to " + text);
-    if (RunAndWait("sh -c " + Quote(extract), a_.common.out + "/mhcc-extract.log", 600) != 0 ||
-        !fs::exists(text) || fs::file_size(text) < 1'000'000) {
-      std::fprintf(stderr, "bench_fidelity: could not extract MHCC (is sword-comm-mhcc installed? scripts/setup)\n");
-      run_.CountFailure();
-      return false;
-    }
-    const int rc = RunAndWait(Quote(AtollBin()) + " data prepare --tokenizer byte --input " + Quote(text) +
-                                  " --out " + Quote(a_.bytes_data),
-                              a_.common.out + "/mhcc-prepare.log", 600);
-    if (rc != 0) run_.CountFailure();
-    return rc == 0;
-  }
-
-  Run Atoll(const std::string& name, const std::string& sub, const std::string& args) {
-    Result r = run_.Atoll(name, sub, args, Timeout());
-    Run out{name, Num(r.summary, "eval_loss"), {}, {}, r.summary, r.dir};
-    if (sub == "train") {
-      for (const auto& l : ReadJsonl(r.dir + "/metrics.jsonl")) {
-        if (l.value("kind", "") != "eval") continue;
-        out.tokens.push_back(Num(l, "tokens"));
-        out.curve.push_back(Num(l, "eval_loss"));
-      }
-    } else {
-      out.tokens.push_back(0);
-      out.curve.push_back(Num(r.summary, "eval_loss_start"));
-      for (const auto& e : r.summary.value("global_eval_curve", Json::array())) {
-        out.tokens.push_back(Num(e, "tokens_merged"));
-        out.curve.push_back(Num(e, "eval_loss"));
-      }
-      out.tokens.push_back(Num(r.summary, "tokens_merged"));
-      out.curve.push_back(out.eval_loss);
-    }
-    return out;
-  }
-
-  // Decoupled (or any `atoll run`) configurations over the seeds; returns runs[config][seed].
-  std::map<std::string, std::vector<Run>> Sweep(const std::string& part, const std::string& data,
-                                                 const std::vector<std::pair<std::string, std::string>>& configs) {
-    std::map<std::string, std::vector<Run>> runs;
-    for (int seed = 0; seed < a_.seeds; ++seed) {
-      for (const auto& [name, flags] : configs) {
-        runs[name].push_back(Atoll(part + "-" + name + "-s" + std::to_string(seed), "run",
-                                   flags + Shape() + " --seed " + std::to_string(seed) + " --data " + Quote(data)));
-      }
-    }
-    return runs;
-  }
-
-  // Mean and half-range of the runs' eval losses ("2.345 ± 0.012").
-  static std::pair<double, double> MeanSpread(const std::vector<Run>& runs) {
-    double lo = INFINITY, hi = -INFINITY, sum = 0;
-    int n = 0;
-    for (const auto& r : runs) {
-      if (!std::isfinite(r.eval_loss)) continue;
-      lo = std::min(lo, r.eval_loss), hi = std::max(hi, r.eval_loss), sum += r.eval_loss, ++n;
-    }
-    if (n == 0) return {NAN, NAN};
-    return {sum / n, (hi - lo) / 2};
-  }
-  static std::string Cell(const std::vector<Run>& runs) {
-    auto [m, s] = MeanSpread(runs);
-    return Fmt(m, "%.4f") + (runs.size() > 1 ? " ± " + Fmt(s, "%.4f") : "");
-  }
-
-  // Writes <out>/<part>.md (the table) and <out>/<part>.svg (loss vs tokens, first seed).
-  void Write(const std::string& part, const std::string& title, const std::vector<std::vector<std::string>>& rows,
-             const std::vector<atl::sim::Panel>& panels, const std::string& notes) {
-    std::string md = "# " + title + "\n\n";
-    for (size_t k = 0; k < rows.size(); ++k) {
-      md += "|";
-      for (const auto& c : rows[k]) md += " " + c + " |";
-      md += "\n";
-      if (k == 0) md += "|" + [&] { std::string s; for (size_t i = 0; i < rows[0].size(); ++i) s += "---|"; return s; }() + "\n";
-    }
-    md += "\n" + notes + "\n";
-    std::ofstream(a_.common.out + "/" + part + ".md") << md;
-    if (!panels.empty()) std::ofstream(a_.common.out + "/" + part + ".svg") << atl::sim::RenderSvg(title, panels);
-    std::printf("\n%s\n", md.c_str());
-    std::fflush(stdout);
-  }
-
-  static atl::sim::Series SeriesOf(const std::string& name, const Run& r) {
-    atl::sim::Series s{name, {}, {}, {}};
-    for (size_t i = 0; i < r.tokens.size(); ++i) {
-      if (std::isfinite(r.tokens[i]) && std::isfinite(r.curve[i])) s.x.push_back(r.tokens[i]), s.y.push_back(r.curve[i]);
-    }
-    return s;
-  }
-  static atl::sim::Panel PanelOf(const std::string& title, const std::vector<std::pair<std::string, const Run*>>& runs) {
-    atl::sim::Panel p;
-    p.title = title;
-    p.x_label = "tokens";
-    p.y_label = "eval loss";
-    for (const auto& [name, r] : runs) {
-      if (r != nullptr) p.series.push_back(SeriesOf(name, *r));
-    }
-    return p;
-  }
-
-  Args a_;
-  Runner run_;
-  Json out_ = Json::object();
-};
-
 void Driver::Parity() {
   std::vector<std::vector<std::string>> rows = {
       {"corpus", "data-parallel", "sync DiLoCo", "decoupled", "dec ÷ DP", "dec ÷ DiLoCo", "seed spread (dec)",
        "merged norm first→last quarter"}};
   std::vector<atl::sim::Panel> panels;
   Json j = Json::array();
-  for (const auto& corpus : a_.corpora) {
-    if (corpus == "bytes" && !EnsureBytesCorpus()) continue;
-    const std::string data = " --data " + Quote(DataOf(corpus));
+  for (const CorpusKind kind : a_.corpora) {
+    if (kind == CorpusKind::kBytes && !EnsureBytesCorpus()) continue;
+    const std::string corpus = NameOf(kind);
+    const std::string data = " --data " + Quote(DataOf(kind));
     std::vector<Run> dp, dil, dec;
     for (int seed = 0; seed < a_.seeds; ++seed) {
       const std::string s = " --seed " + std::to_string(seed);
@@ -394,9 +304,11 @@ void Driver::Scavenging() {
         "Learners that join late start from the global model and add their tokens; the curve is vs tokens merged.");
 }
 
-}  // namespace
+}  // namespace bench::fidelity
 
 int main(int argc, char** argv) {
+  using namespace bench;
+  using namespace bench::fidelity;
   Args a = ParseArgs(argc, argv);
   const double t0 = Now();
   CommonArgs common = a.common;
@@ -408,5 +320,8 @@ int main(int argc, char** argv) {
   if (d.Want("weights")) d.Weights();
   if (d.Want("mixed")) d.Mixed();
   if (d.Want("scavenging")) d.Scavenging();
+  if (d.Want("budget")) d.Budget();
+  if (d.Want("outer")) d.Outer();
+  if (d.Want("frontier")) d.Frontier();
   return Finish("fidelity", common, t0, d.failures(), d.out());
 }

@@ -12,7 +12,8 @@
 //   overlap    learner tokens/s with sync on (`atoll run -M 2`) ÷ sync off (2 concurrent
 //              `atoll train`), interleaved on/off/on/off, medians             target ≥ 0.95
 //   anchor     atoll's 4 learners ÷ the PyTorch anchor (DDP, DiLoCo) in tokens/s on the anchor's
-//              byte-level shape, and what a killed worker does to each
+//              byte-level shape, both at one precision (atoll's auto resolved on this CPU; the
+//              anchor's --bf16 autocast when that is bf16), and what a killed worker does to each
 //
 // Usage: bench_runtime [--quick] [--only parity|bandwidth|overlap|anchor] [--out DIR] [--data DIR]
 // Prints progress lines, a table per part, and one final JSON line; exits 1 if a run failed.
@@ -20,6 +21,7 @@
 #include <map>
 
 #include "atoll/core/platform.h"
+#include "atoll/model/trainer.h"
 #include "bench_util.h"
 
 namespace {
@@ -355,7 +357,7 @@ std::string AnchorFaultStory(const Json& r) {
 }
 
 void Driver::Anchor() {
-  const fs::path script = fs::weakly_canonical(fs::path(__FILE__).parent_path() / "../../shared/anchors/torch_baseline.py");
+  const fs::path script = fs::weakly_canonical(ATOLL_ANCHOR_SCRIPT);
   if (!fs::exists(script)) {
     Log("anchor: skipped (" + script.string() + " not found)");
     out_["anchor"] = {{"skipped", "torch_baseline.py not found"}};
@@ -368,6 +370,14 @@ void Driver::Anchor() {
   }
   const bool q = args().quick;
   const int steps = q ? 30 : 150, H = q ? 10 : 50, eval_batches = q ? 4 : 16;
+  // Both sides at one precision: atoll's `--precision auto` as it resolves on this CPU, and the
+  // anchor's bf16 autocast exactly when that is bf16 (a bf16 atoll against an fp32 PyTorch would
+  // overstate atoll's rate about twofold on a CPU with bf16 matrix hardware).
+  const atl::model::Precision precision = atl::model::ResolvePrecision(atl::model::Precision::kAuto);
+  const std::string anchor_precision = precision == atl::model::Precision::kBf16 ? " --bf16" : "";
+  const std::string precision_name = atl::model::PrecisionName(precision);
+  Log("anchor: both sides in " + precision_name + " (atoll --precision " + precision_name +
+      (anchor_precision.empty() ? "; the anchor in fp32)" : "; the anchor with --bf16)"));
   const std::string work = args().out + "/anchor-work";
   fs::create_directories(work);
   const std::string core = Coretype();
@@ -377,7 +387,7 @@ void Driver::Anchor() {
     const std::string cmd = "/usr/bin/python3 " + Quote(script.string()) + " -W 4 --steps " + std::to_string(steps) +
                             " --d-model 128 --n-layer 4 --n-head 4 --seq 256 --batch 16 --eval-every " +
                             std::to_string(steps) + " --eval-batches " + std::to_string(eval_batches) + flags +
-                            " --json-out " + Quote(json);
+                            anchor_precision + " --json-out " + Quote(json);
     Log(name + ": torch_baseline.py" + flags + " (" + env.substr(0, env.find(" ANCHOR")) + ", log " + args().out + "/" + name + ".log)");
     const double t = bench::Now();
     const int rc = bench::RunAndWait(cmd, args().out + "/" + name + ".log", timeout(), env);
@@ -410,7 +420,8 @@ void Driver::Anchor() {
   s.lr = 3e-4;  // the anchor's inner learning rate and warm-up (10 %)
   s.warmup = steps / 10;
   s.eval_batches = eval_batches;
-  const std::string run_flags = " --mode decoupled -M 4" + s.RunFlags() + " --data " + Quote(bytes);
+  const std::string run_flags =
+      " --mode decoupled -M 4" + s.RunFlags() + " --precision " + precision_name + " --data " + Quote(bytes);
   Result at = Atoll("anchor-atoll-M4", "run", run_flags, timeout());
   const double atoll_tps = at.ok() ? SumLoopTps(at, 4) : NAN;
   const double ddp_tps = Num(a_ddp, "tokens_per_second"), dil_tps = Num(a_dil, "tokens_per_second");
@@ -447,7 +458,8 @@ void Driver::Anchor() {
   const std::string anchor_story = AnchorFaultStory(a_kill);
 
   std::printf("\nanchor: PyTorch DDP / DiLoCo (Gloo, 4 workers) vs atoll decoupled (4 learners), byte-level KJV,\n"
-              "        seq 256, batch 16 per worker, %d steps each; training-loop tokens/s (evals excluded)\n", steps);
+              "        seq 256, batch 16 per worker, %d steps each, both in %s; training-loop tokens/s (evals excluded)\n",
+              steps, precision_name.c_str());
   bench::PrintTable({{"run", "params", "tokens/s", "atoll / this", "eval loss", "wall s"},
                      {"atoll decoupled M=4", Fmt(Num(at.summary, "params"), "%.0f"), Fmt(atoll_tps, "%.0f"), "1",
                       Fmt(Num(at.summary, "eval_loss")), Fmt(Num(at.summary, "wall_seconds"), "%.1f")},
@@ -462,7 +474,7 @@ void Driver::Anchor() {
               "  atoll runs a syncer process on the same 2 cores; lr 3e-4 and 10%% warm-up as the anchor.\n");
   std::printf("  kill at %.0f s: anchor DDP: %s\n", S, anchor_story.c_str());
   std::printf("  kill at %.0f s: atoll: %s\n", S, atoll_story.c_str());
-  out_["anchor"] = {{"steps", steps}, {"openblas_coretype", core},
+  out_["anchor"] = {{"steps", steps}, {"precision", precision_name}, {"openblas_coretype", core},
                     {"atoll_tokens_per_s", J(atoll_tps)}, {"anchor_ddp_tokens_per_s", J(ddp_tps)},
                     {"anchor_diloco_tokens_per_s", J(dil_tps)},
                     {"ratio_vs_ddp", J(Ratio(atoll_tps, ddp_tps))}, {"ratio_vs_diloco", J(Ratio(atoll_tps, dil_tps))},

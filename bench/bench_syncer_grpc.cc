@@ -12,7 +12,11 @@
 // (a delta); every learner heartbeats each second. One copy of Φ is kept by the bench (learner 0's); the others' pulls are received and
 // counted, not decoded, so the bench itself holds ≈ 4 bytes per parameter whatever M is.
 //
-//   bench_syncer_grpc [--params N] [--learners M] [--fragments P] [--rounds R] [--dir D] [--json]
+// --inflight-mb B sets the syncer's budget of push bytes received at once ([limits]
+// max_inflight_push_mb): pushes beyond it are refused (RESOURCE_EXHAUSTED) and sent again after
+// 5 ms, as a learner does, so that the memory of pushes in flight is the same for any M.
+//
+//   bench_syncer_grpc [--params N] [--learners M] [--fragments P] [--rounds R] [--inflight-mb B] [--dir D] [--json]
 // Exit 0; 1 when the syncer fails; 2 on bad flags.
 #include <sys/types.h>
 
@@ -57,7 +61,8 @@ std::string TextOf(const std::string& path, const std::string& missing) {
 [[noreturn]] void Usage(const std::string& error) {
   std::fprintf(stderr,
                "bench_syncer_grpc: %s\nusage: bench_syncer_grpc [--params N (default 100000000)] [--learners M (8)] "
-               "[--fragments P (24)] [--rounds R (2)] [--dir D (default a fresh folder under /tmp)] [--json]\n",
+               "[--fragments P (24)] [--rounds R (2)] [--inflight-mb B (the syncer's default)] "
+               "[--dir D (default a fresh folder under /tmp)] [--json]\n",
                error.c_str());
   std::exit(2);
 }
@@ -73,6 +78,7 @@ std::string TextOf(const std::string& path, const std::string& missing) {
 int main(int argc, char** argv) {
   int64_t params = 100'000'000;
   int learners = 8, fragments = 24, rounds = 2;
+  int64_t inflight_mb = 0;  // 0: the syncer's default
   std::string dir;
   bool json_out = false;
   for (int i = 1; i < argc; ++i) {
@@ -92,13 +98,15 @@ int main(int argc, char** argv) {
     else if (k == "--learners") learners = static_cast<int>(next());
     else if (k == "--fragments") fragments = static_cast<int>(next());
     else if (k == "--rounds") rounds = static_cast<int>(next());
+    else if (k == "--inflight-mb") inflight_mb = next();
     else if (k == "--dir") dir = value();
     else if (k == "--json") json_out = true;
     else if (k == "-h" || k == "--help") Usage("a real atoll syncer at model scale over gRPC");
     else Usage("unknown flag " + k);
   }
-  if (params < 4096 || learners < 1 || learners > 256 || fragments < 1 || rounds < 1 || fragments > params / 4096) {
-    Usage("need --params >= 4096, 1 <= --learners <= 256, --fragments/--rounds >= 1, P <= params/4096");
+  if (params < 4096 || learners < 1 || learners > 256 || fragments < 1 || rounds < 1 || fragments > params / 4096 ||
+      inflight_mb < 0) {
+    Usage("need --params >= 4096, 1 <= --learners <= 256, --fragments/--rounds >= 1, P <= params/4096, --inflight-mb >= 0");
   }
   if (dir.empty()) dir = (std::filesystem::temp_directory_path() / ("bench-syncer-grpc-" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
@@ -121,6 +129,10 @@ int main(int argc, char** argv) {
                                      "--tau", "1", "--quorum", M, "--grace", "false", "--eval-every", "0",
                                      "--steps", "1000000", "--token", token, "--listen", "127.0.0.1:0",
                                      "--port-file", dir + "/port", "--run-id", "bench", "--data", dir + "/data"};
+  if (inflight_mb > 0) {
+    argv_s.push_back("--max-inflight-push-mb");
+    argv_s.push_back(std::to_string(inflight_mb));
+  }
   std::filesystem::remove(dir + "/port");
   auto syncer = ChildProcess::Start(argv_s, log);
   if (!syncer.ok()) Usage("starting the syncer: " + syncer.status().ToString());
@@ -198,6 +210,7 @@ int main(int argc, char** argv) {
     }
   });
   const double join_s = Seconds(tj, Wall::now());
+  const double rss_join = bench::ProcStatusBytes(pid, "VmRSS:"), hwm_join = bench::ProcStatusBytes(pid, "VmHWM:");
 
   // The memcpy floor: one copy of every fragment, in this process.
   double memcpy_s = 0;
@@ -221,14 +234,14 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     for (int p = 0; p < fragments; ++p) {
       const auto ps = static_cast<size_t>(p);
-      const auto te = Wall::now();
       std::vector<float> local(phi[ps]);
       for (float& v : local) v -= static_cast<float>(rng.Normal(0.0005, 0.002));
       std::vector<std::byte> payload;
+      const auto te = Wall::now();  // the learner's cost of a push: outer gradient, int4, deflate
       if (Status st = exchange::EncodeOuterGradient(uplink, phi[ps], local, payload); !st.ok()) Fail("encode", st, log);
+      encode_s += Seconds(te, Wall::now());
       local = {};
       const auto a = Wall::now();
-      encode_s += Seconds(te, a);
       each_learner([&](int m) {
         syncer::PushHeaderData h;
         h.learner_id = m;
@@ -243,6 +256,10 @@ int main(int argc, char** argv) {
         h.push_session = sessions[static_cast<size_t>(m)];
         h.push_seq = static_cast<uint64_t>(r) * static_cast<uint64_t>(fragments) + ps + 1;
         auto pushed = clients[static_cast<size_t>(m)]->Push(h, payload);
+        for (int tries = 0; !pushed.ok() && pushed.status().code() == StatusCode::kResourceExhausted && tries < 100'000; ++tries) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));  // over the in-flight budget: again, as a learner does
+          pushed = clients[static_cast<size_t>(m)]->Push(h, payload);
+        }
         if (!pushed.ok()) Fail("push", pushed.status(), log);
         push_bytes += static_cast<int64_t>(payload.size());
       });
@@ -306,9 +323,10 @@ int main(int argc, char** argv) {
   const double n = static_cast<double>(params), R = static_cast<double>(rounds);
   const double model_round_s = (push_s + pull_s) / R;
   nlohmann::json out = {
-      {"params", params}, {"learners", learners}, {"fragments", fragments}, {"rounds", rounds},
+      {"params", params}, {"learners", learners}, {"fragments", fragments}, {"rounds", rounds}, {"inflight_mb", inflight_mb},
       {"spec_write_seconds", spec_s}, {"syncer_start_seconds", start_s}, {"join_pull_seconds", join_s},
-      {"syncer_rss_idle_bytes_per_param", rss_idle / n}, {"syncer_rss_end_bytes_per_param", rss_end / n},
+      {"syncer_rss_idle_bytes_per_param", rss_idle / n}, {"syncer_rss_after_join_bytes_per_param", rss_join / n},
+      {"syncer_peak_rss_join_bytes_per_param", hwm_join / n}, {"syncer_rss_end_bytes_per_param", rss_end / n},
       {"syncer_peak_rss_bytes_per_param", hwm / n}, {"bench_peak_rss_bytes_per_param", self_hwm / n},
       {"memcpy_model_seconds", memcpy_s}, {"encode_seconds_per_model_round", encode_s / R},
       {"push_seconds_per_model_round", push_s / R}, {"pull_seconds_per_model_round", pull_s / R},
@@ -321,20 +339,32 @@ int main(int argc, char** argv) {
       {"wire_down_bytes_per_param", static_cast<double>(wire_down) / R / learners / n},
       {"syncer_close_seconds_median", close_median}, {"round_floor_seconds", floor_s},
       {"syncer_close_over_floor", close_median / floor_s},
+      {"syncer_close_seconds_best", closes.empty() ? 0.0 : closes.front()},
+      {"syncer_close_best_over_floor", closes.empty() ? 0.0 : closes.front() / floor_s},
+      {"fragment_rounds_per_second", close_median > 0 ? 1.0 / close_median : 0.0},
+      {"encode_seconds_per_push", encode_s / R / fragments},
       {"syncer_exit", rc},
   };
   if (json_out) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("bench_syncer_grpc: atoll syncer from a %lld-parameter spec, M = %d gRPC learners, P = %d, %d rounds "
-                "of each fragment\n", static_cast<long long>(params), learners, fragments, rounds);
-    std::printf("  syncer memory per parameter: %.2f B idle after start, %.2f B after the rounds, peak %.2f B "
-                "(the bench: peak %.2f B)\n", rss_idle / n, rss_end / n, hwm / n, self_hwm / n);
+                "of each fragment, push bytes in flight: %s\n", static_cast<long long>(params), learners, fragments, rounds,
+                inflight_mb > 0 ? (std::to_string(inflight_mb) + " MiB").c_str() : "the syncer's default");
+    std::printf("  syncer memory per parameter: %.2f B idle after start, %.2f B after the joins (peak %.2f B), %.2f B after "
+                "the rounds, peak %.2f B (the bench: peak %.2f B)\n", rss_idle / n, rss_join / n, hwm_join / n, rss_end / n,
+                hwm / n, self_hwm / n);
     std::printf("  a round of every fragment: %.2f s (pushes %.2f s, pulls of the new versions %.2f s) = %.0fx one "
                 "memcpy of the model (%.4f s); start %.1f s, every learner's full join pull %.1f s\n",
                 model_round_s, push_s / R, pull_s / R, model_round_s / memcpy_s, memcpy_s, start_s, join_s);
     std::printf("  the syncer's pass and commit of a fragment's round (its metrics): median %.4f s over %zu rounds = %.2fx "
-                "the round's memory-traffic floor (%.4f s)\n", close_median, closes.size(), close_median / floor_s, floor_s);
+                "the round's memory-traffic floor (%.4f s, the best of five); the best round %.4f s = %.2fx\n", close_median,
+                closes.size(), close_median / floor_s, floor_s, closes.empty() ? 0.0 : closes.front(),
+                closes.empty() ? 0.0 : closes.front() / floor_s);
+    std::printf("  the syncer closes %.2f rounds of a %lld-value fragment per second; the learner's cost per push: "
+                "encode %.4f s (%.2f ns per value)\n",
+                close_median > 0 ? 1.0 / close_median : 0.0, static_cast<long long>(numel.front()), encode_s / R / fragments,
+                1e9 * encode_s / R / static_cast<double>(params));
     std::printf("  per learner per parameter: join %.3f B, push %.3f B, pull %.3f B per round (wire %.3f up, %.3f down)\n",
                 static_cast<double>(join_bytes.load()) / learners / n,
                 static_cast<double>(push_bytes.load()) / R / learners / n,

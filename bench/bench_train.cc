@@ -2,7 +2,8 @@
 // AdamW, schedule) against a minimal hand-written libtorch loop on the same model module and
 // batch shape, measured side by side in one run (alternating rounds, medians). Optionally also
 // against the conventional PyTorch (Python) loop of shared/anchors/torch_baseline.py on the same
-// byte-level model size, measured in the same run. Prints ratios and one JSON line at the end.
+// byte-level model size, at the same precision (the anchor with --bf16 when atoll trains in bf16),
+// measured in the same run. Prints ratios and one JSON line at the end.
 //
 // Usage: bench_train [--data DIR] [--preset tiny] [--batch 16] [--seq 256] [--threads 1]
 //                    [--precision auto|fp32|bf16]
@@ -168,12 +169,14 @@ Pair SideBySide(const TrainerOptions& o, const std::vector<uint16_t>& tokens, in
 }
 
 // Runs the PyTorch anchor single-worker and returns its tokens/s (0 when unavailable).
+// The anchor at atoll's precision: bf16 autocast (--bf16) exactly when atoll trains in bf16.
 double RunAnchor(const Args& a, const fs::path& script, const std::string& workdir) {
+  const bool bf16 = atl::model::ResolvePrecision(a.precision) == atl::model::Precision::kBf16;
   std::string cmd = "ANCHOR_WORKDIR='" + workdir + "' /usr/bin/python3 '" + script.string() +
                     "' --mode ddp -W 1 --steps " + std::to_string(a.anchor_steps) +
                     " --d-model 128 --n-layer 4 --n-head 4 --seq " + std::to_string(a.seq) +
                     " --batch " + std::to_string(a.batch) + " --eval-every " +
-                    std::to_string(a.anchor_steps) + " --eval-batches 1 2>/dev/null";
+                    std::to_string(a.anchor_steps) + " --eval-batches 1" + (bf16 ? " --bf16" : "") + " 2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return 0;
   std::string out;
@@ -238,7 +241,7 @@ int main(int argc, char** argv) {
                         {"ratio_vs_minimal_libtorch", ratio}};
 
   // The conventional PyTorch loop (Python) on the byte-level model of the anchor script.
-  fs::path script = fs::path(__FILE__).parent_path() / "../../shared/anchors/torch_baseline.py";
+  fs::path script = ATOLL_ANCHOR_SCRIPT;
   if (!a.anchor) {
     std::printf("PyTorch anchor: skipped (--no-anchor)\n");
   } else if (!fs::exists(script)) {
@@ -264,9 +267,10 @@ int main(int argc, char** argv) {
     ob.model.d_ff = 512;
     ob.model.mlp = atl::model::Mlp::kGelu;
     std::printf("PyTorch anchor (%s, %d steps, single worker) vs atoll on the same shape "
-                "(byte-level, %.2f M params):\n",
+                "(byte-level, %.2f M params), both in %s:\n",
                 script.filename().string().c_str(), a.anchor_steps,
-                atl::model::ParameterCount(ob.model) / 1e6);
+                atl::model::ParameterCount(ob.model) / 1e6,
+                atl::model::PrecisionName(atl::model::ResolvePrecision(a.precision)));
     auto bt = atl::model::LoadTrainTokens(*bd);
     if (!bt.ok()) Die("byte data", bt.status());
     Pair before = SideBySide(ob, *bt, 3, a.steps);

@@ -281,13 +281,23 @@ class Runner {
   void CountFailure() { ++failures_; }
   const std::string& out() const { return out_; }
 
+  // Resumable runs: a run whose folder holds a summary.json and whose <name>.cmd names the same
+  // command is not run again (its result is read back); any other folder of that name (a run cut
+  // off before its end) is removed before the run starts. Off by default.
+  void SetResume(bool on) { resume_ = on; }
+  // Before each run, wait while this file exists (checked every 2 minutes); "" = never.
+  void SetWaitWhile(std::string path) { wait_while_ = std::move(path); }
+
+  std::string Command(const std::string& name, const std::string& sub, const std::string& args) const {
+    return Quote(AtollBin()) + " " + sub + " --out " + Quote(out_ + "/" + name) + " " + args +
+           (sub == "run" ? " --no-live" : "");
+  }
+
   Child Start(const std::string& name, const std::string& sub, const std::string& args,
               const std::string& env = "") const {
     const std::string dir = out_ + "/" + name;
-    const std::string cmd = Quote(AtollBin()) + " " + sub + " --out " + Quote(dir) + " " + args +
-                            (sub == "run" ? " --no-live" : "");
     Log(name + ": atoll " + sub + args + "  (log " + dir + ".log)");
-    return Spawn(cmd, dir + ".log", env);
+    return Spawn(Command(name, sub, args), dir + ".log", env);
   }
 
   // Waits for a child from Start; a run without exit 0 and summary.json counts as failed unless
@@ -313,6 +323,24 @@ class Runner {
 
   Result Atoll(const std::string& name, const std::string& sub, const std::string& args, double timeout_s,
                bool expect_ok = true) {
+    const std::string dir = out_ + "/" + name, cmd = Command(name, sub, args);
+    if (resume_) {
+      Result done;
+      done.dir = dir;
+      done.summary = ReadJson(dir + "/summary.json");
+      if (done.summary.is_object() && ReadText(dir + ".cmd") == cmd) {
+        done.rc = 0;
+        Log(name + ": already done (" + dir + "/summary.json), not run again");
+        return done;
+      }
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      std::ofstream(dir + ".cmd", std::ios::trunc) << cmd;
+    }
+    for (bool said = false; !wait_while_.empty() && fs::exists(wait_while_); said = true) {
+      if (!said) Log("waiting while " + wait_while_ + " exists");
+      std::this_thread::sleep_for(std::chrono::seconds(120));
+    }
     Child c = Start(name, sub, args);
     return Finish(name, c, timeout_s, expect_ok);
   }
@@ -320,6 +348,8 @@ class Runner {
  private:
   std::string bench_, out_;
   int failures_ = 0;
+  bool resume_ = false;
+  std::string wait_while_;
 };
 
 // Whether a `--mode ddp` run really moved data-parallel traffic: its payload must be at least a

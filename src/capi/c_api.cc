@@ -13,6 +13,7 @@
 
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
+#include "atoll/diloco/mode.h"
 #include "c_api_internal.h"
 
 atoll_learner::~atoll_learner() {
@@ -262,17 +263,21 @@ extern "C" {
 
 void atoll_learner_options_init(atoll_learner_options* o) {
   if (o == nullptr) return;
+  // The defaults of the structs these options become (AgentOptions, PlanOptions, Schedule).
+  static const std::string run_id = atl::learner::AgentOptions{}.run_id;
+  const atl::learner::AgentOptions agent;
   *o = atoll_learner_options{};
-  o->run_id = "atoll";
-  o->learner_id = -1;
-  o->mode = "decoupled";
-  o->plan = "balanced";
-  o->fragments = 24;
-  o->H = 24;
-  o->tau = 2;
-  o->alpha = 0.0;
-  o->keep_progress = 1;
-  o->join_timeout_s = 20.0;
+  o->run_id = run_id.c_str();
+  o->learner_id = agent.learner_id;
+  o->mode = atl::diloco::ModeName(atl::diloco::Mode::kDecoupled);
+  o->plan = atl::diloco::PlanStrategyName(atl::diloco::PlanOptions{}.strategy);
+  const atl::diloco::Schedule schedule;
+  o->fragments = schedule.P;
+  o->H = schedule.H;
+  o->tau = schedule.tau;
+  o->alpha = agent.alpha;
+  o->keep_progress = agent.keep_progress ? 1 : 0;
+  o->join_timeout_s = agent.initial_join_timeout_s;
 }
 
 int atoll_c_api_version(void) { return ATOLL_C_API_VERSION; }

@@ -72,7 +72,7 @@ Status ReadState(const std::string& dir, const std::string& run_id, int num_frag
 nlohmann::json CountersJson(const learner::AgentCounters& k) {
   return {{"pushes", k.pushes},
           {"pushes_failed", k.pushes_failed},
-          {"pushes_deferred", k.pushes_deferred},
+          {"pushes_deferred", k.pushes_deferred}, {"rebases", k.rebases},
           {"pushes_repeated", k.pushes_repeated},
           {"pulls", k.pulls},
           {"pulls_delta", k.pulls_delta},

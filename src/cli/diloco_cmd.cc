@@ -30,8 +30,8 @@ int Fail(const char* command, const Status& s) {
 // ---- atoll plan ---------------------------------------------------------------------------
 
 struct PlanFlags {
-  int fragments = 24;
-  std::string strategy = "balanced";
+  int fragments = dl::PlanOptions{}.num_fragments;
+  std::string strategy = dl::PlanStrategyName(dl::PlanOptions{}.strategy);
   bool no_split = false;
   bool json = false;
 };
@@ -130,7 +130,7 @@ Status ShowFragmentPlans(const std::vector<dl::TensorSpec>& tensors, int64_t tot
 
 // 2. The staggered schedule: which fragment goes out after each step, which merge comes back.
 void ShowSchedule() {
-  const dl::Schedule schedule{.H = 24, .P = 24, .tau = 2};
+  const dl::Schedule schedule;  // the defaults: P = H = 24, τ = 2
   std::printf("2. Staggered schedule, H = %d, P = %d, tau = %d: one fragment out, one back per step\n",
               schedule.H, schedule.P, schedule.tau);
   for (int64_t t = 0; t < 5; ++t) {

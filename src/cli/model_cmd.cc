@@ -263,7 +263,8 @@ void RegisterEval(CLI::App& app, CommandContext& ctx) {
                   "Data folder to evaluate on (default: the one the model was trained on; it "
                   "must use the same tokenizer)");
   cmd->add_option("--batches", o->batches,
-                  "Validation batches (default: the run's own eval batches, else 16)");
+                  "Validation batches (default: the run's own eval batches, else " +
+                      std::to_string(model::kDefaultEvalBatches) + ")");
   cmd->add_option("--batch", o->batch_size,
                   "Sequences per batch (default: the model's training batch)");
   cmd->add_option("--threads", o->threads, "Torch threads")->capture_default_str();

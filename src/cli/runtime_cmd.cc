@@ -148,7 +148,9 @@ void AddLimitFlags(CLI::App* c, Overrides& o) {
   Flag<int>(c, o, "--max-pushes-per-learner", "max_pushes_per_learner", "Limit: pushes of one learner in flight at once");
   Flag<int>(c, o, "--max-polls-per-learner", "max_polls_per_learner", "Limit: pulls (long polls) of one learner in flight at once");
   Flag<double>(c, o, "--max-heartbeats-per-s", "max_heartbeats_per_s", "Limit: heartbeats per second of one learner");
-  Flag<double>(c, o, "--push-timeout", "push_timeout_s", "Limit: seconds a push stream may stay open");
+  Flag<double>(c, o, "--push-timeout", "push_timeout_s", "Limit: seconds a push stream may stay open, beyond its payload's time at --min-link-mbps");
+  Flag<double>(c, o, "--min-link-mbps", "min_link_mbps",
+               "The slowest learner link in Mbit/s: pushes and pulls get their payload's time at this rate on top of their deadline (0: none)");
   Flag<double>(c, o, "--commit-reserve-mb", "commit_reserve_mb",
                "MiB of free space a commit must leave in the state folder beyond its files; below it rounds are held");
   Flag<std::string>(c, o, "--allowed-learners", "allowed_learners",
@@ -224,7 +226,7 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
   auto p = std::make_shared<runtime::SyncerProcessOptions>();
   auto* c = app.add_subcommand("syncer", "Run the syncer: global parameters, rounds, gRPC service");
   AddRunFlags(c, *o);
-  c->add_option("--listen", p->listen, "Address to listen on (default 127.0.0.1:0 = a free port)");
+  c->add_option("--listen", p->listen, "Address to listen on (port 0 = a free port)")->capture_default_str();
   c->add_option("--port-file", p->port_file, "Write the bound port to this file once listening");
   c->add_option("--state", p->state_dir,
                 "Durable state folder (default <out>/state); a syncer restarted on it resumes from the last committed round");
@@ -285,8 +287,9 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
       ->check(CLI::ExistingFile);
   c->add_option("--tls-key", p->tls.key, "Mutual TLS: this learner's client key (PEM)")->check(CLI::ExistingFile);
   c->add_option("--ranks", p->ranks,
-                "Processes that form this learner (default 1): synchronous data-parallel inside (gloo), each with "
-                "the run's batch; rank 0 talks to the syncer; a dead rank restarts the whole unit");
+                "Processes that form this learner: synchronous data-parallel inside (gloo), each with "
+                "the run's batch; rank 0 talks to the syncer; a dead rank restarts the whole unit")
+      ->capture_default_str();
   c->add_option("--rank", p->rank, "(set by the unit's supervisor) this process's rank")->group("");
   c->add_option("--unit-store", p->unit_store, "(set by the unit's supervisor) the ranks' rendezvous file")->group("");
   OnRun(c, ctx, o, p, "learner", runtime::RunLearnerProcess);

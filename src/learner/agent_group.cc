@@ -25,11 +25,12 @@ Status AgentGroup::Start() {
   return Status::Ok();
 }
 
-StepResult AgentGroup::AfterStep(int64_t step, int64_t tokens) {
-  OnStep(step, tokens);
+StepResult AgentGroup::AfterStep(int64_t step, int64_t tokens) { return AfterStepRule(*this, step, tokens); }
+
+StepResult AgentGroup::ApplyDue(int64_t next_step) {
   StepResult sum;
   for (auto& a : agents_) {
-    const StepResult r = a->ApplyDue(step + 1);
+    const StepResult r = a->ApplyDue(next_step);
     sum.applied += r.applied;
     sum.barrier_wait_s += r.barrier_wait_s;
   }
@@ -101,6 +102,7 @@ AgentCounters AgentGroup::counters() const {
     sum.checksum_mismatches += k.checksum_mismatches;
     sum.pushes_repeated += k.pushes_repeated;
     sum.pushes_deferred += k.pushes_deferred;
+    sum.rebases += k.rebases;
     if (k.first_contribution_s >= 0 && (sum.first_contribution_s < 0 || k.first_contribution_s < sum.first_contribution_s)) {
       sum.first_contribution_s = k.first_contribution_s;
     }

@@ -218,7 +218,7 @@ double LearnerAgent::PollWaitLocked(TimePoint now) const {
 bool LearnerAgent::PushOutstandingLocked(int p) const {
   if (!options_.keep_progress) return false;  // overwrite on receipt: nothing is kept to resend
   if (awaiting_.count(p) > 0 || pushing_.count(p) > 0 || pending_.count(p) > 0) return true;
-  return std::any_of(ready_.begin(), ready_.end(), [p](const Ready& r) { return r.fragment == p && r.own_push; });
+  return std::any_of(ready_.begin(), ready_.end(), [p](const Ready& r) { return r.fragment == p; });
 }
 
 void LearnerAgent::QueuePushLocked(int p, int64_t step, bool final_sync) {
@@ -260,10 +260,7 @@ int LearnerAgent::ApplyReady(int64_t next_step) {
   return static_cast<int>(due.size());
 }
 
-StepResult LearnerAgent::AfterStep(int64_t step, int64_t tokens) {
-  OnStep(step, tokens);
-  return ApplyDue(step + 1);
-}
+StepResult LearnerAgent::AfterStep(int64_t step, int64_t tokens) { return AfterStepRule(*this, step, tokens); }
 
 bool LearnerAgent::BarrierBefore(int64_t next_step) const {
   return options_.schedule.synchronous && next_step % options_.schedule.H == 0;
@@ -428,7 +425,7 @@ void LearnerAgent::ForgetUncommittedPushesLocked(const syncer::JoinReplyData& re
   cv_.notify_all();
 }
 
-Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited) {
+Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited, PushJob* in_flight) {
   const size_t pi = static_cast<size_t>(p);
   int learner_id;
   {
@@ -457,7 +454,13 @@ Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited 
   }
   if (r->not_modified) return Status::Ok();
   std::vector<float>& phi = public_[pi];
-  if (Status st = syncer::ApplyPulled(*r, have_[pi], static_cast<size_t>(plan_.fragments[pi].numel), phi, lattice_[pi]);
+  const size_t numel = static_cast<size_t>(plan_.fragments[pi].numel);
+  // A copy that is not applied as a merge or a catch-up moves the parameters by what it changed
+  // (a rebase): the previous copy is kept for that (the buffer ApplyPulled replaces, not a copy).
+  const bool awaited_merge = purpose == PullPurpose::kAwaited && r->version >= awaited.merged_version;
+  const bool rebase = options_.keep_progress && purpose != PullPurpose::kCatchUp && !awaited_merge && phi.size() == numel;
+  std::vector<float> previous;
+  if (Status st = syncer::ApplyPulled(*r, have_[pi], numel, phi, lattice_[pi], rebase ? &previous : nullptr);
       !st.ok()) {
     have_[pi] = -1;  // whatever went wrong, the next pull fetches the fragment in full
     std::lock_guard<std::mutex> lock(mu_);
@@ -470,13 +473,20 @@ Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited 
     std::lock_guard<std::mutex> lock(mu_);
     counters_.version_held = std::max(counters_.version_held, r->version);
   }
-  if (purpose == PullPurpose::kRefresh) return Status::Ok();
-  // An awaited fragment is applied only once the version holds this learner's push.
-  if (purpose == PullPurpose::kAwaited && r->version < awaited.merged_version) return Status::Ok();
+  if (purpose == PullPurpose::kRefresh || (purpose == PullPurpose::kAwaited && !awaited_merge)) {
+    // An awaited fragment is applied only once the version holds this learner's push; until
+    // then (and on a refresh) the parameters follow the public copy by a rebase.
+    if (rebase) {
+      std::lock_guard<std::mutex> lock(mu_);
+      PostRebaseLocked(p, r->version, phi, std::move(previous), in_flight);
+      cv_.notify_all();
+    }
+    return Status::Ok();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(ready_, [p](const Ready& x) { return x.fragment == p; });
   const bool own = purpose == PullPurpose::kAwaited;
-  ready_.push_back({p, r->version, own ? awaited.due_step : 0, own, phi});
+  ready_.push_back({p, r->version, own ? awaited.due_step : 0, own, phi, {}});
   awaiting_.erase(p);
   cv_.notify_all();
   return Status::Ok();
@@ -602,8 +612,10 @@ Status LearnerAgent::PushWithRefresh(PushJob& job) {
   // The syncer does not hold the copy our outer gradient was computed against (it restarted):
   // fetch the fragment in full, then push the same local snapshot against it, so the local
   // progress is not thrown away.
+  // The snapshot moves onto the new copy with the parameters (a rebase), so what is pushed is
+  // still this learner's own progress.
   have_[static_cast<size_t>(job.fragment)] = -1;
-  st = PullOne(job.fragment, 0.0, PullPurpose::kRefresh);
+  st = PullOne(job.fragment, 0.0, PullPurpose::kRefresh, {0, 0, 0}, &job);
   return st.ok() ? PushOne(job) : st;
 }
 

@@ -11,8 +11,21 @@ namespace atl::learner {
 void LearnerAgent::ApplyOne(const Ready& r) {
   const size_t pi = static_cast<size_t>(r.fragment);
   auto sent = sent_.find(r.fragment);
+  if (!r.from.empty()) {
+    // A rebase: θ ← θ + (Φ_new − Φ_old), no mixing; the progress and its counters stay, and the
+    // last snapshot sent moves with the parameters (a merge of it keeps θ − θ_sent).
+    WriteReceipt(plan_.fragments[pi], r.values, &r.from, 0.0);
+    receipts_.push_back({r.fragment, true});
+    if (sent != sent_.end() && sent->second.local.size() == r.values.size()) {
+      std::vector<float>& s = sent->second.local;
+      for (size_t i = 0; i < s.size(); ++i) s[i] += r.values[i] - r.from[i];
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.rebases += 1;
+    return;
+  }
   const bool keep = r.own_push && sent != sent_.end() && sent->second.local.size() == r.values.size();
-  WriteReceipt(plan_.fragments[pi], r.values, keep ? &sent->second.local : nullptr);
+  WriteReceipt(plan_.fragments[pi], r.values, keep ? &sent->second.local : nullptr, options_.alpha);
   receipts_.push_back({r.fragment, keep});
   if (!keep) {
     c_steps_[pi] = 0;
@@ -26,10 +39,9 @@ void LearnerAgent::ApplyOne(const Ready& r) {
 }
 
 void LearnerAgent::WriteReceipt(const diloco::Fragment& f, std::span<const float> merged,
-                                const std::vector<float>* at_send) {
+                                const std::vector<float>* at_send, double alpha) {
   ATOLL_CHECK(static_cast<int64_t>(merged.size()) == f.numel);
-  ATOLL_CHECK(options_.alpha >= 0.0 && options_.alpha < 1.0);
-  const double alpha = options_.alpha;
+  ATOLL_CHECK(alpha >= 0.0 && alpha < 1.0);
   const float a = static_cast<float>(alpha), b = static_cast<float>(1.0 - alpha);
   size_t pos = 0;
   for (const auto& s : f.slices) {
@@ -49,6 +61,31 @@ void LearnerAgent::WriteReceipt(const diloco::Fragment& f, std::span<const float
       dst[i] = alpha == 0.0 ? target : a * dst[i] + b * target;
     }
   }
+}
+
+void LearnerAgent::PostRebaseLocked(int p, int64_t version, const std::vector<float>& values, std::vector<float> from,
+                                    PushJob* in_flight) {
+  const size_t n = values.size();
+  ATOLL_CHECK(from.size() == n);
+  // Snapshots of p taken before (queued, parked for their staged values, being pushed) descend
+  // from `from` too. A parked one's staged positions hold the shift until Send adds the values.
+  auto shift = [&](PushJob& job) {
+    if (job.fragment != p || job.local.size() != n) return;
+    for (size_t i = 0; i < n; ++i) job.local[i] += values[i] - from[i];
+  };
+  for (PushJob& job : push_queue_) shift(job);
+  if (auto it = pending_.find(p); it != pending_.end()) shift(it->second);
+  if (in_flight != nullptr) shift(*in_flight);
+  // A copy of p still waiting for the training thread takes the newer values: a catch-up then
+  // writes them, a merge keeps θ − θ_sent on them (θ and θ_sent both still descend from its
+  // values), an earlier rebase moves from its own origin to them.
+  for (Ready& r : ready_) {
+    if (r.fragment != p) continue;
+    r.version = version;
+    r.values = values;
+    return;
+  }
+  ready_.push_back({p, version, 0, false, values, std::move(from)});
 }
 
 void LearnerAgent::ParkPushLocked(int p, int64_t step) {
@@ -124,9 +161,8 @@ void LearnerAgent::CompletePushLocked(int p, std::span<const float> staged_value
   size_t pos = 0, from = 0;
   for (const auto& s : plan_.fragments[pi].slices) {
     const size_t n = static_cast<size_t>(s.count);
-    if (Staged(s.tensor)) {
-      std::copy(staged_values.begin() + static_cast<ptrdiff_t>(from),
-                staged_values.begin() + static_cast<ptrdiff_t>(from + n), job.local.begin() + static_cast<ptrdiff_t>(pos));
+    if (Staged(s.tensor)) {  // added: the positions hold 0, or a rebase's shift posted since the park
+      for (size_t i = 0; i < n; ++i) job.local[pos + i] += staged_values[from + i];
       from += n;
     }
     pos += n;

@@ -116,7 +116,7 @@ void LearnerAgent::AdoptHeld(const syncer::JoinReplyData& reply) {
       have_[p] = held;  // the copy it holds, as the syncer knows it (a rejoin, or a restarted syncer)
       if (loaded_[p]) {  // a restarted process: its model starts from that copy (a pull may replace it)
         std::lock_guard<std::mutex> lock(mu_);
-        ready_.push_back({static_cast<int>(p), held, 0, false, public_[p]});
+        ready_.push_back({static_cast<int>(p), held, 0, false, public_[p], {}});
       }
     } else {
       have_[p] = -1;  // unknown to the syncer, or no lattice to apply deltas on: a full fetch

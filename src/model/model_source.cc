@@ -255,7 +255,7 @@ StatusOr<EvalResult> EvaluateSource(const EvalOptions& o) {
   r.data_dir = o.data_dir.empty() ? r.source.data_dir : o.data_dir;
   ATOLL_ASSIGN_OR_RETURN(DataManifest data, LoadDataManifest(r.data_dir));
   if (!o.data_dir.empty()) ATOLL_RETURN_IF_ERROR(CheckSameTokenizer(r.source, data));
-  r.batches = o.batches > 0 ? o.batches : (r.source.eval_batches > 0 ? r.source.eval_batches : 16);
+  r.batches = o.batches > 0 ? o.batches : (r.source.eval_batches > 0 ? r.source.eval_batches : kDefaultEvalBatches);
   r.batch_size = o.batch_size > 0 ? o.batch_size : r.source.batch_size;
 
   TrainerOptions t;

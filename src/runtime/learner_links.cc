@@ -28,6 +28,7 @@ StatusOr<transport::ClientOptions> ClientOptionsOf(const std::string& address, c
   transport::ClientOptions co;
   co.target = address;
   co.token = c.token;
+  co.min_link_mbps = c.min_link_mbps;
   if (!opt.token_file.empty()) {
     ATOLL_ASSIGN_OR_RETURN(co.token, ReadSecretFile(opt.token_file));
   }

@@ -275,7 +275,7 @@ class LearnerProcess {
             {"wire_bytes_up", links_->WireBytes(true)}, {"wire_bytes_down", links_->WireBytes(false)},
             {"joins", k.joins}, {"catchup_fragments", k.catchup_fragments},
             {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
-            {"pushes_repeated", k.pushes_repeated}, {"pushes_deferred", k.pushes_deferred},
+            {"pushes_repeated", k.pushes_repeated}, {"pushes_deferred", k.pushes_deferred}, {"rebases", k.rebases},
             {"state_loaded", k.state_loaded}, {"state_errors", k.state_errors},
             {"first_contribution_s", k.first_contribution_s},
             {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step},

@@ -31,6 +31,7 @@ void VisitLimitFields(Config& c, F&& f) {
   f("limits", "max_polls_per_learner", c.max_polls_per_learner);
   f("limits", "max_heartbeats_per_s", c.max_heartbeats_per_s);
   f("limits", "push_timeout_s", c.push_timeout_s);
+  f("limits", "min_link_mbps", c.min_link_mbps);
   f("limits", "commit_reserve_mb", c.commit_reserve_mb);
   f("limits", "allowed_learners", c.allowed_learners);
 }
@@ -248,6 +249,7 @@ Status ValidateLimits(const RunConfig& c) {
     return bad("max_connections must be in [16, 1000000], max_pushes_per_learner and max_polls_per_learner in [1, 1000]");
   if (!(c.max_heartbeats_per_s >= 1 && c.max_heartbeats_per_s <= 1e6) || !(c.push_timeout_s >= 1 && c.push_timeout_s <= 86'400))
     return bad("max_heartbeats_per_s must be in [1, 1e6] and push_timeout_s in [1, 86400]");
+  if (!(c.min_link_mbps >= 0 && c.min_link_mbps <= 1e6)) return bad("min_link_mbps must be in [0, 1e6] (0: no allowance for payload size)");
   if (!(c.commit_reserve_mb >= 0 && c.commit_reserve_mb <= 1 << 30)) return bad("commit_reserve_mb must be in [0, 1073741824]");
   if (auto ids = transport::LearnerIdSet::Parse(c.allowed_learners); !ids.ok()) return bad("allowed_learners: " + ids.status().message());
   return Status::Ok();

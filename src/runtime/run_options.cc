@@ -64,6 +64,7 @@ transport::ServerLimits MakeServerLimits(const RunConfig& c) {
   l.max_polls_per_learner = c.max_polls_per_learner;
   l.max_heartbeats_per_s = c.max_heartbeats_per_s;
   l.push_timeout_ms = static_cast<int>(c.push_timeout_s * 1000);
+  l.min_link_mbps = c.min_link_mbps;
   return l;
 }
 

@@ -86,7 +86,8 @@ void Leave(learner::LearnerAgent& agent, int64_t step, int64_t tokens, double la
   me.finished_s = ToSeconds(clock.Now());
   me.summary = {{"learner", me.id}, {"steps", step}, {"tokens", tokens}, {"loss", last_loss},
                 {"speed_factor", 1.0 / me.factor}, {"pushes", k.pushes}, {"pushes_deferred", k.pushes_deferred},
-                {"fragments_applied", k.fragments_applied}, {"rejected", k.rejected}};
+                {"fragments_applied", k.fragments_applied}, {"rejected", k.rejected},
+                {"payload_bytes_up", k.payload_bytes_up}, {"payload_bytes_down", k.payload_bytes_down}};
 }
 
 void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::FragmentPlan& plan,
@@ -205,6 +206,7 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
   ATOLL_ASSIGN_OR_RETURN(auto plan, MakePlan(c, evt->tensors()));
   Evaluator eval(std::move(evt), plan);
   SimulateResult result;
+  result.params = plan.total_numel;
   {
     ATOLL_ASSIGN_OR_RETURN(auto e0, eval.trainer().Evaluate(c.eval_batches));
     result.eval_loss_start = e0.loss;
@@ -238,6 +240,8 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
     }
     result.learners.push_back(l.summary);
     result.tokens_trained += l.summary.value("tokens", int64_t{0});
+    result.payload_bytes_up += l.summary.value("payload_bytes_up", int64_t{0});
+    result.payload_bytes_down += l.summary.value("payload_bytes_down", int64_t{0});
   }
   // The end of the run, as the syncer's Finish: close what is pending, then evaluate Θ.
   auto final = loop.Call([&](syncer::SyncerCore& sc, TimePoint now) -> StatusOr<double> {
@@ -265,6 +269,9 @@ nlohmann::json SimulateSummary(const RunConfig& config, const SimulateOptions& o
           {"rounds", r.rounds},
           {"tokens_trained", r.tokens_trained},
           {"tokens_merged", r.tokens_merged},
+          {"params", r.params},
+          {"payload_bytes_up", r.payload_bytes_up},
+          {"payload_bytes_down", r.payload_bytes_down},
           {"contributors_histogram", r.contributors_histogram},
           {"merged_norm_quarters", r.merged_norm_quarters},
           {"global_eval_curve", r.global_eval_curve},

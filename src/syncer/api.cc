@@ -31,7 +31,7 @@ StatusOr<ShardSpec> ParseShardSpec(std::string_view text) {
 }
 
 Status ApplyPulled(const PullPayload& r, int64_t have_version, size_t numel, std::vector<float>& copy,
-                   exchange::Lattice& lattice) {
+                   exchange::Lattice& lattice, std::vector<float>* previous) {
   if (r.is_delta && (r.base_version != have_version || copy.size() != numel || lattice.numel != numel ||
                      lattice.block != r.block_size)) {
     return DataLossError("pull: delta against version " + std::to_string(r.base_version) + " (block " +
@@ -71,6 +71,7 @@ Status ApplyPulled(const PullPayload& r, int64_t have_version, size_t numel, std
   }
   copy.swap(next);
   lattice = std::move(next_lattice);
+  if (previous != nullptr) *previous = std::move(next);
   return Status::Ok();
 }
 

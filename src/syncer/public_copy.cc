@@ -125,12 +125,15 @@ StatusOr<std::vector<std::byte>> PublicCopy::Compressed(std::vector<std::byte> r
   return out;
 }
 
-StatusOr<PullPayload> PublicCopy::Serve(int64_t have) {
+StatusOr<SharedPull> PublicCopy::Serve(int64_t have, int fragment, uint64_t incarnation) {
   ATOLL_CHECK(have != version_);
   const bool delta = have >= oldest() && have < version_;
   const int64_t key = delta ? have : -1;
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  PullPayload out;
+  auto made = std::make_shared<PullPayload>();
+  PullPayload& out = *made;
+  out.fragment = fragment;
+  out.incarnation = incarnation;
   out.version = version_;
   out.is_delta = delta;
   out.base_version = delta ? have : -1;
@@ -154,11 +157,12 @@ StatusOr<PullPayload> PublicCopy::Serve(int64_t have) {
   size_t raw_size = 0;
   ATOLL_ASSIGN_OR_RETURN(out.bytes, Compressed(std::move(raw), &raw_size));
   out.raw_bytes = raw_size;
+  SharedPull shared = std::move(made);
   if (cache_held_ + out.bytes.size() <= options_.cache_bytes) {
     cache_held_ += out.bytes.size();
-    cache_.emplace(key, out);
+    cache_.emplace(key, shared);
   }
-  return out;
+  return shared;
 }
 
 size_t PublicCopy::HeldBytes() const {

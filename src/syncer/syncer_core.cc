@@ -322,19 +322,27 @@ Status SyncerCore::CheckPushingLearner(const LearnerRecord& l, const PushHeaderD
   return CheckPushSession(l, h);
 }
 
-Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const {
-  if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) {
-    return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", plan_.num_fragments()));
+Status CheckPushShape(const PushHeaderData& h, const diloco::CodecOptions& uplink, int num_fragments,
+                      const std::function<size_t(int)>& numel_of) {
+  if (h.fragment < 0 || h.fragment >= num_fragments) {
+    return InvalidArgumentError(fmt::format("fragment index out of range [0, {})", num_fragments));
   }
-  const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
-  if (h.encoding != options_.uplink.encoding || h.block_size != options_.uplink.block_size ||
-      h.compression != options_.uplink.compression || h.num_values != static_cast<int64_t>(f.theta.size())) {
+  const size_t numel = numel_of(h.fragment);
+  if (h.encoding != uplink.encoding || h.block_size != uplink.block_size || h.compression != uplink.compression ||
+      h.num_values != static_cast<int64_t>(numel)) {
     return InvalidArgumentError(fmt::format("encoding {}/{}/{} with {} values, but the run uses {}/{}/{} and the fragment has {}",
                                             diloco::EncodingName(h.encoding), h.block_size,
                                             diloco::CompressionName(h.compression), h.num_values,
-                                            diloco::EncodingName(options_.uplink.encoding), options_.uplink.block_size,
-                                            diloco::CompressionName(options_.uplink.compression), f.theta.size()));
+                                            diloco::EncodingName(uplink.encoding), uplink.block_size,
+                                            diloco::CompressionName(uplink.compression), numel));
   }
+  return Status::Ok();
+}
+
+Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes) const {
+  ATOLL_RETURN_IF_ERROR(CheckPushShape(h, options_.uplink, plan_.num_fragments(),
+                                       [this](int p) { return fragments_[static_cast<size_t>(p)].theta.size(); }));
+  const FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   const size_t expected = diloco::MaxPayloadSize(options_.uplink, f.theta.size());
   if (diloco::ExactPayloadSize(options_.uplink) ? payload_bytes != expected
                                                 : payload_bytes == 0 || payload_bytes > expected) {
@@ -464,7 +472,16 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   c->influence = Influence(f, h.fragment, h.learner_id, share_size, refs, sample.sketch, now, bounded);
   c->max_weight *= c->influence * c->influence;
   sample.influence = c->influence;
-  RecordSample(l, h.fragment, std::move(sample), size > 1e-12 ? f.version : -1, now);
+  // What becomes a reference: a non-zero push over at least half a period that is not a final
+  // sync. Zero pushes would lower everyone's reference (they are recorded as counting for
+  // nothing); a push over a few steps (a final sync's remainder, the leftover after a rejoin's
+  // merge) measures a few steps of progress at the end of its learner's schedule, many times
+  // smaller than the period-long push of a learner still mid-run (√(steps) for coherent progress,
+  // the learning-rate decay on top): two learners that finished early made a slow one's honest
+  // push after a syncer restart look 23-35x too large. It leaves the learner's latest sample as it was.
+  const bool zero = size <= 1e-12;
+  const bool reference = !zero && !h.final_sync && 2 * c->c_steps >= options_.H;
+  if (reference || zero) RecordSample(l, h.fragment, std::move(sample), reference ? f.version : -1, now);
   if (Status st = CheckQuarantine(f, size, refs); !st.ok()) {
     l.quarantined += 1;
     l.consecutive_rejects -= 1;  // Reject counts it; quarantine alone never disconnects
@@ -472,7 +489,7 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   }
   // Validated: now change state.
   JoinNorms(h.fragment, *c);
-  if (size > 1e-12) {
+  if (reference) {
     f.recent_norms.push_back(size);
     if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
   }
@@ -613,6 +630,11 @@ Status SyncerCore::CheckNotBanned(const LearnerRecord& l, TimePoint now) const {
 }
 
 StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version) {
+  ATOLL_ASSIGN_OR_RETURN(SharedPull shared, PullShared(learner_id, fragment, have_version, want_version));
+  return *shared;
+}
+
+StatusOr<SharedPull> SyncerCore::PullShared(int learner_id, int fragment, int64_t have_version, int64_t want_version) {
   if (fragment < 0 || fragment >= plan_.num_fragments()) {
     return InvalidArgumentError("pull: fragment " + std::to_string(fragment) + " out of range [0, " +
                                 std::to_string(plan_.num_fragments()) + ")");
@@ -630,21 +652,20 @@ StatusOr<PullPayload> SyncerCore::Pull(int learner_id, int fragment, int64_t hav
                                    " but the syncer is at " + std::to_string(f.version) +
                                    " (syncer restarted from older state?)");
   }
-  PullPayload out;
   const bool reachable = have_version >= f.copy->oldest();
   if (have_version == f.version || (reachable && want_version > f.version)) {
-    out.not_modified = true;
-  } else {
-    auto served = f.copy->Serve(have_version);
-    if (!served.ok()) {
-      return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + served.status().message());
-    }
-    out = std::move(*served);
+    auto out = std::make_shared<PullPayload>();
+    out->not_modified = true;
+    out->incarnation = options_.incarnation;
+    out->fragment = fragment;
+    out->version = f.version;
+    return SharedPull(std::move(out));
   }
-  out.incarnation = options_.incarnation;
-  out.fragment = fragment;
-  if (out.not_modified) out.version = f.version;
-  return out;
+  auto served = f.copy->Serve(have_version, fragment, options_.incarnation);
+  if (!served.ok()) {
+    return InternalError("pull: cannot encode fragment " + std::to_string(fragment) + ": " + served.status().message());
+  }
+  return std::move(*served);
 }
 
 void SyncerCore::CountBytes(int learner_id, int64_t up, int64_t down) {

@@ -81,6 +81,16 @@ void PushDeadlines::Forget(uint64_t key) {
   entries_.erase(key);
 }
 
+void PushDeadlines::Move(uint64_t key, std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return;
+    it->second.deadline = deadline;
+  }
+  cv_.notify_all();
+}
+
 void PushDeadlines::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {

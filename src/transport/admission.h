@@ -86,6 +86,8 @@ class PushDeadlines {
     Watch(const Watch&) = delete;
     Watch& operator=(const Watch&) = delete;
     ~Watch() { d_->Forget(key_); }
+    // A new deadline (a push's header announced its size); no effect once the call is cancelled.
+    void Move(std::chrono::steady_clock::time_point deadline) { d_->Move(key_, deadline); }
 
    private:
     PushDeadlines* d_;
@@ -95,6 +97,7 @@ class PushDeadlines {
 
  private:
   void Forget(uint64_t key);
+  void Move(uint64_t key, std::chrono::steady_clock::time_point deadline);
   void Run();
   struct Entry {
     grpc::ServerContext* ctx;

@@ -158,35 +158,59 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
   return ParsePushReply(reply);
 }
 
+namespace {
+
+// A pull stream that ended this way may have broken on the way (a lost connection, a deadline the
+// link could not meet, a cancelled or aborted stream): worth resuming where part of it arrived.
+bool BrokenStream(const grpc::Status& st) {
+  switch (st.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::CANCELLED:
+    case grpc::StatusCode::ABORTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragment, int64_t have_version,
                                                      double wait_seconds, int64_t want_version) {
-  grpc::ClientContext ctx;
-  impl_->Prepare(ctx, wait_seconds + PayloadDeadlineSeconds(impl_->options.push_timeout_s,
-                                                            impl_->largest_pull_bytes.load(),
-                                                            impl_->options.min_link_mbps));
   atl::v1::PullRequest req;
   req.set_learner_id(learner_id);
   req.set_fragment(fragment);
   req.set_have_version(have_version);
   req.set_wait_seconds(wait_seconds);
   req.set_want_version(want_version);
-  auto reader = impl_->stub->Pull(&ctx, req);
-  bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
   // No payload of this run is larger than a full copy of its largest fragment: about 4 bytes a
   // value, and a little more once compressed (before the join: 1 MiB).
   PullAssembler reply(2 * impl_->largest_pull_bytes.load() + (int64_t{1} << 20));
   const std::string what = "pull of fragment " + std::to_string(fragment);
-  atl::v1::PullChunk msg;
-  while (reader->Read(&msg)) {
-    bytes_received_ += static_cast<int64_t>(msg.ByteSizeLong());
-    if (Status bad = reply.Add(msg); !bad.ok()) {
-      ctx.TryCancel();
-      reader->Finish();
-      return bad.WithContext(what);
+  for (int attempt = 0;; ++attempt) {
+    // The first stream may carry a full copy; a resumed one what is still missing.
+    const int64_t payload = attempt == 0 ? impl_->largest_pull_bytes.load() : reply.missing_bytes();
+    grpc::ClientContext ctx;
+    impl_->Prepare(ctx, wait_seconds + PayloadDeadlineSeconds(impl_->options.push_timeout_s, payload,
+                                                              impl_->options.min_link_mbps));
+    auto reader = impl_->stub->Pull(&ctx, req);
+    bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
+    atl::v1::PullChunk msg;
+    while (reader->Read(&msg)) {
+      bytes_received_ += static_cast<int64_t>(msg.ByteSizeLong());
+      if (Status bad = reply.Add(msg); !bad.ok()) {
+        ctx.TryCancel();
+        reader->Finish();
+        return bad.WithContext(what);
+      }
     }
+    grpc::Status st = reader->Finish();
+    if (st.ok()) break;
+    if (!BrokenStream(st) || !reply.Resumable() || attempt >= impl_->options.pull_resumes) return FromGrpc(st, what);
+    reply.Resume(req);  // the next stream continues after the bytes held
+    ++pulls_resumed_;
   }
-  grpc::Status st = reader->Finish();
-  if (!st.ok()) return FromGrpc(st, what);
   auto out = std::move(reply).Finish();
   if (!out.ok()) return out.status().WithContext(what);
   return out;

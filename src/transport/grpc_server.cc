@@ -40,6 +40,7 @@ class Service final : public Syncer::Service {
     run_id_ = std::move(run_id);
     allowed_ = std::move(allowed);
   }
+  void UsePullFault(const ServerOptions::PullFault& f) { pull_fault_ = f; }
 
   grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req,
                     atl::v1::JoinReply* reply) override {
@@ -71,7 +72,8 @@ class Service final : public Syncer::Service {
     if (!who.ok()) return ToGrpc(who.status());
     Admission::Slot slot = admission_.Enter(Admission::Kind::kPush, *who);
     if (!slot.status().ok()) return Refuse(slot.status());
-    const auto watch = deadlines_.Add(ctx, std::chrono::steady_clock::now() + std::chrono::milliseconds(limits_.push_timeout_ms));
+    const auto opened = std::chrono::steady_clock::now();
+    auto watch = deadlines_.Add(ctx, opened + std::chrono::milliseconds(limits_.push_timeout_ms));
     atl::v1::PushChunk chunk;
     if (!reader->Read(&chunk) || chunk.kind_case() != atl::v1::PushChunk::kHeader) {
       return ToGrpc(ctx->IsCancelled() ? DeadlineExceededError("push: no header before the push deadline")
@@ -93,6 +95,9 @@ class Service final : public Syncer::Service {
           "push: {} payload bytes would exceed the syncer's in-flight push budget of {} bytes; retry later",
           total, limits_.max_inflight_push_bytes)));
     }
+    // The announced size earns its time at the slowest link the run allows.
+    watch.Move(opened + std::chrono::milliseconds(static_cast<int64_t>(
+                            1000 * PayloadDeadlineSeconds(limits_.push_timeout_ms / 1000.0, total, limits_.min_link_mbps))));
     std::vector<std::byte> payload;
     if (atl::Status st = ReceivePayload(reader, total, payload); !st.ok()) return Rejected(header->first, st);
     if (Checksum64(payload) != header->second) {
@@ -109,15 +114,23 @@ class Service final : public Syncer::Service {
     if (!std::isfinite(req->wait_seconds()) || req->wait_seconds() < 0) {
       return ToGrpc(InvalidArgumentError("pull: wait_seconds must be a finite value ≥ 0"));
     }
-    auto out = loop_.Pull(req->learner_id(), req->fragment(), req->have_version(), req->wait_seconds(),
-                          req->want_version());
-    if (!out.ok()) return ToGrpc(out.status());
-    const int64_t sent = WritePull(*out, writer);
+    auto shared = loop_.PullShared(req->learner_id(), req->fragment(), req->have_version(), req->wait_seconds(),
+                                   req->want_version());
+    if (!shared.ok()) return ToGrpc(shared.status());
+    const syncer::PullPayload& out = **shared;  // shared with the syncer's cache and other learners' pulls
+    const uint64_t checksum = Checksum64(out.bytes);
+    auto from = ResumeOffset(*req, out, checksum);
+    if (!from.ok()) return ToGrpc(from.status());
+    PullWrite w{*from, pull_fault_.chunk_bytes, -1};
+    const bool cut = !out.bytes.empty() && pull_fault_.cut_pulls > 0 && pulls_cut_.fetch_add(1) < pull_fault_.cut_pulls;
+    if (cut) w.max_chunks = pull_fault_.cut_after_chunks;
+    const int64_t sent = WritePull(out, checksum, w, writer);
     const int id = req->learner_id();
     loop_.Call([id, sent](syncer::SyncerCore& core, TimePoint) {
       core.CountBytes(id, 0, sent);
       return 0;
     });
+    if (cut) return ToGrpc(UnavailableError("pull: the stream was cut (test hook)"));
     return grpc::Status::OK;
   }
 
@@ -296,6 +309,8 @@ class Service final : public Syncer::Service {
   std::function<std::string(bool)> on_finish_;
   Admission admission_;
   PushDeadlines deadlines_;
+  ServerOptions::PullFault pull_fault_;
+  std::atomic<int> pulls_cut_{0};
 };
 
 class ServerImpl final : public GrpcSyncerServer {
@@ -346,6 +361,10 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
     std::function<std::string(bool)> on_finish) {
   auto impl = std::make_unique<ServerImpl>();
   impl->service_ = std::make_unique<Service>(loop, options.token, options.limits, std::move(on_finish));
+  if (options.pull_fault.chunk_bytes == 0 || options.pull_fault.chunk_bytes > kMaxChunkBytes) {
+    return InvalidArgumentError("pull_fault.chunk_bytes must be in [1, 1 MiB]");
+  }
+  impl->service_->UsePullFault(options.pull_fault);
   ATOLL_ASSIGN_OR_RETURN(LearnerIdSet allowed, LearnerIdSet::Parse(options.allowed_learners));
   if (!allowed.any() && options.secret.empty()) {
     return InvalidArgumentError("allowed_learners needs per-learner credentials (a secret): a shared token is every learner's");

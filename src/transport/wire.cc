@@ -96,7 +96,8 @@ Status AppendChunk(const atl::v1::DataChunk& chunk, int64_t total, std::vector<s
   return Status::Ok();
 }
 
-int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::PullChunk>* writer) {
+int64_t WritePull(const syncer::PullPayload& p, uint64_t payload_checksum, const PullWrite& w,
+                  grpc::ServerWriter<atl::v1::PullChunk>* writer) {
   atl::v1::PullChunk msg;
   auto* h = msg.mutable_header();
   h->set_fragment(p.fragment);
@@ -109,14 +110,17 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
   h->set_raw_bytes(static_cast<int64_t>(p.raw_bytes));
   h->set_num_values(0);
   h->set_payload_bytes(static_cast<int64_t>(p.bytes.size()));
-  h->set_payload_checksum(Checksum64(p.bytes));
+  h->set_payload_checksum(payload_checksum);
   h->set_value_checksum(p.value_checksum);
   h->set_not_modified(p.not_modified);
   h->set_incarnation(p.incarnation);
+  h->set_resume_offset(w.from);
   if (!writer->Write(msg)) return 0;
   int64_t sent = 0;
-  for (size_t off = 0; off < p.bytes.size(); off += kMaxChunkBytes) {
-    const size_t n = std::min(kMaxChunkBytes, p.bytes.size() - off);
+  int chunks = 0;
+  for (size_t off = static_cast<size_t>(w.from); off < p.bytes.size(); off += w.chunk_bytes) {
+    if (w.max_chunks >= 0 && chunks++ >= w.max_chunks) break;
+    const size_t n = std::min(w.chunk_bytes, p.bytes.size() - off);
     atl::v1::PullChunk c;
     auto* d = c.mutable_data();
     d->set_offset(static_cast<int64_t>(off));
@@ -126,6 +130,14 @@ int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::Pull
     sent += static_cast<int64_t>(n);
   }
   return sent;
+}
+
+StatusOr<int64_t> ResumeOffset(const atl::v1::PullRequest& r, const syncer::PullPayload& p, uint64_t payload_checksum) {
+  if (r.resume_offset() < 0) {
+    return InvalidArgumentError("pull: resume_offset " + std::to_string(r.resume_offset()) + " is negative");
+  }
+  const bool same = !p.not_modified && r.resume_version() == p.version && r.resume_payload_checksum() == payload_checksum;
+  return same && r.resume_offset() < static_cast<int64_t>(p.bytes.size()) ? r.resume_offset() : 0;
 }
 
 Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out, int64_t& payload_bytes,
@@ -153,15 +165,42 @@ Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, 
 }
 
 Status PullAssembler::Add(const atl::v1::PullChunk& msg) {
-  if (msg.kind_case() == atl::v1::PullChunk::kHeader) {
-    if (have_header_) return DataLossError("two headers in one reply");
-    have_header_ = true;
-    ATOLL_RETURN_IF_ERROR(ParsePullHeader(msg.header(), max_payload_bytes_, out_, total_, checksum_));
-    out_.bytes.reserve(static_cast<size_t>(total_));
-    return Status::Ok();
-  }
+  if (msg.kind_case() == atl::v1::PullChunk::kHeader) return AddHeader(msg.header());
   if (!have_header_) return DataLossError("data before the header");
   return AppendChunk(msg.data(), total_, out_.bytes);
+}
+
+Status PullAssembler::AddHeader(const atl::v1::PullHeader& h) {
+  if (have_header_ && !resuming_) return DataLossError("two headers in one reply");
+  const int64_t from = h.resume_offset();
+  if (have_header_ && from != 0) {  // a resumed stream that continues the payload held
+    resuming_ = false;
+    if (from != held_bytes() || h.version() != out_.version || h.payload_bytes() != total_ ||
+        h.payload_checksum() != checksum_) {
+      return DataLossError("a resumed pull continued at byte " + std::to_string(from) + " of version " +
+                           std::to_string(h.version()) + "; this learner holds " + std::to_string(held_bytes()) +
+                           " bytes of version " + std::to_string(out_.version));
+    }
+    return Status::Ok();
+  }
+  if (from != 0) return DataLossError("a reply that starts at byte " + std::to_string(from) + " of its payload");
+  resuming_ = false;
+  have_header_ = true;
+  out_ = {};
+  ATOLL_RETURN_IF_ERROR(ParsePullHeader(h, max_payload_bytes_, out_, total_, checksum_));
+  out_.bytes.reserve(static_cast<size_t>(total_));
+  return Status::Ok();
+}
+
+bool PullAssembler::Resumable() const {
+  return have_header_ && !out_.not_modified && held_bytes() > 0 && held_bytes() < total_;
+}
+
+void PullAssembler::Resume(atl::v1::PullRequest& request) {
+  resuming_ = true;
+  request.set_resume_offset(held_bytes());
+  request.set_resume_version(out_.version);
+  request.set_resume_payload_checksum(checksum_);
 }
 
 StatusOr<syncer::PullPayload> PullAssembler::Finish() && {

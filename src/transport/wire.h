@@ -12,6 +12,7 @@
 
 #include "atoll.grpc.pb.h"
 #include "atoll/syncer/api.h"
+#include "atoll/transport/grpc_client.h"
 
 namespace atl::transport {
 
@@ -33,8 +34,21 @@ void FillPushHeader(const syncer::PushHeaderData& h, int64_t payload_bytes, uint
 // Appends one data chunk after validating its offset, size, bound and checksum.
 Status AppendChunk(const atl::v1::DataChunk& chunk, int64_t total, std::vector<std::byte>& payload);
 
-// Streams a pull result (header then chunks); returns the payload bytes written.
-int64_t WritePull(const syncer::PullPayload& p, grpc::ServerWriter<atl::v1::PullChunk>* writer);
+// How a pull's reply is streamed: from byte `from` of the payload (a resumed pull), in chunks of
+// `chunk_bytes`, and (a test hook) at most `max_chunks` data chunks (< 0: all).
+struct PullWrite {
+  int64_t from = 0;
+  size_t chunk_bytes = kMaxChunkBytes;
+  int max_chunks = -1;
+};
+// Streams a pull result (header then chunks), `payload_checksum` being Checksum64(p.bytes);
+// returns the payload bytes written.
+int64_t WritePull(const syncer::PullPayload& p, uint64_t payload_checksum, const PullWrite& w,
+                  grpc::ServerWriter<atl::v1::PullChunk>* writer);
+// Where a resumed pull continues in `p` (checksum `payload_checksum`): its resume_offset when the
+// reply is the very payload it was receiving and the offset lies inside it, else 0.
+// InvalidArgument for a negative offset.
+StatusOr<int64_t> ResumeOffset(const atl::v1::PullRequest& r, const syncer::PullPayload& p, uint64_t payload_checksum);
 // The mirror of WritePull's header: fills `out` (all but the bytes) and the announced payload
 // size and checksum. InvalidArgument for an encoding other than the lattice's or an unknown
 // compression; DataLoss for sizes out of range.
@@ -45,17 +59,28 @@ Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, 
 // The pull's reply assembled from its stream: one header (ParsePullHeader, its payload bounded by
 // `max_payload_bytes`), then the chunks (AppendChunk). DataLoss for a second header, data before
 // the header, a missing header or a payload that does not add up to the announced size and
-// checksum.
+// checksum. A pull whose stream broke is resumed (Resume, then a new stream): its header either
+// continues the payload held (same version, size and checksum, resume_offset = the bytes held) or
+// starts over (resume_offset 0, what was held is dropped).
 class PullAssembler {
  public:
   explicit PullAssembler(int64_t max_payload_bytes) : max_payload_bytes_(max_payload_bytes) {}
   Status Add(const atl::v1::PullChunk& msg);
   StatusOr<syncer::PullPayload> Finish() &&;
 
+  // Part of a payload is held: a new stream can continue it.
+  bool Resumable() const;
+  // The next stream's request resumes this reply; its header may follow the one received.
+  void Resume(atl::v1::PullRequest& request);
+  int64_t held_bytes() const { return static_cast<int64_t>(out_.bytes.size()); }
+  int64_t missing_bytes() const { return have_header_ ? total_ - held_bytes() : 0; }
+
  private:
+  Status AddHeader(const atl::v1::PullHeader& h);
   int64_t max_payload_bytes_;
   syncer::PullPayload out_;
   bool have_header_ = false;
+  bool resuming_ = false;
   int64_t total_ = 0;
   uint64_t checksum_ = 0;
 };

@@ -377,6 +377,116 @@ TEST(LearnerAgent, APushTheKilledSyncerNeverCommittedIsPushedAgainEvenIfOthersMo
   std::filesystem::remove_all(dir);
 }
 
+// Θ of every fragment, concatenated in fragment order.
+std::vector<float> AllTheta(syncer::SyncerLoop& loop, int P) {
+  return loop.Call([P](syncer::SyncerCore& c, TimePoint) {
+    std::vector<float> all;
+    for (int p = 0; p < P; ++p) all.insert(all.end(), c.theta(p).begin(), c.theta(p).end());
+    return all;
+  });
+}
+
+std::vector<float> AllParams(const diloco::FragmentPlan& plan, ToyLearner& toy) {
+  std::vector<float> all;
+  for (const auto& f : plan.fragments) {
+    std::vector<float> v(static_cast<size_t>(f.numel));
+    exchange::GatherFragment(f, toy.Views(), v);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+double Distance(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += std::pow(static_cast<double>(a[i]) - b[i], 2);
+  return std::sqrt(d);
+}
+
+// A learner back from a syncer restart whose pushes the dead syncer never committed keeps that
+// progress while others moved the fragments on: it moves its parameters onto the new public
+// copies (a rebase), so its next pushes carry its own progress only. Measured against the
+// refreshed copy without the rebase they carried Φ_new − Φ_old as well, which undid every merge
+// made while it was away (on a real run large enough to be quarantined as an outlier: the
+// never-killed learner of the syncer-kill chaos run lost that push's tokens).
+TEST(LearnerAgent, AfterASyncerRestartTheKeptProgressIsRebasedOntoTheNewCopiesNotPushedAgainstThem) {
+  const int H = 2, P = 2;
+  auto plan = testing::ToyPlan(P);
+  const std::string dir = testing::ScratchDir("agent_rebase");
+  syncer::DurableState durable(dir);
+  SimClock clock;
+  ClockThread participant(clock);
+  // Syncer A waits for two learners per round and only learner 0 pushes to it: it dies holding
+  // learner 0's progress uncommitted.
+  auto options = Options(H);
+  options.round.quorum = 2;
+  options.incarnation = 1;
+  std::vector<std::vector<float>> init;
+  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
+  auto a_core = syncer::SyncerCore::Create(options, plan, init);
+  ASSERT_TRUE(a_core.ok());
+  ASSERT_TRUE(durable.SaveAll(*a_core).ok());
+  auto a = std::make_unique<syncer::SyncerLoop>(std::move(*a_core), clock, nullptr);
+  const std::vector<float> start = AllTheta(*a, P);
+  SwitchableApi current(a.get());
+  learner::ShapedSyncerApi link(current, {}, clock);
+  ToyLearner toy0(3);
+  learner::LearnerAgent agent0(AgentOpts(0, H, P), plan, toy0.Views(), link, clock);
+  ASSERT_TRUE(agent0.Start().ok());
+  auto train = [&](ToyLearner& toy, learner::LearnerAgent& agent, int steps, float eta, int first) {
+    for (int s = first; s < first + steps; ++s) {
+      toy.Step(eta);
+      clock.SleepFor(std::chrono::milliseconds(200));
+      agent.AfterStep(s, 100);
+    }
+  };
+  train(toy0, agent0, 6, 0.05f, 0);
+  // Its progress from here on: none (η = 0), so its parameters only move with what it receives.
+  std::vector<float> progress = AllParams(plan, toy0);
+  for (size_t i = 0; i < progress.size(); ++i) progress[i] -= start[i];
+  // A is killed; B starts from A's committed state and learner 1 moves every fragment on.
+  link.SetPartitioned(true);
+  options.round.quorum = 1;
+  options.incarnation = 2;
+  auto b_core = syncer::SyncerCore::Create(options, plan, init);
+  ASSERT_TRUE(b_core.ok());
+  ASSERT_TRUE(durable.Restore(*b_core, clock.Now()).ok());
+  syncer::SyncerLoop b(std::move(*b_core), clock, nullptr);
+  current.Switch(&b);
+  a.reset();
+  {
+    ToyLearner toy1(4);
+    learner::LearnerAgent agent1(AgentOpts(1, H, P), plan, toy1.Views(), b, clock);
+    ASSERT_TRUE(agent1.Start().ok());
+    train(toy1, agent1, 8, 0.3f, 0);
+    agent1.FlushAll(8, 10.0);
+    agent1.Stop();
+  }
+  const std::vector<float> moved = AllTheta(b, P);
+  ASSERT_GT(Distance(moved, start), 1.0);
+  // Learner 0 reaches B: it rejoins, refreshes both fragments and pushes its progress again.
+  link.SetPartitioned(false);
+  train(toy0, agent0, 14, 0.0f, 6);
+  agent0.FlushAll(20, 10.0);
+  clock.SleepFor(FromSeconds(10));
+  const auto c = agent0.counters();
+  EXPECT_GE(c.pushes_repeated, 1);
+  EXPECT_GE(c.rebases, 1);
+  // Outer lr 1, no momentum, one contributor per round: Θ = where learner 1 left it plus learner
+  // 0's progress (up to the int4 uplink's rounding) — not learner 0's parameters as they were.
+  std::vector<float> expected = moved;
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] += progress[i];
+  const std::vector<float> after = AllTheta(b, P);
+  EXPECT_LT(Distance(after, expected), 0.05 * Distance(moved, start))
+      << "start→moved " << Distance(moved, start) << ", expected→after " << Distance(after, expected)
+      << ", ‖progress‖ " << Distance(expected, moved);
+  // Learner 0's parameters moved with the copies: they are the global model now.
+  EXPECT_LT(Distance(AllParams(plan, toy0), after), 0.05 * Distance(moved, start));
+  const double merged = b.Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0).tokens_merged; });
+  EXPECT_DOUBLE_EQ(merged, 20.0 * 100);
+  agent0.Stop();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SyncerLoop, ALongPollThatWantsALaterVersionSleepsThroughTheRoundsInBetween) {
   auto plan = testing::ToyPlan(2);
   auto options = Options(2);

@@ -100,6 +100,39 @@ TEST(Simulate, EveryLearnerContributesNothingIsLostAndTheModelLearns) {
   EXPECT_LT(r->simulated_seconds, 24 * 1.1 * 1.3 + 5);
 }
 
+// The bytes on the wire are the learners' encoded pushes and pulls: summed over the learners,
+// both ways non-zero, and twice as many syncs of each fragment (P = H = 2 instead of 4: the
+// whole model every 2 steps instead of every 4) put about twice the bytes on the wire.
+TEST(Simulate, CountsTheBytesOnTheWire) {
+  auto r = Simulate(Small(), Drifting());
+  ASSERT_TRUE(r.ok()) << r.status();
+  int64_t up = 0, down = 0;
+  for (const auto& l : r->learners) {
+    EXPECT_GT(l.at("payload_bytes_up").get<int64_t>(), 0);
+    EXPECT_GT(l.at("payload_bytes_down").get<int64_t>(), 0);
+    up += l.at("payload_bytes_up").get<int64_t>();
+    down += l.at("payload_bytes_down").get<int64_t>();
+  }
+  EXPECT_EQ(r->payload_bytes_up, up);
+  EXPECT_EQ(r->payload_bytes_down, down);
+  EXPECT_GT(r->params, 0);
+  // int4 (half a byte a value plus block scales) at most, for every value of every push.
+  int64_t pushes = 0;
+  for (const auto& l : r->learners) pushes += l.at("pushes").get<int64_t>();
+  EXPECT_LT(r->payload_bytes_up, pushes * r->params);
+  const auto summary = SimulateSummary(Small(), Drifting(), *r);
+  EXPECT_EQ(summary.at("payload_bytes_up").get<int64_t>(), up);
+  EXPECT_EQ(summary.at("params").get<int64_t>(), r->params);
+
+  RunConfig often = Small();
+  often.fragments = 2;
+  often.H = 2;
+  auto o = Simulate(often, Drifting());
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_GT(o->payload_bytes_up, 3 * r->payload_bytes_up / 2);
+  EXPECT_LT(o->payload_bytes_up, 3 * r->payload_bytes_up);
+}
+
 TEST(Simulate, DilocoRoundsHoldEveryLearner) {
   RunConfig c = Small();
   c.mode = diloco::Mode::kDiloco;

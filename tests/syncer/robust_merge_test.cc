@@ -122,6 +122,46 @@ TEST_F(RobustMerge, HonestLearnersAfterARealChangeLiftEachOthersReference) {
   EXPECT_TRUE(Push(0, kHonest * 50).ok());
 }
 
+// The pushes that end a learner's schedule (a final sync's remainder over a step or two, at the
+// bottom of its learning-rate decay) are judged, but set no reference: two learners that finished
+// must not make a third learner's period-long push, still mid-run, look like an outlier. On a
+// real run (the syncer-kill chaos run) such a push was quarantined at 23-35x and its 41 steps
+// were lost.
+TEST(RobustMergeReferences, AFinalSyncOrAFewStepsSetNoReference) {
+  SyncerOptions o = RobustOptions();
+  o.H = 8;
+  SyncerCore core = SmallCore(o);
+  ManualClock clock;
+  for (int id = 0; id < 3; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+  auto push = [&](int id, float v, int64_t c_steps, bool final_sync) {
+    clock.AdvanceSeconds(1e-6);  // each push at its own instant
+    PushHeaderData h = SmallHeader(core, id, 0, core.version(0));
+    h.c_steps = c_steps;
+    h.c_tokens = 100 * c_steps;
+    h.final_sync = final_sync;
+    auto r = core.Push(h, Fp32Values(v), clock.Now());
+    core.Poll(clock.Now(), clock);
+    return r;
+  };
+  for (int id = 0; id < 3; ++id) {
+    auto r = push(id, kHonest, 8, false);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  const PushSample before = core.learners().at(0).samples.at(0);
+  // Learner 0's final sync and learner 1's push over 2 steps: each 1/80 of a period's progress,
+  // so their sizes are ~28x below a period-long push.
+  ASSERT_TRUE(push(0, kHonest / 80, 1, true).ok());
+  ASSERT_TRUE(push(1, kHonest / 80, 2, false).ok());
+  EXPECT_EQ(core.learners().at(0).samples.at(0).version, before.version);
+  EXPECT_DOUBLE_EQ(core.learners().at(0).samples.at(0).size, before.size);
+  // Learner 2's next period-long push is judged against their period-long pushes, and passes.
+  auto r = push(2, kHonest, 8, false);
+  EXPECT_TRUE(r.ok()) << r.status();
+  // A push over half a period or more is a reference again.
+  ASSERT_TRUE(push(0, kHonest / 2, 4, false).ok());
+  EXPECT_GT(core.learners().at(0).samples.at(0).version, before.version);
+}
+
 TEST(RobustMergeWeights, ClaimedTokensCannotOutvoteTheOthers) {
   SyncerOptions o = RobustOptions();
   o.round.quorum = 4;  // one round holds all four pushes

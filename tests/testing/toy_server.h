@@ -32,12 +32,14 @@ struct ToyServerOptions {
   std::string secret;   // per-learner credentials when set (besides the shared token "secret")
   std::string allowed;  // the allow-list of learner ids ("" = any)
   syncer::SyncerLoop::RoundCallback on_round;  // called after the server's own count
+  transport::ServerOptions::PullFault pull_fault;  // pull streams cut on purpose
 
   ToyServerOptions Shape(int p, int h, int t) && { P = p, H = h, tau = t; return std::move(*this); }
   ToyServerOptions Encoded(diloco::Encoding e) && { encoding = e; return std::move(*this); }
   ToyServerOptions Limits(transport::ServerLimits l) && { limits = l; return std::move(*this); }
   ToyServerOptions Secret(std::string s) && { secret = std::move(s); return std::move(*this); }
   ToyServerOptions Allowed(std::string a) && { allowed = std::move(a); return std::move(*this); }
+  ToyServerOptions CutPulls(transport::ServerOptions::PullFault f) && { pull_fault = f; return std::move(*this); }
   ToyServerOptions OnRound(syncer::SyncerLoop::RoundCallback f) && { on_round = std::move(f); return std::move(*this); }
 };
 
@@ -77,6 +79,7 @@ struct ToyServer {
     options.secret = o.secret;
     options.allowed_learners = o.allowed;
     options.limits = o.limits;
+    options.pull_fault = o.pull_fault;
     auto s = transport::GrpcSyncerServer::Start(options, *loop, [](bool) { return std::string("{}"); });
     ATOLL_CHECK(s.ok());
     server = std::move(*s);

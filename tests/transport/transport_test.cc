@@ -196,6 +196,40 @@ syncer::SyncerCore TlsTestCore(const diloco::FragmentPlan& plan) {
   return std::move(*core);
 }
 
+// A pull whose stream breaks part way is resumed from the bytes it holds: the learner gets the
+// same payload as an unbroken pull, having received its bytes about once; a stream that keeps
+// breaking ends in UNAVAILABLE after the client's resumes.
+TEST(GrpcTransport, ABrokenPullResumesFromTheBytesItHolds) {
+  Server clean{ToyServerOptions().Encoded(Encoding::kFp32).CutPulls({16, 0, 1})};  // the same chunks, none cut
+  auto whole = clean.Client();
+  ASSERT_TRUE(whole->Join(clean.Join(0)).ok());
+  const int64_t before = whole->bytes_received();
+  auto expected = whole->Pull(0, 0, -1, 0, -1);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const int64_t unbroken = whole->bytes_received() - before;
+  ASSERT_GT(expected->bytes.size(), 16u * 6) << "the toy fragment must span several 16-byte chunks";
+
+  Server cut{ToyServerOptions().Encoded(Encoding::kFp32).CutPulls({16, 2, 3})};
+  auto c = cut.Client();
+  ASSERT_TRUE(c->Join(cut.Join(0)).ok());
+  const int64_t start = c->bytes_received();
+  auto got = c->Pull(0, 0, -1, 0, -1);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(c->pulls_resumed(), 2);
+  EXPECT_EQ(got->version, expected->version);
+  EXPECT_EQ(got->value_checksum, expected->value_checksum);
+  EXPECT_EQ(got->bytes, expected->bytes);
+  // Three headers instead of one around the same chunks: far less than the payload twice.
+  EXPECT_LT(c->bytes_received() - start, unbroken * 3 / 2);
+
+  Server broken{ToyServerOptions().Encoded(Encoding::kFp32).CutPulls({16, 100, 1})};
+  auto b = broken.Client();
+  ASSERT_TRUE(b->Join(broken.Join(0)).ok());
+  auto failed = b->Pull(0, 0, -1, 0, -1);
+  EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable) << failed.status();
+  EXPECT_EQ(b->pulls_resumed(), transport::ClientOptions{}.pull_resumes);
+}
+
 TEST(GrpcTransport, TlsChannelWithTokenOnEveryCall) {
   const std::string certs = MakeCertificates();
   auto plan = testing::ToyPlan(2);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "atoll/core/checksum.h"
 #include "atoll/transport/grpc_client.h"
@@ -244,20 +245,34 @@ TEST(Wire, HeartbeatAndItsReplyRoundTripAndBadProgressIsRefused) {
   EXPECT_EQ(pr.incarnation, 99u);
 }
 
-// A pull's stream read back: one header, then its chunks; anything else is DataLoss.
-TEST(Wire, APullIsAssembledFromAHeaderAndItsChunksOnly) {
-  const std::string bytes = "0123456789";
+atl::v1::PullChunk PullHeaderOf(int64_t version, const std::string& bytes, int64_t resume_offset = 0) {
   atl::v1::PullChunk header;
   auto* h = header.mutable_header();
   h->set_fragment(2);
-  h->set_version(5);
+  h->set_version(version);
   h->set_encoding(kLatticeEncoding);
   h->set_compression("none");
   h->set_payload_bytes(static_cast<int64_t>(bytes.size()));
   h->set_payload_checksum(Checksum64(bytes));
-  atl::v1::PullChunk first, second;
-  *first.mutable_data() = Chunk(0, bytes.substr(0, 4));
-  *second.mutable_data() = Chunk(4, bytes.substr(4));
+  h->set_resume_offset(resume_offset);
+  return header;
+}
+
+atl::v1::PullChunk PullData(int64_t offset, const std::string& data) {
+  atl::v1::PullChunk c;
+  *c.mutable_data() = Chunk(offset, data);
+  return c;
+}
+
+std::string Text(const syncer::PullPayload& p) {
+  return std::string(reinterpret_cast<const char*>(p.bytes.data()), p.bytes.size());
+}
+
+// A pull's stream read back: one header, then its chunks; anything else is DataLoss.
+TEST(Wire, APullIsAssembledFromAHeaderAndItsChunksOnly) {
+  const std::string bytes = "0123456789";
+  const atl::v1::PullChunk header = PullHeaderOf(5, bytes);
+  const atl::v1::PullChunk first = PullData(0, bytes.substr(0, 4)), second = PullData(4, bytes.substr(4));
 
   PullAssembler ok(1 << 20);
   ASSERT_TRUE(ok.Add(header).ok());
@@ -267,7 +282,7 @@ TEST(Wire, APullIsAssembledFromAHeaderAndItsChunksOnly) {
   ASSERT_TRUE(payload.ok()) << payload.status();
   EXPECT_EQ(payload->fragment, 2);
   EXPECT_EQ(payload->version, 5);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(payload->bytes.data()), payload->bytes.size()), bytes);
+  EXPECT_EQ(Text(*payload), bytes);
 
   PullAssembler data_first(1 << 20);
   EXPECT_EQ(data_first.Add(first).code(), StatusCode::kDataLoss);
@@ -282,6 +297,78 @@ TEST(Wire, APullIsAssembledFromAHeaderAndItsChunksOnly) {
   EXPECT_EQ(std::move(truncated).Finish().status().code(), StatusCode::kDataLoss);
   PullAssembler too_large(4);  // the header announces more than the run's largest fragment
   EXPECT_EQ(too_large.Add(header).code(), StatusCode::kDataLoss);
+}
+
+// A broken pull resumed: the new stream continues the payload held, or (the syncer has moved on)
+// starts over; a continuation that does not fit what is held is DataLoss.
+TEST(Wire, AResumedPullContinuesThePayloadHeldOrStartsOver) {
+  const std::string v5 = "0123456789", v6 = "abcdefghijklmnop";
+  PullAssembler cont(1 << 20);
+  ASSERT_TRUE(cont.Add(PullHeaderOf(5, v5)).ok());
+  ASSERT_TRUE(cont.Add(PullData(0, v5.substr(0, 4))).ok());
+  EXPECT_TRUE(cont.Resumable());
+  EXPECT_EQ(cont.missing_bytes(), 6);
+  atl::v1::PullRequest req;
+  cont.Resume(req);
+  EXPECT_EQ(req.resume_offset(), 4);
+  EXPECT_EQ(req.resume_version(), 5);
+  EXPECT_EQ(req.resume_payload_checksum(), Checksum64(v5));
+  ASSERT_TRUE(cont.Add(PullHeaderOf(5, v5, 4)).ok());
+  ASSERT_TRUE(cont.Add(PullData(4, v5.substr(4))).ok());
+  auto whole = std::move(cont).Finish();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(Text(*whole), v5);
+
+  PullAssembler over(1 << 20);
+  ASSERT_TRUE(over.Add(PullHeaderOf(5, v5)).ok());
+  ASSERT_TRUE(over.Add(PullData(0, v5.substr(0, 4))).ok());
+  over.Resume(req);
+  ASSERT_TRUE(over.Add(PullHeaderOf(6, v6)).ok());  // a newer version, from its start
+  ASSERT_TRUE(over.Add(PullData(0, v6)).ok());
+  auto newer = std::move(over).Finish();
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  EXPECT_EQ(newer->version, 6);
+  EXPECT_EQ(Text(*newer), v6);
+
+  PullAssembler wrong(1 << 20);
+  ASSERT_TRUE(wrong.Add(PullHeaderOf(5, v5)).ok());
+  ASSERT_TRUE(wrong.Add(PullData(0, v5.substr(0, 4))).ok());
+  EXPECT_EQ(wrong.Add(PullHeaderOf(5, v5, 4)).code(), StatusCode::kDataLoss);  // not resumed: two headers
+  wrong.Resume(req);
+  EXPECT_EQ(wrong.Add(PullHeaderOf(5, v5, 3)).code(), StatusCode::kDataLoss);  // not where it stopped
+  PullAssembler other(1 << 20);
+  ASSERT_TRUE(other.Add(PullHeaderOf(5, v5)).ok());
+  ASSERT_TRUE(other.Add(PullData(0, v5.substr(0, 4))).ok());
+  other.Resume(req);
+  EXPECT_EQ(other.Add(PullHeaderOf(6, v6, 4)).code(), StatusCode::kDataLoss);  // another payload's tail
+  PullAssembler first(1 << 20);
+  EXPECT_EQ(first.Add(PullHeaderOf(5, v5, 4)).code(), StatusCode::kDataLoss);  // a tail with no head
+  EXPECT_FALSE(first.Resumable());
+}
+
+// The syncer's side: a resume continues only the very payload it names, inside its bounds.
+TEST(Wire, AResumeOffsetIsHonouredOnlyForTheSamePayload) {
+  syncer::PullPayload p;
+  p.version = 5;
+  const std::string v5 = "0123456789";
+  p.bytes.resize(v5.size());
+  std::memcpy(p.bytes.data(), v5.data(), v5.size());
+  const uint64_t sum = Checksum64(v5);
+  atl::v1::PullRequest r;
+  r.set_resume_offset(4);
+  r.set_resume_version(5);
+  r.set_resume_payload_checksum(sum);
+  EXPECT_EQ(*ResumeOffset(r, p, sum), 4);
+  r.set_resume_version(4);
+  EXPECT_EQ(*ResumeOffset(r, p, sum), 0);
+  r.set_resume_version(5);
+  r.set_resume_payload_checksum(sum ^ 1);
+  EXPECT_EQ(*ResumeOffset(r, p, sum), 0);
+  r.set_resume_payload_checksum(sum);
+  r.set_resume_offset(10);  // nothing left to send: from the start
+  EXPECT_EQ(*ResumeOffset(r, p, sum), 0);
+  r.set_resume_offset(-1);
+  EXPECT_EQ(ResumeOffset(r, p, sum).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Wire, StatusCodesMapBothWays) {

@@ -34,6 +34,8 @@ class AgentGroup {
   // then every agent's due merges; waits and counts are summed.
   StepResult AfterStep(int64_t step, int64_t tokens);
   void OnStep(int64_t step, int64_t tokens);
+  // Every agent's due merges (LearnerAgent::ApplyDue), summed.
+  StepResult ApplyDue(int64_t next_step);
   int ApplyReady(int64_t next_step);
   int WaitForAllFragments(int64_t next_step, double timeout_s);
   int FlushAll(int64_t step, double timeout_s);

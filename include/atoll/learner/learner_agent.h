@@ -101,6 +101,7 @@ struct AgentCounters {
   int64_t checksum_mismatches = 0;   // pulled copies that disagreed with the syncer's bits
   int64_t pushes_repeated = 0;       // pushes a restarted syncer had not committed (sent again)
   int64_t pushes_deferred = 0;       // scheduled sends skipped: the fragment's last push was not applied yet
+  int64_t rebases = 0;               // newer public copies the parameters moved onto, their progress kept
   int64_t state_loaded = 0;          // fragments whose public copy came from the state folder at Start
   int64_t state_errors = 0;          // state files that could not be written (the run goes on)
   double first_contribution_s = -1;  // seconds from Start() to the first accepted push
@@ -117,6 +118,14 @@ struct StepResult {
   int applied = 0;            // fragments written into the parameters
   double barrier_wait_s = 0;  // time blocked at the synchronous barrier (0 between barriers)
 };
+
+// The after-step rule, once for an agent and for a group of them (AgentGroup): the sends of inner
+// step `step` (OnStep), then the merges due before step + 1 (ApplyDue).
+template <typename Agent>
+StepResult AfterStepRule(Agent& agent, int64_t step, int64_t tokens) {
+  agent.OnStep(step, tokens);
+  return agent.ApplyDue(step + 1);
+}
 
 class LearnerAgent {
  public:
@@ -160,9 +169,10 @@ class LearnerAgent {
 
   // What ApplyReady (or WaitForAllFragments, or Start) last wrote, fragment by fragment in
   // order. Shared slices hold the final values, as always. A staged slice holds what the caller
-  // must do to its live values: `additive` (the merge of this learner's own push, the progress
-  // since the send kept) — add Δ = (1−α)(Θ_p − θ_sent); otherwise θ ← α·θ + (1−α)·Θ_p (a copy
-  // when α = 0). Training thread.
+  // must do to its live values: `additive` — add the buffer's values: Δ = (1−α)(Θ_p − θ_sent) for
+  // the merge of this learner's own push (the progress since the send kept), Φ_new − Φ_old for a
+  // rebase onto a newer public copy; otherwise θ ← α·θ + (1−α)·Θ_p (a copy when α = 0). Training
+  // thread.
   struct Receipt {
     int fragment;
     bool additive;
@@ -203,12 +213,17 @@ class LearnerAgent {
     std::vector<float> local;
     bool final_sync = false;  // queued by FlushAll: the learner's last work on this fragment
   };
+  // A pulled copy of a fragment for the training thread. Three kinds: the merge of this learner's
+  // push (own_push: progress since the send kept), a catch-up (the values replace the
+  // parameters), or a rebase (`from` set: the public copy moved from `from` to `values` while the
+  // parameters still descend from `from`; they move by values − from and keep their progress).
   struct Ready {
     int fragment;
     int64_t version;
     int64_t due_step;
-    bool own_push;               // the merge of this learner's push (false: catch-up)
+    bool own_push;               // the merge of this learner's push
     std::vector<float> values;
+    std::vector<float> from;     // a rebase: the copy the parameters descend from
   };
   struct Awaited {
     int64_t due_step;
@@ -225,8 +240,15 @@ class LearnerAgent {
   // Writes a received fragment into the parameters (training thread).
   void ApplyOne(const Ready& r);
   // Writes merged values into fragment f's slices: shared slices take their final values (kept
-  // progress θ − θ_sent when `at_send` is given, mixed by α); staged slices the Receipt.
-  void WriteReceipt(const diloco::Fragment& f, std::span<const float> merged, const std::vector<float>* at_send);
+  // progress θ − θ_sent when `at_send` is given, mixed by `alpha`); staged slices the Receipt.
+  void WriteReceipt(const diloco::Fragment& f, std::span<const float> merged, const std::vector<float>* at_send,
+                    double alpha);
+  // A newer public copy of p (`values`, version `version`) replaced `from`, the copy the learner's
+  // parameters descend from, while it keeps its progress (a rejoin's refresh, a version passed on
+  // the way to an awaited merge): queued snapshots of p move by values − from now, the parameters
+  // when the training thread applies the rebase (mu_ held). `in_flight`: a snapshot being pushed.
+  void PostRebaseLocked(int p, int64_t version, const std::vector<float>& values, std::vector<float> from,
+                        PushJob* in_flight);
   bool Staged(int tensor) const { return !staged_.empty() && staged_[static_cast<size_t>(tensor)]; }
   // The fragment's snapshot of shared slices (staged positions left 0), parked until Send (mu_ held).
   void ParkPushLocked(int p, int64_t step);
@@ -237,8 +259,10 @@ class LearnerAgent {
 
   // Snapshots fragment p (training thread, mu_ held) and queues it for the exchange thread.
   void QueuePushLocked(int p, int64_t step, bool final_sync = false);
-  // Whether p's last push is being sent, awaited, or received but not applied (mu_ held). A push
-  // still queued is not outstanding: a newer snapshot replaces it.
+  // Whether p's last push is being sent, awaited, or received but not applied, or a pulled copy
+  // of p waits for the training thread (a snapshot taken before it is applied would be measured
+  // against the wrong copy) (mu_ held). A push still queued is not outstanding: a newer snapshot
+  // replaces it.
   bool PushOutstandingLocked(int p) const;
   void ExchangeLoop();
   // The exchange thread's stages. What one pass of the loop does: a queued push, or else a poll
@@ -272,9 +296,11 @@ class LearnerAgent {
   Status CatchUp(const std::vector<int64_t>& versions, bool rejoin_in_process);
   Status PushOne(PushJob& job);
   // Pulls fragment p; on a newer version updates Φ_p. kCatchUp queues it for the training thread
-  // at once; kAwaited queues it once it holds the learner's push (`awaited`); kRefresh only
-  // refreshes Φ_p (a re-push follows; local progress is kept).
-  Status PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited = {0, 0, 0});
+  // at once; kAwaited queues it once it holds the learner's push (`awaited`); kRefresh keeps the
+  // local progress: the parameters are rebased onto the new Φ_p (PostRebaseLocked), so the next
+  // push's outer gradient is this learner's progress only, never the others' merges undone.
+  // A version before the awaited one is a rebase too.
+  Status PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited = {0, 0, 0}, PushJob* in_flight = nullptr);
   void Backoff(double& delay_s);
   // After a syncer restart (new incarnation; `versions` are its committed versions): stops
   // waiting for merges of pushes it never committed, so their work goes out again (mu_ held).

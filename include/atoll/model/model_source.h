@@ -72,10 +72,13 @@ Status LoadSourceWeights(const ModelSource& source, const std::vector<diloco::Te
 // The same into a trainer's parameters (its step, AdamW moments and data position unchanged).
 Status LoadSourceWeights(const ModelSource& source, Trainer& trainer);
 
+// Validation batches `atoll eval` uses when neither the flag nor the source run names a number.
+inline constexpr int kDefaultEvalBatches = 16;
+
 struct EvalOptions {
   std::string checkpoint;  // checkpoint, train run or atoll run folder
   std::string data_dir;    // "" = the data folder the model was trained on
-  int batches = 0;         // validation batches; 0 = the source run's eval batches, else 16
+  int batches = 0;         // validation batches; 0 = the source run's eval batches, else kDefaultEvalBatches
   int batch_size = 0;      // sequences per batch; 0 = the source's training batch
   int threads = 1;
 };

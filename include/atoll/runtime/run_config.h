@@ -60,9 +60,10 @@ struct RunConfig {
   // does not list them itself.
   std::vector<std::string> embeddings = model::kDefaultEmbeddingPatterns;
   // [diloco]
-  int fragments = 24;              // P
-  int H = 24;
-  int tau = 2;
+  // P, H and τ: the staggered schedule's own defaults (diloco::Schedule).
+  int fragments = diloco::Schedule{}.P;  // P
+  int H = diloco::Schedule{}.H;
+  int tau = diloco::Schedule{}.tau;
   int quorum = 1;                  // K
   bool grace = true;
   double gamma = 0.5;
@@ -105,7 +106,8 @@ struct RunConfig {
   int max_pushes_per_learner = 4;      // pushes of one learner in flight at once
   int max_polls_per_learner = 4;       // pulls (long polls) of one learner in flight at once
   double max_heartbeats_per_s = 20;    // heartbeats one learner may send per second
-  double push_timeout_s = 120;         // a push stream still open after this is cancelled
+  double push_timeout_s = 120;         // a push stream still open after this (plus its payload at min_link_mbps) is cancelled
+  double min_link_mbps = 10;           // the slowest learner link: pushes and pulls get their payload's time at this rate
   double commit_reserve_mb = 64;       // free space a commit must leave beyond its files, else rounds are held
   std::string allowed_learners;        // per-learner credentials: ids whose tokens are accepted ("" = any; "0-3,7")
   // [chaos]

@@ -56,10 +56,14 @@ struct SimulateResult {
   int64_t tokens_trained = 0;
   double tokens_merged = 0;
   std::vector<int64_t> fragment_versions;       // each fragment's version at the end
+  int64_t params = 0;  // values in the model (every fragment's)
+  // What the learners' pushes and pulls carried, encoded and compressed as on the wire of
+  // `atoll run` (its payload_bytes_up/down: the same payloads, without gRPC framing).
+  int64_t payload_bytes_up = 0, payload_bytes_down = 0;
   std::vector<int64_t> contributors_histogram;  // [k] = rounds that held k learners
   std::vector<double> merged_norm_quarters;     // mean merged outer-gradient norm per quarter of the rounds
   nlohmann::json global_eval_curve = nlohmann::json::array();  // {rounds, tokens_merged, t, eval_loss}
-  nlohmann::json learners = nlohmann::json::array();           // per learner: steps, pushes, final loss
+  nlohmann::json learners = nlohmann::json::array();           // per learner: steps, pushes, payload bytes, final loss
   // Every closed round in order, the fields of metrics-syncer.jsonl's round lines (round_json.h)
   // with `t` in simulated seconds and `eval_loss` where the global model was evaluated after it.
   std::vector<nlohmann::json> round_log;

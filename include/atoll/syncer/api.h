@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -144,14 +145,18 @@ struct PullPayload {
   uint64_t incarnation = 0;         // of the syncer that answered
 };
 
+// One pull reply shared by the syncer's cache and every learner it is being sent to.
+using SharedPull = std::shared_ptr<const PullPayload>;
+
 // Learner side of a pull: brings `copy` (Φ, held at `have_version` on `lattice`) to the payload's
 // version — a lattice delta from `have_version`, or the full copy, which also sets `lattice` —
 // and checks the value checksum, so both sides hold the same bits. DataLoss (copy and lattice
 // unchanged) for a delta against another version or another lattice, a payload larger than its
 // kind can be, a malformed payload, or values that differ from the syncer's (the caller then
-// fetches in full). Not for not_modified payloads.
+// fetches in full). Not for not_modified payloads. `previous`, when given, receives the copy as it
+// was before (no extra copy is made: the old buffer is moved there).
 Status ApplyPulled(const PullPayload& payload, int64_t have_version, size_t numel, std::vector<float>& copy,
-                   exchange::Lattice& lattice);
+                   exchange::Lattice& lattice, std::vector<float>* previous = nullptr);
 
 // The operations a learner needs from a syncer; implemented by SyncerLoop (in process), the gRPC
 // client, and the WAN shaper that decorates either.

@@ -81,8 +81,10 @@ class PublicCopy {
   // Φ at version u, oldest() ≤ u ≤ version(), into `out` (exact). OutOfRange otherwise.
   Status ValuesAt(int64_t u, std::vector<float>& out) const;
   // What a learner holding version `have` gets: a delta from it (oldest() ≤ have < version()), or
-  // the full copy (have = -1, or older than the history). Not for have = version().
-  StatusOr<PullPayload> Serve(int64_t have);
+  // the full copy (have = -1, or older than the history), stamped with the fragment and the
+  // syncer's incarnation. Not for have = version(). Replies of the current version are shared
+  // with the cache: M learners' pulls of the same one hold it once.
+  StatusOr<SharedPull> Serve(int64_t have, int fragment, uint64_t incarnation);
 
   int64_t saturated() const { return saturated_; }  // values held at the lattice's edge, in total
   // Bytes of the buffers this copy holds (values, lattice, history, cache).
@@ -106,7 +108,7 @@ class PublicCopy {
   int64_t version_ = 0;
   uint64_t base_checksum_ = 0;     // of Φ at oldest() when the history is not empty
   std::deque<Past> history_;       // oldest first; history_.back().version == version_
-  std::map<int64_t, PullPayload> cache_;  // have → payload, for version_
+  std::map<int64_t, SharedPull> cache_;  // have → payload, for version_
   size_t cache_held_ = 0;
   int64_t saturated_ = 0;
 };

@@ -323,6 +323,13 @@ struct PreparedPush {
 PreparedPush PreparePush(const diloco::CodecOptions& uplink, std::span<const std::byte> payload, size_t numel,
                          ThreadPool* pool = nullptr);
 
+// A push header's shape: a fragment in [0, num_fragments), the run's uplink encoding, block and
+// compression, and as many values as that fragment has (`numel_of(fragment)`). InvalidArgument
+// naming what differs. The one statement of the rule: SyncerCore refuses a push that fails it, and
+// SyncerLoop::Push prepares the payload only of a push that passes it.
+Status CheckPushShape(const PushHeaderData& h, const diloco::CodecOptions& uplink, int num_fragments,
+                      const std::function<size_t(int)>& numel_of);
+
 class SyncerCore {
  public:
   // `initial` holds Θ⁰ per fragment (plan layout; another shard's fragments may be empty).
@@ -361,6 +368,8 @@ class SyncerCore {
   // version in the history and wants one the fragment has not reached yet (`want_version`) gets
   // not_modified: intermediate versions are not worth a download.
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
+  // The same reply, shared with the public copy's cache (the gRPC server sends it as it is).
+  StatusOr<SharedPull> PullShared(int learner_id, int fragment, int64_t have_version, int64_t want_version = -1);
 
   // The one admission check of a push: a joined learner that is not disconnected and has been
   // in contact (NotFound, PermissionDenied: not counted against it), then its header — a fragment

@@ -51,6 +51,9 @@ class SyncerLoop final : public SyncerApi {
   StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload) override;
   StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
                              double wait_seconds, int64_t want_version) override;
+  // Pull's reply as the syncer holds it, shared with its cache (no copy per learner).
+  StatusOr<SharedPull> PullShared(int learner_id, int fragment, int64_t have_version,
+                                  double wait_seconds, int64_t want_version);
   Status Leave(int learner_id) override;
 
   // Runs f(core, now) on the loop thread and returns its result (for status, snapshots, bytes).
@@ -101,7 +104,7 @@ class SyncerLoop final : public SyncerApi {
       cv.notify_all();
     }
   };
-  using PullReply = Reply<StatusOr<PullPayload>>;
+  using PullReply = Reply<StatusOr<SharedPull>>;
   struct Waiter {
     int learner_id;
     int fragment;

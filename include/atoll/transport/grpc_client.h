@@ -28,6 +28,9 @@ struct ClientOptions {
   // Pushes and pulls get push_timeout_s plus the time their payload takes at this rate: a push
   // its own size, a pull the largest fragment a full copy can be (fp32, from the join's sizes).
   double min_link_mbps = 10.0;
+  // A pull whose stream breaks after part of its payload arrived is resumed from the bytes held
+  // (the syncer continues the same payload, or starts over where it has moved on) this many times.
+  int pull_resumes = 3;
 };
 
 // push_timeout_s + the seconds `bytes` take at `mbps` (mbps ≤ 0: no allowance).
@@ -51,6 +54,8 @@ class GrpcSyncerClient final : public syncer::SyncerApi {
 
   int64_t bytes_sent() const { return bytes_sent_.load(); }
   int64_t bytes_received() const { return bytes_received_.load(); }
+  // Pull streams resumed after a break (ClientOptions::pull_resumes).
+  int64_t pulls_resumed() const { return pulls_resumed_.load(); }
 
   // Test hooks: send a push whose stream is cut after `chunks` data chunks, or whose chunk
   // `corrupt_chunk` carries a wrong checksum.
@@ -67,7 +72,7 @@ class GrpcSyncerClient final : public syncer::SyncerApi {
   struct Impl;
   explicit GrpcSyncerClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
-  std::atomic<int64_t> bytes_sent_{0}, bytes_received_{0};
+  std::atomic<int64_t> bytes_sent_{0}, bytes_received_{0}, pulls_resumed_{0};
 };
 
 }  // namespace atl::transport

@@ -16,6 +16,7 @@
 
 #include "atoll/syncer/syncer_loop.h"
 #include "atoll/transport/credentials.h"
+#include "atoll/transport/grpc_client.h"
 
 namespace atl::transport {
 
@@ -42,7 +43,10 @@ struct ServerLimits {
   int max_pushes_per_learner = 4;
   int max_polls_per_learner = 4;            // pulls, long polls included
   double max_heartbeats_per_s = 20;         // per learner (a learner sends 2)
-  int push_timeout_ms = 120'000;            // a push stream still open after this is cancelled
+  // A push stream still open after push_timeout_ms plus the time its announced payload takes at
+  // min_link_mbps (≤ 0: no allowance) is cancelled.
+  int push_timeout_ms = 120'000;
+  double min_link_mbps = 10.0;
 };
 
 struct ServerOptions {
@@ -57,6 +61,14 @@ struct ServerOptions {
   std::string allowed_learners;
   TlsOptions tls;
   ServerLimits limits;
+  // Test hooks: pull replies in chunks of this many bytes, and the first `cut_pulls` replies that
+  // carry payload bytes end with UNAVAILABLE after `cut_after_chunks` data chunks (a broken stream).
+  struct PullFault {
+    size_t chunk_bytes = kMaxChunkBytes;
+    int cut_pulls = 0;
+    int cut_after_chunks = 1;
+  };
+  PullFault pull_fault;
 };
 
 class GrpcSyncerServer {

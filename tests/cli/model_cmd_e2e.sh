@@ -2,7 +2,7 @@
 # End to end through the `atoll` binary on a tiny byte-level corpus: data prepare, train with
 # checkpoints and report.html, resume from a mid-run checkpoint (with and without the model flags),
 # sample, eval.
-# Usage: cli_e2e.sh ATOLL SCRATCH_DIR
+# Usage: model_cmd_e2e.sh ATOLL SCRATCH_DIR
 set -eu
 A="$1"
 D="$2/e2e"
