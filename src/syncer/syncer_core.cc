@@ -193,9 +193,12 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   l.last_seen = now;
   l.state = LearnerState::kJoining;
   l.joins += 1;
-  // What it may be credited with counts from its first join; a rejoin keeps its allowances (a
-  // learner back from an outage trained all along).
-  if (first) l.allowances.assign(fragments_.size(), StepAllowance{now, 0.0});
+  // What it may be credited with counts from its first join, with one period (H steps) in hand:
+  // its first push of a fragment is its first H steps, however fast it ran them while the others'
+  // rate was still measured over their start-up. A rejoin keeps its allowances (a learner back
+  // from an outage trained all along).
+  const auto H = static_cast<double>(options_.H);
+  if (first) l.allowances.assign(fragments_.size(), StepAllowance{now, H, 0.0, H, 0.0});
   l.push_session = NewPushSession(id);
   l.push_seq = 0;
   // A (re)joining learner starts from the current global model; its old pending contributions

@@ -139,14 +139,14 @@ TEST(PushCredit, ALearnersOwnPaceBoundsWhatItClaimsAtTheOthersRate) {
   f.heartbeats_ = true;
   for (int id = 0; id < 4; ++id) f.Add(id, 1.0, 100);
   f.RunUntil(30, {{3, true}});
-  // Its heartbeats say one step a second (as the others'), its pushes claim four: it is credited
-  // at most 1.25x its pace since it joined, not the 4x of the others' rate a learner without
-  // heartbeats may be.
+  // Its heartbeats say one step a second (as the others'), its pushes claim eight: it is credited
+  // at most pace_slack (2) x its pace since it joined, not the 4x of the others' rate a learner
+  // without heartbeats may be.
   for (int i = 0; i < 30; ++i) {
     f.RunUntil(f.Seconds() + 2, {{3, true}});
-    ASSERT_TRUE(f.Push(3, 8, 800).ok());
+    ASSERT_TRUE(f.Push(3, 16, 1600).ok());
   }
-  EXPECT_LE(f.Credited(3), (1.25 * f.Seconds() + 2) * 100 / kP);
+  EXPECT_LE(f.Credited(3), (SyncerOptions{}.pace_slack * f.Seconds() + 2) * 100 / kP);
   EXPECT_LT(f.Credited(3), 0.5 * f.Claimed(3));
   for (int id = 0; id < 3; ++id) EXPECT_DOUBLE_EQ(f.Credited(id), f.Claimed(id)) << "learner " << id;
 }

@@ -155,8 +155,9 @@ struct SyncerOptions {
   double max_step_rate_factor = 4.0;
   // ... and by the learner's own pace, where its heartbeats have measured one (step and tokens
   // counters over the syncer's clock, windows of at least 2 s): at most pace_slack × its steps per
-  // second and × its tokens per step. 0 turns it off.
-  double pace_slack = 1.25;
+  // second and × its tokens per step. 0 turns it off. Honest pace varies: a learner sharing its
+  // machine speeds up when others finish (1.25 cut honest credit in loaded chaos runs).
+  double pace_slack = 2.0;
   // A push's influence u ∈ [0, 1] (docs/security.md, docs/decisions/020): how much of its share it
   // may move Θ_p by, and of its weight it may vote with (u²), and how much it counts in a full
   // round (TokenShare). u is 1 for a push whose size is within influence_size_factor of its
