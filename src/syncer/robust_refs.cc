@@ -140,8 +140,8 @@ void SyncerCore::BoundTokensPerStep(double reference, double own, Contribution& 
 StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, const StepAllowance& a,
                                       Contribution& c, TimePoint now, std::string& note) const {
   // The steps the time since the previous push allows at max_step_rate_factor × the others' rate
-  // and pace_slack × its own, plus what earlier pushes left (at most H steps: a push delayed on the
-  // way, then one on time). Without a rate: max_steps_factor × H per push.
+  // and pace_slack × its own, plus what earlier pushes left unused (H in hand from the first join).
+  // Without a rate: max_steps_factor × H per push.
   double allowed = options_.max_steps_factor > 0 ? std::max(1.0, options_.max_steps_factor * options_.H)
                                                  : std::numeric_limits<double>::infinity();
   double rate = std::numeric_limits<double>::infinity();
@@ -163,7 +163,11 @@ StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, c
   const auto H = static_cast<double>(options_.H);
   const auto steps = static_cast<double>(c.c_steps);
   StepAllowance left{now, 0.0, a.rate, 0.0};
-  if (timed) left.carried = std::min(allowed - steps, H);
+  // What it did not use stays its own: the bound is on the steps credited since its first join
+  // (at the rates as they stood), not per push — an honest learner that speeds up (others finish
+  // and free their cores) spends what its slower pushes left, an attacker gains nothing by waiting.
+  // A push no rate could judge yet leaves what was in hand for the next.
+  left.carried = timed ? allowed - steps : a.carried;
   if (!(fleet.step_rate > 0)) {
     c.share_steps = std::min(steps, H);
     return left;

@@ -472,13 +472,22 @@ TEST(LearnerAgent, AfterASyncerRestartTheKeptProgressIsRebasedOntoTheNewCopiesNo
   EXPECT_GE(c.pushes_repeated, 1);
   EXPECT_GE(c.rebases, 1);
   // Outer lr 1, no momentum, one contributor per round: Θ = where learner 1 left it plus learner
-  // 0's progress (up to the int4 uplink's rounding) — not learner 0's parameters as they were.
-  std::vector<float> expected = moved;
-  for (size_t i = 0; i < expected.size(); ++i) expected[i] += progress[i];
+  // 0's progress, scaled by its share of the round (learner 1, gone a moment ago, is still a
+  // member: decisions/020) — up to the int4 uplink's rounding. Not learner 0's old parameters.
   const std::vector<float> after = AllTheta(b, P);
+  double dot = 0, norm2 = 0;
+  for (size_t i = 0; i < after.size(); ++i) {
+    dot += (static_cast<double>(after[i]) - moved[i]) * progress[i];
+    norm2 += static_cast<double>(progress[i]) * progress[i];
+  }
+  const double share = dot / norm2;
+  std::vector<float> expected = moved;
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] += static_cast<float>(share * progress[i]);
+  EXPECT_GT(share, 0.3);
+  EXPECT_LT(share, 1.05);
   EXPECT_LT(Distance(after, expected), 0.05 * Distance(moved, start))
       << "start→moved " << Distance(moved, start) << ", expected→after " << Distance(after, expected)
-      << ", ‖progress‖ " << Distance(expected, moved);
+      << ", ‖progress‖ " << std::sqrt(norm2) << ", share " << share;
   // Learner 0's parameters moved with the copies: they are the global model now.
   EXPECT_LT(Distance(AllParams(plan, toy0), after), 0.05 * Distance(moved, start));
   const double merged = b.Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0).tokens_merged; });

@@ -155,9 +155,8 @@ struct SyncerOptions {
   double max_step_rate_factor = 4.0;
   // ... and by the learner's own pace, where its heartbeats have measured one (step and tokens
   // counters over the syncer's clock, windows of at least 2 s): at most pace_slack × its steps per
-  // second and × its tokens per step. 0 turns it off. Honest pace varies: a learner sharing its
-  // machine speeds up when others finish (1.25 cut honest credit in loaded chaos runs).
-  double pace_slack = 2.0;
+  // second and × its tokens per step. 0 turns it off.
+  double pace_slack = 1.25;
   // A push's influence u ∈ [0, 1] (docs/security.md, docs/decisions/020): how much of its share it
   // may move Θ_p by, and of its weight it may vote with (u²), and how much it counts in a full
   // round (TokenShare). u is 1 for a push whose size is within influence_size_factor of its
@@ -215,7 +214,8 @@ struct PushSample {
 };
 
 // What a learner may still be credited for one fragment (docs/security.md): its time since `since`
-// at the bounded step rate, plus `carried` steps left over from its earlier pushes (at most H); and
+// at the bounded step rate, plus `carried` steps its earlier pushes left unused (H from its first
+// join on); and
 // the steps per second it was credited with there (EMA; 0: none yet), the others' reference.
 struct StepAllowance {
   TimePoint since{};
