@@ -213,8 +213,9 @@ int64_t atoll_learner_staged_count(const atoll_learner* learner, int fragment); 
 /* What a receipt leaves in a fragment's staged slices (shared buffers hold the final values). */
 typedef enum atoll_receipt_kind {
   ATOLL_RECEIPT_MIX = 0,  /* the merged Θ_p: live ← alpha·live + (1 − alpha)·Θ_p (a copy at alpha 0) */
-  ATOLL_RECEIPT_ADD = 1   /* the merge of this learner's push with its progress kept: live ← live + Δ,
-                           * Δ = (1 − alpha)(Θ_p − θ_sent) */
+  ATOLL_RECEIPT_ADD = 1   /* live ← live + Δ: the merge of this learner's push with its progress kept,
+                           * Δ = (1 − alpha)(Θ_p − θ_sent), or a rebase onto a newer public copy
+                           * after a rejoin, Δ = Φ_new − Φ_old (the progress kept, no mixing) */
 } atoll_receipt_kind;
 
 typedef struct atoll_receipt {

@@ -318,65 +318,6 @@ class SwitchableApi : public syncer::SyncerApi {
   std::atomic<syncer::SyncerApi*> to_;
 };
 
-TEST(LearnerAgent, APushTheKilledSyncerNeverCommittedIsPushedAgainEvenIfOthersMovedTheVersionOn) {
-  const int H = 2, P = 2;
-  auto plan = testing::ToyPlan(P);
-  const std::string dir = testing::ScratchDir("agent_restart");
-  syncer::DurableState durable(dir);
-  SimClock clock;
-  ClockThread participant(clock);
-  // Syncer A waits for two learners per round, and only learner 0 ever pushes to it: its rounds
-  // stay open, so A dies holding learner 0's pushes uncommitted (what a kill mid-round does).
-  auto options = Options(H);
-  options.round.quorum = 2;
-  options.incarnation = 1;
-  std::vector<std::vector<float>> init;
-  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
-  auto a_core = syncer::SyncerCore::Create(options, plan, init);
-  ASSERT_TRUE(a_core.ok());
-  ASSERT_TRUE(durable.SaveAll(*a_core).ok());
-  auto a = std::make_unique<syncer::SyncerLoop>(std::move(*a_core), clock, nullptr);
-  SwitchableApi current(a.get());
-  learner::ShapedSyncerApi link(current, {}, clock);
-  ToyLearner toy0(3);
-  learner::LearnerAgent agent0(AgentOpts(0, H, P), plan, toy0.Views(), link, clock);
-  ASSERT_TRUE(agent0.Start().ok());
-  testing::TrainToy(toy0, agent0, 6, 200, clock, 0);
-  ASSERT_GE(agent0.counters().pushes, P);  // every fragment pushed, none merged
-  // A is killed; B starts from A's committed state (version 0 everywhere). Before learner 0 is
-  // back, learner 1 moves every fragment to version 1 — the version A had promised learner 0.
-  link.SetPartitioned(true);
-  options.round.quorum = 1;
-  options.incarnation = 2;
-  auto b_core = syncer::SyncerCore::Create(options, plan, init);
-  ASSERT_TRUE(b_core.ok());
-  ASSERT_TRUE(durable.Restore(*b_core, clock.Now()).ok());
-  syncer::SyncerLoop b(std::move(*b_core), clock, nullptr);
-  current.Switch(&b);
-  a.reset();
-  {
-    ToyLearner toy1(4);
-    learner::LearnerAgent agent1(AgentOpts(1, H, P), plan, toy1.Views(), b, clock);
-    ASSERT_TRUE(agent1.Start().ok());
-    testing::TrainToy(toy1, agent1, 2, 200, clock, 0);
-    agent1.FlushAll(2, 10.0);
-    agent1.Stop();
-  }
-  const auto versions = b.Call([](syncer::SyncerCore& c, TimePoint) { return c.versions(); });
-  for (int64_t v : versions) ASSERT_GE(v, 1);
-  // Learner 0 reaches B: its pushes were never merged, whatever B's versions say.
-  link.SetPartitioned(false);
-  testing::TrainToy(toy0, agent0, 14, 200, clock, 6);
-  agent0.FlushAll(20, 10.0);
-  clock.SleepFor(FromSeconds(10));
-  const auto c = agent0.counters();
-  EXPECT_GE(c.pushes_repeated, 1);
-  const double merged = b.Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0).tokens_merged; });
-  EXPECT_DOUBLE_EQ(merged, 20.0 * 100);  // every token learner 0 trained is merged, once
-  agent0.Stop();
-  std::filesystem::remove_all(dir);
-}
-
 // Θ of every fragment, concatenated in fragment order.
 std::vector<float> AllTheta(syncer::SyncerLoop& loop, int P) {
   return loop.Call([P](syncer::SyncerCore& c, TimePoint) {
@@ -384,6 +325,91 @@ std::vector<float> AllTheta(syncer::SyncerLoop& loop, int P) {
     for (int p = 0; p < P; ++p) all.insert(all.end(), c.theta(p).begin(), c.theta(p).end());
     return all;
   });
+}
+
+// A syncer killed mid-round, on simulated time. Syncer A waits for two learners per round and
+// only learner 0 ever pushes to it: its rounds stay open, so A dies holding learner 0's pushes
+// uncommitted (what a kill mid-round does). B starts from A's committed state (version 0
+// everywhere), and learner 1 moves every fragment on before learner 0 reaches B.
+class KilledSyncer : public ::testing::Test {
+ protected:
+  static constexpr int H = 2, P = 2;
+  KilledSyncer() : plan_(testing::ToyPlan(P)), dir_(testing::ScratchDir("agent_restart")), durable_(dir_) {}
+  ~KilledSyncer() override { std::filesystem::remove_all(dir_); }
+
+  void SetUp() override {
+    options_ = Options(H);
+    options_.round.quorum = 2;
+    options_.incarnation = 1;
+    for (const auto& f : plan_.fragments) init_.emplace_back(static_cast<size_t>(f.numel), 0.5f);
+    auto a_core = syncer::SyncerCore::Create(options_, plan_, init_);
+    ASSERT_TRUE(a_core.ok());
+    ASSERT_TRUE(durable_.SaveAll(*a_core).ok());
+    a_ = std::make_unique<syncer::SyncerLoop>(std::move(*a_core), clock_, nullptr);
+    start_ = AllTheta(*a_, P);
+    current_ = std::make_unique<SwitchableApi>(a_.get());
+    link_ = std::make_unique<learner::ShapedSyncerApi>(*current_, learner::ShaperOptions{}, clock_);
+    agent0_ = std::make_unique<learner::LearnerAgent>(AgentOpts(0, H, P), plan_, toy0_.Views(), *link_, clock_);
+    ASSERT_TRUE(agent0_->Start().ok());
+  }
+  void TearDown() override {
+    if (agent0_) agent0_->Stop();
+  }
+  // A is killed; B restores its committed state; learner 1 trains `steps` at `eta` on B and leaves.
+  void KillAAndLetLearner1MoveOn(int steps, float eta) {
+    link_->SetPartitioned(true);
+    options_.round.quorum = 1;
+    options_.incarnation = 2;
+    auto b_core = syncer::SyncerCore::Create(options_, plan_, init_);
+    ASSERT_TRUE(b_core.ok());
+    ASSERT_TRUE(durable_.Restore(*b_core, clock_.Now()).ok());
+    b_ = std::make_unique<syncer::SyncerLoop>(std::move(*b_core), clock_, nullptr);
+    current_->Switch(b_.get());
+    a_.reset();
+    ToyLearner toy1(4);
+    learner::LearnerAgent agent1(AgentOpts(1, H, P), plan_, toy1.Views(), *b_, clock_);
+    ASSERT_TRUE(agent1.Start().ok());
+    testing::TrainToy(toy1, agent1, steps, 200, clock_, 0, eta);
+    agent1.FlushAll(steps, 10.0);
+    agent1.Stop();
+  }
+  // Learner 0 reaches B and trains on to step 20 at `eta`; every open round's grace runs out.
+  void Learner0ReachesB(int first, float eta) {
+    link_->SetPartitioned(false);
+    testing::TrainToy(toy0_, *agent0_, 20 - first, 200, clock_, first, eta);
+    agent0_->FlushAll(20, 10.0);
+    clock_.SleepFor(FromSeconds(10));
+  }
+  double MergedOfLearner0() {
+    return b_->Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0).tokens_merged; });
+  }
+
+  diloco::FragmentPlan plan_;
+  std::string dir_;
+  syncer::DurableState durable_;
+  SimClock clock_;
+  ClockThread participant_{clock_};
+  syncer::SyncerOptions options_;
+  std::vector<std::vector<float>> init_;
+  std::vector<float> start_;
+  std::unique_ptr<syncer::SyncerLoop> a_, b_;
+  std::unique_ptr<SwitchableApi> current_;
+  std::unique_ptr<learner::ShapedSyncerApi> link_;
+  ToyLearner toy0_{3};
+  std::unique_ptr<learner::LearnerAgent> agent0_;
+};
+
+TEST_F(KilledSyncer, APushItNeverCommittedIsPushedAgainEvenIfOthersMovedTheVersionOn) {
+  testing::TrainToy(toy0_, *agent0_, 6, 200, clock_, 0);
+  ASSERT_GE(agent0_->counters().pushes, P);  // every fragment pushed, none merged
+  // Learner 1 moves every fragment to version 1 — the version A had promised learner 0.
+  KillAAndLetLearner1MoveOn(2, 0.05f);
+  const auto versions = b_->Call([](syncer::SyncerCore& c, TimePoint) { return c.versions(); });
+  for (int64_t v : versions) ASSERT_GE(v, 1);
+  // Learner 0 reaches B: its pushes were never merged, whatever B's versions say.
+  Learner0ReachesB(6, 0.05f);
+  EXPECT_GE(agent0_->counters().pushes_repeated, 1);
+  EXPECT_DOUBLE_EQ(MergedOfLearner0(), 20.0 * 100);  // every token learner 0 trained is merged, once
 }
 
 std::vector<float> AllParams(const diloco::FragmentPlan& plan, ToyLearner& toy) {
@@ -408,73 +434,23 @@ double Distance(const std::vector<float>& a, const std::vector<float>& b) {
 // refreshed copy without the rebase they carried Φ_new − Φ_old as well, which undid every merge
 // made while it was away (on a real run large enough to be quarantined as an outlier: the
 // never-killed learner of the syncer-kill chaos run lost that push's tokens).
-TEST(LearnerAgent, AfterASyncerRestartTheKeptProgressIsRebasedOntoTheNewCopiesNotPushedAgainstThem) {
-  const int H = 2, P = 2;
-  auto plan = testing::ToyPlan(P);
-  const std::string dir = testing::ScratchDir("agent_rebase");
-  syncer::DurableState durable(dir);
-  SimClock clock;
-  ClockThread participant(clock);
-  // Syncer A waits for two learners per round and only learner 0 pushes to it: it dies holding
-  // learner 0's progress uncommitted.
-  auto options = Options(H);
-  options.round.quorum = 2;
-  options.incarnation = 1;
-  std::vector<std::vector<float>> init;
-  for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.5f);
-  auto a_core = syncer::SyncerCore::Create(options, plan, init);
-  ASSERT_TRUE(a_core.ok());
-  ASSERT_TRUE(durable.SaveAll(*a_core).ok());
-  auto a = std::make_unique<syncer::SyncerLoop>(std::move(*a_core), clock, nullptr);
-  const std::vector<float> start = AllTheta(*a, P);
-  SwitchableApi current(a.get());
-  learner::ShapedSyncerApi link(current, {}, clock);
-  ToyLearner toy0(3);
-  learner::LearnerAgent agent0(AgentOpts(0, H, P), plan, toy0.Views(), link, clock);
-  ASSERT_TRUE(agent0.Start().ok());
-  auto train = [&](ToyLearner& toy, learner::LearnerAgent& agent, int steps, float eta, int first) {
-    for (int s = first; s < first + steps; ++s) {
-      toy.Step(eta);
-      clock.SleepFor(std::chrono::milliseconds(200));
-      agent.AfterStep(s, 100);
-    }
-  };
-  train(toy0, agent0, 6, 0.05f, 0);
+TEST_F(KilledSyncer, TheKeptProgressIsRebasedOntoTheNewCopiesNotPushedAgainstThem) {
+  testing::TrainToy(toy0_, *agent0_, 6, 200, clock_, 0);
   // Its progress from here on: none (η = 0), so its parameters only move with what it receives.
-  std::vector<float> progress = AllParams(plan, toy0);
-  for (size_t i = 0; i < progress.size(); ++i) progress[i] -= start[i];
-  // A is killed; B starts from A's committed state and learner 1 moves every fragment on.
-  link.SetPartitioned(true);
-  options.round.quorum = 1;
-  options.incarnation = 2;
-  auto b_core = syncer::SyncerCore::Create(options, plan, init);
-  ASSERT_TRUE(b_core.ok());
-  ASSERT_TRUE(durable.Restore(*b_core, clock.Now()).ok());
-  syncer::SyncerLoop b(std::move(*b_core), clock, nullptr);
-  current.Switch(&b);
-  a.reset();
-  {
-    ToyLearner toy1(4);
-    learner::LearnerAgent agent1(AgentOpts(1, H, P), plan, toy1.Views(), b, clock);
-    ASSERT_TRUE(agent1.Start().ok());
-    train(toy1, agent1, 8, 0.3f, 0);
-    agent1.FlushAll(8, 10.0);
-    agent1.Stop();
-  }
-  const std::vector<float> moved = AllTheta(b, P);
-  ASSERT_GT(Distance(moved, start), 1.0);
+  std::vector<float> progress = AllParams(plan_, toy0_);
+  for (size_t i = 0; i < progress.size(); ++i) progress[i] -= start_[i];
+  KillAAndLetLearner1MoveOn(8, 0.3f);
+  const std::vector<float> moved = AllTheta(*b_, P);
+  ASSERT_GT(Distance(moved, start_), 1.0);
   // Learner 0 reaches B: it rejoins, refreshes both fragments and pushes its progress again.
-  link.SetPartitioned(false);
-  train(toy0, agent0, 14, 0.0f, 6);
-  agent0.FlushAll(20, 10.0);
-  clock.SleepFor(FromSeconds(10));
-  const auto c = agent0.counters();
+  Learner0ReachesB(6, 0.0f);
+  const auto c = agent0_->counters();
   EXPECT_GE(c.pushes_repeated, 1);
   EXPECT_GE(c.rebases, 1);
   // Outer lr 1, no momentum, one contributor per round: Θ = where learner 1 left it plus learner
   // 0's progress, scaled by its share of the round (learner 1, gone a moment ago, is still a
   // member: decisions/020) — up to the int4 uplink's rounding. Not learner 0's old parameters.
-  const std::vector<float> after = AllTheta(b, P);
+  const std::vector<float> after = AllTheta(*b_, P);
   double dot = 0, norm2 = 0;
   for (size_t i = 0; i < after.size(); ++i) {
     dot += (static_cast<double>(after[i]) - moved[i]) * progress[i];
@@ -485,15 +461,12 @@ TEST(LearnerAgent, AfterASyncerRestartTheKeptProgressIsRebasedOntoTheNewCopiesNo
   for (size_t i = 0; i < expected.size(); ++i) expected[i] += static_cast<float>(share * progress[i]);
   EXPECT_GT(share, 0.3);
   EXPECT_LT(share, 1.05);
-  EXPECT_LT(Distance(after, expected), 0.05 * Distance(moved, start))
-      << "start→moved " << Distance(moved, start) << ", expected→after " << Distance(after, expected)
+  EXPECT_LT(Distance(after, expected), 0.05 * Distance(moved, start_))
+      << "start→moved " << Distance(moved, start_) << ", expected→after " << Distance(after, expected)
       << ", ‖progress‖ " << std::sqrt(norm2) << ", share " << share;
   // Learner 0's parameters moved with the copies: they are the global model now.
-  EXPECT_LT(Distance(AllParams(plan, toy0), after), 0.05 * Distance(moved, start));
-  const double merged = b.Call([](syncer::SyncerCore& sc, TimePoint) { return sc.learners().at(0).tokens_merged; });
-  EXPECT_DOUBLE_EQ(merged, 20.0 * 100);
-  agent0.Stop();
-  std::filesystem::remove_all(dir);
+  EXPECT_LT(Distance(AllParams(plan_, toy0_), after), 0.05 * Distance(moved, start_));
+  EXPECT_DOUBLE_EQ(MergedOfLearner0(), 20.0 * 100);
 }
 
 TEST(SyncerLoop, ALongPollThatWantsALaterVersionSleepsThroughTheRoundsInBetween) {

@@ -34,11 +34,11 @@ struct ToyLearner {
 };
 
 // Runs inner steps [first, first + steps) with the agent's after-step rule in the loop, each
-// taking `step_ms` on `clock`.
+// taking `step_ms` on `clock` and moving the toy by `eta` toward its target (0: no progress).
 inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, int step_ms, Clock& clock,
-                     int first = 0) {
+                     int first = 0, float eta = 0.05f) {
   for (int s = first; s < first + steps && !agent.finish_requested(); ++s) {
-    toy.Step(0.05f);
+    toy.Step(eta);
     clock.SleepFor(std::chrono::milliseconds(step_ms));
     learner::Progress p;
     p.step = s + 1;

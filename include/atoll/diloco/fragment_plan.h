@@ -47,8 +47,11 @@ inline const char* PlanStrategyName(PlanStrategy s) { return kPlanStrategyNames.
 // "balanced" | "strided"; InvalidArgument for anything else.
 inline StatusOr<PlanStrategy> ParsePlanStrategy(std::string_view s) { return kPlanStrategyNames.Parse(s); }
 
+// The default number of fragments P, of a plan and of its schedule alike.
+inline constexpr int kDefaultFragments = 24;
+
 struct PlanOptions {
-  int num_fragments = 24;  // P ≥ 1
+  int num_fragments = kDefaultFragments;  // P ≥ 1
   PlanStrategy strategy = PlanStrategy::kBalanced;
   bool split_large = true;  // cut tensors larger than total/P into row blocks
 };
@@ -93,7 +96,7 @@ std::string DescribePlan(const FragmentPlan& plan);
 // the learner agent asks FragmentsAt and DueStep.
 struct Schedule {
   int H = 24;    // inner steps between two syncs of the same fragment
-  int P = 24;    // number of fragments, 1 ≤ P ≤ H
+  int P = kDefaultFragments;  // number of fragments, 1 ≤ P ≤ H
   int tau = 2;   // overlap in steps, 0 ≤ τ < H
   bool synchronous = false;  // synchronous DiLoCo (every fragment at once, at the barrier)
 
