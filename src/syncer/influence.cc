@@ -105,6 +105,28 @@ double SyncerCore::Influence(const FragmentState& f, int p, int id, double size,
   return u;
 }
 
+void SyncerCore::JudgeRoundTogether(int p, TimePoint now, std::string& note) {
+  // Judged just after this instant: every push of the round is a reference for the others, one
+  // that arrived at this very instant included (simulated time), and none judges itself.
+  const TimePoint after = now + TimePoint{1};
+  FragmentState& f = fragments_[static_cast<size_t>(p)];
+  for (Contribution& c : f.pending) {
+    std::string why;
+    c.influence = Influence(f, p, c.learner, c.share_size, RefsFor(p, c.learner, after), c.sketch, after, why);
+    c.max_weight *= c.influence * c.influence;
+    c.sketch = {};
+    if (!why.empty()) note += fmt::format("; learner {}'s push{}", c.learner, why);
+  }
+  // Only now: a learner's latest sample of this round takes its influence (TokenShare reads it,
+  // and no push's judgement above did).
+  for (const Contribution& c : f.pending) {
+    auto it = learners_.find(c.learner);
+    if (it == learners_.end() || it->second.samples.size() <= static_cast<size_t>(p)) continue;
+    PushSample& s = it->second.samples[static_cast<size_t>(p)];
+    if (s.version == f.version) s.influence = c.influence;
+  }
+}
+
 double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& live) const {
   // Tokens per step of every learner a full round would hold: the live ones and this round's.
   // A learner that left recently (its latest push of the fragment still a reference) counts too:

@@ -471,9 +471,14 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   sample.sketch = Sketch(c->raw, f.theta.size());
   // Its influence is judged by its size per step of its share: claimed steps beyond what its
   // time allows do not make a large push look small.
-  const double share_size = c->delta_norm / std::sqrt(std::max(1.0, c->share_steps));
-  c->influence = Influence(f, h.fragment, h.learner_id, share_size, refs, sample.sketch, now, bounded);
-  c->max_weight *= c->influence * c->influence;
+  c->share_size = c->delta_norm / std::sqrt(std::max(1.0, c->share_steps));
+  if (JudgesRoundsTogether()) {
+    c->sketch = sample.sketch;  // judged with the round's other pushes when it closes
+    bounded += "; its influence is judged with its round's other pushes when the round closes";
+  } else {
+    c->influence = Influence(f, h.fragment, h.learner_id, c->share_size, refs, sample.sketch, now, bounded);
+    c->max_weight *= c->influence * c->influence;
+  }
   sample.influence = c->influence;
   // What becomes a reference: a non-zero push over at least half a period that is not a final
   // sync. Zero pushes would lower everyone's reference (they are recorded as counting for
@@ -579,6 +584,7 @@ std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clo
       d.reason = "final: the run is finishing (" + d.reason + ")";
     }
     if (d.action != RoundAction::kClose) continue;
+    if (JudgesRoundsTogether()) JudgeRoundTogether(p, now, d.reason);
     struct Unjudged {
       int learner;
       double tokens, steps;

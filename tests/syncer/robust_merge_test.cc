@@ -280,6 +280,44 @@ TEST(RobustMergeSameInstant, PushesArrivingTogetherAreJudgedTheSameInEitherOrder
   EXPECT_EQ(weights[0], weights[1]);
 }
 
+TEST(RobustMergeSynchronous, ARoundsPushesAreJudgedTogetherWhicheverArrivesFirst) {
+  // Synchronous DiLoCo, three learners, every round waits for all three. Their first pushes differ
+  // in size (1x, 2x and 4x): judged as each arrived, the first was judged against the fragment's
+  // scale alone and the later ones against those before them, so the order they arrived in (a
+  // race between processes) decided the merged model. Judged together at the close, each against
+  // the other two, the order decides nothing.
+  std::vector<float> theta[2];
+  std::vector<double> weights[2];
+  for (int order = 0; order < 2; ++order) {
+    SyncerOptions o = RobustOptions();
+    o.mode = diloco::Mode::kDiloco;
+    o.round.quorum = 3;
+    o.outer_step = OuterStepRule::kRound;
+    SyncerCore core = SmallCore(o);
+    ManualClock clock;
+    for (int id = 0; id < 3; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+    std::vector<int> arrival = {0, 1, 2};
+    if (order == 1) arrival = {2, 1, 0};
+    std::vector<RoundReport> rounds;
+    for (int id : arrival) {
+      clock.AdvanceSeconds(1);  // each at its own instant: one arrives before the other
+      auto r = core.Push(SmallHeader(core, id, 0, 0), Fp32Values(kHonest * static_cast<float>(1 << id)), clock.Now());
+      ASSERT_TRUE(r.ok()) << r.status();
+      rounds = core.Poll(clock.Now(), clock);
+    }
+    ASSERT_EQ(rounds.size(), 1u) << "the round closes with its third push";
+    weights[order] = rounds[0].weights;  // in learner order
+    const auto t = core.theta(0);
+    theta[order].assign(t.begin(), t.end());
+  }
+  EXPECT_EQ(weights[0], weights[1]);
+  EXPECT_EQ(theta[0], theta[1]) << "bit for bit";
+  // Each against the other two: the largest is 2x their upper median and the smallest half their
+  // lower median, so both have u = 1/2 (their weights bounded by u² = 1/4); the middle one u = 1.
+  EXPECT_DOUBLE_EQ(weights[0][0], weights[0][1] / 4);
+  EXPECT_DOUBLE_EQ(weights[0][2], weights[0][1] / 4);
+}
+
 TEST_F(RobustMerge, PushesOfNothingDoNotHoldUpTheOthersShare) {
   HonestRound();
   ASSERT_TRUE(Push(kAttacker, 0.0f).ok());

@@ -165,6 +165,8 @@ struct SyncerOptions {
   // the other learners' latest pushes (the upper median of the cosines of their sketches, once
   // quarantine_min_learners others pushed it) by at least influence_min_cosine; beyond, u falls in
   // proportion (size) and to 0 at a cosine of 0 or below. 0 turns the size or direction part off.
+  // Decoupled mode judges a push as it arrives; the synchronous modes judge a round's pushes
+  // together at its close, each against the others of the round (JudgeRoundTogether).
   double influence_size_factor = 1.0;
   double influence_min_cosine = 0.1;
   // A learner whose pushes are rejected as invalid this many times in a row (not counting
@@ -455,6 +457,10 @@ class SyncerCore {
     bool judged = true;       // its rate per step had a reference when it arrived (else judged at close)
     double influence = 1;     // u: the push counts u × share_steps in the round's share (TokenShare)
     double share_steps = 0;   // of its credited steps, those its time at the others' rate allows
+    // Synchronous modes judge a round's pushes together when it closes (JudgeRoundTogether): its
+    // size per √ share step and its sketch, kept until then (empty in decoupled mode).
+    double share_size = 0;
+    std::vector<float> sketch;
     std::vector<std::byte> raw;         // the payload in the quantiser's layout; decoded when the round closes
     double delta_norm = 0;              // ‖Δ̂‖ of its decoded values
     // The merge's pass 1 for this push (its outer gradient's norms, per slice and over the
@@ -545,6 +551,12 @@ class SyncerCore {
   // The steps of a push its time allows (c_steps and c_tokens lowered together), and the allowance left.
   StepAllowance CreditSteps(const FleetRefs& fleet, double own_rate, const StepAllowance& a, Contribution& c,
                             TimePoint now, std::string& note) const;
+  // Synchronous modes (every live learner's push makes the round): the influence of each push of
+  // fragment p's closing round, judged against the others' pushes of the same round, so that the
+  // order they arrived in decides nothing (CloseRounds, before the round closes). `note` says
+  // whose influence was lowered and why.
+  bool JudgesRoundsTogether() const { return options_.mode != diloco::Mode::kDecoupled; }
+  void JudgeRoundTogether(int p, TimePoint now, std::string& note);
   // Contributions of fragment f's open round that arrived before any rate per step could judge
   // them: bounded now by the others' rates, if there are enough (CloseRounds, before the round closes).
   void JudgeLateCounters(FragmentState& f) const;
