@@ -425,40 +425,46 @@ void LearnerAgent::ForgetUncommittedPushesLocked(const syncer::JoinReplyData& re
   cv_.notify_all();
 }
 
-Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited, PushJob* in_flight) {
+StatusOr<syncer::PullPayload> LearnerAgent::FetchFragment(int p, double wait_s, int64_t want) {
   const size_t pi = static_cast<size_t>(p);
   int learner_id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     learner_id = counters_.learner_id;
   }
-  // Waiting for the merge of its own push: versions before it are not worth a download.
-  const int64_t want = purpose == PullPurpose::kAwaited ? awaited.merged_version : -1;
   auto r = api_.Pull(learner_id, p, have_[pi], wait_s, want);
   if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition) {
     have_[pi] = -1;  // we hold a version the syncer does not know: start over with a full copy
     r = api_.Pull(learner_id, p, -1, 0.0, -1);
   }
   if (!r.ok()) return r.status();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (r->incarnation != incarnation_) {
-      // Another syncer process answered (it restarted): its versions are not the ones this
-      // learner's pushes were promised. Rejoin first (which sorts out which pushes it kept).
-      need_rejoin_ = true;
-      return UnavailableError("pull answered by a new syncer incarnation: rejoining first");
-    }
-    counters_.pulls += 1;
-    counters_.payload_bytes_down += static_cast<int64_t>(r->bytes.size());
-    if (!r->not_modified) (r->is_delta ? counters_.pulls_delta : counters_.pulls_full) += 1;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (r->incarnation != incarnation_) {
+    // Another syncer process answered (it restarted): its versions are not the ones this
+    // learner's pushes were promised. Rejoin first (which sorts out which pushes it kept).
+    need_rejoin_ = true;
+    return UnavailableError("pull answered by a new syncer incarnation: rejoining first");
   }
+  counters_.pulls += 1;
+  counters_.payload_bytes_down += static_cast<int64_t>(r->bytes.size());
+  if (!r->not_modified) (r->is_delta ? counters_.pulls_delta : counters_.pulls_full) += 1;
+  return r;
+}
+
+Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited, PushJob* in_flight) {
+  const size_t pi = static_cast<size_t>(p);
+  // Waiting for the merge of its own push: versions before it are not worth a download.
+  auto r = FetchFragment(p, wait_s, purpose == PullPurpose::kAwaited ? awaited.merged_version : -1);
+  if (!r.ok()) return r.status();
   if (r->not_modified) return Status::Ok();
   std::vector<float>& phi = public_[pi];
   const size_t numel = static_cast<size_t>(plan_.fragments[pi].numel);
-  // A copy that is not applied as a merge or a catch-up moves the parameters by what it changed
-  // (a rebase): the previous copy is kept for that (the buffer ApplyPulled replaces, not a copy).
-  const bool awaited_merge = purpose == PullPurpose::kAwaited && r->version >= awaited.merged_version;
-  const bool rebase = options_.keep_progress && purpose != PullPurpose::kCatchUp && !awaited_merge && phi.size() == numel;
+  // A catch-up or the merge of its own push is written into the parameters; any other newer copy
+  // (a refresh, a version on the way to the awaited one) moves them by what it changed, a rebase,
+  // for which the previous copy is kept (the buffer ApplyPulled replaces, not a copy).
+  const bool applied = purpose == PullPurpose::kCatchUp ||
+                       (purpose == PullPurpose::kAwaited && r->version >= awaited.merged_version);
+  const bool rebase = !applied && options_.keep_progress && phi.size() == numel;
   std::vector<float> previous;
   if (Status st = syncer::ApplyPulled(*r, have_[pi], numel, phi, lattice_[pi], rebase ? &previous : nullptr);
       !st.ok()) {
@@ -469,25 +475,15 @@ Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited 
   }
   have_[pi] = r->version;
   SaveState(p);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    counters_.version_held = std::max(counters_.version_held, r->version);
-  }
-  if (purpose == PullPurpose::kRefresh || (purpose == PullPurpose::kAwaited && !awaited_merge)) {
-    // An awaited fragment is applied only once the version holds this learner's push; until
-    // then (and on a refresh) the parameters follow the public copy by a rebase.
-    if (rebase) {
-      std::lock_guard<std::mutex> lock(mu_);
-      PostRebaseLocked(p, r->version, phi, std::move(previous), in_flight);
-      cv_.notify_all();
-    }
-    return Status::Ok();
-  }
   std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(ready_, [p](const Ready& x) { return x.fragment == p; });
-  const bool own = purpose == PullPurpose::kAwaited;
-  ready_.push_back({p, r->version, own ? awaited.due_step : 0, own, phi, {}});
-  awaiting_.erase(p);
+  counters_.version_held = std::max(counters_.version_held, r->version);
+  if (rebase) PostRebaseLocked(p, r->version, phi, std::move(previous), in_flight);
+  if (applied) {
+    std::erase_if(ready_, [p](const Ready& x) { return x.fragment == p; });
+    const bool own = purpose == PullPurpose::kAwaited;
+    ready_.push_back({p, r->version, own ? awaited.due_step : 0, own, phi, {}});
+    awaiting_.erase(p);
+  }
   cv_.notify_all();
   return Status::Ok();
 }

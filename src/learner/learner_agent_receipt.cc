@@ -8,6 +8,16 @@
 
 namespace atl::learner {
 
+namespace {
+
+// x ← x + (to − from): a snapshot of a fragment moved with the copy its parameters descend from.
+void Rebase(std::vector<float>& x, const std::vector<float>& to, const std::vector<float>& from) {
+  if (x.size() != to.size()) return;
+  for (size_t i = 0; i < x.size(); ++i) x[i] += to[i] - from[i];
+}
+
+}  // namespace
+
 void LearnerAgent::ApplyOne(const Ready& r) {
   const size_t pi = static_cast<size_t>(r.fragment);
   auto sent = sent_.find(r.fragment);
@@ -16,10 +26,7 @@ void LearnerAgent::ApplyOne(const Ready& r) {
     // last snapshot sent moves with the parameters (a merge of it keeps θ − θ_sent).
     WriteReceipt(plan_.fragments[pi], r.values, &r.from, 0.0);
     receipts_.push_back({r.fragment, true});
-    if (sent != sent_.end() && sent->second.local.size() == r.values.size()) {
-      std::vector<float>& s = sent->second.local;
-      for (size_t i = 0; i < s.size(); ++i) s[i] += r.values[i] - r.from[i];
-    }
+    if (sent != sent_.end()) Rebase(sent->second.local, r.values, r.from);
     std::lock_guard<std::mutex> lock(mu_);
     counters_.rebases += 1;
     return;
@@ -65,13 +72,11 @@ void LearnerAgent::WriteReceipt(const diloco::Fragment& f, std::span<const float
 
 void LearnerAgent::PostRebaseLocked(int p, int64_t version, const std::vector<float>& values, std::vector<float> from,
                                     PushJob* in_flight) {
-  const size_t n = values.size();
-  ATOLL_CHECK(from.size() == n);
+  ATOLL_CHECK(from.size() == values.size());
   // Snapshots of p taken before (queued, parked for their staged values, being pushed) descend
   // from `from` too. A parked one's staged positions hold the shift until Send adds the values.
   auto shift = [&](PushJob& job) {
-    if (job.fragment != p || job.local.size() != n) return;
-    for (size_t i = 0; i < n; ++i) job.local[i] += values[i] - from[i];
+    if (job.fragment == p) Rebase(job.local, values, from);
   };
   for (PushJob& job : push_queue_) shift(job);
   if (auto it = pending_.find(p); it != pending_.end()) shift(it->second);

@@ -8,7 +8,9 @@
 // Private to src/runtime. Thread-safety: Offer on the loop thread; Final on any thread, once.
 #pragma once
 
+#include <functional>
 #include <future>
+#include <span>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -29,11 +31,14 @@ class CheckpointWriter {
   // Loop thread: a periodic write of `theta` (per fragment) and `summary` (its "final" false),
   // unless the previous one is still being written.
   void Offer(std::vector<std::vector<float>> theta, nlohmann::json summary);
-  // The final write; sets summary["checkpoint"] (the model's path, or why it is missing).
-  void Final(const std::vector<std::vector<float>>& theta, nlohmann::json& summary);
+  // The final write, of Θ as `theta(p)` gives it fragment by fragment (no copy: called on the
+  // loop thread with the core's own values); sets summary["checkpoint"] (the model's path, or why
+  // it is missing).
+  using Fragments = std::function<std::span<const float>(int)>;
+  void Final(const Fragments& theta, nlohmann::json& summary);
 
  private:
-  void Write(const std::vector<std::vector<float>>& theta, nlohmann::json& summary);
+  void Write(const Fragments& theta, nlohmann::json& summary);
 
   const ModelHost& model_;
   const diloco::FragmentPlan plan_;

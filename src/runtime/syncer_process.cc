@@ -185,7 +185,7 @@ class SyncerProcess {
     committer_->StopCheckpoints();  // this finish writes the model
     loop_->RequestFinish();
     model::Trainer* ev = shard_.count == 1 ? model_->evaluator() : nullptr;
-    auto [theta, summary] = loop_->Call([&](syncer::SyncerCore& sc, TimePoint now) { return FinalState(sc, now, ev); });
+    auto summary = loop_->Call([&](syncer::SyncerCore& sc, TimePoint now) { return FinalState(sc, now, ev); });
     summary["final"] = true;
     if (evaluate && ev != nullptr) {  // a shard's Θ is not the global model
       auto e = ev->Evaluate(c_.eval_batches);
@@ -196,7 +196,12 @@ class SyncerProcess {
         summary["eval_error"] = e.status().ToString();
       }
     }
-    checkpoints_->Final(theta, summary);
+    // Written on the loop thread from the core's own Θ: no copy of the model at the finish (calls
+    // wait while it is written; the learners are finishing).
+    loop_->Call([&](syncer::SyncerCore& sc, TimePoint) {
+      checkpoints_->Final([&sc](int p) { return std::span<const float>(sc.theta(p)); }, summary);
+      return 0;
+    });
     summary_text_ = DumpJson(summary);
     finished_ = true;
     finish_cv_.notify_all();
@@ -204,22 +209,19 @@ class SyncerProcess {
   }
 
   // Loop thread, at the finish: merges what the learners pushed last (their final sync), then
-  // snapshots Θ and the summary and loads Θ into the evaluator `ev` (in ddp mode the loop thread
-  // also steps that trainer's optimizer, so nothing else may touch it).
-  std::pair<std::vector<std::vector<float>>, nlohmann::json> FinalState(syncer::SyncerCore& sc, TimePoint now,
-                                                                        model::Trainer* ev) {
+  // loads Θ into the evaluator `ev` and returns the summary (in ddp mode the loop thread also
+  // steps that trainer's optimizer, so nothing else may touch it).
+  nlohmann::json FinalState(syncer::SyncerCore& sc, TimePoint now, model::Trainer* ev) {
     if (Status gate = headroom_->Check(); gate.ok()) {
       for (const auto& r : sc.CloseAllPending(now, clock_)) committer_->Commit(sc, r, now);
     } else {  // nothing committed is lost; what the learners pushed last is not merged
       std::fprintf(stderr, "syncer: holding rounds: %s: the rounds still open at the finish are not merged\n",
                    gate.message().c_str());
     }
-    auto t = ThetaOf(sc);
     if (ev != nullptr) {
-      exchange::ScatterAll(plan_, [&](int p) { return std::span<const float>(t[static_cast<size_t>(p)]); },
-                           model::ParameterViews(*ev));
+      exchange::ScatterAll(plan_, [&](int p) { return std::span<const float>(sc.theta(p)); }, model::ParameterViews(*ev));
     }
-    return {t, summary_->Of(sc, now)};
+    return summary_->Of(sc, now);
   }
 
   // Every one of the run's learners has left (done). Main thread.

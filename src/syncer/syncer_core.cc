@@ -481,12 +481,9 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   }
   sample.influence = c->influence;
   // What becomes a reference: a non-zero push over at least half a period that is not a final
-  // sync. Zero pushes would lower everyone's reference (they are recorded as counting for
-  // nothing); a push over a few steps (a final sync's remainder, the leftover after a rejoin's
-  // merge) measures a few steps of progress at the end of its learner's schedule, many times
-  // smaller than the period-long push of a learner still mid-run (√(steps) for coherent progress,
-  // the learning-rate decay on top): two learners that finished early made a slow one's honest
-  // push after a syncer restart look 23-35x too large. It leaves the learner's latest sample as it was.
+  // sync. A zero push would lower everyone's reference (it is recorded as counting for nothing);
+  // a few steps at the end of a schedule are many times smaller than a period mid-run
+  // (docs/decisions/016). Any other push leaves the learner's latest sample as it was.
   const bool zero = size <= 1e-12;
   const bool reference = !zero && !h.final_sync && 2 * c->c_steps >= options_.H;
   if (reference || zero) RecordSample(l, h.fragment, std::move(sample), reference ? f.version : -1, now);

@@ -301,6 +301,10 @@ class LearnerAgent {
   // push's outer gradient is this learner's progress only, never the others' merges undone.
   // A version before the awaited one is a rebase too.
   Status PullOne(int p, double wait_s, PullPurpose purpose, Awaited awaited = {0, 0, 0}, PushJob* in_flight = nullptr);
+  // PullOne's request: fragment p from version have_[p] (in full when the syncer does not know
+  // it), at least version `want` (-1: any); Unavailable (and a rejoin marked) when another syncer
+  // incarnation answered. Counts the pull.
+  StatusOr<syncer::PullPayload> FetchFragment(int p, double wait_s, int64_t want);
   void Backoff(double& delay_s);
   // After a syncer restart (new incarnation; `versions` are its committed versions): stops
   // waiting for merges of pushes it never committed, so their work goes out again (mu_ held).
