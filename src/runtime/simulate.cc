@@ -195,6 +195,19 @@ class RoundObserver {
   Status eval_status_;
 };
 
+// Each learner's summary and counters into `result`; the first learner's error, if one failed.
+Status CollectLearners(const std::vector<SimLearner>& learners, SimulateResult& result) {
+  for (const auto& l : learners) {
+    result.simulated_seconds = std::max(result.simulated_seconds, l.finished_s);
+    if (!l.status.ok()) return l.status.WithContext(fmt::format("learner {}", l.id));
+    result.learners.push_back(l.summary);
+    result.tokens_trained += l.summary.value("tokens", int64_t{0});
+    result.payload_bytes_up += l.summary.value("payload_bytes_up", int64_t{0});
+    result.payload_bytes_down += l.summary.value("payload_bytes_down", int64_t{0});
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions& o) {
@@ -232,16 +245,9 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
   setup.reset();  // simulated time starts now that every learner is counted
   for (auto& t : threads) t.join();
   ClockThread hold(clock);  // from here on simulated time stands still (only the loop is left)
-  for (const auto& l : learners) {
-    result.simulated_seconds = std::max(result.simulated_seconds, l.finished_s);
-    if (!l.status.ok()) {
-      loop.Stop();
-      return l.status.WithContext(fmt::format("learner {}", l.id));
-    }
-    result.learners.push_back(l.summary);
-    result.tokens_trained += l.summary.value("tokens", int64_t{0});
-    result.payload_bytes_up += l.summary.value("payload_bytes_up", int64_t{0});
-    result.payload_bytes_down += l.summary.value("payload_bytes_down", int64_t{0});
+  if (Status st = CollectLearners(learners, result); !st.ok()) {
+    loop.Stop();
+    return st;
   }
   // The end of the run, as the syncer's Finish: close what is pending, then evaluate Θ.
   auto final = loop.Call([&](syncer::SyncerCore& sc, TimePoint now) -> StatusOr<double> {
