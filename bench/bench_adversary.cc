@@ -30,8 +30,10 @@ namespace {
 using namespace atl;
 
 [[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr, "bench_adversary: %s\nusage: bench_adversary [--full] [--data DIR] [--attacks a,b,...] "
-                       "[--set option=value ...]\n", why.c_str());
+  std::fprintf(stderr,
+               "bench_adversary: %s\nusage: bench_adversary [--full] [--data DIR] [--attacks a,b,...] "
+               "[--set option=value ...]\n",
+               why.c_str());
   std::exit(2);
 }
 
@@ -45,7 +47,8 @@ struct Args {
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
   size_t start = 0;
-  for (size_t at; (at = s.find(sep, start)) != std::string::npos; start = at + 1) out.push_back(s.substr(start, at - start));
+  for (size_t at; (at = s.find(sep, start)) != std::string::npos; start = at + 1)
+    out.push_back(s.substr(start, at - start));
   out.push_back(s.substr(start));
   return out;
 }
@@ -148,8 +151,11 @@ int main(int argc, char** argv) {
                 r.eval_loss / without.eval_loss, static_cast<long long>(min_version),
                 r.tokens_merged / clean.tokens_merged);
     std::fflush(stdout);
-    return nlohmann::json{{"attack", name}, {"eval_loss", r.eval_loss}, {"vs_clean", r.eval_loss / clean.eval_loss},
-                          {"vs_without", r.eval_loss / without.eval_loss}, {"min_version", min_version},
+    return nlohmann::json{{"attack", name},
+                          {"eval_loss", r.eval_loss},
+                          {"vs_clean", r.eval_loss / clean.eval_loss},
+                          {"vs_without", r.eval_loss / without.eval_loss},
+                          {"min_version", min_version},
                           {"tokens_merged", r.tokens_merged}};
   };
   nlohmann::json rows = nlohmann::json::array();

@@ -10,8 +10,8 @@ namespace atl::learner {
 namespace {
 
 constexpr int64_t kHuge = int64_t{1} << 40;
-constexpr size_t kReplayed = 4;     // replay: the last pushes sent again each time
-constexpr int kProbes = 4;          // inflate: attempts per push of the learner
+constexpr size_t kReplayed = 4;  // replay: the last pushes sent again each time
+constexpr int kProbes = 4;       // inflate: attempts per push of the learner
 
 // The number a refusal's message gives just before " (limit ", and the one just after it: the
 // reference and the factor of a quarantine, or the absolute limit of an absurd outer gradient.
@@ -104,11 +104,8 @@ StatusOr<syncer::PushResult> AdversarialSyncerApi::AttackLocked(syncer::PushHead
       h.c_tokens = h.c_tokens / steps * kHuge;
       h.c_steps = kHuge;
       return SendScaledLocked(h, delta, norm);
-    case Attack::kClaimTokens:
-      h.c_tokens = kHuge;
-      return SendScaledLocked(h, delta, norm);
-    case Attack::kZero:
-      return SendScaledLocked(h, std::vector<float>(delta.size(), 0.0f), 0.0);
+    case Attack::kClaimTokens: h.c_tokens = kHuge; return SendScaledLocked(h, delta, norm);
+    case Attack::kZero: return SendScaledLocked(h, std::vector<float>(delta.size(), 0.0f), 0.0);
     case Attack::kRatchet: {
       // It assumes the reference follows its own pushes, as a recent median of all pushes did.
       const double size = norm / std::sqrt(static_cast<double>(steps));
@@ -120,8 +117,7 @@ StatusOr<syncer::PushResult> AdversarialSyncerApi::AttackLocked(syncer::PushHead
     case Attack::kAgainst:
       for (float& v : delta) v = -v;
       return InflateLocked(h, delta);
-    default:
-      return InflateLocked(h, delta);
+    default: return InflateLocked(h, delta);
   }
 }
 

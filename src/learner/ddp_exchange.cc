@@ -8,15 +8,15 @@
 
 namespace atl::learner {
 
-DdpExchange::DdpExchange(diloco::FragmentPlan plan, syncer::SyncerApi& api, diloco::CodecOptions uplink,
-                         Clock& clock)
+DdpExchange::DdpExchange(diloco::FragmentPlan plan, syncer::SyncerApi& api, diloco::CodecOptions uplink, Clock& clock)
     : plan_(std::move(plan)), api_(api), clock_(clock), uplink_(uplink) {
   ATOLL_CHECK(plan_.num_fragments() == 1);
 }
 
 Status DdpExchange::Apply(const syncer::PullPayload& r, std::span<const std::span<float>> params) {
   bytes_down_ += static_cast<int64_t>(r.bytes.size());
-  if (Status st = syncer::ApplyPulled(r, version_, static_cast<size_t>(plan_.fragments[0].numel), copy_, lattice_); !st.ok()) {
+  if (Status st = syncer::ApplyPulled(r, version_, static_cast<size_t>(plan_.fragments[0].numel), copy_, lattice_);
+      !st.ok()) {
     ++mismatches_;
     version_ = -1;  // refetch in full
     return st.WithContext("ddp");
@@ -31,9 +31,9 @@ Status DdpExchange::Sync(int learner_id, std::span<const std::span<float>> param
   return Apply(r, params);
 }
 
-Status DdpExchange::Step(int learner_id, uint64_t push_session, int64_t step_tokens, std::span<const std::span<float>> grads,
-                         std::span<const std::span<float>> params, double timeout_s,
-                         const std::function<bool()>& stop) {
+Status DdpExchange::Step(int learner_id, uint64_t push_session, int64_t step_tokens,
+                         std::span<const std::span<float>> grads, std::span<const std::span<float>> params,
+                         double timeout_s, const std::function<bool()>& stop) {
   if (version_ < 0) return AbortedError("ddp: no parameters held yet: Sync first");
   std::vector<float> g(static_cast<size_t>(plan_.fragments[0].numel));
   exchange::GatherFragment(plan_.fragments[0], grads, g);

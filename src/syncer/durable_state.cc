@@ -67,10 +67,12 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile1(const std::string& path
   FragmentHeader1 h{};
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (h.numel != static_cast<int64_t>(n) || bytes.size() != sizeof(h) + 2 * n * sizeof(float)) {
-    return DataLossError(path + " holds " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(n) + " values");
+    return DataLossError(path + " holds " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(n) +
+                         " values");
   }
   const char* body = bytes.data() + sizeof(h);
-  if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum) return DataLossError(path + " is corrupted: checksum mismatch");
+  if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum)
+    return DataLossError(path + " is corrupted: checksum mismatch");
   SyncerCore::FragmentSnapshot s;
   s.version = h.version;  // h.round: always the version
   ReadFloats(body, n, s.theta);
@@ -81,7 +83,8 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile1(const std::string& path
 // The checked header of a version-2 file.
 StatusOr<FragmentHeader2> ReadHeader2(const std::string& path, const std::string& bytes, size_t n) {
   FragmentHeader2 h{};
-  if (bytes.size() < sizeof(h)) return DataLossError(path + " is truncated (" + std::to_string(bytes.size()) + " bytes)");
+  if (bytes.size() < sizeof(h))
+    return DataLossError(path + " is truncated (" + std::to_string(bytes.size()) + " bytes)");
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (std::memcmp(h.magic, kMagic2, 8) != 0) return DataLossError(path + " is not a syncer fragment file (bad magic)");
   if (Checksum64(bytes.data(), offsetof(FragmentHeader2, header_checksum)) != h.header_checksum) {
@@ -98,7 +101,8 @@ StatusOr<FragmentHeader2> ReadHeader2(const std::string& path, const std::string
     return DataLossError(path + " is corrupted: checksum mismatch");
   }
   if (h.version < 0 || h.round < 0) {
-    return DataLossError(path + " is corrupted: version " + std::to_string(h.version) + ", round " + std::to_string(h.round));
+    return DataLossError(path + " is corrupted: version " + std::to_string(h.version) + ", round " +
+                         std::to_string(h.round));
   }
   return h;
 }
@@ -354,17 +358,26 @@ std::vector<double> StepRates(const std::vector<StepAllowance>& allowances) {
 Status DurableState::SaveLearners(const SyncerCore& core) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [id, l] : core.learners()) {
-    rows.push_back({{"id", id}, {"host", l.host}, {"state", LearnerStateName(l.state)}, {"joins", l.joins},
-                    {"step", l.step}, {"tokens", l.tokens}, {"bytes_up", l.bytes_up},
-                    {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
-                    {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
-                    {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
-                    {"merged_versions", l.merged_versions}, {"samples", SamplesJson(l.samples)},
-                    {"tokens_per_step", l.tokens_per_step}, {"step_rates", StepRates(l.allowances)},
+    rows.push_back({{"id", id},
+                    {"host", l.host},
+                    {"state", LearnerStateName(l.state)},
+                    {"joins", l.joins},
+                    {"step", l.step},
+                    {"tokens", l.tokens},
+                    {"bytes_up", l.bytes_up},
+                    {"bytes_down", l.bytes_down},
+                    {"pushes", l.pushes},
+                    {"pushes_rejected", l.pushes_rejected},
+                    {"rounds_joined", l.rounds_joined},
+                    {"late_folded", l.late_folded},
+                    {"tokens_merged", l.tokens_merged},
+                    {"merged_versions", l.merged_versions},
+                    {"samples", SamplesJson(l.samples)},
+                    {"tokens_per_step", l.tokens_per_step},
+                    {"step_rates", StepRates(l.allowances)},
                     {"replays_refused", l.replays_refused}});
   }
-  return WriteJsonWithChecksum(dir_ + "/learners.json",
-                              {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
+  return WriteJsonWithChecksum(dir_ + "/learners.json", {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
 }
 
 // A fragment file beyond the plan means the folder is not what its meta.json describes.
@@ -390,9 +403,9 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) {
   for (const char* key : {"run_id", "model_signature", "plan", "fragments", "shard"}) {
     const nlohmann::json wanted = want.value(key, nlohmann::json());
     if (meta.value(key, nlohmann::json()) != wanted) {
-      return FailedPreconditionError("saved state in " + dir_ + " belongs to another " +
-                                     std::string(key) + " (" + DumpJson(meta.value(key, nlohmann::json())) +
-                                     " vs this syncer's " + DumpJson(wanted) + ")");
+      return FailedPreconditionError("saved state in " + dir_ + " belongs to another " + std::string(key) + " (" +
+                                     DumpJson(meta.value(key, nlohmann::json())) + " vs this syncer's " +
+                                     DumpJson(wanted) + ")");
     }
   }
   ATOLL_RETURN_IF_ERROR(CheckNoStrayFragments(core.plan().num_fragments()));
@@ -430,10 +443,12 @@ DurableState::LearnerTable DurableState::ReadLearnerTable(int64_t fragment_round
     }
   }
   if (st.code() != StatusCode::kNotFound) {
-    warnings_.push_back(st.message() + ": ignored; the learner table is rebuilt as learners rejoin. Lost: each learner's "
+    warnings_.push_back(st.message() +
+                        ": ignored; the learner table is rebuilt as learners rejoin. Lost: each learner's "
                         "accounting (tokens merged, rounds joined, bytes) and which of its pushes were merged, so "
                         "learners push that work again (counted twice at most); rounds_closed recounted from the "
-                        "fragments (" + std::to_string(fragment_rounds) + ")");
+                        "fragments (" +
+                        std::to_string(fragment_rounds) + ")");
   }
   return {{}, fragment_rounds};
 }
@@ -461,7 +476,8 @@ DurableState::LearnerTable DurableState::ReadLearnerRows(const nlohmann::json& l
     l.samples = ParseSamples(r.value("samples", nlohmann::json::array()));
     // The rates the others are judged by (absent from a table of an older syncer: 0, none yet).
     l.tokens_per_step = NonNegative(r.value("tokens_per_step", 0.0));
-    for (double rate : r.value("step_rates", std::vector<double>{})) l.allowances.push_back({{}, 0.0, NonNegative(rate), 0.0});
+    for (double rate : r.value("step_rates", std::vector<double>{}))
+      l.allowances.push_back({{}, 0.0, NonNegative(rate), 0.0});
     l.replays_refused = r.value("replays_refused", int64_t{0});
     if (l.id >= 0) t.rows[l.id] = l;
   }

@@ -148,7 +148,8 @@ double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& li
   std::vector<double> member_tps;
   for (int id : members) {
     auto it = learners_.find(id);
-    member_tps.push_back(it != learners_.end() && it->second.tokens_per_step > 0 ? it->second.tokens_per_step : fallback_tps);
+    member_tps.push_back(it != learners_.end() && it->second.tokens_per_step > 0 ? it->second.tokens_per_step
+                                                                                 : fallback_tps);
   }
   // Every learner moves Θ at most as a median one: its rate per step counts up to the members'
   // upper median (three or more members), and it counts u of a member (the influence of its

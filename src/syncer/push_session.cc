@@ -19,13 +19,16 @@ uint64_t SyncerCore::NewPushSession(int id) {
 
 Status SyncerCore::CheckPushSession(const LearnerRecord& l, const PushHeaderData& h) const {
   if (l.push_session == 0 || h.push_session != l.push_session) {
-    return NotFoundError(fmt::format("push from learner {} in push session {:016x}, which is not the session of its "
-                                     "latest join with this syncer: join again first", l.id, h.push_session));
+    return NotFoundError(
+        fmt::format("push from learner {} in push session {:016x}, which is not the session of its "
+                    "latest join with this syncer: join again first",
+                    l.id, h.push_session));
   }
   if (h.push_seq <= l.push_seq) {
-    return AlreadyExistsError(fmt::format("push from learner {}: sequence number {} of its session was already used "
-                                          "(the syncer has judged up to {}): a replay, refused", l.id, h.push_seq,
-                                          l.push_seq));
+    return AlreadyExistsError(
+        fmt::format("push from learner {}: sequence number {} of its session was already used "
+                    "(the syncer has judged up to {}): a replay, refused",
+                    l.id, h.push_seq, l.push_seq));
   }
   return Status::Ok();
 }

@@ -61,7 +61,8 @@ bool SyncerCore::IsReference(const LearnerRecord& l, int p, TimePoint now) const
   const PushSample* s = l.SampleBefore(static_cast<size_t>(p), now);
   if (s == nullptr) return false;
   const bool live = l.state != LearnerState::kDone && now - l.last_seen <= FromSeconds(options_.learner_timeout_s);
-  return s->version >= 0 && (live || s->version >= fragments_[static_cast<size_t>(p)].version - options_.quarantine_window);
+  return s->version >= 0 &&
+         (live || s->version >= fragments_[static_cast<size_t>(p)].version - options_.quarantine_window);
 }
 
 SyncerCore::RobustRefs SyncerCore::RefsFor(int p, int id, TimePoint now) const {
@@ -92,7 +93,8 @@ SyncerCore::FleetRefs SyncerCore::FleetRefsFor(int id, int p, TimePoint now) con
   for (const auto& [other, l] : learners_) {
     if (other == id) continue;
     if (l.TokensPerStepBefore(now) > 0) tps.push_back(l.TokensPerStepBefore(now));
-    if (p >= 0 && l.StepRateBefore(static_cast<size_t>(p), now) > 0) rates.push_back(l.StepRateBefore(static_cast<size_t>(p), now));
+    if (p >= 0 && l.StepRateBefore(static_cast<size_t>(p), now) > 0)
+      rates.push_back(l.StepRateBefore(static_cast<size_t>(p), now));
   }
   const auto enough = [&](const std::vector<double>& v) {
     return !v.empty() && static_cast<int>(v.size()) >= std::max(1, options_.quarantine_min_learners);
@@ -128,7 +130,8 @@ void SyncerCore::BoundTokensPerStep(double reference, double own, Contribution& 
   // The tokens it is credited with: at most max_tokens_per_step_factor × the others' rate per step,
   // and pace_slack × its own as its heartbeats measured it.
   double max_tps = std::numeric_limits<double>::infinity();
-  if (reference > 0 && options_.max_tokens_per_step_factor > 0) max_tps = options_.max_tokens_per_step_factor * reference;
+  if (reference > 0 && options_.max_tokens_per_step_factor > 0)
+    max_tps = options_.max_tokens_per_step_factor * reference;
   if (own > 0 && options_.pace_slack > 0) max_tps = std::min(max_tps, options_.pace_slack * own);
   if (!std::isfinite(max_tps) || c.c_steps <= 0) return;
   if (static_cast<double>(c.c_tokens) <= max_tps * static_cast<double>(c.c_steps)) return;
@@ -137,8 +140,8 @@ void SyncerCore::BoundTokensPerStep(double reference, double own, Contribution& 
   c.c_tokens = tokens;
 }
 
-StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, const StepAllowance& a,
-                                      Contribution& c, TimePoint now, std::string& note) const {
+StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, const StepAllowance& a, Contribution& c,
+                                      TimePoint now, std::string& note) const {
   // The steps the time since the previous push allows at max_step_rate_factor × the others' rate
   // and pace_slack × its own, plus what earlier pushes left unused (H in hand from the first join).
   // Without a rate: max_steps_factor × H per push.
@@ -151,8 +154,8 @@ StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, c
   if (timed) allowed = a.carried + rate * std::max(0.0, ToSeconds(now - a.since));
   if (static_cast<double>(c.c_steps) > allowed) {
     const auto steps = static_cast<int64_t>(std::floor(allowed));
-    const auto tokens = static_cast<int64_t>(std::floor(static_cast<double>(c.c_tokens) * static_cast<double>(steps) /
-                                                        static_cast<double>(c.c_steps)));
+    const auto tokens = static_cast<int64_t>(
+        std::floor(static_cast<double>(c.c_tokens) * static_cast<double>(steps) / static_cast<double>(c.c_steps)));
     note += fmt::format("; credited {} of its {} claimed steps ({} tokens){}", steps, c.c_steps, tokens,
                         timed ? ": the time since its previous push allows no more" : "");
     c.c_steps = steps;
@@ -185,7 +188,8 @@ SyncerCore::Credit SyncerCore::BoundCounters(const RobustRefs& refs, const Fleet
   BoundTokensPerStep(tps_ref, l.pace.tokens_per_step, c, note);
   const int64_t claimed_steps = c.c_steps;
   Credit credit;
-  const StepAllowance a = static_cast<int>(l.allowances.size()) > p ? l.allowances[static_cast<size_t>(p)] : StepAllowance{};
+  const StepAllowance a =
+      static_cast<int>(l.allowances.size()) > p ? l.allowances[static_cast<size_t>(p)] : StepAllowance{};
   credit.allowance = CreditSteps(fleet, l.pace.step_rate, a, c, now, note);
   const double dt = ToSeconds(now - a.since);
   if (dt > 1e-3 && c.c_steps > 0) {
@@ -264,9 +268,9 @@ Status SyncerCore::CheckQuarantine(const FragmentState& f, double size, const Ro
     of = "the recent median";
   }
   if (size <= options_.quarantine_factor * reference) return Status::Ok();
-  return InvalidArgumentError(fmt::format(
-      "quarantined: outer-gradient size {:.4g} (norm/sqrt(steps)) is {:.1f}x {} {:.4g} (limit {:.1f}x)", size,
-      size / std::max(reference, 1e-30), of, reference, options_.quarantine_factor));
+  return InvalidArgumentError(
+      fmt::format("quarantined: outer-gradient size {:.4g} (norm/sqrt(steps)) is {:.1f}x {} {:.4g} (limit {:.1f}x)",
+                  size, size / std::max(reference, 1e-30), of, reference, options_.quarantine_factor));
 }
 
 }  // namespace atl::syncer

@@ -85,7 +85,8 @@ TEST(Adversary, OneCompromisedLearnerAmongFourCannotWreckOrFreezeTheModel) {
               "tokens ÷ clean");
   const auto row = [&](const char* name, const SimulateResult& r) {
     std::printf("%-14s %10.4f %9.4f %11.4f %12lld %14.3f\n", name, r.eval_loss, r.eval_loss / clean.eval_loss,
-                r.eval_loss / without.eval_loss, static_cast<long long>(MinVersion(r)), r.tokens_merged / clean.tokens_merged);
+                r.eval_loss / without.eval_loss, static_cast<long long>(MinVersion(r)),
+                r.tokens_merged / clean.tokens_merged);
     std::fflush(stdout);
   };
   row("none", clean);
@@ -99,7 +100,8 @@ TEST(Adversary, OneCompromisedLearnerAmongFourCannotWreckOrFreezeTheModel) {
     // No fragment stops advancing: each merged a round in the last quarter of the run.
     const auto last = LastAdvance(r);
     for (int p = 0; p < 4; ++p) {
-      EXPECT_GE(last.count(p) ? last.at(p) : 0.0, 0.75 * r.simulated_seconds) << name << ": fragment " << p << " stopped";
+      EXPECT_GE(last.count(p) ? last.at(p) : 0.0, 0.75 * r.simulated_seconds)
+          << name << ": fragment " << p << " stopped";
     }
     // What is credited stays near what was trained: the attacker's claims are bounded by its pace
     // and by the time that passed; replays are never counted.

@@ -37,7 +37,9 @@ PushHeaderData Stamped(SyncerLoop& loop, const PushHeaderData& h) {
 std::vector<std::byte> Fp32(float v) { return testing::Fp32Values(v); }
 
 // At most 30 s (the bound of the test, not a threshold).
-bool Eventually(const std::function<bool()>& done) { return testing::AwaitFor(done, 30.0, std::chrono::milliseconds(5)); }
+bool Eventually(const std::function<bool()>& done) {
+  return testing::AwaitFor(done, 30.0, std::chrono::milliseconds(5));
+}
 
 // The version of fragment 0 on disk, read back through a restore.
 int64_t CommittedVersion(const std::string& dir) {

@@ -24,18 +24,18 @@ using testing::SmallHeader;
 using testing::SmallJoin;
 using testing::SmallOptions;
 
-constexpr int kP = 2;                      // SmallCore's fragments: a token counts 1/P per fragment
+constexpr int kP = 2;  // SmallCore's fragments: a token counts 1/P per fragment
 constexpr int64_t kHuge = int64_t{1} << 40;
 
 // A learner that pushes fragment 0 every H of its steps, claiming what it trained since its
 // previous push (or a claim of the test's choosing).
 struct Member {
-  double step_s = 1.0;     // seconds per inner step
-  int64_t tps = 100;       // tokens per step
-  double last_push = 0;    // when it last pushed (its steps since then are its claim)
+  double step_s = 1.0;   // seconds per inner step
+  int64_t tps = 100;     // tokens per step
+  double last_push = 0;  // when it last pushed (its steps since then are its claim)
   double next_push = 0;
-  double claimed = 0;      // Σ c_tokens of its accepted pushes
-  double start = 0;        // when it joined: its heartbeats count its steps from there
+  double claimed = 0;  // Σ c_tokens of its accepted pushes
+  double start = 0;    // when it joined: its heartbeats count its steps from there
 };
 
 class Fleet {
@@ -64,7 +64,8 @@ class Fleet {
     for (;;) {
       auto next = members_.end();
       for (auto it = members_.begin(); it != members_.end(); ++it) {
-        if (silent.count(it->first) == 0 && (next == members_.end() || it->second.next_push < next->second.next_push)) next = it;
+        if (silent.count(it->first) == 0 && (next == members_.end() || it->second.next_push < next->second.next_push))
+          next = it;
       }
       if (heartbeats_ && next_heartbeat_ <= until &&
           (next == members_.end() || next_heartbeat_ < next->second.next_push)) {
@@ -255,8 +256,8 @@ TEST(PushCredit, AfterARestartTheFirstPushesAreCreditedAndClaimsStayBounded) {
   Fleet f;
   for (int id = 0; id < 4; ++id) f.Add(id, 1.0, 100);
   f.RunUntil(30);
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("atoll-credit-" + std::to_string(::getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("atoll-credit-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(dir);
   DurableState state(dir);
   ASSERT_TRUE(state.SaveAll(f.core_).ok());

@@ -117,8 +117,8 @@ TEST_F(Replay, ARefusedPushSpendsItsNumberSoThatItIsNeverAcceptedLater) {
 TEST_F(Replay, ARestartedSyncerRefusesEveryEarlierSessionUntilTheLearnerJoinsIt) {
   const PushHeaderData before = SmallHeader(core_, 0, 0, core_.version(0));
   ASSERT_TRUE(Push(before).ok());
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("atoll-replay-" + std::to_string(::getpid()))).string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("atoll-replay-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(dir);
   DurableState state(dir);
   ASSERT_TRUE(state.SaveAll(core_).ok());

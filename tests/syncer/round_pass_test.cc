@@ -149,8 +149,9 @@ Expected RunAndCheck(int threads, double lr, double mu, int rounds) {
     }
     previous_phi.emplace_back(phi.begin(), phi.end());
     for (int id = 0; id < 3; ++id) {
-      auto pushed = core->Push(Stamped(*core, Header(o, id, 0, round.bases[static_cast<size_t>(id)], plan.fragments[0].numel)),
-                               round.payloads[static_cast<size_t>(id)], clock.Now());
+      auto pushed =
+          core->Push(Stamped(*core, Header(o, id, 0, round.bases[static_cast<size_t>(id)], plan.fragments[0].numel)),
+                     round.payloads[static_cast<size_t>(id)], clock.Now());
       EXPECT_TRUE(pushed.ok()) << pushed.status();
     }
     const std::vector<float> theta_before(core->theta(0).begin(), core->theta(0).end());

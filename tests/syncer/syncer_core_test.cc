@@ -37,7 +37,7 @@ SyncerOptions Fp32Options() {
   o.round.quorum = 1;
   o.round.grace = false;
   o.merge_rule = diloco::MergeRule::kMean;
-  o.outer = {1.0, 0.0, true};  // Θ ← Θ − Δ: the new Θ is the (weighted) mean of the learners
+  o.outer = {1.0, 0.0, true};            // Θ ← Θ − Δ: the new Θ is the (weighted) mean of the learners
   o.outer_step = OuterStepRule::kRound;  // round-level merge math; the sweep has its own tests
   o.uplink = {Encoding::kFp32, 128};
   o.downlink = {Encoding::kFp32, 128};
@@ -129,7 +129,8 @@ TEST(SyncerCore, BadPushesAreRejectedWithoutStateChange) {
   std::vector<float> d(4, 0.5f);
   auto payload = Fp32Payload(d);
   EXPECT_EQ(core->Push(Stamped(*core, Header(7, 0, 0, 10, 1)), payload, now).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 5, 0, 10, 1)), payload, now).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 5, 0, 10, 1)), payload, now).status().code(),
+            StatusCode::kInvalidArgument);
   auto wrong_enc = Stamped(*core, Header(0, 0, 0, 10, 1));
   wrong_enc.encoding = Encoding::kInt4;
   EXPECT_EQ(core->Push(wrong_enc, payload, now).status().code(), StatusCode::kInvalidArgument);
@@ -142,8 +143,10 @@ TEST(SyncerCore, BadPushesAreRejectedWithoutStateChange) {
   std::vector<float> nan = {0.f, std::nanf(""), 0.f, 0.f};
   auto bad = core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(nan), now);
   EXPECT_FALSE(bad.ok());
-  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 0, 3, 10, 1)), payload, now).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 0, 0, -1, 1)), payload, now).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 0, 3, 10, 1)), payload, now).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(core->Push(Stamped(*core, Header(0, 0, 0, -1, 1)), payload, now).status().code(),
+            StatusCode::kInvalidArgument);
   ManualClock clock;
   EXPECT_TRUE(core->Poll(now, clock).empty());  // nothing was accepted
   EXPECT_EQ(core->version(0), 0);
@@ -172,7 +175,7 @@ TEST(SyncerCore, TokenWeightsOfUnequalLearners) {
   EXPECT_DOUBLE_EQ(reports[0].weights[1], 2500.0);
   // Θ_new = Θ − (0.8·0.3 + 0.2·0.1) = 1 − 0.26 = 0.74
   for (float v : core->theta(0)) EXPECT_NEAR(v, 0.74f, 1e-6);
-  for (float v : core->theta(1)) EXPECT_EQ(v, 1.0f);  // untouched fragment
+  for (float v : core->theta(1)) EXPECT_EQ(v, 1.0f);                  // untouched fragment
   EXPECT_DOUBLE_EQ(core->learners().at(0).tokens_merged, 100.0 / 2);  // P = 2
   (void)opts;
 }
@@ -217,7 +220,8 @@ TEST(SyncerCore, SweepScalesAPartialRoundByItsTokenShare) {
     JoinAndPull(*core, f.plan, 1, clock.Now());
     // Learner 0 alone: 20 tokens in 2 steps (10 per step); two live learners → a full round is
     // H·(10 + 10) = 40 tokens, so ρ = 0.5 and Θ = 1 − 0.5·0.2 = 0.9.
-    auto first = core->Push(Stamped(*core, Header(0, 0, 0, 20, 2)), Fp32Payload(std::vector<float>(4, 0.2f)), clock.Now());
+    auto first =
+        core->Push(Stamped(*core, Header(0, 0, 0, 20, 2)), Fp32Payload(std::vector<float>(4, 0.2f)), clock.Now());
     ASSERT_TRUE(first.ok());
     EXPECT_EQ(first->merged_version, 1);
     auto r0 = core->Poll(clock.Now(), clock);
@@ -226,7 +230,8 @@ TEST(SyncerCore, SweepScalesAPartialRoundByItsTokenShare) {
     EXPECT_FALSE(r0[0].sweep_completed);
     for (float v : core->theta(0)) EXPECT_NEAR(v, 0.9f, 1e-6);
     // Learner 1, computed against version 0 (θ_1 = 0.6), folded into the next round.
-    auto late = core->Push(Stamped(*core, Header(1, 0, 0, 20, 2)), Fp32Payload(std::vector<float>(4, 0.4f)), clock.Now());
+    auto late =
+        core->Push(Stamped(*core, Header(1, 0, 0, 20, 2)), Fp32Payload(std::vector<float>(4, 0.4f)), clock.Now());
     ASSERT_TRUE(late.ok());
     EXPECT_EQ(late->merged_version, 2);
     auto r1 = core->Poll(clock.Now(), clock);
@@ -323,13 +328,15 @@ TEST(SyncerCore, JoinWithTheInitialValuesSkipsTheFetch) {
   ASSERT_TRUE(core.ok());
   ManualClock clock;
   JoinRequestData r = Req(f.plan, 0);
-  r.fragment_checksums = {exchange::ValuesChecksum(f.initial[0]), exchange::ValuesChecksum(std::vector<float>(4, 2.0f))};
+  r.fragment_checksums = {exchange::ValuesChecksum(f.initial[0]),
+                          exchange::ValuesChecksum(std::vector<float>(4, 2.0f))};
   auto reply = core->Join(r, clock.Now());
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->fragment_held, (std::vector<int64_t>{0, -1}));  // fragment 1 differs
   EXPECT_EQ(reply->fragment_initial, (std::vector<bool>{true, false}));
   // The held fragment accepts a push against version 0 at once; a pull says not modified.
-  EXPECT_TRUE(core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
+  EXPECT_TRUE(
+      core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
   auto pull = core->Pull(0, 0, 0);
   ASSERT_TRUE(pull.ok());
   EXPECT_TRUE(pull->not_modified);
@@ -508,7 +515,9 @@ TEST(SyncerCore, APullWantingALaterVersionDownloadsNothingUntilItExists) {
   ManualClock clock;
   // Learner 0's push was promised version 2; learner 1's round makes version 1 first.
   auto round = [&](int id, int64_t base) {
-    ASSERT_TRUE(core->Push(Stamped(*core, Header(id, 0, base, 10, 1)), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now()).ok());
+    ASSERT_TRUE(
+        core->Push(Stamped(*core, Header(id, 0, base, 10, 1)), Fp32Payload(std::vector<float>(4, 0.1f)), clock.Now())
+            .ok());
     ASSERT_EQ(core->Poll(clock.Now(), clock).size(), 1u);
   };
   round(1, 0);
@@ -617,7 +626,8 @@ TEST(SyncerCore, LearnerSendingGarbageRepeatedlyIsDisconnected) {
   JoinAndPull(*core, f.plan, 1, clock.Now());
   std::vector<float> nan(4, std::nanf(""));
   Status last;
-  for (int i = 0; i < 3; ++i) last = core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(nan), clock.Now()).status();
+  for (int i = 0; i < 3; ++i)
+    last = core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(nan), clock.Now()).status();
   EXPECT_NE(last.message().find("now disconnected"), std::string::npos) << last;
   std::vector<float> good(4, 0.1f);
   auto refused = core->Push(Stamped(*core, Header(0, 0, 0, 10, 1)), Fp32Payload(good), clock.Now());

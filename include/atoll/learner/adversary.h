@@ -35,16 +35,15 @@
 namespace atl::learner {
 
 enum class Attack { kNone, kInflate, kRatchet, kClaimSteps, kClaimTokens, kZero, kReplay, kAgainst };
-inline constexpr EnumNames<Attack, 8> kAttackNames{
-    "attack",
-    {{{Attack::kNone, "none"},
-      {Attack::kInflate, "inflate"},
-      {Attack::kRatchet, "ratchet"},
-      {Attack::kClaimSteps, "claim-steps"},
-      {Attack::kClaimTokens, "claim-tokens"},
-      {Attack::kZero, "zero"},
-      {Attack::kReplay, "replay"},
-      {Attack::kAgainst, "against"}}}};
+inline constexpr EnumNames<Attack, 8> kAttackNames{"attack",
+                                                   {{{Attack::kNone, "none"},
+                                                     {Attack::kInflate, "inflate"},
+                                                     {Attack::kRatchet, "ratchet"},
+                                                     {Attack::kClaimSteps, "claim-steps"},
+                                                     {Attack::kClaimTokens, "claim-tokens"},
+                                                     {Attack::kZero, "zero"},
+                                                     {Attack::kReplay, "replay"},
+                                                     {Attack::kAgainst, "against"}}}};
 constexpr const auto& NamesOf(Attack) { return kAttackNames; }
 inline const char* AttackName(Attack a) { return kAttackNames.Name(a); }
 inline StatusOr<Attack> ParseAttack(std::string_view name) { return kAttackNames.Parse(name); }
@@ -52,10 +51,10 @@ inline StatusOr<Attack> ParseAttack(std::string_view name) { return kAttackNames
 std::vector<Attack> AllAttacks();
 
 struct AdversaryCounters {
-  int64_t pushes = 0;     // pushes of the learner under it
-  int64_t sent = 0;       // pushes it sent (probes and replays included)
-  int64_t accepted = 0;   // of those, accepted
-  int64_t refused = 0;    // refused (quarantined, absurd, replays, ...)
+  int64_t pushes = 0;    // pushes of the learner under it
+  int64_t sent = 0;      // pushes it sent (probes and replays included)
+  int64_t accepted = 0;  // of those, accepted
+  int64_t refused = 0;   // refused (quarantined, absurd, replays, ...)
 };
 
 class AdversarialSyncerApi final : public syncer::SyncerApi {
@@ -91,11 +90,11 @@ class AdversarialSyncerApi final : public syncer::SyncerApi {
   syncer::SyncerApi& inner_;
   const Attack attack_;
   mutable std::mutex mu_;
-  diloco::CodecOptions uplink_;    // from the join reply; guarded by mu_
-  uint64_t seq_ = 0;               // its own numbering of what it sends; guarded by mu_
-  std::map<int, double> size_;     // per fragment: the size (norm / √steps) it aims at; guarded by mu_
-  std::deque<Sent> sent_;          // the last pushes, for replay; guarded by mu_
-  AdversaryCounters counters_;     // guarded by mu_
+  diloco::CodecOptions uplink_;  // from the join reply; guarded by mu_
+  uint64_t seq_ = 0;             // its own numbering of what it sends; guarded by mu_
+  std::map<int, double> size_;   // per fragment: the size (norm / √steps) it aims at; guarded by mu_
+  std::deque<Sent> sent_;        // the last pushes, for replay; guarded by mu_
+  AdversaryCounters counters_;   // guarded by mu_
 };
 
 }  // namespace atl::learner

@@ -30,8 +30,7 @@ class DdpExchange {
   // writes it into `params`. Aborted means this learner is behind: call Sync. The push carries
   // `push_session` (of the learner's latest join) and the next of this exchange's sequence numbers.
   Status Step(int learner_id, uint64_t push_session, int64_t step_tokens, std::span<const std::span<float>> grads,
-              std::span<const std::span<float>> params, double timeout_s,
-              const std::function<bool()>& stop);
+              std::span<const std::span<float>> params, double timeout_s, const std::function<bool()>& stop);
 
   int64_t version() const { return version_; }
   int64_t payload_bytes_up() const { return bytes_up_; }

@@ -49,14 +49,14 @@ struct SimulateOptions {
 };
 
 struct SimulateResult {
-  double eval_loss = 0;        // the global model after the final sync
+  double eval_loss = 0;  // the global model after the final sync
   double eval_loss_start = 0;
   double simulated_seconds = 0;
   int64_t rounds = 0;
   int64_t tokens_trained = 0;
   double tokens_merged = 0;
-  std::vector<int64_t> fragment_versions;       // each fragment's version at the end
-  int64_t params = 0;  // values in the model (every fragment's)
+  std::vector<int64_t> fragment_versions;  // each fragment's version at the end
+  int64_t params = 0;                      // values in the model (every fragment's)
   // What the learners' pushes and pulls carried, encoded and compressed as on the wire of
   // `atoll run` (its payload_bytes_up/down: the same payloads, without gRPC framing).
   int64_t payload_bytes_up = 0, payload_bytes_down = 0;
