@@ -88,9 +88,9 @@ std::vector<std::string> Cells(const std::string& name, const Json& row) {
               "%.3f")};
 }
 
-const std::vector<std::string> kHeader = {"run",    "goodput", "uptime", "eval loss", "wall s",
-                                          "kills",  "barrier wait s/learner", "dead s/learner",
-                                          "merged/trained"};
+const std::vector<std::string> kHeader = {
+    "run",           "goodput", "uptime", "eval loss", "wall s", "kills", "barrier wait s/learner", "dead s/learner",
+    "merged/trained"};
 
 class Driver {
  public:
@@ -162,9 +162,10 @@ void Driver::Chaos() {
   const bool met_loss = std::isfinite(loss_ratio) && loss_ratio <= 1.03;
   const bool met_goodput = std::isfinite(goodput) && goodput >= 0.85;
 
-  std::printf("\nchaos: seeded random faults (seed %d, learner MTBF %.0f s, repair %.0f s exponential, from t = %.0f s),\n"
-              "       M = 4, %lld steps per learner, %d x %d tokens per step\n",
-              seed, mtbf, repair, start_after, static_cast<long long>(s.steps), s.batch, s.seq);
+  std::printf(
+      "\nchaos: seeded random faults (seed %d, learner MTBF %.0f s, repair %.0f s exponential, from t = %.0f s),\n"
+      "       M = 4, %lld steps per learner, %d x %d tokens per step\n",
+      seed, mtbf, repair, start_after, static_cast<long long>(s.steps), s.batch, s.seq);
   auto name = [](const std::string& n, const Result& r) { return r.timed_out ? n + " STOPPED" : n; };
   std::vector<std::vector<std::string>> rows = {kHeader, Cells(name("decoupled, no chaos", ref), r_ref),
                                                 Cells(name("decoupled", dec), r_dec),
@@ -181,13 +182,22 @@ void Driver::Chaos() {
               ddp_note.empty() ? Fmt(Ratio(Num(ddp.summary, "wall_seconds"), dec_wall), "%.2f").c_str() : "n/a",
               Fmt(Ratio(Num(ref.summary, "wall_seconds"), dec_wall), "%.2f").c_str());
   std::printf("  (the schedule is in seconds, so a run that lasts longer meets more of it: compare kills per run)\n");
-  out_["chaos"] = {{"seed", seed}, {"learner_mtbf_s", mtbf}, {"repair_s", repair}, {"start_after_s", start_after},
-                   {"steps", s.steps}, {"decoupled_nochaos", r_ref}, {"decoupled", r_dec}, {"diloco", r_dil},
-                   {"ddp", ddp_note.empty() ? r_ddp : Json(nullptr)}, {"ddp_note", ddp_note},
-                   {"decoupled_loss_ratio", J(loss_ratio)}, {"met_loss_within_3pct", met_loss},
-                   {"met_goodput_085", met_goodput},
-                   {"diloco_wall_ratio", J(Ratio(Num(dil.summary, "wall_seconds"), dec_wall))},
-                   {"ddp_wall_ratio", ddp_note.empty() ? J(Ratio(Num(ddp.summary, "wall_seconds"), dec_wall)) : Json(nullptr)}};
+  out_["chaos"] = {
+      {"seed", seed},
+      {"learner_mtbf_s", mtbf},
+      {"repair_s", repair},
+      {"start_after_s", start_after},
+      {"steps", s.steps},
+      {"decoupled_nochaos", r_ref},
+      {"decoupled", r_dec},
+      {"diloco", r_dil},
+      {"ddp", ddp_note.empty() ? r_ddp : Json(nullptr)},
+      {"ddp_note", ddp_note},
+      {"decoupled_loss_ratio", J(loss_ratio)},
+      {"met_loss_within_3pct", met_loss},
+      {"met_goodput_085", met_goodput},
+      {"diloco_wall_ratio", J(Ratio(Num(dil.summary, "wall_seconds"), dec_wall))},
+      {"ddp_wall_ratio", ddp_note.empty() ? J(Ratio(Num(ddp.summary, "wall_seconds"), dec_wall)) : Json(nullptr)}};
 }
 
 void Driver::Mixed() {
@@ -198,18 +208,23 @@ void Driver::Mixed() {
   Result k1 = run_.Atoll("mixed-K1-nograce", "run", " -K 1 --grace false" + common, timeout());
   Result k1g = run_.Atoll("mixed-K1-grace", "run", " -K 1 --grace true" + common, timeout());
   const Json r_all = Row(all), r_k1 = Row(k1), r_k1g = Row(k1g);
-  std::printf("\nmixed hardware: learners at speeds 1, 1, 0.5, 0.5; %lld steps each (same token budget), %d x %d tokens\n",
-              static_cast<long long>(s.steps), s.batch, s.seq);
-  bench::PrintTable({kHeader, Cells("K = 4 (wait for all)", r_all), Cells("K = 1, no grace", r_k1),
-                     Cells("K = 1 + grace", r_k1g)});
+  std::printf(
+      "\nmixed hardware: learners at speeds 1, 1, 0.5, 0.5; %lld steps each (same token budget), %d x %d tokens\n",
+      static_cast<long long>(s.steps), s.batch, s.seq);
+  bench::PrintTable(
+      {kHeader, Cells("K = 4 (wait for all)", r_all), Cells("K = 1, no grace", r_k1), Cells("K = 1 + grace", r_k1g)});
   const double base = Num(all.summary, "eval_loss");
   std::printf("  eval loss / K=4: K=1 no grace %s, K=1 + grace %s; goodput K=4 %s, K=1 %s, K=1+grace %s\n",
               Fmt(Ratio(Num(k1.summary, "eval_loss"), base), "%.4f").c_str(),
               Fmt(Ratio(Num(k1g.summary, "eval_loss"), base), "%.4f").c_str(),
               Fmt(Num(all.summary, "goodput"), "%.3f").c_str(), Fmt(Num(k1.summary, "goodput"), "%.3f").c_str(),
               Fmt(Num(k1g.summary, "goodput"), "%.3f").c_str());
-  std::printf("  (paper: K = all ~84 %% goodput; K = 1 100 %% but worse quality; K = 1 + grace both. Measured as is.)\n");
-  out_["mixed"] = {{"steps", s.steps}, {"speeds", {1, 1, 0.5, 0.5}}, {"K4", r_all}, {"K1_nograce", r_k1},
+  std::printf(
+      "  (paper: K = all ~84 %% goodput; K = 1 100 %% but worse quality; K = 1 + grace both. Measured as is.)\n");
+  out_["mixed"] = {{"steps", s.steps},
+                   {"speeds", {1, 1, 0.5, 0.5}},
+                   {"K4", r_all},
+                   {"K1_nograce", r_k1},
                    {"K1_grace", r_k1g},
                    {"loss_ratio_K1_nograce_vs_K4", J(Ratio(Num(k1.summary, "eval_loss"), base))},
                    {"loss_ratio_K1_grace_vs_K4", J(Ratio(Num(k1g.summary, "eval_loss"), base))}};

@@ -126,10 +126,9 @@ Args ParseArgs(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
-  a.common = ParseCommon(static_cast<int>(rest.size()), rest.data(), "fidelity",
-                         {"parity", "rda", "codecs", "alpha", "weights", "mixed", "scavenging", "budget", "outer",
-                          "frontier"},
-                         kUsage);
+  a.common = ParseCommon(
+      static_cast<int>(rest.size()), rest.data(), "fidelity",
+      {"parity", "rda", "codecs", "alpha", "weights", "mixed", "scavenging", "budget", "outer", "frontier"}, kUsage);
   if (a.common.quick && !seeds_set) a.seeds = 1;
   if (a.common.quick && !tpp_set) a.tokens_per_param = 0.25;
   if (a.steps <= 0) a.steps = a.common.quick ? 48 : 150;
@@ -156,9 +155,9 @@ std::pair<double, double> NormTrend(const std::string& dir) {
 }
 
 void Driver::Parity() {
-  std::vector<std::vector<std::string>> rows = {
-      {"corpus", "data-parallel", "sync DiLoCo", "decoupled", "dec ÷ DP", "dec ÷ DiLoCo", "seed spread (dec)",
-       "merged norm first→last quarter"}};
+  std::vector<std::vector<std::string>> rows = {{"corpus", "data-parallel", "sync DiLoCo", "decoupled", "dec ÷ DP",
+                                                 "dec ÷ DiLoCo", "seed spread (dec)",
+                                                 "merged norm first→last quarter"}};
   std::vector<atl::sim::Panel> panels;
   Json j = Json::array();
   for (const CorpusKind kind : a_.corpora) {
@@ -187,11 +186,16 @@ void Driver::Parity() {
                     Fmt(*std::max_element(r_dil.begin(), r_dil.end()), "%.3f") + " (worst seed)",
                     Fmt(100 * 2 * dec_half / dec_mean, "%.1f") + " %",
                     Fmt(trend.first, "%.3f") + " → " + Fmt(trend.second, "%.3f")});
-    panels.push_back(PanelOf(corpus + " corpus (seed 0)", {{"data-parallel", &dp[0]}, {"sync DiLoCo H=50", &dil[0]},
-                                                           {"decoupled", &dec[0]}}));
-    j.push_back({{"corpus", corpus}, {"dp", MeanSpread(dp).first}, {"diloco", MeanSpread(dil).first},
-                 {"decoupled", dec_mean}, {"dec_over_dp", r_dp}, {"dec_over_diloco", r_dil},
-                 {"decoupled_seed_spread", J(2 * dec_half / dec_mean)}, {"norm_first", J(trend.first)},
+    panels.push_back(PanelOf(corpus + " corpus (seed 0)",
+                             {{"data-parallel", &dp[0]}, {"sync DiLoCo H=50", &dil[0]}, {"decoupled", &dec[0]}}));
+    j.push_back({{"corpus", corpus},
+                 {"dp", MeanSpread(dp).first},
+                 {"diloco", MeanSpread(dil).first},
+                 {"decoupled", dec_mean},
+                 {"dec_over_dp", r_dp},
+                 {"dec_over_diloco", r_dil},
+                 {"decoupled_seed_spread", J(2 * dec_half / dec_mean)},
+                 {"norm_first", J(trend.first)},
                  {"norm_last", J(trend.second)}});
   }
   out_["parity"] = j;
@@ -208,7 +212,8 @@ void Driver::Rda() {
   std::vector<atl::sim::Panel> panels;
   for (int m : {2, 4, 8}) {
     const std::string M = " -M " + std::to_string(m);
-    auto runs = Sweep("rda-M" + std::to_string(m), a_.bytes_data, {{"rda", M + " --merge rda"}, {"mean", M + " --merge mean"}});
+    auto runs =
+        Sweep("rda-M" + std::to_string(m), a_.bytes_data, {{"rda", M + " --merge rda"}, {"mean", M + " --merge mean"}});
     rows.push_back({std::to_string(m), Cell(runs["rda"]), Cell(runs["mean"]),
                     Fmt(Ratio(MeanSpread(runs["rda"]).first, MeanSpread(runs["mean"]).first), "%.3f")});
     panels.push_back(PanelOf("M = " + std::to_string(m), {{"RDA", &runs["rda"][0]}, {"mean", &runs["mean"][0]}}));
@@ -222,18 +227,25 @@ void Driver::Codecs() {
   if (!EnsureBytesCorpus()) return;
   // Both ways, plus int4 outer gradients with an int8 downlink (the paper quantises the outer
   // gradients; what learners receive is a separate choice).
-  auto runs = Sweep("codecs", a_.bytes_data, {{"int4", " --uplink int4 --downlink int4"},
-                                              {"int4-int8", " --uplink int4 --downlink int8"},
-                                              {"int2", " --uplink int2 --downlink int4"},
-                                              {"bf16", " --uplink bf16 --downlink bf16"},
-                                              {"fp32", " --uplink fp32 --downlink fp32"}});
-  std::vector<std::vector<std::string>> rows = {{"on the wire (both ways, or uplink / downlink)", "eval loss", "÷ fp32"}};
+  auto runs = Sweep("codecs", a_.bytes_data,
+                    {{"int4", " --uplink int4 --downlink int4"},
+                     {"int4-int8", " --uplink int4 --downlink int8"},
+                     {"int2", " --uplink int2 --downlink int4"},
+                     {"bf16", " --uplink bf16 --downlink bf16"},
+                     {"fp32", " --uplink fp32 --downlink fp32"}});
+  std::vector<std::vector<std::string>> rows = {
+      {"on the wire (both ways, or uplink / downlink)", "eval loss", "÷ fp32"}};
   for (const char* c : {"int4", "int4-int8", "int2", "bf16", "fp32"}) {
     const std::string name = c;
-    rows.push_back({name == "int4-int8" ? "int4 / int8" : name == "int2" ? "int2 / int4" : name, Cell(runs[c]), Fmt(Ratio(MeanSpread(runs[c]).first, MeanSpread(runs["fp32"]).first), "%.3f")});
+    rows.push_back({name == "int4-int8" ? "int4 / int8"
+                    : name == "int2"    ? "int2 / int4"
+                                        : name,
+                    Cell(runs[c]), Fmt(Ratio(MeanSpread(runs[c]).first, MeanSpread(runs["fp32"]).first), "%.3f")});
   }
   Write("codecs", "Codecs on the wire (byte-level corpus)", rows,
-        {PanelOf("codecs (seed 0)", {{"int4", &runs["int4"][0]}, {"int2", &runs["int2"][0]}, {"bf16", &runs["bf16"][0]},
+        {PanelOf("codecs (seed 0)", {{"int4", &runs["int4"][0]},
+                                     {"int2", &runs["int2"][0]},
+                                     {"bf16", &runs["bf16"][0]},
                                      {"fp32", &runs["fp32"][0]}})},
         "int2 quantises the outer gradients to three levels per block of 256 (−s, 0, s with s the block's "
         "absmax); its downlink stays int4. The paper: int4 costs almost nothing; 2-bit and 1-bit collapse quality.");
@@ -253,7 +265,8 @@ void Driver::Weights() {
   // Learners of different batch sizes (the same 64 sequences a step in all as the other parts'
   // 4 × 16): each round's contributions weighted by tokens (c_tokens²/c_steps) or equally.
   const std::string b = " -M 4 --batches 24 24 8 8";
-  auto runs = Sweep("weights", a_.bytes_data, {{"tokens", b + " --weights tokens"}, {"uniform", b + " --weights uniform"}});
+  auto runs =
+      Sweep("weights", a_.bytes_data, {{"tokens", b + " --weights tokens"}, {"uniform", b + " --weights uniform"}});
   Write("weights", "Token weights vs uniform, learners with batches 24, 24, 8, 8 (byte-level corpus)",
         {{"merge weights", "eval loss", "÷ tokens"},
          {"tokens (c_tokens²/c_steps)", Cell(runs["tokens"]), "1.000"},
@@ -267,8 +280,9 @@ void Driver::Weights() {
 void Driver::Mixed() {
   if (!EnsureBytesCorpus()) return;
   const std::string sp = " -M 4 --speeds 1 1 0.5 0.5";
-  auto runs = Sweep("mixed", a_.bytes_data, {{"K=M", sp + " -K 4"}, {"K=1", sp + " -K 1 --grace false"},
-                                              {"K=1+grace", sp + " -K 1 --grace true"}});
+  auto runs =
+      Sweep("mixed", a_.bytes_data,
+            {{"K=M", sp + " -K 4"}, {"K=1", sp + " -K 1 --grace false"}, {"K=1+grace", sp + " -K 1 --grace true"}});
   std::vector<std::vector<std::string>> rows = {{"quorum", "eval loss", "÷ K=M", "goodput"}};
   for (const char* k : {"K=M", "K=1", "K=1+grace"}) {
     std::vector<double> g;
@@ -277,7 +291,8 @@ void Driver::Mixed() {
                     Fmt(Median(g), "%.3f")});
   }
   Write("mixed", "Mixed hardware: speeds 1, 1, 0.5, 0.5 (byte-level corpus)", rows,
-        {PanelOf("mixed (seed 0)", {{"K=M", &runs["K=M"][0]}, {"K=1", &runs["K=1"][0]}, {"K=1+grace", &runs["K=1+grace"][0]}})},
+        {PanelOf("mixed (seed 0)",
+                 {{"K=M", &runs["K=M"][0]}, {"K=1", &runs["K=1"][0]}, {"K=1+grace", &runs["K=1+grace"][0]}})},
         "Target: K = 1 + grace eval loss ≤ 1.01 × K = M with goodput ≥ 0.97. The paper: K = all 84 % goodput; "
         "K = 1 100 % but worse quality; K = 1 + grace both.");
 }
@@ -288,10 +303,11 @@ void Driver::Scavenging() {
   // again later (a rejoin from the global model, fresh moments) — the scavenging pattern.
   const std::string runfile = a_.common.out + "/scavenging.toml";
   const double late = a_.common.quick ? 10 : 60;
-  std::ofstream(runfile) << "[chaos]\nmode = \"events\"\nevents = [ { kind = \"kill\", learner = 2, at_step = 1, duration_s = "
-                         << late << " }, { kind = \"kill\", learner = 3, at_step = 1, duration_s = " << late << " } ]\n";
-  auto runs = Sweep("scavenging", a_.bytes_data, {{"2 learners", " -M 2"}, {"2 + 2 added", " -M 4 -c " + Quote(runfile)},
-                                                  {"4 learners", " -M 4"}});
+  std::ofstream(runfile)
+      << "[chaos]\nmode = \"events\"\nevents = [ { kind = \"kill\", learner = 2, at_step = 1, duration_s = " << late
+      << " }, { kind = \"kill\", learner = 3, at_step = 1, duration_s = " << late << " } ]\n";
+  auto runs = Sweep("scavenging", a_.bytes_data,
+                    {{"2 learners", " -M 2"}, {"2 + 2 added", " -M 4 -c " + Quote(runfile)}, {"4 learners", " -M 4"}});
   std::vector<std::vector<std::string>> rows = {{"fleet", "eval loss", "tokens merged"}};
   for (const char* k : {"2 learners", "2 + 2 added", "4 learners"}) {
     std::vector<double> t;
@@ -299,7 +315,8 @@ void Driver::Scavenging() {
     rows.push_back({k, Cell(runs[k]), Fmt(Median(t), "%.0f")});
   }
   Write("scavenging", "Learners added mid-run (byte-level corpus)", rows,
-        {PanelOf("scavenging (seed 0)", {{"2 learners", &runs["2 learners"][0]}, {"2 + 2 added", &runs["2 + 2 added"][0]},
+        {PanelOf("scavenging (seed 0)", {{"2 learners", &runs["2 learners"][0]},
+                                         {"2 + 2 added", &runs["2 + 2 added"][0]},
                                          {"4 learners", &runs["4 learners"][0]}})},
         "Learners that join late start from the global model and add their tokens; the curve is vs tokens merged.");
 }

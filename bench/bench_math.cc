@@ -88,15 +88,14 @@ int main() {
 
   std::vector<Result> results;
   const size_t merge_bytes = kM * kN * sizeof(float);
-  results.push_back(Measure("merge mean (M=4)", merge_bytes,
-                            [&] { Check(atl::diloco::WeightedMean(spans, weights, out)); }));
-  results.push_back(Measure("merge RDA (M=4)", merge_bytes,
-                            [&] { Check(atl::diloco::RdaMerge(spans, weights, out)); }));
+  results.push_back(
+      Measure("merge mean (M=4)", merge_bytes, [&] { Check(atl::diloco::WeightedMean(spans, weights, out)); }));
+  results.push_back(
+      Measure("merge RDA (M=4)", merge_bytes, [&] { Check(atl::diloco::RdaMerge(spans, weights, out)); }));
 
   std::vector<float> momentum(kN, 0.0f), theta(inputs[1]);
-  results.push_back(Measure("outer step (Nesterov)", 3 * kN * sizeof(float), [&] {
-    Check(atl::diloco::OuterStep({}, inputs[0], momentum, theta));
-  }));
+  results.push_back(Measure("outer step (Nesterov)", 3 * kN * sizeof(float),
+                            [&] { Check(atl::diloco::OuterStep({}, inputs[0], momentum, theta)); }));
 
   const size_t value_bytes = kN * sizeof(float);
   for (Encoding e : {Encoding::kFp32, Encoding::kBf16, Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
@@ -104,26 +103,23 @@ int main() {
     std::vector<std::byte> wire;
     wire.reserve(atl::diloco::EncodedSize(options, kN));
     const std::string name = atl::diloco::EncodingName(e);
-    results.push_back(Measure("encode " + name, value_bytes,
-                              [&] { Check(atl::diloco::Encode(options, inputs[0], wire)); }));
-    results.push_back(Measure("decode " + name, value_bytes,
-                              [&] { Check(atl::diloco::Decode(options, wire, out)); }));
+    results.push_back(
+        Measure("encode " + name, value_bytes, [&] { Check(atl::diloco::Encode(options, inputs[0], wire)); }));
+    results.push_back(Measure("decode " + name, value_bytes, [&] { Check(atl::diloco::Decode(options, wire, out)); }));
   }
 
-  std::printf("bench_math: N = %zu floats (%.1f MB), M = %zu, median of %d interleaved runs\n",
-              kN, static_cast<double>(value_bytes) / 1e6, kM, kReps);
+  std::printf("bench_math: N = %zu floats (%.1f MB), M = %zu, median of %d interleaved runs\n", kN,
+              static_cast<double>(value_bytes) / 1e6, kM, kReps);
   std::printf("%-24s %10s %14s %18s\n", "op", "GB/s", "memcpy GB/s", "time / memcpy");
   for (const auto& r : results) {
     std::printf("%-24s %10.2f %14.2f %17.2fx\n", r.op.c_str(), r.gbps, r.memcpy_gbps, r.ratio);
   }
-  std::string json = "{\"bench\":\"math\",\"n\":" + std::to_string(kN) +
-                     ",\"m\":" + std::to_string(kM) + ",\"results\":[";
+  std::string json =
+      "{\"bench\":\"math\",\"n\":" + std::to_string(kN) + ",\"m\":" + std::to_string(kM) + ",\"results\":[";
   for (size_t i = 0; i < results.size(); ++i) {
     char buf[256];
-    std::snprintf(buf, sizeof(buf),
-                  "%s{\"op\":\"%s\",\"gbps\":%.3f,\"memcpy_gbps\":%.3f,\"ratio_vs_memcpy\":%.3f}",
-                  i ? "," : "", results[i].op.c_str(), results[i].gbps, results[i].memcpy_gbps,
-                  results[i].ratio);
+    std::snprintf(buf, sizeof(buf), "%s{\"op\":\"%s\",\"gbps\":%.3f,\"memcpy_gbps\":%.3f,\"ratio_vs_memcpy\":%.3f}",
+                  i ? "," : "", results[i].op.c_str(), results[i].gbps, results[i].memcpy_gbps, results[i].ratio);
     json += buf;
   }
   json += "]}";

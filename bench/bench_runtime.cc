@@ -48,9 +48,9 @@ struct Shape {
   int64_t steps = 150;
   double lr = 3e-3;
   std::string RunFlags() const {
-    return " --preset " + preset + " --seq " + std::to_string(seq) + " --batch " + std::to_string(batch) +
-           " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) + " --lr " +
-           Fmt(lr, "%g") + " --eval-batches " + std::to_string(eval_batches);
+    return " --preset " + preset + " --seq " + std::to_string(seq) + " --batch " + std::to_string(batch) + " --steps " +
+           std::to_string(steps) + " --warmup " + std::to_string(warmup) + " --lr " + Fmt(lr, "%g") +
+           " --eval-batches " + std::to_string(eval_batches);
   }
   std::string TrainFlags() const { return RunFlags() + " --eval-every 0 --log-every 25"; }
   double tokens_per_learner_step() const { return static_cast<double>(seq) * batch; }
@@ -134,19 +134,23 @@ void Driver::Parity() {
   const bool met = std::isfinite(ratio) && ratio <= 1.02;
   std::printf("  eval loss decoupled / data-parallel = %s (target <= 1.02: %s)\n", Fmt(ratio).c_str(),
               met ? "met" : "MISSED");
-  std::printf("  (data-parallel: one process, 4 micro-batches per step, 2 torch threads; decoupled: 4 learner\n"
-              "   processes + syncer on the same cores, 1 thread each. Wall times include start-up and evals.)\n");
+  std::printf(
+      "  (data-parallel: one process, 4 micro-batches per step, 2 torch threads; decoupled: 4 learner\n"
+      "   processes + syncer on the same cores, 1 thread each. Wall times include start-up and evals.)\n");
   out_["parity"] = {{"decoupled_eval_loss", J(Num(dec.summary, "eval_loss"))},
                     {"dp_eval_loss", J(Num(dp.summary, "eval_loss"))},
                     {"eval_loss_start", J(Num(dec.summary, "eval_loss_start"))},
-                    {"ratio", J(ratio)}, {"target", "<= 1.02"}, {"met", met},
+                    {"ratio", J(ratio)},
+                    {"target", "<= 1.02"},
+                    {"met", met},
                     {"decoupled_wall_s", J(Num(dec.summary, "wall_seconds"))},
                     {"dp_wall_s", J(Num(dp.summary, "wall_seconds"))},
                     {"decoupled_tokens_per_s", J(EndToEndTps(dec.summary))},
                     {"dp_tokens_per_s", J(EndToEndTps(dp.summary))},
                     {"dp_train_tokens_per_s", J(Num(dp.summary, "tokens_per_second"))},
                     {"tokens", J(Num(dec.summary, "tokens_trained"))},
-                    {"decoupled_dir", dec.dir}, {"dp_dir", dp.dir}};
+                    {"decoupled_dir", dec.dir},
+                    {"dp_dir", dp.dir}};
 }
 
 // Bytes per token of one run: wire (all of it), wire less the estimated one-time full fp32 fetch
@@ -203,34 +207,37 @@ void Driver::Bandwidth() {
   const std::string ddp_label = measured ? "ddp (measured)" : "ddp (ANALYTIC dp_equivalent_bytes)";
   const double r_wire = Ratio(q.wire, d.wire), r_steady = Ratio(q.steady, d.steady),
                r_payload = Ratio(q.payload, d.payload), r_payload_steady = Ratio(q.payload_steady, d.payload_steady);
-  auto verdict = [&](double r) {
-    return std::isfinite(r) && r >= 90 && r / analytic >= 0.95;
-  };
-  std::printf("\nbandwidth: bytes on the wire per token trained, both directions (P = H = %d, int4, block %d, %s params)\n",
-              P, B, Fmt(N, "%.0f").c_str());
-  bench::PrintTable({{"run", "wire B/token", "wire - join", "payload B/token", "payload - join", "join fetch (est.) B",
-                      "tokens"},
-                     {"decoupled (measured)", Fmt(d.wire, "%.2f"), Fmt(d.steady, "%.2f"), Fmt(d.payload, "%.2f"),
-                      Fmt(d.payload_steady, "%.2f"), Fmt(d.join, "%.0f"), Fmt(d.tokens, "%.0f")},
-                     {ddp_label, Fmt(q.wire, "%.2f"), Fmt(q.steady, "%.2f"), Fmt(q.payload, "%.2f"),
-                      Fmt(q.payload_steady, "%.2f"), Fmt(q.join, "%.0f"), Fmt(q.tokens, "%.0f")},
-                     {"analytic ddp / decoupled", Fmt(ddp_analytic_per_token, "%.2f"), "", "", Fmt(dec_analytic_per_token, "%.3f"),
-                      "", ""}});
+  auto verdict = [&](double r) { return std::isfinite(r) && r >= 90 && r / analytic >= 0.95; };
+  std::printf(
+      "\nbandwidth: bytes on the wire per token trained, both directions (P = H = %d, int4, block %d, %s params)\n", P,
+      B, Fmt(N, "%.0f").c_str());
+  bench::PrintTable(
+      {{"run", "wire B/token", "wire - join", "payload B/token", "payload - join", "join fetch (est.) B", "tokens"},
+       {"decoupled (measured)", Fmt(d.wire, "%.2f"), Fmt(d.steady, "%.2f"), Fmt(d.payload, "%.2f"),
+        Fmt(d.payload_steady, "%.2f"), Fmt(d.join, "%.0f"), Fmt(d.tokens, "%.0f")},
+       {ddp_label, Fmt(q.wire, "%.2f"), Fmt(q.steady, "%.2f"), Fmt(q.payload, "%.2f"), Fmt(q.payload_steady, "%.2f"),
+        Fmt(q.join, "%.0f"), Fmt(q.tokens, "%.0f")},
+       {"analytic ddp / decoupled", Fmt(ddp_analytic_per_token, "%.2f"), "", "", Fmt(dec_analytic_per_token, "%.3f"),
+        "", ""}});
   if (!ddp_note.empty()) std::printf("  %s\n", ddp_note.c_str());
-  std::printf("  ddp / decoupled: wire %s x, wire less join %s x, payload %s x, payload less join %s x; "
-              "analytic 4P/(1+8/B) = %.1f x\n",
-              Fmt(r_wire, "%.1f").c_str(), Fmt(r_steady, "%.1f").c_str(), Fmt(r_payload, "%.1f").c_str(),
-              Fmt(r_payload_steady, "%.1f").c_str(), analytic);
-  std::printf("  vs analytic: wire %s (%s), wire less join %s (%s), payload %s (%s), payload less join %s (%s)\n"
-              "  (target: >= 90x and >= 0.95 x the analytic of raw int4; above 1 is deflate's gain)\n",
-              Fmt(Ratio(r_wire, analytic), "%.3f").c_str(), verdict(r_wire) ? "met" : "MISSED",
-              Fmt(Ratio(r_steady, analytic), "%.3f").c_str(), verdict(r_steady) ? "met" : "MISSED",
-              Fmt(Ratio(r_payload, analytic), "%.3f").c_str(), verdict(r_payload) ? "met" : "MISSED",
-              Fmt(Ratio(r_payload_steady, analytic), "%.3f").c_str(), verdict(r_payload_steady) ? "met" : "MISSED");
-  std::printf("  (the join fetch, params x 4 B per learner join, is an estimate subtracted from each mode's wire bytes;\n"
-              "   it weighs ~%.0f steps of decoupled traffic per learner, so short runs dilute the wire ratio)\n",
-              Ratio(4.0 * N, dec_analytic_per_token * s.tokens_per_learner_step()));
-  out_["bandwidth"] = {{"ddp_measured", measured}, {"ddp_note", ddp_note},
+  std::printf(
+      "  ddp / decoupled: wire %s x, wire less join %s x, payload %s x, payload less join %s x; "
+      "analytic 4P/(1+8/B) = %.1f x\n",
+      Fmt(r_wire, "%.1f").c_str(), Fmt(r_steady, "%.1f").c_str(), Fmt(r_payload, "%.1f").c_str(),
+      Fmt(r_payload_steady, "%.1f").c_str(), analytic);
+  std::printf(
+      "  vs analytic: wire %s (%s), wire less join %s (%s), payload %s (%s), payload less join %s (%s)\n"
+      "  (target: >= 90x and >= 0.95 x the analytic of raw int4; above 1 is deflate's gain)\n",
+      Fmt(Ratio(r_wire, analytic), "%.3f").c_str(), verdict(r_wire) ? "met" : "MISSED",
+      Fmt(Ratio(r_steady, analytic), "%.3f").c_str(), verdict(r_steady) ? "met" : "MISSED",
+      Fmt(Ratio(r_payload, analytic), "%.3f").c_str(), verdict(r_payload) ? "met" : "MISSED",
+      Fmt(Ratio(r_payload_steady, analytic), "%.3f").c_str(), verdict(r_payload_steady) ? "met" : "MISSED");
+  std::printf(
+      "  (the join fetch, params x 4 B per learner join, is an estimate subtracted from each mode's wire bytes;\n"
+      "   it weighs ~%.0f steps of decoupled traffic per learner, so short runs dilute the wire ratio)\n",
+      Ratio(4.0 * N, dec_analytic_per_token * s.tokens_per_learner_step()));
+  out_["bandwidth"] = {{"ddp_measured", measured},
+                       {"ddp_note", ddp_note},
                        {"decoupled_wire_bytes_per_token", J(d.wire)},
                        {"decoupled_wire_less_join_bytes_per_token", J(d.steady)},
                        {"decoupled_payload_bytes_per_token", J(d.payload)},
@@ -243,13 +250,18 @@ void Driver::Bandwidth() {
                        {"ratio_payload_less_join", J(r_payload_steady)},
                        {"met_payload_less_join", verdict(r_payload_steady)},
                        {"ddp_join_fetch_bytes_est", J(q.join)},
-                       {"ratio_wire", J(r_wire)}, {"ratio_wire_less_join", J(r_steady)},
-                       {"ratio_payload", J(r_payload)}, {"analytic_ratio", J(analytic)},
+                       {"ratio_wire", J(r_wire)},
+                       {"ratio_wire_less_join", J(r_steady)},
+                       {"ratio_payload", J(r_payload)},
+                       {"analytic_ratio", J(analytic)},
                        {"ratio_wire_vs_analytic", J(Ratio(r_wire, analytic))},
                        {"ratio_payload_vs_analytic", J(Ratio(r_payload, analytic))},
-                       {"met_wire", verdict(r_wire)}, {"met_wire_less_join", verdict(r_steady)},
-                       {"met_payload", verdict(r_payload)}, {"params", J(N)},
-                       {"decoupled_dir", dec.dir}, {"ddp_dir", ddp.dir}};
+                       {"met_wire", verdict(r_wire)},
+                       {"met_wire_less_join", verdict(r_steady)},
+                       {"met_payload", verdict(r_payload)},
+                       {"params", J(N)},
+                       {"decoupled_dir", dec.dir},
+                       {"ddp_dir", ddp.dir}};
 }
 
 // Mean over a run's learners of their training-loop tokens/s (see bench::LoopWindowOf), with
@@ -307,24 +319,33 @@ void Driver::Overlap() {
   const double m_on = bench::Median(on), m_off = bench::Median(off), ratio = Ratio(m_on, m_off);
   const double ratio_all = Ratio(bench::Median(on_all), bench::Median(off_all));
   const bool met = std::isfinite(ratio) && ratio >= 0.95;
-  std::printf("\noverlap: training-loop tokens/s of a learner, sync on vs off (%lld steps, %d x %d tokens, 2 processes)\n",
-              static_cast<long long>(s.steps), s.batch, s.seq);
+  std::printf(
+      "\noverlap: training-loop tokens/s of a learner, sync on vs off (%lld steps, %d x %d tokens, 2 processes)\n",
+      static_cast<long long>(s.steps), s.batch, s.seq);
   rows.push_back({"median", Fmt(m_on, "%.0f"), Fmt(m_off, "%.0f"), Fmt(bench::Median(on_all), "%.0f"),
                   Fmt(bench::Median(off_all), "%.0f")});
   bench::PrintTable(rows);
   std::printf("  sync on / sync off = %s (target >= 0.95: %s); all steps, first included: %s\n",
               Fmt(ratio, "%.3f").c_str(), met ? "met" : "MISSED", Fmt(ratio_all, "%.3f").c_str());
-  std::printf("  (window: end of each process's first inner step to the end of its last; the first step\n"
-              "  carries the one-time warm-up, see docs/benchmarks.md; the syncer process shares the cores)\n");
+  std::printf(
+      "  (window: end of each process's first inner step to the end of its last; the first step\n"
+      "  carries the one-time warm-up, see docs/benchmarks.md; the syncer process shares the cores)\n");
   Json jon = Json::array(), joff = Json::array(), jon_all = Json::array(), joff_all = Json::array();
   for (double x : on) jon.push_back(J(x));
   for (double x : off) joff.push_back(J(x));
   for (double x : on_all) jon_all.push_back(J(x));
   for (double x : off_all) joff_all.push_back(J(x));
-  out_["overlap"] = {{"sync_on_tokens_per_s", jon}, {"sync_off_tokens_per_s", joff}, {"median_on", J(m_on)},
-                     {"median_off", J(m_off)}, {"ratio", J(ratio)}, {"target", ">= 0.95"}, {"met", met},
-                     {"window", "steps 2..N"}, {"sync_on_tokens_per_s_all_steps", jon_all},
-                     {"sync_off_tokens_per_s_all_steps", joff_all}, {"ratio_all_steps", J(ratio_all)}};
+  out_["overlap"] = {{"sync_on_tokens_per_s", jon},
+                     {"sync_off_tokens_per_s", joff},
+                     {"median_on", J(m_on)},
+                     {"median_off", J(m_off)},
+                     {"ratio", J(ratio)},
+                     {"target", ">= 0.95"},
+                     {"met", met},
+                     {"window", "steps 2..N"},
+                     {"sync_on_tokens_per_s_all_steps", jon_all},
+                     {"sync_off_tokens_per_s_all_steps", joff_all},
+                     {"ratio_all_steps", J(ratio_all)}};
 }
 
 std::string Coretype() {
@@ -347,12 +368,12 @@ std::string AnchorFaultStory(const Json& r) {
                  (x.value("error", "").empty() ? "" : " (" + x.value("error", "").substr(0, 80) + ")");
     worst = std::max(worst, Num(x, "exit_after_kill_s", 0));
   }
-  const std::string head = f.value("gave_up", false)
-                               ? "job hung: survivors still blocked " + Fmt(Num(f, "give_up_after_s"), "%.0f") +
-                                     " s after the kill, SIGKILLed by the launcher"
-                           : r.contains("eval_loss") ? "survivors completed"
-                                                     : "job died: survivors exited within " + Fmt(worst, "%.1f") +
-                                                           " s of the kill, no result";
+  const std::string head =
+      f.value("gave_up", false) ? "job hung: survivors still blocked " + Fmt(Num(f, "give_up_after_s"), "%.0f") +
+                                      " s after the kill, SIGKILLed by the launcher"
+      : r.contains("eval_loss")
+          ? "survivors completed"
+          : "job died: survivors exited within " + Fmt(worst, "%.1f") + " s of the kill, no result";
   return head + " [" + survivors + "]";
 }
 
@@ -381,14 +402,16 @@ void Driver::Anchor() {
   const std::string work = args().out + "/anchor-work";
   fs::create_directories(work);
   const std::string core = Coretype();
-  const std::string env = (core.empty() ? "" : "OPENBLAS_CORETYPE=" + core + " ") + "OMP_NUM_THREADS=1 ANCHOR_WORKDIR=" + Quote(work);
+  const std::string env =
+      (core.empty() ? "" : "OPENBLAS_CORETYPE=" + core + " ") + "OMP_NUM_THREADS=1 ANCHOR_WORKDIR=" + Quote(work);
   auto anchor = [&](const std::string& name, const std::string& flags, bool expect_ok) {
     const std::string json = args().out + "/" + name + ".json";
     const std::string cmd = "/usr/bin/python3 " + Quote(script.string()) + " -W 4 --steps " + std::to_string(steps) +
                             " --d-model 128 --n-layer 4 --n-head 4 --seq 256 --batch 16 --eval-every " +
                             std::to_string(steps) + " --eval-batches " + std::to_string(eval_batches) + flags +
                             anchor_precision + " --json-out " + Quote(json);
-    Log(name + ": torch_baseline.py" + flags + " (" + env.substr(0, env.find(" ANCHOR")) + ", log " + args().out + "/" + name + ".log)");
+    Log(name + ": torch_baseline.py" + flags + " (" + env.substr(0, env.find(" ANCHOR")) + ", log " + args().out + "/" +
+        name + ".log)");
     const double t = bench::Now();
     const int rc = bench::RunAndWait(cmd, args().out + "/" + name + ".log", timeout(), env);
     Json r = bench::ReadJson(json);
@@ -408,10 +431,12 @@ void Driver::Anchor() {
   if (!fs::exists(text)) text = args().data + "/text/kjv.txt";
   const std::string bytes = args().out + "/anchor-data";
   Log("anchor-data: atoll data prepare --tokenizer byte --input " + text);
-  if (bench::RunAndWait(Quote(bench::AtollBin()) + " data prepare --out " + Quote(bytes) + " --tokenizer byte --input " +
-                            Quote(text), bytes + ".log", timeout()) != 0) {
+  if (bench::RunAndWait(
+          Quote(bench::AtollBin()) + " data prepare --out " + Quote(bytes) + " --tokenizer byte --input " + Quote(text),
+          bytes + ".log", timeout()) != 0) {
     run_.CountFailure();
-    std::fprintf(stderr, "bench_runtime: byte-level data prepare failed:\n%s\n", bench::Tail(bytes + ".log", 8).c_str());
+    std::fprintf(stderr, "bench_runtime: byte-level data prepare failed:\n%s\n",
+                 bench::Tail(bytes + ".log", 8).c_str());
   }
   Shape s;
   s.seq = 256;
@@ -428,8 +453,9 @@ void Driver::Anchor() {
 
   // A worker killed mid-run: the anchor's launcher SIGKILLs rank 1; atoll's chaos kills learner 1.
   const double S = std::max(5.0, std::round(0.4 * Num(a_ddp, "launcher_seconds", q ? 30 : 150)));
-  const Json a_kill = anchor("anchor-ddp-kill", " --mode ddp --kill-worker-at " + Fmt(S, "%.0f") +
-                                                    " --give-up-after " + (q ? "30" : "120"), false);
+  const Json a_kill =
+      anchor("anchor-ddp-kill",
+             " --mode ddp --kill-worker-at " + Fmt(S, "%.0f") + " --give-up-after " + (q ? "30" : "120"), false);
   const std::string runfile = args().out + "/anchor-atoll-kill.toml";
   {
     std::ofstream f(runfile);
@@ -449,40 +475,48 @@ void Driver::Anchor() {
     const Json& p1 = ak.summary["per_learner"].size() > 1 ? ak.summary["per_learner"][1] : Json();
     atoll_story = std::to_string(finished) + " of 3 other learners finished all " + std::to_string(steps) +
                   " steps; learner 1 trained " + Fmt(Num(p1, "tokens_computed", 0) / (256.0 * 16), "%.0f") +
-                  " steps before the kill (from its metrics); eval loss " +
-                  Fmt(Num(ak.summary, "eval_loss")) + " (no kill: " + Fmt(Num(at.summary, "eval_loss")) + "), exit " +
-                  std::to_string(ak.rc);
+                  " steps before the kill (from its metrics); eval loss " + Fmt(Num(ak.summary, "eval_loss")) +
+                  " (no kill: " + Fmt(Num(at.summary, "eval_loss")) + "), exit " + std::to_string(ak.rc);
   } else {
     atoll_story = "no summary (exit " + std::to_string(ak.rc) + ")";
   }
   const std::string anchor_story = AnchorFaultStory(a_kill);
 
-  std::printf("\nanchor: PyTorch DDP / DiLoCo (Gloo, 4 workers) vs atoll decoupled (4 learners), byte-level KJV,\n"
-              "        seq 256, batch 16 per worker, %d steps each, both in %s; training-loop tokens/s (evals excluded)\n",
-              steps, precision_name.c_str());
-  bench::PrintTable({{"run", "params", "tokens/s", "atoll / this", "eval loss", "wall s"},
-                     {"atoll decoupled M=4", Fmt(Num(at.summary, "params"), "%.0f"), Fmt(atoll_tps, "%.0f"), "1",
-                      Fmt(Num(at.summary, "eval_loss")), Fmt(Num(at.summary, "wall_seconds"), "%.1f")},
-                     {"anchor DDP", Fmt(Num(a_ddp, "params"), "%.0f"), Fmt(ddp_tps, "%.0f"),
-                      Fmt(Ratio(atoll_tps, ddp_tps), "%.3f"), Fmt(Num(a_ddp, "eval_loss")),
-                      Fmt(Num(a_ddp, "launcher_seconds"), "%.1f")},
-                     {"anchor DiLoCo H=" + std::to_string(H), Fmt(Num(a_dil, "params"), "%.0f"), Fmt(dil_tps, "%.0f"),
-                      Fmt(Ratio(atoll_tps, dil_tps), "%.3f"), Fmt(Num(a_dil, "eval_loss")),
-                      Fmt(Num(a_dil, "launcher_seconds"), "%.1f")}});
-  std::printf("  shape: atoll's tiny preset on vocab 256 is d128, 4 layers, 4 heads, seq 256 like the anchor, but its MLP\n"
-              "  is SwiGLU with d_ff 344 (the anchor: GELU 4d = 512); eval losses use different validation windows.\n"
-              "  atoll runs a syncer process on the same 2 cores; lr 3e-4 and 10%% warm-up as the anchor.\n");
+  std::printf(
+      "\nanchor: PyTorch DDP / DiLoCo (Gloo, 4 workers) vs atoll decoupled (4 learners), byte-level KJV,\n"
+      "        seq 256, batch 16 per worker, %d steps each, both in %s; training-loop tokens/s (evals excluded)\n",
+      steps, precision_name.c_str());
+  bench::PrintTable(
+      {{"run", "params", "tokens/s", "atoll / this", "eval loss", "wall s"},
+       {"atoll decoupled M=4", Fmt(Num(at.summary, "params"), "%.0f"), Fmt(atoll_tps, "%.0f"), "1",
+        Fmt(Num(at.summary, "eval_loss")), Fmt(Num(at.summary, "wall_seconds"), "%.1f")},
+       {"anchor DDP", Fmt(Num(a_ddp, "params"), "%.0f"), Fmt(ddp_tps, "%.0f"), Fmt(Ratio(atoll_tps, ddp_tps), "%.3f"),
+        Fmt(Num(a_ddp, "eval_loss")), Fmt(Num(a_ddp, "launcher_seconds"), "%.1f")},
+       {"anchor DiLoCo H=" + std::to_string(H), Fmt(Num(a_dil, "params"), "%.0f"), Fmt(dil_tps, "%.0f"),
+        Fmt(Ratio(atoll_tps, dil_tps), "%.3f"), Fmt(Num(a_dil, "eval_loss")),
+        Fmt(Num(a_dil, "launcher_seconds"), "%.1f")}});
+  std::printf(
+      "  shape: atoll's tiny preset on vocab 256 is d128, 4 layers, 4 heads, seq 256 like the anchor, but its MLP\n"
+      "  is SwiGLU with d_ff 344 (the anchor: GELU 4d = 512); eval losses use different validation windows.\n"
+      "  atoll runs a syncer process on the same 2 cores; lr 3e-4 and 10%% warm-up as the anchor.\n");
   std::printf("  kill at %.0f s: anchor DDP: %s\n", S, anchor_story.c_str());
   std::printf("  kill at %.0f s: atoll: %s\n", S, atoll_story.c_str());
-  out_["anchor"] = {{"steps", steps}, {"precision", precision_name}, {"openblas_coretype", core},
-                    {"atoll_tokens_per_s", J(atoll_tps)}, {"anchor_ddp_tokens_per_s", J(ddp_tps)},
+  out_["anchor"] = {{"steps", steps},
+                    {"precision", precision_name},
+                    {"openblas_coretype", core},
+                    {"atoll_tokens_per_s", J(atoll_tps)},
+                    {"anchor_ddp_tokens_per_s", J(ddp_tps)},
                     {"anchor_diloco_tokens_per_s", J(dil_tps)},
-                    {"ratio_vs_ddp", J(Ratio(atoll_tps, ddp_tps))}, {"ratio_vs_diloco", J(Ratio(atoll_tps, dil_tps))},
-                    {"atoll_params", J(Num(at.summary, "params"))}, {"anchor_params", J(Num(a_ddp, "params"))},
+                    {"ratio_vs_ddp", J(Ratio(atoll_tps, ddp_tps))},
+                    {"ratio_vs_diloco", J(Ratio(atoll_tps, dil_tps))},
+                    {"atoll_params", J(Num(at.summary, "params"))},
+                    {"anchor_params", J(Num(a_ddp, "params"))},
                     {"atoll_eval_loss", J(Num(at.summary, "eval_loss"))},
                     {"anchor_ddp_eval_loss", J(Num(a_ddp, "eval_loss"))},
                     {"anchor_diloco_eval_loss", J(Num(a_dil, "eval_loss"))},
-                    {"kill_at_s", S}, {"anchor_kill", anchor_story}, {"atoll_kill", atoll_story},
+                    {"kill_at_s", S},
+                    {"anchor_kill", anchor_story},
+                    {"atoll_kill", atoll_story},
                     {"atoll_kill_eval_loss", J(Num(ak.summary, "eval_loss"))},
                     {"anchor_kill_fault", a_kill.value("fault", Json())}};
 }

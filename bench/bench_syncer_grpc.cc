@@ -106,9 +106,11 @@ int main(int argc, char** argv) {
   }
   if (params < 4096 || learners < 1 || learners > 256 || fragments < 1 || rounds < 1 || fragments > params / 4096 ||
       inflight_mb < 0) {
-    Usage("need --params >= 4096, 1 <= --learners <= 256, --fragments/--rounds >= 1, P <= params/4096, --inflight-mb >= 0");
+    Usage(
+        "need --params >= 4096, 1 <= --learners <= 256, --fragments/--rounds >= 1, P <= params/4096, --inflight-mb >= 0");
   }
-  if (dir.empty()) dir = (std::filesystem::temp_directory_path() / ("bench-syncer-grpc-" + std::to_string(::getpid()))).string();
+  if (dir.empty())
+    dir = (std::filesystem::temp_directory_path() / ("bench-syncer-grpc-" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
   const std::string spec = dir + "/model.safetensors", log = dir + "/syncer.log";
 
@@ -117,18 +119,31 @@ int main(int argc, char** argv) {
   const auto t0 = Wall::now();
   {
     Rng rng(1);
-    Status st = model::WriteModelSpec(spec, tensors, nlohmann::json::object(), [&](size_t, int64_t, std::span<float> out) {
-      for (float& v : out) v = static_cast<float>(rng.Normal(0, 0.02));
-    });
+    Status st =
+        model::WriteModelSpec(spec, tensors, nlohmann::json::object(), [&](size_t, int64_t, std::span<float> out) {
+          for (float& v : out) v = static_cast<float>(rng.Normal(0, 0.02));
+        });
     if (!st.ok()) Usage("writing the spec: " + st.ToString());
   }
   const double spec_s = Seconds(t0, Wall::now());
 
   const std::string token = "bench-token", P = std::to_string(fragments), M = std::to_string(learners);
-  std::vector<std::string> argv_s = {ATOLL_BIN, "syncer", "--spec", spec, "--out", dir + "/run", "-M", M, "-P", P, "-H", P,
-                                     "--tau", "1", "--quorum", M, "--grace", "false", "--eval-every", "0",
-                                     "--steps", "1000000", "--token", token, "--listen", "127.0.0.1:0",
-                                     "--port-file", dir + "/port", "--run-id", "bench", "--data", dir + "/data"};
+  std::vector<std::string> argv_s = {ATOLL_BIN,      "syncer",
+                                     "--spec",       spec,
+                                     "--out",        dir + "/run",
+                                     "-M",           M,
+                                     "-P",           P,
+                                     "-H",           P,
+                                     "--tau",        "1",
+                                     "--quorum",     M,
+                                     "--grace",      "false",
+                                     "--eval-every", "0",
+                                     "--steps",      "1000000",
+                                     "--token",      token,
+                                     "--listen",     "127.0.0.1:0",
+                                     "--port-file",  dir + "/port",
+                                     "--run-id",     "bench",
+                                     "--data",       dir + "/data"};
   if (inflight_mb > 0) {
     argv_s.push_back("--max-inflight-push-mb");
     argv_s.push_back(std::to_string(inflight_mb));
@@ -180,7 +195,8 @@ int main(int argc, char** argv) {
       progress.state = syncer::LearnerState::kTraining;
       while (!stop_heartbeats.load()) {
         (void)clients[static_cast<size_t>(m)]->Heartbeat(m, progress);
-        for (int i = 0; i < 10 && !stop_heartbeats.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        for (int i = 0; i < 10 && !stop_heartbeats.load(); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     });
   }
@@ -226,8 +242,16 @@ int main(int argc, char** argv) {
   Rng rng(7);
   std::atomic<int64_t> push_bytes{0}, pull_bytes{0};
   double push_s = 0, pull_s = 0, encode_s = 0;
-  const int64_t wire_up0 = [&] { int64_t s = 0; for (auto& c : clients) s += c->bytes_sent(); return s; }();
-  const int64_t wire_down0 = [&] { int64_t s = 0; for (auto& c : clients) s += c->bytes_received(); return s; }();
+  const int64_t wire_up0 = [&] {
+    int64_t s = 0;
+    for (auto& c : clients) s += c->bytes_sent();
+    return s;
+  }();
+  const int64_t wire_down0 = [&] {
+    int64_t s = 0;
+    for (auto& c : clients) s += c->bytes_received();
+    return s;
+  }();
   const auto tr = Wall::now();
   for (int r = 0; r < rounds; ++r) {
     for (int p = 0; p < fragments; ++p) {
@@ -252,8 +276,10 @@ int main(int argc, char** argv) {
         h.compression = uplink.compression;
         h.num_values = numel[ps];
         auto pushed = clients[static_cast<size_t>(m)]->Push(h, payload);
-        for (int tries = 0; !pushed.ok() && pushed.status().code() == StatusCode::kResourceExhausted && tries < 100'000; ++tries) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));  // over the in-flight budget: again, as a learner does
+        for (int tries = 0; !pushed.ok() && pushed.status().code() == StatusCode::kResourceExhausted && tries < 100'000;
+             ++tries) {
+          std::this_thread::sleep_for(
+              std::chrono::milliseconds(5));  // over the in-flight budget: again, as a learner does
           pushed = clients[static_cast<size_t>(m)]->Push(h, payload);
         }
         if (!pushed.ok()) Fail("push", pushed.status(), log);
@@ -264,7 +290,8 @@ int main(int argc, char** argv) {
       int64_t version = have[ps];
       each_learner([&](int m) {
         auto pulled = clients[static_cast<size_t>(m)]->Pull(m, p, have[ps], 600.0, have[ps] + 1);
-        if (!pulled.ok() || pulled->not_modified) Fail("pull of the new version", pulled.ok() ? DeadlineExceededError("not modified") : pulled.status(), log);
+        if (!pulled.ok() || pulled->not_modified)
+          Fail("pull of the new version", pulled.ok() ? DeadlineExceededError("not modified") : pulled.status(), log);
         pull_bytes += static_cast<int64_t>(pulled->bytes.size());
         if (m != 0) return;
         Status st = syncer::ApplyPulled(*pulled, have[ps], static_cast<size_t>(numel[ps]), phi[ps], lattice[ps]);
@@ -307,7 +334,8 @@ int main(int argc, char** argv) {
   double floor_s = 0;
   {
     const size_t numel0 = static_cast<size_t>(numel.front());
-    const size_t bytes = (static_cast<size_t>(learners) * diloco::EncodedSize(uplink, numel0) + 16 * numel0 + numel0 / 2) / 2;
+    const size_t bytes =
+        (static_cast<size_t>(learners) * diloco::EncodedSize(uplink, numel0) + 16 * numel0 + numel0 / 2) / 2;
     std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes, std::byte{0});
     floor_s = 1e30;
     for (int i = 0; i < 5; ++i) {
@@ -319,21 +347,34 @@ int main(int argc, char** argv) {
   const double n = static_cast<double>(params), R = static_cast<double>(rounds);
   const double model_round_s = (push_s + pull_s) / R;
   nlohmann::json out = {
-      {"params", params}, {"learners", learners}, {"fragments", fragments}, {"rounds", rounds}, {"inflight_mb", inflight_mb},
-      {"spec_write_seconds", spec_s}, {"syncer_start_seconds", start_s}, {"join_pull_seconds", join_s},
-      {"syncer_rss_idle_bytes_per_param", rss_idle / n}, {"syncer_rss_after_join_bytes_per_param", rss_join / n},
-      {"syncer_peak_rss_join_bytes_per_param", hwm_join / n}, {"syncer_rss_end_bytes_per_param", rss_end / n},
-      {"syncer_peak_rss_bytes_per_param", hwm / n}, {"bench_peak_rss_bytes_per_param", self_hwm / n},
-      {"memcpy_model_seconds", memcpy_s}, {"encode_seconds_per_model_round", encode_s / R},
-      {"push_seconds_per_model_round", push_s / R}, {"pull_seconds_per_model_round", pull_s / R},
-      {"model_round_seconds", model_round_s}, {"model_round_over_memcpy", model_round_s / memcpy_s},
+      {"params", params},
+      {"learners", learners},
+      {"fragments", fragments},
+      {"rounds", rounds},
+      {"inflight_mb", inflight_mb},
+      {"spec_write_seconds", spec_s},
+      {"syncer_start_seconds", start_s},
+      {"join_pull_seconds", join_s},
+      {"syncer_rss_idle_bytes_per_param", rss_idle / n},
+      {"syncer_rss_after_join_bytes_per_param", rss_join / n},
+      {"syncer_peak_rss_join_bytes_per_param", hwm_join / n},
+      {"syncer_rss_end_bytes_per_param", rss_end / n},
+      {"syncer_peak_rss_bytes_per_param", hwm / n},
+      {"bench_peak_rss_bytes_per_param", self_hwm / n},
+      {"memcpy_model_seconds", memcpy_s},
+      {"encode_seconds_per_model_round", encode_s / R},
+      {"push_seconds_per_model_round", push_s / R},
+      {"pull_seconds_per_model_round", pull_s / R},
+      {"model_round_seconds", model_round_s},
+      {"model_round_over_memcpy", model_round_s / memcpy_s},
       {"rounds_wall_seconds", rounds_s},
       {"join_bytes_per_param", static_cast<double>(join_bytes.load()) / learners / n},
       {"push_payload_bytes_per_param", static_cast<double>(push_bytes.load()) / R / learners / n},
       {"pull_payload_bytes_per_param", static_cast<double>(pull_bytes.load()) / R / learners / n},
       {"wire_up_bytes_per_param", static_cast<double>(wire_up) / R / learners / n},
       {"wire_down_bytes_per_param", static_cast<double>(wire_down) / R / learners / n},
-      {"syncer_close_seconds_median", close_median}, {"round_floor_seconds", floor_s},
+      {"syncer_close_seconds_median", close_median},
+      {"round_floor_seconds", floor_s},
       {"syncer_close_over_floor", close_median / floor_s},
       {"syncer_close_seconds_best", closes.empty() ? 0.0 : closes.front()},
       {"syncer_close_best_over_floor", closes.empty() ? 0.0 : closes.front() / floor_s},
@@ -344,28 +385,35 @@ int main(int argc, char** argv) {
   if (json_out) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("bench_syncer_grpc: atoll syncer from a %lld-parameter spec, M = %d gRPC learners, P = %d, %d rounds "
-                "of each fragment, push bytes in flight: %s\n", static_cast<long long>(params), learners, fragments, rounds,
-                inflight_mb > 0 ? (std::to_string(inflight_mb) + " MiB").c_str() : "the syncer's default");
-    std::printf("  syncer memory per parameter: %.2f B idle after start, %.2f B after the joins (peak %.2f B), %.2f B after "
-                "the rounds, peak %.2f B (the bench: peak %.2f B)\n", rss_idle / n, rss_join / n, hwm_join / n, rss_end / n,
-                hwm / n, self_hwm / n);
-    std::printf("  a round of every fragment: %.2f s (pushes %.2f s, pulls of the new versions %.2f s) = %.0fx one "
-                "memcpy of the model (%.4f s); start %.1f s, every learner's full join pull %.1f s\n",
-                model_round_s, push_s / R, pull_s / R, model_round_s / memcpy_s, memcpy_s, start_s, join_s);
-    std::printf("  the syncer's pass and commit of a fragment's round (its metrics): median %.4f s over %zu rounds = %.2fx "
-                "the round's memory-traffic floor (%.4f s, the best of five); the best round %.4f s = %.2fx\n", close_median,
-                closes.size(), close_median / floor_s, floor_s, closes.empty() ? 0.0 : closes.front(),
-                closes.empty() ? 0.0 : closes.front() / floor_s);
-    std::printf("  the syncer closes %.2f rounds of a %lld-value fragment per second; the learner's cost per push: "
-                "encode %.4f s (%.2f ns per value)\n",
-                close_median > 0 ? 1.0 / close_median : 0.0, static_cast<long long>(numel.front()), encode_s / R / fragments,
-                1e9 * encode_s / R / static_cast<double>(params));
-    std::printf("  per learner per parameter: join %.3f B, push %.3f B, pull %.3f B per round (wire %.3f up, %.3f down)\n",
-                static_cast<double>(join_bytes.load()) / learners / n,
-                static_cast<double>(push_bytes.load()) / R / learners / n,
-                static_cast<double>(pull_bytes.load()) / R / learners / n,
-                static_cast<double>(wire_up) / R / learners / n, static_cast<double>(wire_down) / R / learners / n);
+    std::printf(
+        "bench_syncer_grpc: atoll syncer from a %lld-parameter spec, M = %d gRPC learners, P = %d, %d rounds "
+        "of each fragment, push bytes in flight: %s\n",
+        static_cast<long long>(params), learners, fragments, rounds,
+        inflight_mb > 0 ? (std::to_string(inflight_mb) + " MiB").c_str() : "the syncer's default");
+    std::printf(
+        "  syncer memory per parameter: %.2f B idle after start, %.2f B after the joins (peak %.2f B), %.2f B after "
+        "the rounds, peak %.2f B (the bench: peak %.2f B)\n",
+        rss_idle / n, rss_join / n, hwm_join / n, rss_end / n, hwm / n, self_hwm / n);
+    std::printf(
+        "  a round of every fragment: %.2f s (pushes %.2f s, pulls of the new versions %.2f s) = %.0fx one "
+        "memcpy of the model (%.4f s); start %.1f s, every learner's full join pull %.1f s\n",
+        model_round_s, push_s / R, pull_s / R, model_round_s / memcpy_s, memcpy_s, start_s, join_s);
+    std::printf(
+        "  the syncer's pass and commit of a fragment's round (its metrics): median %.4f s over %zu rounds = %.2fx "
+        "the round's memory-traffic floor (%.4f s, the best of five); the best round %.4f s = %.2fx\n",
+        close_median, closes.size(), close_median / floor_s, floor_s, closes.empty() ? 0.0 : closes.front(),
+        closes.empty() ? 0.0 : closes.front() / floor_s);
+    std::printf(
+        "  the syncer closes %.2f rounds of a %lld-value fragment per second; the learner's cost per push: "
+        "encode %.4f s (%.2f ns per value)\n",
+        close_median > 0 ? 1.0 / close_median : 0.0, static_cast<long long>(numel.front()), encode_s / R / fragments,
+        1e9 * encode_s / R / static_cast<double>(params));
+    std::printf(
+        "  per learner per parameter: join %.3f B, push %.3f B, pull %.3f B per round (wire %.3f up, %.3f down)\n",
+        static_cast<double>(join_bytes.load()) / learners / n,
+        static_cast<double>(push_bytes.load()) / R / learners / n,
+        static_cast<double>(pull_bytes.load()) / R / learners / n, static_cast<double>(wire_up) / R / learners / n,
+        static_cast<double>(wire_down) / R / learners / n);
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

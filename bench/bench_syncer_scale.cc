@@ -168,7 +168,8 @@ int main(int argc, char** argv) {
       {
         std::vector<std::thread> handlers;
         for (int m = 0; m < learners; ++m) {
-          handlers.emplace_back([&, m] { prepared[static_cast<size_t>(m)] = syncer::PreparePush(opt.uplink, payload, numel); });
+          handlers.emplace_back(
+              [&, m] { prepared[static_cast<size_t>(m)] = syncer::PreparePush(opt.uplink, payload, numel); });
         }
         for (auto& t : handlers) t.join();
       }
@@ -193,7 +194,8 @@ int main(int argc, char** argv) {
       const auto reports = core->Poll(clock.Now(), clock);
       auto d = Wall::now();
       closed += static_cast<int>(reports.size());
-      const size_t delta_bytes = core->public_copy(p)->HeldBytes() > 0 ? numel / 2 : 0;  // the delta: ≈ half a byte a value
+      const size_t delta_bytes =
+          core->public_copy(p)->HeldBytes() > 0 ? numel / 2 : 0;  // the delta: ≈ half a byte a value
       const size_t read = static_cast<size_t>(learners) * raw_bytes + numel * sizeof(float) * (momentum ? 3 : 2);
       const size_t written = numel * sizeof(float) * (momentum ? 3 : 2) + delta_bytes;
       const double fl = floor_copy((read + written) / 2);
@@ -225,12 +227,22 @@ int main(int argc, char** argv) {
   const double n = static_cast<double>(plan->total_numel);
   const double model_rounds = static_cast<double>(rounds);
   nlohmann::json out = {
-      {"params", plan->total_numel}, {"learners", learners}, {"fragments", fragments}, {"threads", threads},
-      {"rounds_closed", closed}, {"setup_seconds", setup_s},
+      {"params", plan->total_numel},
+      {"learners", learners},
+      {"fragments", fragments},
+      {"threads", threads},
+      {"rounds_closed", closed},
+      {"setup_seconds", setup_s},
       {"held_bytes_per_param", static_cast<double>(held.total()) / n},
-      {"held", {{"theta", held.theta}, {"momentum", held.momentum}, {"sweep", held.sweep},
-                {"public_copies", held.public_copies}, {"pending", held.pending}, {"learners", held.learners}}},
-      {"rss_after_setup_bytes_per_param", rss_setup / n}, {"rss_end_bytes_per_param", rss_end / n},
+      {"held",
+       {{"theta", held.theta},
+        {"momentum", held.momentum},
+        {"sweep", held.sweep},
+        {"public_copies", held.public_copies},
+        {"pending", held.pending},
+        {"learners", held.learners}}},
+      {"rss_after_setup_bytes_per_param", rss_setup / n},
+      {"rss_end_bytes_per_param", rss_end / n},
       {"peak_rss_bytes_per_param", hwm / n},
       {"memcpy_model_seconds", memcpy_s},
       {"push_seconds_per_model_round", push_s / model_rounds},
@@ -253,17 +265,20 @@ int main(int argc, char** argv) {
   }
   std::printf("bench_syncer_scale: %s params, M = %d learners, P = %d fragments, %d rounds of each, threads %d\n",
               std::to_string(plan->total_numel).c_str(), learners, fragments, rounds, threads);
-  std::printf("  memory per parameter: held by SyncerCore %.2f B (theta %.2f, momentum %.2f, sweep %.2f, public copies "
-              "+ history %.2f, pending %.2f), process RSS %.2f B after setup, %.2f B after the rounds, peak %.2f B\n",
-              static_cast<double>(held.total()) / n, held.theta / n, held.momentum / n, held.sweep / n,
-              held.public_copies / n, held.pending / n, rss_setup / n, rss_end / n, hwm / n);
-  std::printf("  one round of every fragment: pushes prepared %.3f s (M threads) and admitted %.3f s, rounds closed "
-              "%.3f s (%.1fx one memcpy of the model, %.3f s), pulls served %.3f s\n",
-              prepare_s / model_rounds, admit_s / model_rounds, close_s / model_rounds,
-              close_s / model_rounds / memcpy_s, memcpy_s, pull_s / model_rounds);
-  std::printf("  a fragment's round (prepare + admit + close) / its memory-traffic floor, median of %zu: %.2fx "
-              "(close alone %.2fx); %.2f fragment rounds per second\n",
-              round_ratio.size(), median(round_ratio), median(close_ratio), closed / (push_s + close_s));
+  std::printf(
+      "  memory per parameter: held by SyncerCore %.2f B (theta %.2f, momentum %.2f, sweep %.2f, public copies "
+      "+ history %.2f, pending %.2f), process RSS %.2f B after setup, %.2f B after the rounds, peak %.2f B\n",
+      static_cast<double>(held.total()) / n, held.theta / n, held.momentum / n, held.sweep / n, held.public_copies / n,
+      held.pending / n, rss_setup / n, rss_end / n, hwm / n);
+  std::printf(
+      "  one round of every fragment: pushes prepared %.3f s (M threads) and admitted %.3f s, rounds closed "
+      "%.3f s (%.1fx one memcpy of the model, %.3f s), pulls served %.3f s\n",
+      prepare_s / model_rounds, admit_s / model_rounds, close_s / model_rounds, close_s / model_rounds / memcpy_s,
+      memcpy_s, pull_s / model_rounds);
+  std::printf(
+      "  a fragment's round (prepare + admit + close) / its memory-traffic floor, median of %zu: %.2fx "
+      "(close alone %.2fx); %.2f fragment rounds per second\n",
+      round_ratio.size(), median(round_ratio), median(close_ratio), closed / (push_s + close_s));
   std::printf("  wire per learner per parameter: join pull %.3f B, push %.3f B, pull delta %.3f B per round\n",
               full_pull_bytes / n, push_bytes / model_rounds / learners / n, pull_bytes / model_rounds / learners / n);
   return 0;

@@ -54,10 +54,9 @@ struct MinimalLoop {
     if (!m.ok()) Die("model", m.status());
     model = std::move(m).value();
     for (auto& p : model->params()) params.push_back(p.tensor);
-    opt = std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(o.optim.lr)
-                    .betas({o.optim.beta1, o.optim.beta2})
-                    .weight_decay(o.optim.weight_decay));
+    opt = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.optim.lr)
+                                                            .betas({o.optim.beta1, o.optim.beta2})
+                                                            .weight_decay(o.optim.weight_decay));
     const int64_t T = o.model.seq_len, B = o.batch_size;
     auto batch = torch::empty({B, T + 1}, torch::kInt64);
     for (int64_t b = 0; b < B; ++b) {
@@ -101,8 +100,7 @@ Args Parse(int argc, char** argv) {
       auto p = atl::model::ParsePrecision(next());
       if (!p.ok()) Die("--precision", p.status());
       a.precision = *p;
-    }
-    else if (k == "--batch") a.batch = std::stoi(next());
+    } else if (k == "--batch") a.batch = std::stoi(next());
     else if (k == "--seq") a.seq = std::stoi(next());
     else if (k == "--threads") a.threads = std::stoi(next());
     else if (k == "--rounds") a.rounds = std::stoi(next());
@@ -123,8 +121,7 @@ struct Pair {
 
 // Alternates rounds of `steps` atoll steps and `steps` minimal steps (order flipped every round
 // so drift on a shared machine hits both alike); returns the medians.
-Pair SideBySide(const TrainerOptions& o, const std::vector<uint16_t>& tokens, int rounds,
-                int steps) {
+Pair SideBySide(const TrainerOptions& o, const std::vector<uint16_t>& tokens, int rounds, int steps) {
   auto trainer = Trainer::Create(o);
   if (!trainer.ok()) Die("trainer", trainer.status());
   MinimalLoop ref(o, tokens);
@@ -156,8 +153,7 @@ Pair SideBySide(const TrainerOptions& o, const std::vector<uint16_t>& tokens, in
       time_minimal();
       time_atoll();
     }
-    std::printf("  round %d: atoll %.0f ms/step, minimal libtorch %.0f ms/step\n", r + 1,
-                a_ms.back(), m_ms.back());
+    std::printf("  round %d: atoll %.0f ms/step, minimal libtorch %.0f ms/step\n", r + 1, a_ms.back(), m_ms.back());
     std::fflush(stdout);
   }
   Pair p;
@@ -174,9 +170,9 @@ double RunAnchor(const Args& a, const fs::path& script, const std::string& workd
   const bool bf16 = atl::model::ResolvePrecision(a.precision) == atl::model::Precision::kBf16;
   std::string cmd = "ANCHOR_WORKDIR='" + workdir + "' /usr/bin/python3 '" + script.string() +
                     "' --mode ddp -W 1 --steps " + std::to_string(a.anchor_steps) +
-                    " --d-model 128 --n-layer 4 --n-head 4 --seq " + std::to_string(a.seq) +
-                    " --batch " + std::to_string(a.batch) + " --eval-every " +
-                    std::to_string(a.anchor_steps) + " --eval-batches 1" + (bf16 ? " --bf16" : "") + " 2>/dev/null";
+                    " --d-model 128 --n-layer 4 --n-head 4 --seq " + std::to_string(a.seq) + " --batch " +
+                    std::to_string(a.batch) + " --eval-every " + std::to_string(a.anchor_steps) + " --eval-batches 1" +
+                    (bf16 ? " --bf16" : "") + " 2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return 0;
   std::string out;
@@ -199,11 +195,8 @@ int main(int argc, char** argv) {
   atl::KeepFreedMemory();  // as the atoll binary does: both loops reuse their pages, not fault in new ones
   Args a = Parse(argc, argv);
   std::printf("bench_train: OPENBLAS_CORETYPE=%s, threads %d\n",
-              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)",
-              a.threads);
-  auto data = atl::model::EnsureDataPrepared(a.data, [](const std::string& s) {
-    std::printf("%s\n", s.c_str());
-  });
+              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)", a.threads);
+  auto data = atl::model::EnsureDataPrepared(a.data, [](const std::string& s) { std::printf("%s\n", s.c_str()); });
   if (!data.ok()) Die("data", data.status());
   auto tokens = atl::model::LoadTrainTokens(*data);
   if (!tokens.ok()) Die("data", tokens.status());
@@ -219,14 +212,16 @@ int main(int argc, char** argv) {
   o.precision = a.precision;
   o.optim.total_steps = 1000;
   const char* precision = atl::model::PrecisionName(atl::model::ResolvePrecision(a.precision));
-  std::printf("model %s: %.2f M params, batch %d × seq %d; atoll trains in %s (the minimal loop and the "
-              "PyTorch anchor in fp32)\n",
-              a.preset.c_str(), atl::model::ParameterCount(o.model) / 1e6, a.batch, a.seq, precision);
+  std::printf(
+      "model %s: %.2f M params, batch %d × seq %d; atoll trains in %s (the minimal loop and the "
+      "PyTorch anchor in fp32)\n",
+      a.preset.c_str(), atl::model::ParameterCount(o.model) / 1e6, a.batch, a.seq, precision);
   Pair p = SideBySide(o, *tokens, a.rounds, a.steps);
   const double ratio = p.atoll_tps / p.minimal_tps;
-  std::printf("atoll Trainer::Step %.0f tokens/s (%.0f ms/step) vs minimal libtorch loop %.0f "
-              "tokens/s (%.0f ms/step): ratio %.3f (target ≥ 0.95)\n",
-              p.atoll_tps, p.atoll_ms, p.minimal_tps, p.minimal_ms, ratio);
+  std::printf(
+      "atoll Trainer::Step %.0f tokens/s (%.0f ms/step) vs minimal libtorch loop %.0f "
+      "tokens/s (%.0f ms/step): ratio %.3f (target ≥ 0.95)\n",
+      p.atoll_tps, p.atoll_ms, p.minimal_tps, p.minimal_ms, ratio);
 
   nlohmann::json out = {{"bench", "train"},
                         {"preset", a.preset},
@@ -266,11 +261,11 @@ int main(int argc, char** argv) {
     ob.model.n_heads = 4;
     ob.model.d_ff = 512;
     ob.model.mlp = atl::model::Mlp::kGelu;
-    std::printf("PyTorch anchor (%s, %d steps, single worker) vs atoll on the same shape "
-                "(byte-level, %.2f M params), both in %s:\n",
-                script.filename().string().c_str(), a.anchor_steps,
-                atl::model::ParameterCount(ob.model) / 1e6,
-                atl::model::PrecisionName(atl::model::ResolvePrecision(a.precision)));
+    std::printf(
+        "PyTorch anchor (%s, %d steps, single worker) vs atoll on the same shape "
+        "(byte-level, %.2f M params), both in %s:\n",
+        script.filename().string().c_str(), a.anchor_steps, atl::model::ParameterCount(ob.model) / 1e6,
+        atl::model::PrecisionName(atl::model::ResolvePrecision(a.precision)));
     auto bt = atl::model::LoadTrainTokens(*bd);
     if (!bt.ok()) Die("byte data", bt.status());
     Pair before = SideBySide(ob, *bt, 3, a.steps);
@@ -278,8 +273,7 @@ int main(int argc, char** argv) {
     Pair after = SideBySide(ob, *bt, 3, a.steps);
     const double atoll_byte = (before.atoll_tps + after.atoll_tps) / 2;
     if (py > 0) {
-      std::printf("atoll %.0f tokens/s vs PyTorch %.0f tokens/s: ratio %.3f\n", atoll_byte, py,
-                  atoll_byte / py);
+      std::printf("atoll %.0f tokens/s vs PyTorch %.0f tokens/s: ratio %.3f\n", atoll_byte, py, atoll_byte / py);
       out["anchor_atoll_tokens_per_s"] = atoll_byte;
       out["anchor_pytorch_tokens_per_s"] = py;
       out["ratio_vs_pytorch"] = atoll_byte / py;

@@ -59,8 +59,8 @@ inline std::string Today() {
 }
 
 // Parses --quick, --only NAME, --out DIR, --data DIR; exits 2 on anything else (after the usage).
-inline CommonArgs ParseCommon(int argc, char** argv, const std::string& name,
-                              const std::vector<std::string>& parts, const char* usage) {
+inline CommonArgs ParseCommon(int argc, char** argv, const std::string& name, const std::vector<std::string>& parts,
+                              const char* usage) {
   CommonArgs a;
   auto die = [&](const std::string& msg) {
     std::fprintf(stderr, "bench_%s: %s\n%s", name.c_str(), msg.c_str(), usage);
@@ -152,8 +152,7 @@ inline int Wait(Child& c, double timeout_s) {
   return rc < 0 ? 128 - rc : rc;
 }
 
-inline int RunAndWait(const std::string& cmd, const std::string& log, double timeout_s,
-                      const std::string& env = "") {
+inline int RunAndWait(const std::string& cmd, const std::string& log, double timeout_s, const std::string& env = "") {
   Child c = Spawn(cmd, log, env);
   return Wait(c, timeout_s);
 }
@@ -315,8 +314,8 @@ class Runner {
         (r.summary.is_object() ? "" : " (no summary.json)"));
     if (!r.ok() && expect_ok) {
       ++failures_;
-      std::fprintf(stderr, "bench_%s: %s failed; %s.log ends with:\n%s\n", bench_.c_str(), name.c_str(),
-                   r.dir.c_str(), Tail(r.dir + ".log", 12).c_str());
+      std::fprintf(stderr, "bench_%s: %s failed; %s.log ends with:\n%s\n", bench_.c_str(), name.c_str(), r.dir.c_str(),
+                   Tail(r.dir + ".log", 12).c_str());
     }
     return r;
   }

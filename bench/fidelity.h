@@ -31,14 +31,14 @@ struct Args {
   bool steps_set = false;
   std::vector<CorpusKind> corpora = {CorpusKind::kProject, CorpusKind::kBytes};
   // The budget parts.
-  double tokens_per_param = 20;             // quick: 0.25
+  double tokens_per_param = 20;  // quick: 0.25
   std::vector<double> dp_lrs = {2e-3, 3e-3, 4.5e-3};
-  int confirm = 1;                          // real `atoll run`s of decoupled per corpus (seeds 0..n-1)
-  int sweep_seeds = 1;                      // seeds of the quarter-budget outer sweep
-  int finalists = 2;                        // sweep configurations carried to the full budget
+  int confirm = 1;      // real `atoll run`s of decoupled per corpus (seeds 0..n-1)
+  int sweep_seeds = 1;  // seeds of the quarter-budget outer sweep
+  int finalists = 2;    // sweep configurations carried to the full budget
   std::vector<int> frontier_h = {6, 12, 24, 48};
   int frontier_seeds = 1;
-  std::string wait_while;                   // before each run, wait while this file exists
+  std::string wait_while;  // before each run, wait while this file exists
 };
 
 Args ParseArgs(int argc, char** argv);
@@ -65,7 +65,8 @@ class Driver {
 
   // Every part but the budget ones (hours each) runs when no --only is given.
   bool Want(const std::string& part) const {
-    return a_.common.only == part || (a_.common.only.empty() && part != "budget" && part != "outer" && part != "frontier");
+    return a_.common.only == part ||
+           (a_.common.only.empty() && part != "budget" && part != "outer" && part != "frontier");
   }
   int failures() const { return run_.failures(); }
   Json& out() { return out_; }
@@ -98,17 +99,18 @@ class Driver {
     const std::string text = a_.common.out + "/mhcc.txt";
     const std::string extract =
         "diatheke -b MHCC -f plain -k 'Genesis 1:1-Revelation 22:21' 2>/dev/null | "
-        "sed -E 's/^[1-3]?[A-Za-z ]+ [0-9]+:[0-9]+: *//' | awk 'NF && !seen[$0]++' > " + Quote(text);
+        "sed -E 's/^[1-3]?[A-Za-z ]+ [0-9]+:[0-9]+: *//' | awk 'NF && !seen[$0]++' > " +
+        Quote(text);
     run_.Log("extracting the byte-level corpus (sword-comm-mhcc) to " + text);
-    if (RunAndWait("sh -c " + Quote(extract), a_.common.out + "/mhcc-extract.log", 600) != 0 ||
-        !fs::exists(text) || fs::file_size(text) < 1'000'000) {
+    if (RunAndWait("sh -c " + Quote(extract), a_.common.out + "/mhcc-extract.log", 600) != 0 || !fs::exists(text) ||
+        fs::file_size(text) < 1'000'000) {
       std::fprintf(stderr, "bench_fidelity: could not extract MHCC (is sword-comm-mhcc installed? scripts/setup)\n");
       run_.CountFailure();
       return false;
     }
-    const int rc = RunAndWait(Quote(AtollBin()) + " data prepare --tokenizer byte --input " + Quote(text) +
-                                  " --out " + Quote(a_.bytes_data),
-                              a_.common.out + "/mhcc-prepare.log", 600);
+    const int rc = RunAndWait(
+        Quote(AtollBin()) + " data prepare --tokenizer byte --input " + Quote(text) + " --out " + Quote(a_.bytes_data),
+        a_.common.out + "/mhcc-prepare.log", 600);
     if (rc != 0) run_.CountFailure();
     return rc == 0;
   }
@@ -137,7 +139,7 @@ class Driver {
 
   // Decoupled (or any `atoll run`) configurations over the seeds; returns runs[config][seed].
   std::map<std::string, std::vector<Run>> Sweep(const std::string& part, const std::string& data,
-                                                 const std::vector<std::pair<std::string, std::string>>& configs) {
+                                                const std::vector<std::pair<std::string, std::string>>& configs) {
     std::map<std::string, std::vector<Run>> runs;
     for (int seed = 0; seed < a_.seeds; ++seed) {
       for (const auto& [name, flags] : configs) {
@@ -171,7 +173,12 @@ class Driver {
       md += "|";
       for (const auto& c : rows[k]) md += " " + c + " |";
       md += "\n";
-      if (k == 0) md += "|" + [&] { std::string s; for (size_t i = 0; i < rows[0].size(); ++i) s += "---|"; return s; }() + "\n";
+      if (k == 0)
+        md += "|" + [&] {
+          std::string s;
+          for (size_t i = 0; i < rows[0].size(); ++i) s += "---|";
+          return s;
+        }() + "\n";
     }
     return md;
   }
@@ -192,11 +199,13 @@ class Driver {
   static atl::sim::Series SeriesOf(const std::string& name, const Run& r) {
     atl::sim::Series s{name, {}, {}, {}};
     for (size_t i = 0; i < r.tokens.size(); ++i) {
-      if (std::isfinite(r.tokens[i]) && std::isfinite(r.curve[i])) s.x.push_back(r.tokens[i]), s.y.push_back(r.curve[i]);
+      if (std::isfinite(r.tokens[i]) && std::isfinite(r.curve[i]))
+        s.x.push_back(r.tokens[i]), s.y.push_back(r.curve[i]);
     }
     return s;
   }
-  static atl::sim::Panel PanelOf(const std::string& title, const std::vector<std::pair<std::string, const Run*>>& runs) {
+  static atl::sim::Panel PanelOf(const std::string& title,
+                                 const std::vector<std::pair<std::string, const Run*>>& runs) {
     atl::sim::Panel p;
     p.title = title;
     p.x_label = "tokens";

@@ -139,9 +139,12 @@ struct Outer {
   double momentum = 0, lr = 1, alpha = 0;
   bool IsDefault() const { return momentum == 0 && lr == 1 && alpha == 0; }
   // The default is named and flagged as decoupled's defaults, so it is the budget's run.
-  std::string Tag() const { return IsDefault() ? "dec" : "dec-m" + Str(momentum) + "-olr" + Str(lr) + "-a" + Str(alpha); }
+  std::string Tag() const {
+    return IsDefault() ? "dec" : "dec-m" + Str(momentum) + "-olr" + Str(lr) + "-a" + Str(alpha);
+  }
   std::string Flags() const {
-    return IsDefault() ? "" : " --outer-momentum " + Str(momentum) + " --outer-lr " + Str(lr) + " --alpha " + Str(alpha);
+    return IsDefault() ? ""
+                       : " --outer-momentum " + Str(momentum) + " --outer-lr " + Str(lr) + " --alpha " + Str(alpha);
   }
   std::string Name() const {
     return "μ " + Str(momentum) + ", outer lr " + Str(lr) + ", α " + Str(alpha) + (IsDefault() ? " (default)" : "");
@@ -167,17 +170,20 @@ std::optional<Driver::Corpus> Driver::CorpusAt(CorpusKind kind) {
   // The tiny preset's parameter count on this corpus's vocabulary, from a 2-step `atoll train`.
   const Run probe = Atoll(name + "-params", "train",
                           " --steps 2 --warmup 1 --batch 1 --seq 16 --eval-batches 1 --eval-every 0 --log-every 1"
-                          " --data " + Quote(c.data), 900);
+                          " --data " +
+                              Quote(c.data),
+                          900);
   c.params = Num(probe.summary, "params");
   if (!(c.params > 0)) {
-    std::fprintf(stderr, "bench_fidelity: no parameter count for the %s corpus (%s)\n", name.c_str(), probe.dir.c_str());
+    std::fprintf(stderr, "bench_fidelity: no parameter count for the %s corpus (%s)\n", name.c_str(),
+                 probe.dir.c_str());
     run_.CountFailure();
     return std::nullopt;
   }
   const bool q = a_.common.quick;
   const double tokens_per_step = kLearners * (q ? 8.0 : 16.0) * (q ? 128.0 : 256.0);
-  c.full = a_.steps_set ? a_.steps
-                        : std::max<int64_t>(8, std::llround(a_.tokens_per_param * c.params / tokens_per_step));
+  c.full =
+      a_.steps_set ? a_.steps : std::max<int64_t>(8, std::llround(a_.tokens_per_param * c.params / tokens_per_step));
   c.quarter = std::max<int64_t>(4, std::llround(static_cast<double>(c.full) / 4));
   run_.Log(name + " corpus: " + Fmt(c.params, "%.0f") + " parameters, full budget " + Str(c.full) +
            " steps per learner (" + Fmt(static_cast<double>(c.full) * tokens_per_step / 1e6, "%.1f") +
@@ -218,10 +224,10 @@ Run Driver::Sim(const Corpus& c, const std::string& tag, const std::string& flag
 }
 
 Run Driver::Real(const Corpus& c, const std::string& tag, const std::string& flags, int64_t steps, int seed) {
-  return Atoll(c.name + "-" + tag + "-real-" + Str(steps) + "-s" + std::to_string(seed), "run",
-               " -M 4" + flags + " --lr 3e-3" + ShapeAt(steps) + " --seed " + std::to_string(seed) + " --data " +
-                   Quote(c.data),
-               TimeoutAt(steps));
+  return Atoll(
+      c.name + "-" + tag + "-real-" + Str(steps) + "-s" + std::to_string(seed), "run",
+      " -M 4" + flags + " --lr 3e-3" + ShapeAt(steps) + " --seed " + std::to_string(seed) + " --data " + Quote(c.data),
+      TimeoutAt(steps));
 }
 
 // Data-parallel's learning rate: the --dp-lrs grid at the quarter budget (seed 0), widened by
@@ -250,7 +256,8 @@ double Driver::TunedDpLr(const Corpus& c, std::vector<std::vector<std::string>>*
 }
 
 void Driver::BudgetCorpus(const Corpus& c, std::string& md, Json& j) {
-  std::vector<std::vector<std::string>> grid = {{"corpus", "data-parallel lr", "eval loss, quarter budget, seed 0", ""}};
+  std::vector<std::vector<std::string>> grid = {
+      {"corpus", "data-parallel lr", "eval loss, quarter budget, seed 0", ""}};
   const double lr = TunedDpLr(c, &grid);
   std::vector<Run> dp, dil, dec, real;
   for (int seed = 0; seed < a_.seeds; ++seed) {
@@ -259,9 +266,9 @@ void Driver::BudgetCorpus(const Corpus& c, std::string& md, Json& j) {
     dec.push_back(Sim(c, "dec", "", c.full, seed));
   }
   for (int seed = 0; seed < a_.confirm; ++seed) real.push_back(Real(c, "dec", "", c.full, seed));
-  std::vector<std::vector<std::string>> rows = {{"seed", "data-parallel (lr " + Str(lr) + ")", "sync DiLoCo P = 1, H = 24",
-                                                 "decoupled (simulated)", "decoupled (atoll run)", "dec ÷ DP",
-                                                 "dec ÷ DiLoCo", "atoll run ÷ DP"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"seed", "data-parallel (lr " + Str(lr) + ")", "sync DiLoCo P = 1, H = 24", "decoupled (simulated)",
+       "decoupled (atoll run)", "dec ÷ DP", "dec ÷ DiLoCo", "atoll run ÷ DP"}};
   for (int s = 0; s < a_.seeds; ++s) {
     const double r = s < a_.confirm ? real[static_cast<size_t>(s)].eval_loss : NAN;
     const auto& d = dec[static_cast<size_t>(s)];
@@ -275,19 +282,28 @@ void Driver::BudgetCorpus(const Corpus& c, std::string& md, Json& j) {
   rows.push_back({"mean", Fmt(Mean(Losses(dp)), "%.4f"), Fmt(Mean(Losses(dil)), "%.4f"), Fmt(Mean(Losses(dec)), "%.4f"),
                   Fmt(Mean(Losses(real)), "%.4f"), "**" + Fmt(MeanRatio(dec, dp), "%.4f") + "**",
                   "**" + Fmt(MeanRatio(dec, dil), "%.4f") + "**", Fmt(MeanRatio(real, dp), "%.4f")});
-  md += "## " + c.name + " corpus: " + Fmt(c.params, "%.0f") + " parameters, " + Str(c.full) + " steps × 4 learners × " +
-        (a_.common.quick ? "8 × 128" : "16 × 256") + " = " + Fmt(tokens / 1e6, "%.2f") + " M tokens (" +
-        Fmt(tokens / c.params, "%.1f") + " per parameter)\n\n" + Table(rows) + "\n" +
+  md += "## " + c.name + " corpus: " + Fmt(c.params, "%.0f") + " parameters, " + Str(c.full) +
+        " steps × 4 learners × " + (a_.common.quick ? "8 × 128" : "16 × 256") + " = " + Fmt(tokens / 1e6, "%.2f") +
+        " M tokens (" + Fmt(tokens / c.params, "%.1f") + " per parameter)\n\n" + Table(rows) + "\n" +
         "- Decoupled's seeds end " + Pct(Apart(dec)) + " apart (data-parallel's " + Pct(Apart(dp)) + ").\n" +
         "- Bytes on the wire: decoupled " + Mb(MeanOf(dec, WireBytes)) + " MB, synchronous DiLoCo " +
         Mb(MeanOf(dil, WireBytes)) + " MB, data-parallel " + Mb(MeanOf(dp, DpBytes)) + " MB (bf16 both ways).\n\n" +
         "Data-parallel's learning rate, tuned at the quarter budget (" + Str(c.quarter) + " steps):\n\n" + Table(grid) +
         "\n";
-  j.push_back({{"corpus", c.name}, {"params", c.params}, {"steps", c.full}, {"dp_lr", lr}, {"dp", Losses(dp)},
-               {"diloco", Losses(dil)}, {"decoupled", Losses(dec)}, {"decoupled_real", Losses(real)},
-               {"dec_over_dp", J(MeanRatio(dec, dp))}, {"dec_over_diloco", J(MeanRatio(dec, dil))},
-               {"decoupled_apart", J(Apart(dec))}, {"bytes_decoupled", J(MeanOf(dec, WireBytes))},
-               {"bytes_diloco", J(MeanOf(dil, WireBytes))}, {"bytes_dp", J(MeanOf(dp, DpBytes))}});
+  j.push_back({{"corpus", c.name},
+               {"params", c.params},
+               {"steps", c.full},
+               {"dp_lr", lr},
+               {"dp", Losses(dp)},
+               {"diloco", Losses(dil)},
+               {"decoupled", Losses(dec)},
+               {"decoupled_real", Losses(real)},
+               {"dec_over_dp", J(MeanRatio(dec, dp))},
+               {"dec_over_diloco", J(MeanRatio(dec, dil))},
+               {"decoupled_apart", J(Apart(dec))},
+               {"bytes_decoupled", J(MeanOf(dec, WireBytes))},
+               {"bytes_diloco", J(MeanOf(dil, WireBytes))},
+               {"bytes_dp", J(MeanOf(dp, DpBytes))}});
   // The curves: the mean of the seeds with their half-range, and each arm ÷ data-parallel.
   const auto xs = Grid({&dp, &dil, &dec});
   const auto s_dp = MeanCurve("data-parallel", dp, xs), s_dil = MeanCurve("sync DiLoCo P=1 H=24", dil, xs),
@@ -314,8 +330,9 @@ void Driver::Budget() {
   Json j = Json::array();
   EachCorpus([&](const Corpus& c) { BudgetCorpus(c, md, j); });
   out_["budget"] = j;
-  WriteMd("budget", "Decoupled vs data-parallel at the compute-optimal budget (" + Str(a_.tokens_per_param) +
-                        " tokens per parameter, M = 4)",
+  WriteMd("budget",
+          "Decoupled vs data-parallel at the compute-optimal budget (" + Str(a_.tokens_per_param) +
+              " tokens per parameter, M = 4)",
           md + "Targets (issue 30): decoupled with its defaults ÷ tuned data-parallel ≤ 1.03 (mean of two seeds) on "
                "both corpora; decoupled ÷ synchronous DiLoCo at the same bytes ≤ 1.00; decoupled's two seeds within "
                "2 %. Curves: budget-<corpus>.svg.\n");
@@ -347,8 +364,8 @@ void Driver::OuterCorpus(const Corpus& c, std::string& md, Json& j) {
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return q[a] < q[b]; });
   order.resize(std::min(order.size(), static_cast<size_t>(a_.finalists)));
   order.insert(order.begin(), def);
-  std::vector<std::vector<std::string>> fin = {{"configuration", "quarter budget", "full budget, per seed", "mean",
-                                                "÷ default", "÷ data-parallel"}};
+  std::vector<std::vector<std::string>> fin = {
+      {"configuration", "quarter budget", "full budget, per seed", "mean", "÷ default", "÷ data-parallel"}};
   std::vector<Run> dp;
   for (int s = 0; s < a_.seeds; ++s) dp.push_back(Dp(c, dp_lr, c.full, s));
   size_t win = def;
@@ -368,10 +385,10 @@ void Driver::OuterCorpus(const Corpus& c, std::string& md, Json& j) {
                    Fmt(MeanRatio(runs, dp), "%.4f")});
     finals.push_back({{"config", grid[i].Name()}, {"quarter", J(q[i])}, {"full", Losses(runs)}});
   }
-  md += "## " + c.name + " corpus\n\nQuarter budget (" + Str(c.quarter) + " steps per learner, " +
-        Str(a_.sweep_seeds) + " seed(s)): eval loss (÷ the defaults). Data-parallel at the same budget (lr " +
-        Str(dp_lr) + "): " + Fmt(dp_q, "%.4f") + "; the defaults ÷ data-parallel " + Fmt(Ratio(q[def], dp_q), "%.3f") +
-        ".\n\n" + Table(sweep) + "\nFull budget (" + Str(c.full) + " steps per learner), the defaults and the " +
+  md += "## " + c.name + " corpus\n\nQuarter budget (" + Str(c.quarter) + " steps per learner, " + Str(a_.sweep_seeds) +
+        " seed(s)): eval loss (÷ the defaults). Data-parallel at the same budget (lr " + Str(dp_lr) +
+        "): " + Fmt(dp_q, "%.4f") + "; the defaults ÷ data-parallel " + Fmt(Ratio(q[def], dp_q), "%.3f") + ".\n\n" +
+        Table(sweep) + "\nFull budget (" + Str(c.full) + " steps per learner), the defaults and the " +
         Str(a_.finalists) + " best of the sweep:\n\n" + Table(fin) + "\n";
   Json check = nullptr;
   if (win != def && win_mean < 0.99 * def_mean) {
@@ -379,8 +396,8 @@ void Driver::OuterCorpus(const Corpus& c, std::string& md, Json& j) {
   } else {
     md += "No configuration beats the defaults by 1 % or more at the full budget: the defaults stay.\n\n";
   }
-  j.push_back({{"corpus", c.name}, {"quarter", q}, {"finalists", finals}, {"winner", grid[win].Name()},
-               {"check_150", check}});
+  j.push_back(
+      {{"corpus", c.name}, {"quarter", q}, {"finalists", finals}, {"winner", grid[win].Name()}, {"check_150", check}});
 }
 
 // The 150-step parity shape on both corpora, the defaults against `flags`: the defaults change
@@ -453,15 +470,18 @@ void Driver::FrontierCorpus(const Corpus& c, std::string& md, Json& j, std::vect
   }
   row("synchronous DiLoCo, P = 1, H = 24", MeanOf(dil, WireBytes), dil_loss);
   row("data-parallel (lr " + Str(lr) + "; bf16 gradients up, bf16 weights down)", dp_bytes, dp_loss);
-  md += "## " + c.name + " corpus (" + Str(c.full) + " steps per learner, " + Str(a_.frontier_seeds) +
-        " seed(s))\n\n" + Table(rows) + "\n";
+  md += "## " + c.name + " corpus (" + Str(c.full) + " steps per learner, " + Str(a_.frontier_seeds) + " seed(s))\n\n" +
+        Table(rows) + "\n";
   atl::sim::Panel p = PanelOf(c.name + " corpus", {});
   p.x_label = "bytes on the wire (all learners, both ways)";
   p.log_x = true;
-  p.series = {dec, {"sync DiLoCo P=1 H=24", {MeanOf(dil, WireBytes)}, {dil_loss}, {}},
+  p.series = {dec,
+              {"sync DiLoCo P=1 H=24", {MeanOf(dil, WireBytes)}, {dil_loss}, {}},
               {"data-parallel", {dp_bytes}, {dp_loss}, {}}};
   panels.push_back(p);
-  j.push_back({{"corpus", c.name}, {"decoupled", points}, {"dp", {{"bytes", J(dp_bytes)}, {"eval_loss", J(dp_loss)}}},
+  j.push_back({{"corpus", c.name},
+               {"decoupled", points},
+               {"dp", {{"bytes", J(dp_bytes)}, {"eval_loss", J(dp_loss)}}},
                {"diloco", {{"bytes", J(MeanOf(dil, WireBytes))}, {"eval_loss", J(dil_loss)}}}});
 }
 

@@ -20,7 +20,8 @@ inline std::vector<diloco::TensorSpec> ScaleTensors(int64_t params) {
   for (int64_t left = params, i = 0; left > 0; ++i) {
     const int64_t rows = std::min<int64_t>(4096, left / 4096 > 0 ? left / 4096 : 1);
     const int64_t cols = rows * 4096 <= left ? 4096 : left;
-    tensors.push_back({i == 0 ? "tok_embed.weight" : "layers." + std::to_string(i) + ".w", {rows, cols}, rows * cols, i == 0});
+    tensors.push_back(
+        {i == 0 ? "tok_embed.weight" : "layers." + std::to_string(i) + ".w", {rows, cols}, rows * cols, i == 0});
     left -= rows * cols;
   }
   return tensors;

@@ -12,9 +12,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Input in(data, size);
   diloco::CodecOptions o;
   const uint8_t kind = in.Byte();
-  o.encoding = static_cast<diloco::Encoding>(kind % 6);          // 5: an unknown encoding
+  o.encoding = static_cast<diloco::Encoding>(kind % 6);            // 5: an unknown encoding
   o.compression = static_cast<diloco::Compression>(kind / 6 % 3);  // 2: an unknown compression
-  o.block_size = 2 * (in.Byte() % 40);                          // 0..78: in and out of range
+  o.block_size = 2 * (in.Byte() % 40);                             // 0..78: in and out of range
   const size_t n = in.Byte();
   const std::string_view bytes = in.Rest();
   std::span<const std::byte> encoded(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size());

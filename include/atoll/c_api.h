@@ -65,58 +65,58 @@ int atoll_c_api_version(void);
 /* The numeric values equal gRPC's (and atl::StatusCode's). */
 typedef enum atoll_status {
   ATOLL_OK = 0,
-  ATOLL_INVALID_ARGUMENT = 3,     /* a bad argument: nothing was done */
+  ATOLL_INVALID_ARGUMENT = 3, /* a bad argument: nothing was done */
   ATOLL_DEADLINE_EXCEEDED = 4,
-  ATOLL_NOT_FOUND = 5,            /* e.g. a token file that does not exist */
-  ATOLL_ALREADY_EXISTS = 6,       /* refused: the learner id is held by a live learner (v2) */
-  ATOLL_PERMISSION_DENIED = 7,    /* the syncer refused the token (or banned this learner) */
-  ATOLL_RESOURCE_EXHAUSTED = 8,   /* the syncer's limits refused the call, e.g. a full learner table (v2) */
-  ATOLL_FAILED_PRECONDITION = 9,  /* the syncer refused this learner for good: run, model, plan */
+  ATOLL_NOT_FOUND = 5,           /* e.g. a token file that does not exist */
+  ATOLL_ALREADY_EXISTS = 6,      /* refused: the learner id is held by a live learner (v2) */
+  ATOLL_PERMISSION_DENIED = 7,   /* the syncer refused the token (or banned this learner) */
+  ATOLL_RESOURCE_EXHAUSTED = 8,  /* the syncer's limits refused the call, e.g. a full learner table (v2) */
+  ATOLL_FAILED_PRECONDITION = 9, /* the syncer refused this learner for good: run, model, plan */
   ATOLL_INTERNAL = 13,
-  ATOLL_UNAVAILABLE = 14,         /* the syncer could not be reached */
+  ATOLL_UNAVAILABLE = 14, /* the syncer could not be reached */
   ATOLL_UNAUTHENTICATED = 16,
-  ATOLL_OTHER = 2                 /* any other failure; the message says which */
+  ATOLL_OTHER = 2 /* any other failure; the message says which */
 } atoll_status;
 
 /* One parameter tensor. `data` holds prod(shape) float32 values, row-major; ndim 0 is a scalar. */
 typedef struct atoll_param {
-  const char* name;        /* unique, non-empty */
-  float* data;             /* caller-owned host memory (see "Buffers" above) */
-  const int64_t* shape;    /* ndim dimensions, each ≥ 1; may be NULL when ndim is 0 */
+  const char* name;     /* unique, non-empty */
+  float* data;          /* caller-owned host memory (see "Buffers" above) */
+  const int64_t* shape; /* ndim dimensions, each ≥ 1; may be NULL when ndim is 0 */
   int ndim;
-  int is_embedding;        /* 1: merged by weighted mean, never RDA (token embeddings) */
+  int is_embedding; /* 1: merged by weighted mean, never RDA (token embeddings) */
 } atoll_param;
 
 typedef struct atoll_learner_options {
-  const char* syncer;           /* host:port of `atoll syncer --listen` (required) */
-  const char* run_id;           /* the syncer's run id, exactly (`atoll run`: the run folder's
+  const char* syncer;          /* host:port of `atoll syncer --listen` (required) */
+  const char* run_id;          /* the syncer's run id, exactly (`atoll run`: the run folder's
                                  * name; a syncer started by hand: its --run-id, "" by default) */
-  int learner_id;               /* 0..M-1, or -1 to let the syncer choose */
-  const char* token;            /* the run's or this learner's token; NULL or "": none */
-  const char* token_file;       /* read the token from this file instead (NULL: not used) */
-  const char* tls_ca_file;      /* TLS: the CA of the syncer's certificate (NULL: plaintext) */
-  const char* tls_server_name;  /* TLS: expected server name (NULL: the host of `syncer`) */
-  const char* tls_cert_file;    /* mutual TLS: this learner's certificate and key (NULL: none) */
+  int learner_id;              /* 0..M-1, or -1 to let the syncer choose */
+  const char* token;           /* the run's or this learner's token; NULL or "": none */
+  const char* token_file;      /* read the token from this file instead (NULL: not used) */
+  const char* tls_ca_file;     /* TLS: the CA of the syncer's certificate (NULL: plaintext) */
+  const char* tls_server_name; /* TLS: expected server name (NULL: the host of `syncer`) */
+  const char* tls_cert_file;   /* mutual TLS: this learner's certificate and key (NULL: none) */
   const char* tls_key_file;
-  const char* mode;             /* "decoupled" (default) or "diloco"; must be the syncer's */
-  const char* plan;             /* "balanced" (default) or "strided"; must be the syncer's */
-  int fragments;                /* P; must be the syncer's */
-  int H;                        /* inner steps between two syncs of a fragment; the syncer's */
-  int tau;                      /* overlap in steps; the syncer's */
-  double alpha;                 /* mixing on receipt, in [0, 1] */
-  int keep_progress;            /* keep the steps trained since a fragment was sent (1) */
-  double join_timeout_s;        /* how long open waits for the first join (then trains on) */
-  int rejoin;                   /* 1: this learner restarted after a failure */
+  const char* mode;      /* "decoupled" (default) or "diloco"; must be the syncer's */
+  const char* plan;      /* "balanced" (default) or "strided"; must be the syncer's */
+  int fragments;         /* P; must be the syncer's */
+  int H;                 /* inner steps between two syncs of a fragment; the syncer's */
+  int tau;               /* overlap in steps; the syncer's */
+  double alpha;          /* mixing on receipt, in [0, 1] */
+  int keep_progress;     /* keep the steps trained since a fragment was sent (1) */
+  double join_timeout_s; /* how long open waits for the first join (then trains on) */
+  int rejoin;            /* 1: this learner restarted after a failure */
 } atoll_learner_options;
 
 typedef struct atoll_learner_counters {
   int64_t steps, pushes, pushes_failed, pulls, fragments_applied, joins, catchup_fragments;
   int64_t payload_bytes_up, payload_bytes_down, version_held;
-  int learner_id;               /* the id the syncer gave (-1 before the first join) */
+  int learner_id; /* the id the syncer gave (-1 before the first join) */
   int joined;
 } atoll_learner_counters;
 
-typedef struct atoll_learner atoll_learner;  /* opaque */
+typedef struct atoll_learner atoll_learner; /* opaque */
 
 /* The defaults of `atoll learner` (configs/run.toml): decoupled, balanced, P = H = 24, tau 2,
  * alpha 0, keep_progress 1, join timeout 20 s, learner_id -1, run_id "atoll". */
@@ -128,8 +128,8 @@ void atoll_learner_options_init(atoll_learner_options* options);
  * Errors: ATOLL_INVALID_ARGUMENT for bad options or parameters; ATOLL_FAILED_PRECONDITION /
  * ATOLL_PERMISSION_DENIED / ATOLL_UNAUTHENTICATED when the syncer refused this learner. *out is
  * set only on ATOLL_OK. */
-atoll_status atoll_learner_open(const atoll_learner_options* options, const atoll_param* params,
-                                size_t num_params, atoll_learner** out);
+atoll_status atoll_learner_open(const atoll_learner_options* options, const atoll_param* params, size_t num_params,
+                                atoll_learner** out);
 
 /* Call after each inner step with the tokens it trained on (≥ 1) and its training loss (for the
  * syncer's status; any finite value). Schedules this step's fragment pushes and writes the merged
@@ -157,16 +157,16 @@ atoll_status atoll_learner_close(atoll_learner* learner, double flush_timeout_s)
 /* Settings beyond atoll_learner_options. `struct_size` lets the struct grow: the library reads
  * only the fields that fit in it, and takes the defaults for the rest. */
 typedef struct atoll_learner_settings {
-  size_t struct_size;         /* sizeof(atoll_learner_settings); set by atoll_learner_settings_init */
-  const char* state_dir;      /* the learner's state folder (see "State" above); NULL or "": none */
-  double call_timeout_s;      /* deadline of a join, heartbeat or goodbye (10) */
-  double push_timeout_s;      /* base deadline of one push or pull (60) */
-  double min_link_mbps;       /* pushes and pulls get push_timeout_s plus their payload's time at
+  size_t struct_size;       /* sizeof(atoll_learner_settings); set by atoll_learner_settings_init */
+  const char* state_dir;    /* the learner's state folder (see "State" above); NULL or "": none */
+  double call_timeout_s;    /* deadline of a join, heartbeat or goodbye (10) */
+  double push_timeout_s;    /* base deadline of one push or pull (60) */
+  double min_link_mbps;     /* pushes and pulls get push_timeout_s plus their payload's time at
                                * this rate (10 Mbit/s; 0: no allowance) */
-  double heartbeat_s;         /* seconds between heartbeats (0.5) */
-  double backoff_initial_s;   /* first wait before a failed join or call is retried (0.2) */
-  double backoff_max_s;       /* the wait doubles up to this (5) */
-  const int* staged;          /* NULL, or one flag per parameter: 1 = a staged buffer */
+  double heartbeat_s;       /* seconds between heartbeats (0.5) */
+  double backoff_initial_s; /* first wait before a failed join or call is retried (0.2) */
+  double backoff_max_s;     /* the wait doubles up to this (5) */
+  const int* staged;        /* NULL, or one flag per parameter: 1 = a staged buffer */
 } atoll_learner_settings;
 
 void atoll_learner_settings_init(atoll_learner_settings* settings);
@@ -182,12 +182,12 @@ atoll_status atoll_learner_open_ex(const atoll_learner_options* options, const a
 
 /* The fragment plan: P fragments, each a list of element ranges of the parameters. */
 typedef struct atoll_slice {
-  int param;        /* index into the params given to open */
-  int64_t offset;   /* first element (flat, row-major) */
+  int param;      /* index into the params given to open */
+  int64_t offset; /* first element (flat, row-major) */
   int64_t count;
 } atoll_slice;
 
-int atoll_learner_num_fragments(const atoll_learner* learner);  /* P (0 for NULL) */
+int atoll_learner_num_fragments(const atoll_learner* learner); /* P (0 for NULL) */
 /* Lists: *count receives the list's length; up to `capacity` entries are written to `out`
  * (capacity P or the fragment's slice count always suffices); ATOLL_INVALID_ARGUMENT when
  * capacity is smaller (*count still set) or an argument is NULL. */
@@ -208,24 +208,23 @@ atoll_status atoll_learner_pending(const atoll_learner* learner, int* out, size_
  * atoll_learner_staged_count. ATOLL_INVALID_ARGUMENT for another count or a fragment neither
  * pending nor due (nothing changes). The values are copied: the buffer is the caller's on return. */
 atoll_status atoll_learner_send(atoll_learner* learner, int fragment, const float* values, size_t count);
-int64_t atoll_learner_staged_count(const atoll_learner* learner, int fragment);  /* -1 for bad arguments */
+int64_t atoll_learner_staged_count(const atoll_learner* learner, int fragment); /* -1 for bad arguments */
 
 /* What a receipt leaves in a fragment's staged slices (shared buffers hold the final values). */
 typedef enum atoll_receipt_kind {
-  ATOLL_RECEIPT_MIX = 0,  /* the merged Θ_p: live ← alpha·live + (1 − alpha)·Θ_p (a copy at alpha 0) */
-  ATOLL_RECEIPT_ADD = 1   /* live ← live + Δ: the merge of this learner's push with its progress kept,
+  ATOLL_RECEIPT_MIX = 0, /* the merged Θ_p: live ← alpha·live + (1 − alpha)·Θ_p (a copy at alpha 0) */
+  ATOLL_RECEIPT_ADD = 1  /* live ← live + Δ: the merge of this learner's push with its progress kept,
                            * Δ = (1 − alpha)(Θ_p − θ_sent), or a rebase onto a newer public copy
                            * after a rejoin, Δ = Φ_new − Φ_old (the progress kept, no mixing) */
 } atoll_receipt_kind;
 
 typedef struct atoll_receipt {
   int fragment;
-  int kind;  /* atoll_receipt_kind */
+  int kind; /* atoll_receipt_kind */
 } atoll_receipt;
 
 /* The fragments the last atoll_learner_step (or atoll_learner_open) wrote, in order. */
-atoll_status atoll_learner_receipts(const atoll_learner* learner, atoll_receipt* out, size_t capacity,
-                                    size_t* count);
+atoll_status atoll_learner_receipts(const atoll_learner* learner, atoll_receipt* out, size_t capacity, size_t* count);
 
 /* The learner's state as JSON text (what learner.json in the state folder holds): format,
  * run_id, learner_id, step, tokens, fragments [{version, checksum}], counters {...}. Writes up
@@ -236,7 +235,7 @@ atoll_status atoll_learner_state_json(const atoll_learner* learner, char* out, s
 const char* atoll_last_error(void);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
-#endif  /* ATOLL_C_API_H_ */
+#endif /* ATOLL_C_API_H_ */

@@ -73,8 +73,11 @@ struct Param {
 
 Param CheckParam(const py::tuple& t) {
   if (t.size() != 4) throw py::value_error("each parameter is (name, float32 array, is_embedding, staged)");
-  Param p{t[0].cast<std::string>(), py::reinterpret_borrow<py::object>(t[1]).cast<py::array>(), t[2].cast<bool>(),
-          t[3].cast<bool>(), {}};
+  Param p{t[0].cast<std::string>(),
+          py::reinterpret_borrow<py::object>(t[1]).cast<py::array>(),
+          t[2].cast<bool>(),
+          t[3].cast<bool>(),
+          {}};
   const py::array& a = p.array;
   if (!a.dtype().is(py::dtype::of<float>())) {
     throw py::value_error("parameter '" + p.name + "' is " + std::string(py::str(a.dtype())) + ", not float32");
@@ -278,10 +281,16 @@ class Learner {
   }
 
   void Strings(const py::dict& options, atoll_learner_options& o) {
-    const std::pair<const char*, const char**> fields[] = {
-        {"syncer", &o.syncer}, {"run_id", &o.run_id}, {"token", &o.token}, {"token_file", &o.token_file},
-        {"tls_ca", &o.tls_ca_file}, {"tls_server_name", &o.tls_server_name}, {"tls_cert", &o.tls_cert_file},
-        {"tls_key", &o.tls_key_file}, {"mode", &o.mode}, {"plan", &o.plan}};
+    const std::pair<const char*, const char**> fields[] = {{"syncer", &o.syncer},
+                                                           {"run_id", &o.run_id},
+                                                           {"token", &o.token},
+                                                           {"token_file", &o.token_file},
+                                                           {"tls_ca", &o.tls_ca_file},
+                                                           {"tls_server_name", &o.tls_server_name},
+                                                           {"tls_cert", &o.tls_cert_file},
+                                                           {"tls_key", &o.tls_key_file},
+                                                           {"mode", &o.mode},
+                                                           {"plan", &o.plan}};
     strings_.reserve(std::size(fields));  // the pointers below must not move
     for (const auto& [key, field] : fields) {
       if (auto v = Get<std::string>(options, key)) {
@@ -304,9 +313,9 @@ PYBIND11_MODULE(_atoll, m) {
                                             "The syncer refused this learner (its code attribute says why).",
                                             PyExc_RuntimeError, nullptr);
   py::object bases = py::make_tuple(py::handle(refused_error), py::handle(PyExc_PermissionError));
-  access_refused_error = PyErr_NewExceptionWithDoc("atoll._atoll.AccessRefusedError",
-                                                   "The syncer refused this learner's token or credentials.",
-                                                   bases.ptr(), nullptr);
+  access_refused_error =
+      PyErr_NewExceptionWithDoc("atoll._atoll.AccessRefusedError",
+                                "The syncer refused this learner's token or credentials.", bases.ptr(), nullptr);
   m.attr("RefusedError") = py::handle(refused_error);
   m.attr("AccessRefusedError") = py::handle(access_refused_error);
   m.attr("C_API_VERSION") = atoll_c_api_version();

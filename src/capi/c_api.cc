@@ -82,7 +82,8 @@ std::string DescribeTensors(const std::vector<atl::diloco::TensorSpec>& tensors)
   std::string s;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (i == 12) return s + ", ... (" + std::to_string(tensors.size()) + " tensors)";
-    s += (i ? ", " : "") + tensors[i].name + " " + ShapeText(tensors[i].shape) + (tensors[i].is_embedding ? " emb" : "");
+    s +=
+        (i ? ", " : "") + tensors[i].name + " " + ShapeText(tensors[i].shape) + (tensors[i].is_embedding ? " emb" : "");
   }
   return s;
 }
@@ -97,7 +98,8 @@ StatusOr<atl::diloco::TensorSpec> SpecOf(const atoll_param& p, size_t index, std
   if (p.ndim < 0 || p.ndim > 8) {
     return atl::InvalidArgumentError("parameter '" + t.name + "' has ndim " + std::to_string(p.ndim) + " (0..8)");
   }
-  if (p.ndim > 0 && p.shape == nullptr) return atl::InvalidArgumentError("parameter '" + t.name + "' has no shape (NULL)");
+  if (p.ndim > 0 && p.shape == nullptr)
+    return atl::InvalidArgumentError("parameter '" + t.name + "' has no shape (NULL)");
   t.numel = 1;
   for (int d = 0; d < p.ndim; ++d) {
     if (p.shape[d] < 1 || p.shape[d] > (int64_t{1} << 40) / t.numel) {
@@ -113,14 +115,17 @@ StatusOr<atl::diloco::TensorSpec> SpecOf(const atoll_param& p, size_t index, std
 
 Status CheckOptions(const atoll_learner_options& o) {
   if (Str(o.syncer).empty()) return atl::InvalidArgumentError("options.syncer (host:port) is required");
-  if (o.run_id == nullptr) return atl::InvalidArgumentError("options.run_id is NULL (the syncer's run id; may be \"\")");
-  if (o.learner_id < -1) return atl::InvalidArgumentError("options.learner_id " + std::to_string(o.learner_id) + " (≥ 0, or -1)");
+  if (o.run_id == nullptr)
+    return atl::InvalidArgumentError("options.run_id is NULL (the syncer's run id; may be \"\")");
+  if (o.learner_id < -1)
+    return atl::InvalidArgumentError("options.learner_id " + std::to_string(o.learner_id) + " (≥ 0, or -1)");
   auto mode = atl::diloco::ParseMode(Str(o.mode));
   if (!mode.ok()) return mode.status().WithContext("options.mode");
   if (*mode == atl::diloco::Mode::kDdp) {
     return atl::InvalidArgumentError("options.mode 'ddp' is not supported by the C API (it exchanges gradients)");
   }
-  if (auto plan = atl::diloco::ParsePlanStrategy(Str(o.plan)); !plan.ok()) return plan.status().WithContext("options.plan");
+  if (auto plan = atl::diloco::ParsePlanStrategy(Str(o.plan)); !plan.ok())
+    return plan.status().WithContext("options.plan");
   ATOLL_RETURN_IF_ERROR(atl::diloco::Schedule::Of(*mode, o.H, o.fragments, o.tau).Validate());
   if (!(o.alpha >= 0 && o.alpha < 1)) return atl::InvalidArgumentError("options.alpha must be in [0, 1)");
   if (!(o.join_timeout_s >= 0 && o.join_timeout_s <= 3600)) {
@@ -140,25 +145,29 @@ Status CheckSettings(const atoll_learner_settings& s, const atoll_param* params,
                                                      {"backoff_max_s", s.backoff_max_s}};
   for (const auto& [name, v] : positive) {
     if (!(v > 0 && v <= 86400)) {
-      return atl::InvalidArgumentError(std::string("settings.") + name + " " + std::to_string(v) + " (must be in (0, 86400] s)");
+      return atl::InvalidArgumentError(std::string("settings.") + name + " " + std::to_string(v) +
+                                       " (must be in (0, 86400] s)");
     }
   }
   if (!(s.min_link_mbps >= 0 && s.min_link_mbps <= 1e6)) {
-    return atl::InvalidArgumentError("settings.min_link_mbps " + std::to_string(s.min_link_mbps) + " (0 to 1e6; 0: no allowance)");
+    return atl::InvalidArgumentError("settings.min_link_mbps " + std::to_string(s.min_link_mbps) +
+                                     " (0 to 1e6; 0: no allowance)");
   }
   if (s.backoff_max_s < s.backoff_initial_s) {
     return atl::InvalidArgumentError("settings.backoff_max_s is below backoff_initial_s");
   }
   for (size_t i = 0; s.staged != nullptr && i < n; ++i) {
     if (s.staged[i] != 0 && s.staged[i] != 1) {
-      return atl::InvalidArgumentError("settings.staged[" + std::to_string(i) + "] is " + std::to_string(s.staged[i]) +
-                                       " (0 or 1)" + (params != nullptr && params[i].name ? std::string(" for '") + params[i].name + "'" : ""));
+      return atl::InvalidArgumentError(
+          "settings.staged[" + std::to_string(i) + "] is " + std::to_string(s.staged[i]) + " (0 or 1)" +
+          (params != nullptr && params[i].name ? std::string(" for '") + params[i].name + "'" : ""));
     }
   }
   return Status::Ok();
 }
 
-StatusOr<atl::transport::ClientOptions> ClientOptionsOf(const atoll_learner_options& o, const atoll_learner_settings& s) {
+StatusOr<atl::transport::ClientOptions> ClientOptionsOf(const atoll_learner_options& o,
+                                                        const atoll_learner_settings& s) {
   atl::transport::ClientOptions co;
   co.target = o.syncer;
   co.call_timeout_s = s.call_timeout_s;
@@ -168,7 +177,8 @@ StatusOr<atl::transport::ClientOptions> ClientOptionsOf(const atoll_learner_opti
   if (o.token_file != nullptr) {
     ATOLL_ASSIGN_OR_RETURN(std::string text, atl::ReadFile(o.token_file));
     const auto first = text.find_first_not_of(" \t\r\n");
-    if (first == std::string::npos) return atl::InvalidArgumentError(Str(o.token_file) + " is empty (expected a token)");
+    if (first == std::string::npos)
+      return atl::InvalidArgumentError(Str(o.token_file) + " is empty (expected a token)");
     co.token = text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
   }
   co.tls.enabled = o.tls_ca_file != nullptr || o.tls_cert_file != nullptr;
@@ -207,7 +217,8 @@ atl::learner::AgentOptions AgentOptionsOf(const atoll_learner_options& o, const 
 StatusOr<std::unique_ptr<atoll_learner>> Open(atoll_learner_options o, const atoll_learner_settings& settings,
                                               const atoll_param* params, size_t n) {
   ATOLL_RETURN_IF_ERROR(CheckOptions(o));
-  if (params == nullptr || n == 0) return atl::InvalidArgumentError("no parameters (params is NULL or num_params is 0)");
+  if (params == nullptr || n == 0)
+    return atl::InvalidArgumentError("no parameters (params is NULL or num_params is 0)");
   ATOLL_RETURN_IF_ERROR(CheckSettings(settings, params, n));
   std::vector<atl::diloco::TensorSpec> specs;
   std::vector<std::span<float>> views;
@@ -298,7 +309,8 @@ void atoll_learner_settings_init(atoll_learner_settings* s) {
 
 atoll_status atoll_learner_open_ex(const atoll_learner_options* options, const atoll_learner_settings* settings,
                                    const atoll_param* params, size_t num_params, atoll_learner** out) {
-  if (options == nullptr || out == nullptr) return Report(atl::InvalidArgumentError("options and out must not be NULL"));
+  if (options == nullptr || out == nullptr)
+    return Report(atl::InvalidArgumentError("options and out must not be NULL"));
   if (settings != nullptr && settings->struct_size < sizeof(size_t)) {
     return Report(atl::InvalidArgumentError("settings.struct_size is " + std::to_string(settings->struct_size) +
                                             " (atoll_learner_settings_init sets it)"));
@@ -333,7 +345,9 @@ atoll_status atoll_learner_step(atoll_learner* l, int64_t tokens, double loss, i
   return Report(Status::Ok());
 }
 
-int atoll_learner_finish_requested(const atoll_learner* l) { return l != nullptr && l->agent->finish_requested() ? 1 : 0; }
+int atoll_learner_finish_requested(const atoll_learner* l) {
+  return l != nullptr && l->agent->finish_requested() ? 1 : 0;
+}
 
 atoll_status atoll_learner_counters_get(const atoll_learner* l, atoll_learner_counters* out) {
   if (l == nullptr || out == nullptr) return Report(atl::InvalidArgumentError("learner and out must not be NULL"));

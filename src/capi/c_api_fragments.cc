@@ -17,8 +17,8 @@ atoll_status ListOut(const std::vector<T>& list, Out* out, size_t capacity, size
   if (count == nullptr) return Report(atl::InvalidArgumentError("count must not be NULL"));
   *count = list.size();
   if (capacity < list.size()) {
-    return Report(atl::InvalidArgumentError("capacity " + std::to_string(capacity) + " < " + std::to_string(list.size()) +
-                                            " entries"));
+    return Report(atl::InvalidArgumentError("capacity " + std::to_string(capacity) + " < " +
+                                            std::to_string(list.size()) + " entries"));
   }
   if (!list.empty() && out == nullptr) return Report(atl::InvalidArgumentError("out must not be NULL"));
   for (size_t i = 0; i < list.size(); ++i) out[i] = convert(list[i]);
@@ -46,7 +46,9 @@ atoll_status atoll_learner_fragment_slices(const atoll_learner* l, int fragment,
                                            size_t* count) {
   if (Status st = CheckFragment(l, fragment); !st.ok()) return Report(st);
   return ListOut(l->plan.fragments[static_cast<size_t>(fragment)].slices, out, capacity, count,
-                 [](const atl::diloco::TensorSlice& s) { return atoll_slice{s.tensor, s.offset, s.count}; });
+                 [](const atl::diloco::TensorSlice& s) {
+                   return atoll_slice{s.tensor, s.offset, s.count};
+                 });
 }
 
 atoll_status atoll_learner_sends(const atoll_learner* l, int* out, size_t capacity, size_t* count) {
@@ -82,7 +84,8 @@ atoll_status atoll_learner_receipts(const atoll_learner* l, atoll_receipt* out, 
 }
 
 atoll_status atoll_learner_state_json(const atoll_learner* l, char* out, size_t capacity, size_t* length) {
-  if (l == nullptr || length == nullptr) return Report(atl::InvalidArgumentError("learner and length must not be NULL"));
+  if (l == nullptr || length == nullptr)
+    return Report(atl::InvalidArgumentError("learner and length must not be NULL"));
   const std::string text = atl::capi::StateJson(*l);
   *length = text.size();
   if (out == nullptr || capacity < text.size() + 1) {

@@ -30,7 +30,8 @@ Status LockState(atoll_learner& l, const std::string& dir) {
   ATOLL_RETURN_IF_ERROR(MakeDirs(dir));
   const std::string path = dir + "/lock";
   const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) return InvalidArgumentError("state folder " + dir + ": cannot open " + path + ": " + std::strerror(errno));
+  if (fd < 0)
+    return InvalidArgumentError("state folder " + dir + ": cannot open " + path + ": " + std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd);
@@ -72,7 +73,8 @@ Status ReadState(const std::string& dir, const std::string& run_id, int num_frag
 nlohmann::json CountersJson(const learner::AgentCounters& k) {
   return {{"pushes", k.pushes},
           {"pushes_failed", k.pushes_failed},
-          {"pushes_deferred", k.pushes_deferred}, {"rebases", k.rebases},
+          {"pushes_deferred", k.pushes_deferred},
+          {"rebases", k.rebases},
           {"pushes_repeated", k.pushes_repeated},
           {"pulls", k.pulls},
           {"pulls_delta", k.pulls_delta},

@@ -43,7 +43,8 @@ Status ValidateChaos(const ChaosConfig& c, int learners) {
     if (e.kind == FaultKind::kSlow && !(e.value > 0 && e.value <= 1)) return bad(where + "slow needs value in (0, 1]");
     if (e.kind == FaultKind::kBandwidth && !(e.value > 0)) return bad(where + "bandwidth needs value > 0 (Mbit/s)");
     if ((e.kind == FaultKind::kPause || e.kind == FaultKind::kSlow || e.kind == FaultKind::kPartition ||
-         e.kind == FaultKind::kBandwidth) && e.duration_s <= 0)
+         e.kind == FaultKind::kBandwidth) &&
+        e.duration_s <= 0)
       return bad(where + std::string(FaultKindName(e.kind)) + " needs a duration > 0");
   }
   return Status::Ok();
@@ -109,12 +110,20 @@ nlohmann::json ToJson(const ChaosConfig& c) {
   nlohmann::json events = nlohmann::json::array();
   for (const auto& e : c.events) events.push_back(e.ToJson());
   const RandomChaos& r = c.random;
-  return {{"mode", ChaosModeName(c.mode)}, {"seed", c.seed}, {"learner_mtbf", r.learner_mtbf_s}, {"repair", r.repair_s},
-          {"repair_dist", RepairDistName(r.repair_dist)}, {"straggler_every", r.straggler_every_s},
-          {"straggler_factor", r.straggler_factor}, {"straggler_duration", r.straggler_s},
-          {"partition_every", r.partition_every_s}, {"partition_duration", r.partition_s},
-          {"syncer_mtbf", r.syncer_mtbf_s}, {"syncer_restart", r.syncer_restart_s},
-          {"start_after", r.start_after_s}, {"events", events}};
+  return {{"mode", ChaosModeName(c.mode)},
+          {"seed", c.seed},
+          {"learner_mtbf", r.learner_mtbf_s},
+          {"repair", r.repair_s},
+          {"repair_dist", RepairDistName(r.repair_dist)},
+          {"straggler_every", r.straggler_every_s},
+          {"straggler_factor", r.straggler_factor},
+          {"straggler_duration", r.straggler_s},
+          {"partition_every", r.partition_every_s},
+          {"partition_duration", r.partition_s},
+          {"syncer_mtbf", r.syncer_mtbf_s},
+          {"syncer_restart", r.syncer_restart_s},
+          {"start_after", r.start_after_s},
+          {"events", events}};
 }
 
 namespace {
@@ -123,7 +132,8 @@ namespace {
 Status RandomFromJson(const nlohmann::json& j, RandomChaos& r) {
   r.learner_mtbf_s = j.value("learner_mtbf", r.learner_mtbf_s);
   r.repair_s = j.value("repair", r.repair_s);
-  ATOLL_ASSIGN_OR_RETURN(r.repair_dist, ParseRepairDist(j.value("repair_dist", std::string(RepairDistName(r.repair_dist)))));
+  ATOLL_ASSIGN_OR_RETURN(r.repair_dist,
+                         ParseRepairDist(j.value("repair_dist", std::string(RepairDistName(r.repair_dist)))));
   r.straggler_every_s = j.value("straggler_every", r.straggler_every_s);
   r.straggler_factor = j.value("straggler_factor", r.straggler_factor);
   r.straggler_s = j.value("straggler_duration", r.straggler_s);
@@ -167,10 +177,20 @@ StatusOr<ChaosConfig> ChaosFromJsonOrThrow(const nlohmann::json& j) {
 
 StatusOr<ChaosConfig> ChaosFromJson(const nlohmann::json& j) {
   if (!j.is_object()) return InvalidArgumentError("chaos: must be a table");
-  static const std::set<std::string> known = {
-      "mode", "seed", "learner_mtbf", "repair", "repair_dist", "straggler_every", "straggler_factor",
-      "straggler_duration", "partition_every", "partition_duration", "syncer_mtbf", "syncer_restart",
-      "start_after", "events"};
+  static const std::set<std::string> known = {"mode",
+                                              "seed",
+                                              "learner_mtbf",
+                                              "repair",
+                                              "repair_dist",
+                                              "straggler_every",
+                                              "straggler_factor",
+                                              "straggler_duration",
+                                              "partition_every",
+                                              "partition_duration",
+                                              "syncer_mtbf",
+                                              "syncer_restart",
+                                              "start_after",
+                                              "events"};
   for (const auto& [k, v] : j.items()) {
     if (!known.count(k)) return InvalidArgumentError("chaos: unknown key '" + k + "'");
   }

@@ -62,6 +62,5 @@ struct CommandRegistration {
 #define ATOLL_COMMAND_CONCAT_INNER(a, b) a##b
 #define ATOLL_COMMAND_CONCAT(a, b) ATOLL_COMMAND_CONCAT_INNER(a, b)
 // ATOLL_COMMAND(order, fn): registers fn(CLI::App&, CommandContext&) as a sub-command source.
-#define ATOLL_COMMAND(order, fn)                                            \
-  static ::atl::cli::CommandRegistration ATOLL_COMMAND_CONCAT(            \
-      atoll_command_registration_, __LINE__)(order, fn)
+#define ATOLL_COMMAND(order, fn) \
+  static ::atl::cli::CommandRegistration ATOLL_COMMAND_CONCAT(atoll_command_registration_, __LINE__)(order, fn)

@@ -87,8 +87,7 @@ void RegisterPlan(CLI::App& app, CommandContext& ctx) {
   auto flags = std::make_shared<PlanFlags>();
   CLI::App* sub = app.add_subcommand(
       "plan", "Print the fragment plan of the tiny GPT shape (how parameters split into P fragments)");
-  sub->add_option("-P,--fragments", flags->fragments, "Number of fragments P (≥ 1)")
-      ->capture_default_str();
+  sub->add_option("-P,--fragments", flags->fragments, "Number of fragments P (≥ 1)")->capture_default_str();
   sub->add_option("--strategy", flags->strategy, "balanced (greedy bin packing) or strided (by layer)")
       ->capture_default_str();
   sub->add_flag("--no-split", flags->no_split, "Never cut large tensors into row blocks");
@@ -103,7 +102,10 @@ Status ShowFragmentPlans(const std::vector<dl::TensorSpec>& tensors, int64_t tot
   const int P = 24;
   std::printf("1. Fragments: P = %d, ideal %s values each\n", P,
               Grouped(static_cast<int64_t>(std::llround(static_cast<double>(total) / P))).c_str());
-  struct Variant { const char* label; dl::PlanOptions options; };
+  struct Variant {
+    const char* label;
+    dl::PlanOptions options;
+  };
   const Variant variants[] = {
       {"balanced (largest first into lightest, split big tensors)", {P, dl::PlanStrategy::kBalanced, true}},
       {"balanced without splitting", {P, dl::PlanStrategy::kBalanced, false}},
@@ -118,8 +120,8 @@ Status ShowFragmentPlans(const std::vector<dl::TensorSpec>& tensors, int64_t tot
       hi = std::max(hi, f.numel);
       empty += f.numel == 0 ? 1 : 0;
     }
-    std::printf("   %-58s peak/ideal %5.2f  sizes %s..%s", v.label, plan.peak_to_ideal,
-                Grouped(lo).c_str(), Grouped(hi).c_str());
+    std::printf("   %-58s peak/ideal %5.2f  sizes %s..%s", v.label, plan.peak_to_ideal, Grouped(lo).c_str(),
+                Grouped(hi).c_str());
     if (empty > 0) std::printf("  (%d empty)", empty);
     std::printf("\n");
   }
@@ -131,15 +133,14 @@ Status ShowFragmentPlans(const std::vector<dl::TensorSpec>& tensors, int64_t tot
 // 2. The staggered schedule: which fragment goes out after each step, which merge comes back.
 void ShowSchedule() {
   const dl::Schedule schedule;  // the defaults: P = H = 24, τ = 2
-  std::printf("2. Staggered schedule, H = %d, P = %d, tau = %d: one fragment out, one back per step\n",
-              schedule.H, schedule.P, schedule.tau);
+  std::printf("2. Staggered schedule, H = %d, P = %d, tau = %d: one fragment out, one back per step\n", schedule.H,
+              schedule.P, schedule.tau);
   for (int64_t t = 0; t < 5; ++t) {
     std::printf("   after step %lld: send fragment %d", static_cast<long long>(t), schedule.FragmentAt(t));
     const int64_t sent = t + 1 - schedule.DueStep(0);  // the step whose merge is due before t + 1
     if (sent >= 0) {
-      std::printf(", apply merged fragment %d (sent after step %lld, due before step %lld)",
-                  schedule.FragmentAt(sent), static_cast<long long>(sent),
-                  static_cast<long long>(schedule.DueStep(sent)));
+      std::printf(", apply merged fragment %d (sent after step %lld, due before step %lld)", schedule.FragmentAt(sent),
+                  static_cast<long long>(sent), static_cast<long long>(schedule.DueStep(sent)));
     }
     std::printf("\n");
   }
@@ -173,10 +174,8 @@ StatusOr<std::vector<float>> ShowMerges(size_t n) {
   std::vector<float> mean(n), rda(n);
   ATOLL_RETURN_IF_ERROR(dl::WeightedMean(spans, weights, mean));
   ATOLL_RETURN_IF_ERROR(dl::RdaMerge(spans, weights, rda));
-  std::printf("   weighted mean: norm %.3f  (shrinks with M; the outer lr would have to follow)\n",
-              dl::L2Norm(mean));
-  std::printf("   RDA:           norm %.3f  (mean of the norms, mean of the directions)\n\n",
-              dl::L2Norm(rda));
+  std::printf("   weighted mean: norm %.3f  (shrinks with M; the outer lr would have to follow)\n", dl::L2Norm(mean));
+  std::printf("   RDA:           norm %.3f  (mean of the norms, mean of the directions)\n\n", dl::L2Norm(rda));
   return rda;
 }
 
@@ -185,9 +184,10 @@ Status ShowOuterStep(const std::vector<float>& delta) {
   std::vector<float> theta(delta.size(), 0.0f), momentum(delta.size(), 0.0f);
   const dl::OuterOptimizerOptions opt;  // lr 0.7, momentum 0.9, Nesterov
   ATOLL_RETURN_IF_ERROR(dl::OuterStep(opt, delta, momentum, theta));
-  std::printf("4. One Nesterov step (lr %.1f, momentum %.1f) with the RDA merge as delta:\n"
-              "   |theta' - theta| = %.3f = lr * (1 + momentum) * |delta| on the first step\n\n",
-              opt.lr, opt.momentum, dl::L2Norm(theta));
+  std::printf(
+      "4. One Nesterov step (lr %.1f, momentum %.1f) with the RDA merge as delta:\n"
+      "   |theta' - theta| = %.3f = lr * (1 + momentum) * |delta| on the first step\n\n",
+      opt.lr, opt.momentum, dl::L2Norm(theta));
   return Status::Ok();
 }
 
@@ -198,8 +198,8 @@ Status ShowCodecs(const std::vector<float>& delta) {
               Grouped(static_cast<int64_t>(n)).c_str());
   std::vector<std::byte> wire;
   std::vector<float> back(n);
-  for (dl::Encoding e : {dl::Encoding::kFp32, dl::Encoding::kBf16, dl::Encoding::kInt8,
-                         dl::Encoding::kInt4, dl::Encoding::kInt2}) {
+  for (dl::Encoding e :
+       {dl::Encoding::kFp32, dl::Encoding::kBf16, dl::Encoding::kInt8, dl::Encoding::kInt4, dl::Encoding::kInt2}) {
     const dl::CodecOptions co{e, 128};
     ATOLL_RETURN_IF_ERROR(dl::Encode(co, delta, wire));
     ATOLL_RETURN_IF_ERROR(dl::Decode(co, wire, back));
@@ -208,10 +208,9 @@ Status ShowCodecs(const std::vector<float>& delta) {
       max_err = std::max(max_err, std::fabs(static_cast<double>(delta[i]) - back[i]));
       max_abs = std::max(max_abs, std::fabs(static_cast<double>(delta[i])));
     }
-    std::printf("   %s  %9s bytes (%4.1fx smaller)  max error %.2e (%.3f%% of max |x|)\n",
-                dl::EncodingName(e), Grouped(static_cast<int64_t>(wire.size())).c_str(),
-                static_cast<double>(n * 4) / static_cast<double>(wire.size()), max_err,
-                100 * max_err / max_abs);
+    std::printf("   %s  %9s bytes (%4.1fx smaller)  max error %.2e (%.3f%% of max |x|)\n", dl::EncodingName(e),
+                Grouped(static_cast<int64_t>(wire.size())).c_str(),
+                static_cast<double>(n * 4) / static_cast<double>(wire.size()), max_err, 100 * max_err / max_abs);
   }
   return Status::Ok();
 }
@@ -220,9 +219,10 @@ Status ShowDemo() {
   const auto tensors = dl::ExampleGptTensors();
   int64_t total = 0;
   for (const auto& t : tensors) total += t.numel;
-  std::printf("atoll demo: the math of Decoupled DiLoCo on a tiny GPT\n"
-              "(vocab 4096, d 128, 4 layers, tied embedding: %zu tensors, %s parameters)\n\n",
-              tensors.size(), Grouped(total).c_str());
+  std::printf(
+      "atoll demo: the math of Decoupled DiLoCo on a tiny GPT\n"
+      "(vocab 4096, d 128, 4 layers, tied embedding: %zu tensors, %s parameters)\n\n",
+      tensors.size(), Grouped(total).c_str());
   ATOLL_RETURN_IF_ERROR(ShowFragmentPlans(tensors, total));
   ShowSchedule();
   ATOLL_ASSIGN_OR_RETURN(std::vector<float> rda, ShowMerges(65536));

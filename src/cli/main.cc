@@ -31,14 +31,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "atoll 0.1.0");
   atl::cli::CommandContext ctx;
   auto entries = atl::cli::CommandRegistry();
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const auto& a, const auto& b) { return a.order < b.order; });
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
   for (const auto& e : entries) e.registrar(app, ctx);
 
   for (const auto& r : atl::cli::RenamedCommands()) {
     if (argc > 1 && r.old_name == argv[1]) {
-      std::fprintf(stderr, "atoll: note: `atoll %s` is now `atoll %s` (the old name is deprecated)\n", r.old_name.c_str(),
-                   r.new_name.c_str());
+      std::fprintf(stderr, "atoll: note: `atoll %s` is now `atoll %s` (the old name is deprecated)\n",
+                   r.old_name.c_str(), r.new_name.c_str());
     }
   }
   try {

@@ -24,7 +24,8 @@ void RegisterReport(CLI::App& app, CommandContext& ctx) {
         std::fprintf(stderr, "atoll report: error: %s\n", r.status().ToString().c_str());
         return r.status().code() == StatusCode::kInternal ? 1 : 2;
       }
-      std::printf("report of the %s in %s: %s (%d figures)\n", r->kind.c_str(), dir->c_str(), r->path.c_str(), r->figures);
+      std::printf("report of the %s in %s: %s (%d figures)\n", r->kind.c_str(), dir->c_str(), r->path.c_str(),
+                  r->figures);
       return 0;
     };
   });

@@ -37,7 +37,8 @@ void Flag(CLI::App* c, Overrides& o, const std::string& names, const char* key, 
   std::string text = help;
   if (!k.spellings.empty()) text += ": " + k.spellings;
   if (!k.default_text.empty()) text += " (default " + k.default_text + ")";
-  c->add_option_function<T>(names, [&o, key](const T& v) { o.values[key] = v; }, text);
+  c->add_option_function<T>(
+      names, [&o, key](const T& v) { o.values[key] = v; }, text);
 }
 
 // "decoupled 1, diloco and ddp 0.7": a field of the outer optimizer by mode (DefaultOuterOptimizer).
@@ -62,12 +63,15 @@ void AddRunShapeFlags(CLI::App* c, Overrides& o) {
   Flag<uint64_t>(c, o, "--seed", "seed", "Seed of weights and data order");
   Flag<std::string>(c, o, "--out", "out", "Run folder (default runs/<timestamp>-<mode>)");
   Flag<std::string>(c, o, "--data", "data", "Prepared data folder, prepared when missing");
-  Flag<std::string>(c, o, "--token", "token", "Shared auth token for every call (atoll run default: per-learner credentials from a run secret instead; a hand-started syncer checks none unless --token or --secret-file)");
+  Flag<std::string>(
+      c, o, "--token", "token",
+      "Shared auth token for every call (atoll run default: per-learner credentials from a run secret instead; a hand-started syncer checks none unless --token or --secret-file)");
   Flag<std::string>(c, o, "--run-id", "run_id", "Run id learners must present (default: run folder name)");
   Flag<std::string>(c, o, "--preset", "preset", "Model preset: tiny | small | base");
-  Flag<std::string>(c, o, "--spec", "spec",
-                    "Model spec: a safetensors file of the initial weights, any architecture (default: the preset from the "
-                    "seed; `atoll init` writes one for a preset)");
+  Flag<std::string>(
+      c, o, "--spec", "spec",
+      "Model spec: a safetensors file of the initial weights, any architecture (default: the preset from the "
+      "seed; `atoll init` writes one for a preset)");
   Flag<std::vector<std::string>>(c, o, "--embeddings", "embeddings",
                                  "Glob patterns of embedding tensors in a spec that does not list them");
 }
@@ -108,7 +112,8 @@ void AddMethodFlags(CLI::App* c, Overrides& o) {
                     "What an outer gradient is taken against (current: v = global now - local; base: v = the "
                     "learner's copy - local)");
   Flag<double>(c, o, "--alpha", "alpha", "Mixing on receipt: theta = alpha*local + (1-alpha)*global");
-  Flag<bool>(c, o, "--keep-progress", "keep_progress", "Keep the steps trained since a fragment was sent when its merge arrives");
+  Flag<bool>(c, o, "--keep-progress", "keep_progress",
+             "Keep the steps trained since a fragment was sent when its merge arrives");
   Flag<std::string>(c, o, "--weights", "weights",
                     "Merge weights (tokens: c_tokens^2/c_steps, the paper's; uniform: an ablation)");
 }
@@ -122,39 +127,54 @@ void AddLinkFlags(CLI::App* c, Overrides& o) {
   Flag<std::string>(c, o, "--compression", "compression",
                     "Lossless stage after the encoding, both links (deflate entropy-codes the quantised values: int4 "
                     "payloads shrink to about 0.7)");
-  Flag<std::vector<double>>(c, o, "--speeds", "speeds", "Per-learner speed factors in (0,1], e.g. 1 1 0.5 0.5 (default: all 1)");
-  Flag<std::vector<int>>(c, o, "--batches", "batches", "Per-learner batch sizes, e.g. 24 24 8 8 (default: all --batch)");
-  Flag<double>(c, o, "--bandwidth-mbps", "bandwidth_mbps", "Emulated WAN bandwidth per learner link, Mbit/s (0 = unlimited)");
+  Flag<std::vector<double>>(c, o, "--speeds", "speeds",
+                            "Per-learner speed factors in (0,1], e.g. 1 1 0.5 0.5 (default: all 1)");
+  Flag<std::vector<int>>(c, o, "--batches", "batches",
+                         "Per-learner batch sizes, e.g. 24 24 8 8 (default: all --batch)");
+  Flag<double>(c, o, "--bandwidth-mbps", "bandwidth_mbps",
+               "Emulated WAN bandwidth per learner link, Mbit/s (0 = unlimited)");
   Flag<double>(c, o, "--latency-ms", "latency_ms", "Emulated added latency per call, ms");
   Flag<double>(c, o, "--loss", "loss", "Emulated probability that a call is dropped");
-  Flag<double>(c, o, "--learner-timeout", "learner_timeout", "Seconds without heartbeat before a learner stops counting as live and must rejoin");
+  Flag<double>(c, o, "--learner-timeout", "learner_timeout",
+               "Seconds without heartbeat before a learner stops counting as live and must rejoin");
   Flag<int>(c, o, "--eval-batches", "eval_batches", "Validation batches for eval loss");
-  Flag<int>(c, o, "--eval-every", "eval_every", "Rounds between evaluations of the global model during the run (0 = off)");
+  Flag<int>(c, o, "--eval-every", "eval_every",
+            "Rounds between evaluations of the global model during the run (0 = off)");
 }
 
 // [limits]: the syncer's protection against hostile or broken clients (docs/security.md).
 void AddLimitFlags(CLI::App* c, Overrides& o) {
   Flag<int>(c, o, "--max-learners", "max_learners", "Limit: rows in the syncer's learner table");
-  Flag<double>(c, o, "--max-inflight-push-mb", "max_inflight_push_mb", "Limit: MiB of push payload being received at once");
+  Flag<double>(c, o, "--max-inflight-push-mb", "max_inflight_push_mb",
+               "Limit: MiB of push payload being received at once");
   Flag<int>(c, o, "--max-streams", "max_streams", "Limit: concurrent streams per connection");
   Flag<int>(c, o, "--max-threads", "max_threads", "Limit: gRPC handler threads");
   Flag<double>(c, o, "--memory-quota-mb", "memory_quota_mb", "Limit: MiB of gRPC buffers");
-  Flag<double>(c, o, "--handshake-timeout", "handshake_timeout_s", "Limit: seconds a connection has to finish its handshake");
+  Flag<double>(c, o, "--handshake-timeout", "handshake_timeout_s",
+               "Limit: seconds a connection has to finish its handshake");
   Flag<double>(c, o, "--idle-timeout", "idle_timeout_s", "Limit: seconds without calls before a connection is closed");
-  Flag<double>(c, o, "--quarantine-factor", "quarantine_factor", "Quarantine outer gradients above this x the other learners' typical size (0 = off)");
-  Flag<int>(c, o, "--max-rejects", "max_consecutive_rejects", "Invalid pushes in a row before a learner is disconnected");
+  Flag<double>(c, o, "--quarantine-factor", "quarantine_factor",
+               "Quarantine outer gradients above this x the other learners' typical size (0 = off)");
+  Flag<int>(c, o, "--max-rejects", "max_consecutive_rejects",
+            "Invalid pushes in a row before a learner is disconnected");
   Flag<double>(c, o, "--ban-seconds", "ban_seconds", "How long a disconnected learner is refused");
-  Flag<int>(c, o, "--max-connections", "max_connections", "Limit: open gRPC connections, never more than ulimit -n - 256");
-  Flag<int>(c, o, "--max-pushes-per-learner", "max_pushes_per_learner", "Limit: pushes of one learner in flight at once");
-  Flag<int>(c, o, "--max-polls-per-learner", "max_polls_per_learner", "Limit: pulls (long polls) of one learner in flight at once");
+  Flag<int>(c, o, "--max-connections", "max_connections",
+            "Limit: open gRPC connections, never more than ulimit -n - 256");
+  Flag<int>(c, o, "--max-pushes-per-learner", "max_pushes_per_learner",
+            "Limit: pushes of one learner in flight at once");
+  Flag<int>(c, o, "--max-polls-per-learner", "max_polls_per_learner",
+            "Limit: pulls (long polls) of one learner in flight at once");
   Flag<double>(c, o, "--max-heartbeats-per-s", "max_heartbeats_per_s", "Limit: heartbeats per second of one learner");
-  Flag<double>(c, o, "--push-timeout", "push_timeout_s", "Limit: seconds a push stream may stay open, beyond its payload's time at --min-link-mbps");
-  Flag<double>(c, o, "--min-link-mbps", "min_link_mbps",
-               "The slowest learner link in Mbit/s: pushes and pulls get their payload's time at this rate on top of their deadline (0: none)");
+  Flag<double>(c, o, "--push-timeout", "push_timeout_s",
+               "Limit: seconds a push stream may stay open, beyond its payload's time at --min-link-mbps");
+  Flag<double>(
+      c, o, "--min-link-mbps", "min_link_mbps",
+      "The slowest learner link in Mbit/s: pushes and pulls get their payload's time at this rate on top of their deadline (0: none)");
   Flag<double>(c, o, "--commit-reserve-mb", "commit_reserve_mb",
                "MiB of free space a commit must leave in the state folder beyond its files; below it rounds are held");
-  Flag<std::string>(c, o, "--allowed-learners", "allowed_learners",
-                    "Per-learner credentials: the learner ids whose tokens are accepted, e.g. 0-3,7 (default: any; leave an id out to revoke it)");
+  Flag<std::string>(
+      c, o, "--allowed-learners", "allowed_learners",
+      "Per-learner credentials: the learner ids whose tokens are accepted, e.g. 0-3,7 (default: any; leave an id out to revoke it)");
 }
 
 void AddRunFlags(CLI::App* c, Overrides& o) {
@@ -176,7 +196,8 @@ StatusOr<runtime::RunConfig> Resolve(const Overrides& o) {
   model::OptimizerConfig schedule;
   schedule.warmup_steps = flagged->warmup;
   schedule.total_steps = flagged->steps;
-  if (auto note = model::WarmupCutNote(schedule); !note.empty()) std::fprintf(stderr, "atoll: note: %s\n", note.c_str());
+  if (auto note = model::WarmupCutNote(schedule); !note.empty())
+    std::fprintf(stderr, "atoll: note: %s\n", note.c_str());
   return runtime::Normalized(*flagged);
 }
 
@@ -189,10 +210,11 @@ int BadInput(const Status& st, const char* cmd) {
 void RegisterRun(CLI::App& app, CommandContext& ctx) {
   auto o = std::make_shared<Overrides>();
   auto live = std::make_shared<bool>(true);
-  auto* c = app.add_subcommand("run",
-      "Start a local Decoupled DiLoCo cluster: one syncer and M learner processes on this machine,\n"
-      "live progress and a live status page (its URL is printed; /metrics for Prometheus), then a\n"
-      "report and a run folder (summary.json, report.html, metrics.jsonl, global.safetensors).");
+  auto* c =
+      app.add_subcommand("run",
+                         "Start a local Decoupled DiLoCo cluster: one syncer and M learner processes on this machine,\n"
+                         "live progress and a live status page (its URL is printed; /metrics for Prometheus), then a\n"
+                         "report and a run folder (summary.json, report.html, metrics.jsonl, global.safetensors).");
   AddRunFlags(c, *o);
   c->add_flag("!--no-live", *live, "Print a progress line every 10 s instead of a live table");
   c->callback([&ctx, o, live] {
@@ -228,26 +250,31 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
   AddRunFlags(c, *o);
   c->add_option("--listen", p->listen, "Address to listen on (port 0 = a free port)")->capture_default_str();
   c->add_option("--port-file", p->port_file, "Write the bound port to this file once listening");
-  c->add_option("--state", p->state_dir,
-                "Durable state folder (default <out>/state); a syncer restarted on it resumes from the last committed round");
-  c->add_option("--secret-file", p->secret_file,
-                "Run secret (per-learner credentials: learner m needs HMAC(secret, run id, m), Status/Finish the operator token)")
+  c->add_option(
+      "--state", p->state_dir,
+      "Durable state folder (default <out>/state); a syncer restarted on it resumes from the last committed round");
+  c->add_option(
+       "--secret-file", p->secret_file,
+       "Run secret (per-learner credentials: learner m needs HMAC(secret, run id, m), Status/Finish the operator token)")
       ->check(CLI::ExistingFile);
   c->add_option("--tls-cert", p->tls.cert, "TLS server certificate (PEM); enables TLS")->check(CLI::ExistingFile);
   c->add_option("--tls-key", p->tls.key, "TLS server key (PEM)")->check(CLI::ExistingFile);
-  c->add_option("--tls-client-ca", p->tls.client_ca,
-                "Mutual TLS: refuse every connection without a client certificate signed by this CA (PEM); needs --tls-cert")
+  c->add_option(
+       "--tls-client-ca", p->tls.client_ca,
+       "Mutual TLS: refuse every connection without a client certificate signed by this CA (PEM); needs --tls-cert")
       ->check(CLI::ExistingFile);
   c->add_option("--checkpoint-every", p->checkpoint_every,
                 "Write global.safetensors and syncer-summary.json every N committed rounds (0 = only at the end: "
                 "Finish, SIGTERM/SIGINT, or --finish-when-done)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  c->add_flag("--finish-when-done", p->finish_when_done,
-              "Finish by itself (final merge, evaluation, global.safetensors, summary) once all M learners have said they are done");
-  c->add_option("--http", p->http,
-                "Serve the status page, /api/status, /metrics (Prometheus) and /healthz on this address, e.g. 127.0.0.1:0 "
-                "(a free port; the URL is printed). Needs the same token as the gRPC port (Bearer header or ?token=)");
+  c->add_flag(
+      "--finish-when-done", p->finish_when_done,
+      "Finish by itself (final merge, evaluation, global.safetensors, summary) once all M learners have said they are done");
+  c->add_option(
+      "--http", p->http,
+      "Serve the status page, /api/status, /metrics (Prometheus) and /healthz on this address, e.g. 127.0.0.1:0 "
+      "(a free port; the URL is printed). Needs the same token as the gRPC port (Bearer header or ?token=)");
   c->add_option("--http-port-file", p->http_port_file, "Write the bound HTTP port to this file once serving");
   c->add_option("--http-host", p->http_hosts,
                 "A host name the status page is reached by (repeatable); requests whose Host header is not an IP "
@@ -258,17 +285,19 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
                 "--out), evaluates nothing and writes no global.safetensors; `atoll export --state "
                 "s0/state,s1/state,...` combines the shards' states (docs/deployment.md)");
   // One heap: the live evaluation's thread would otherwise map its forward pass anew every time.
-  OnRun(c, ctx, o, p, "syncer", +[](const runtime::SyncerProcessOptions& so) {
-    OneHeapForAllThreads();
-    return runtime::RunSyncerProcess(so);
-  });
+  OnRun(
+      c, ctx, o, p, "syncer", +[](const runtime::SyncerProcessOptions& so) {
+        OneHeapForAllThreads();
+        return runtime::RunSyncerProcess(so);
+      });
 }
 
 // `atoll learner`: one learner process.
 void RegisterLearner(CLI::App& app, CommandContext& ctx) {
   auto o = std::make_shared<Overrides>();
   auto p = std::make_shared<runtime::LearnerProcessOptions>();
-  auto* c = app.add_subcommand("learner", "Run one learner: trains on its own clock, syncs fragments in the background");
+  auto* c =
+      app.add_subcommand("learner", "Run one learner: trains on its own clock, syncs fragments in the background");
   AddRunFlags(c, *o);
   c->add_option("--id", p->id, "Learner id in [0, M)")->required();
   c->add_option("--syncer", p->syncer,
@@ -280,8 +309,10 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
       ->check(CLI::ExistingFile);
   c->add_flag("--rejoin", p->rejoin, "This learner restarts after a failure");
   c->add_option("--start-step", p->start_step, "Continue the step count from here (a restarted learner)");
-  c->add_option("--control-file", p->control_file, "Chaos control file polled every step (speed, partition, bandwidth_mbps)");
-  c->add_option("--tls-ca", p->tls.ca, "CA certificate (PEM) that signed the syncer's; enables TLS")->check(CLI::ExistingFile);
+  c->add_option("--control-file", p->control_file,
+                "Chaos control file polled every step (speed, partition, bandwidth_mbps)");
+  c->add_option("--tls-ca", p->tls.ca, "CA certificate (PEM) that signed the syncer's; enables TLS")
+      ->check(CLI::ExistingFile);
   c->add_option("--tls-server-name", p->tls.server_name, "Expected server name in the syncer's certificate");
   c->add_option("--tls-cert", p->tls.cert, "Mutual TLS: this learner's client certificate (PEM), with --tls-key")
       ->check(CLI::ExistingFile);
@@ -332,17 +363,19 @@ void RegisterSimulate(CLI::App& app, CommandContext& ctx) {
       const nlohmann::json summary = runtime::SimulateSummary(*cfg, *so, *r);
       std::string rounds;
       for (const auto& line : r->round_log) rounds += atl::DumpJson(line) + "\n";
-      for (const auto& [name, text] : {std::pair{"/rounds.jsonl", rounds}, std::pair{"/summary.json", summary.dump(2)}}) {
+      for (const auto& [name, text] :
+           {std::pair{"/rounds.jsonl", rounds}, std::pair{"/summary.json", summary.dump(2)}}) {
         if (Status st = WriteFileAtomic(out + name, text); !st.ok()) {
           std::fprintf(stderr, "atoll simulate: error: %s\n", st.ToString().c_str());
           return 1;
         }
       }
-      std::printf("simulated %.0f s: %lld rounds (learners per round %s), eval loss of the global model %.4f "
-                  "(started at %.4f); %s\n",
-                  r->simulated_seconds, static_cast<long long>(r->rounds),
-                  nlohmann::json(r->contributors_histogram).dump().c_str(), r->eval_loss, r->eval_loss_start,
-                  (out + "/summary.json").c_str());
+      std::printf(
+          "simulated %.0f s: %lld rounds (learners per round %s), eval loss of the global model %.4f "
+          "(started at %.4f); %s\n",
+          r->simulated_seconds, static_cast<long long>(r->rounds),
+          nlohmann::json(r->contributors_histogram).dump().c_str(), r->eval_loss, r->eval_loss_start,
+          (out + "/summary.json").c_str());
       return 0;
     };
   });
@@ -357,13 +390,12 @@ void Register(CLI::App& app, CommandContext& ctx) {
 
 void RegisterExport(CLI::App& app, CommandContext& ctx) {
   auto o = std::make_shared<runtime::ExportOptions>();
-  auto* c = app.add_subcommand(
-      "export",
-      "Write the global model of a run from the syncer's committed durable state (state/) to a\n"
-      "safetensors file: for a run that ended without global.safetensors, or one still running.\n"
-      "`atoll export --state RUN/state` is enough: the run config is read beside it.");
-  c->add_option("--config", o->config,
-                "The run folder, or its config.json (default: the config.json beside --state)");
+  auto* c =
+      app.add_subcommand("export",
+                         "Write the global model of a run from the syncer's committed durable state (state/) to a\n"
+                         "safetensors file: for a run that ended without global.safetensors, or one still running.\n"
+                         "`atoll export --state RUN/state` is enough: the run config is read beside it.");
+  c->add_option("--config", o->config, "The run folder, or its config.json (default: the config.json beside --state)");
   c->add_option("--state", o->state,
                 "Durable state folder (default <run folder>/state); give this or --config. A sharded "
                 "syncer: every shard's state folder, comma-separated in shard order (each fragment is "
@@ -379,11 +411,11 @@ void RegisterExport(CLI::App& app, CommandContext& ctx) {
         std::fprintf(stderr, "atoll export: error: %s\n", r.status().ToString().c_str());
         return r.status().code() == StatusCode::kInternal ? 1 : 2;
       }
-      std::printf("exported the global model of run %s (%s params, %lld committed rounds, "
-                  "fragment versions %s) from %s to %s\n",
-                  r->run_id.c_str(), Grouped(r->params).c_str(),
-                  static_cast<long long>(r->rounds), nlohmann::json(r->versions).dump().c_str(),
-                  r->state.c_str(), r->out.c_str());
+      std::printf(
+          "exported the global model of run %s (%s params, %lld committed rounds, "
+          "fragment versions %s) from %s to %s\n",
+          r->run_id.c_str(), Grouped(r->params).c_str(), static_cast<long long>(r->rounds),
+          nlohmann::json(r->versions).dump().c_str(), r->state.c_str(), r->out.c_str());
       return 0;
     };
   });
@@ -407,12 +439,16 @@ void RegisterInit(CLI::App& app, CommandContext& ctx) {
     ctx.action = [o, out, force] {
       auto cfg = Resolve(*o);
       if (!cfg.ok()) return BadInput(cfg.status(), "init");
-      if (!cfg->spec.empty()) return BadInput(InvalidArgumentError("--spec names an existing spec; init writes one"), "init");
-      if (FileExists(*out) && !*force) return BadInput(AlreadyExistsError(*out + " exists (--force overwrites it)"), "init");
+      if (!cfg->spec.empty())
+        return BadInput(InvalidArgumentError("--spec names an existing spec; init writes one"), "init");
+      if (FileExists(*out) && !*force)
+        return BadInput(AlreadyExistsError(*out + " exists (--force overwrites it)"), "init");
       auto written = runtime::WritePresetSpec(*cfg, *out);
       if (!written.ok()) {
         std::fprintf(stderr, "atoll init: error: %s\n", written.status().ToString().c_str());
-        return written.status().code() == StatusCode::kInternal || written.status().code() == StatusCode::kUnavailable ? 1 : 2;
+        return written.status().code() == StatusCode::kInternal || written.status().code() == StatusCode::kUnavailable
+                   ? 1
+                   : 2;
       }
       std::printf("wrote %s: preset %s, seed %llu, %s params in %zu tensors\n", out->c_str(), cfg->preset.c_str(),
                   static_cast<unsigned long long>(cfg->seed), Grouped(written->params).c_str(), written->tensors);

@@ -10,9 +10,7 @@ namespace atl {
 
 uint64_t Checksum64(const void* data, size_t size) { return XXH3_64bits(data, size); }
 
-uint64_t Checksum64(std::span<const std::byte> bytes) {
-  return XXH3_64bits(bytes.data(), bytes.size());
-}
+uint64_t Checksum64(std::span<const std::byte> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
 std::string ChecksumHex(uint64_t checksum) {
   char buf[17];

@@ -134,7 +134,8 @@ bool IsAtomicWriteTempName(const std::string& name) {
   return std::all_of(name.end() - 6, name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
 }
 
-StatusOr<std::vector<std::string>> RemoveStaleTempFiles(const std::string& dir, const std::vector<std::string>& targets) {
+StatusOr<std::vector<std::string>> RemoveStaleTempFiles(const std::string& dir,
+                                                        const std::vector<std::string>& targets) {
   namespace fs = std::filesystem;
   std::vector<std::string> removed;
   std::error_code ec;

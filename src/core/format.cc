@@ -7,8 +7,7 @@ namespace atl {
 
 std::string Grouped(int64_t value) {
   // Through the unsigned magnitude, so INT64_MIN works too.
-  const uint64_t magnitude =
-      value < 0 ? uint64_t{0} - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+  const uint64_t magnitude = value < 0 ? uint64_t{0} - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
   const std::string digits = std::to_string(magnitude);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {

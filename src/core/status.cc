@@ -44,8 +44,8 @@ Status Status::WithContext(std::string_view context) const {
 std::ostream& operator<<(std::ostream& os, const Status& s) { return os << s.ToString(); }
 
 void CheckFailed(const char* file, int line, const char* expr, const std::string& msg) {
-  std::fprintf(stderr, "atoll: CHECK failed at %s:%d: %s%s%s\n", file, line, expr,
-               msg.empty() ? "" : " — ", msg.c_str());
+  std::fprintf(stderr, "atoll: CHECK failed at %s:%d: %s%s%s\n", file, line, expr, msg.empty() ? "" : " — ",
+               msg.c_str());
   std::fflush(stderr);
   std::abort();
 }

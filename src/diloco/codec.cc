@@ -33,8 +33,8 @@ uint32_t MaxAbsBits(const float* x, size_t n) {
 Status RefuseValue(const float* x, size_t n, size_t base, uint32_t limit, const char* why) {
   for (size_t i = 0; i < n; ++i) {
     if ((std::bit_cast<uint32_t>(x[i]) & kAbsMask) >= limit) {
-      return InvalidArgumentError("encode: value " + std::to_string(x[i]) + " at index " +
-                                  std::to_string(base + i) + " " + why);
+      return InvalidArgumentError("encode: value " + std::to_string(x[i]) + " at index " + std::to_string(base + i) +
+                                  " " + why);
     }
   }
   return InternalError("encode: refused value not found");
@@ -92,9 +92,8 @@ Status DecodeIntBlocks(IntCodec codec, size_t block, const std::byte* in, std::s
     const float scale = Load<float>(in);
     in += kScaleBytes;
     if (!(scale >= 0) || !std::isfinite(scale * qmax)) {
-      return DataLossError(std::string("decode ") + codec.name() + ": block " +
-                           std::to_string(start / block) + " has scale " +
-                           std::to_string(scale));
+      return DataLossError(std::string("decode ") + codec.name() + ": block " + std::to_string(start / block) +
+                           " has scale " + std::to_string(scale));
     }
     int bad = 0;
     if (codec.bits == 8) {
@@ -115,8 +114,8 @@ Status DecodeIntBlocks(IntCodec codec, size_t block, const std::byte* in, std::s
       if (b % k != 0) bad |= (c[b / k] >> (codec.bits * static_cast<int>(b % k))) != 0;  // padding codes
     }
     if (bad != 0) {
-      return DataLossError(std::string("decode ") + codec.name() + ": block " +
-                           std::to_string(start / block) + " holds a code Encode never writes");
+      return DataLossError(std::string("decode ") + codec.name() + ": block " + std::to_string(start / block) +
+                           " holds a code Encode never writes");
     }
     in += codec.BlockBytes(b) - kScaleBytes;
   }
@@ -131,8 +130,7 @@ Status ValidateCodecOptions(const CodecOptions& options) {
   }
   switch (options.encoding) {
     case Encoding::kFp32:
-    case Encoding::kBf16:
-      return Status::Ok();
+    case Encoding::kBf16: return Status::Ok();
     case Encoding::kInt8:
     case Encoding::kInt4:
     case Encoding::kInt2:
@@ -142,8 +140,7 @@ Status ValidateCodecOptions(const CodecOptions& options) {
       }
       return Status::Ok();
   }
-  return InvalidArgumentError("codec: unknown encoding " +
-                              std::to_string(static_cast<int>(options.encoding)));
+  return InvalidArgumentError("codec: unknown encoding " + std::to_string(static_cast<int>(options.encoding)));
 }
 
 size_t EncodedSize(const CodecOptions& options, size_t n) {
@@ -208,8 +205,8 @@ Status DecodeRaw(const CodecOptions& options, std::span<const std::byte> bytes, 
   const size_t expected = EncodedSize(options, n);
   if (bytes.size() != expected) {
     return DataLossError(std::string("decode ") + EncodingName(options.encoding) + ": expected " +
-                         std::to_string(expected) + " bytes for " + std::to_string(n) +
-                         " values, got " + std::to_string(bytes.size()));
+                         std::to_string(expected) + " bytes for " + std::to_string(n) + " values, got " +
+                         std::to_string(bytes.size()));
   }
   const std::byte* in = bytes.data();
   float* x = out.data();
@@ -279,8 +276,8 @@ class Deflater {
   Status Decompress(std::span<const std::byte> in, std::span<std::byte> out) {
     if (inflater_ == nullptr) return InternalError("inflate: the decompressor could not be initialised");
     size_t used = 0, produced = 0;
-    const libdeflate_result rc = libdeflate_deflate_decompress_ex(inflater_, in.data(), in.size(), out.data(),
-                                                                  out.size(), &used, &produced);
+    const libdeflate_result rc =
+        libdeflate_deflate_decompress_ex(inflater_, in.data(), in.size(), out.data(), out.size(), &used, &produced);
     if (rc == LIBDEFLATE_SUCCESS) {
       if (produced != out.size()) {
         return DataLossError("deflate payload inflates to " + std::to_string(produced) + " bytes, expected " +
@@ -292,7 +289,8 @@ class Deflater {
       return Status::Ok();
     }
     if (rc == LIBDEFLATE_INSUFFICIENT_SPACE) {
-      return DataLossError("deflate payload inflates to more than the expected " + std::to_string(out.size()) + " bytes");
+      return DataLossError("deflate payload inflates to more than the expected " + std::to_string(out.size()) +
+                           " bytes");
     }
     return DataLossError("deflate payload is corrupt or ends early");
   }
@@ -332,8 +330,8 @@ Status Decode(const CodecOptions& options, std::span<const std::byte> bytes, std
   const size_t max = MaxPayloadSize(options, out.size());
   if (bytes.empty() || bytes.size() > max) {
     return DataLossError(std::string("decode ") + EncodingName(options.encoding) + "+deflate: a payload of " +
-                         std::to_string(bytes.size()) + " bytes for " + std::to_string(out.size()) +
-                         " values (1 to " + std::to_string(max) + " expected)");
+                         std::to_string(bytes.size()) + " bytes for " + std::to_string(out.size()) + " values (1 to " +
+                         std::to_string(max) + " expected)");
   }
   std::vector<std::byte> raw;
   Status st = DecompressBytes(bytes, EncodedSize(options, out.size()), raw, pool);
@@ -396,13 +394,14 @@ Status DecompressBytes(std::span<const std::byte> in, size_t raw_size, std::vect
     const size_t want = std::min(kSegmentBytes, raw_size - s * kSegmentBytes);
     const size_t raw_len = GetU32(in, 4 + 8 * s), comp_len = GetU32(in, 8 + 8 * s);
     if (raw_len != want || comp_len == 0 || comp_len > in.size() - pos) {
-      return DataLossError("compressed payload: segment " + std::to_string(s) + " announces " + std::to_string(raw_len) +
-                           " raw and " + std::to_string(comp_len) + " compressed bytes");
+      return DataLossError("compressed payload: segment " + std::to_string(s) + " announces " +
+                           std::to_string(raw_len) + " raw and " + std::to_string(comp_len) + " compressed bytes");
     }
     at[s] = pos;
     pos += comp_len;
   }
-  if (pos != in.size()) return DataLossError(std::to_string(in.size() - pos) + " bytes after the last compressed segment");
+  if (pos != in.size())
+    return DataLossError(std::to_string(in.size() - pos) + " bytes after the last compressed segment");
   raw.resize(raw_size);
   std::vector<Status> results(segments);
   ForRanges(pool, segments, 1, [&](size_t first, size_t last) {
@@ -413,7 +412,8 @@ Status DecompressBytes(std::span<const std::byte> in, size_t raw_size, std::vect
     }
   });
   for (size_t s = 0; s < segments; ++s) {
-    if (!results[s].ok()) return DataLossError("compressed payload: segment " + std::to_string(s) + ": " + results[s].message());
+    if (!results[s].ok())
+      return DataLossError("compressed payload: segment " + std::to_string(s) + ": " + results[s].message());
   }
   return Status::Ok();
 }

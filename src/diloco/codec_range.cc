@@ -38,7 +38,8 @@ void Int4PairsScalar(const uint8_t* c, size_t pairs, float scale, float* x) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-__attribute__((target("avx512f,avx512bw"))) void Int4PairsAvx512(const uint8_t* c, size_t pairs, float scale, float* x) {
+__attribute__((target("avx512f,avx512bw"))) void Int4PairsAvx512(const uint8_t* c, size_t pairs, float scale,
+                                                                 float* x) {
   const __m512i low = _mm512_set1_epi16(0x0F), high = _mm512_set1_epi16(0xF0);
   const __m512i eight = _mm512_set1_epi32(8);
   const __m512 s = _mm512_set1_ps(scale);
@@ -47,7 +48,7 @@ __attribute__((target("avx512f,avx512bw"))) void Int4PairsAvx512(const uint8_t* 
     const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + j)));
     const __m512i nibbles = _mm512_or_si512(_mm512_and_si512(w, low), _mm512_slli_epi16(_mm512_and_si512(w, high), 4));
     for (int q = 0; q < 4; ++q) {
-      const __m128i part = q == 0 ? _mm512_extracti32x4_epi32(nibbles, 0)
+      const __m128i part = q == 0   ? _mm512_extracti32x4_epi32(nibbles, 0)
                            : q == 1 ? _mm512_extracti32x4_epi32(nibbles, 1)
                            : q == 2 ? _mm512_extracti32x4_epi32(nibbles, 2)
                                     : _mm512_extracti32x4_epi32(nibbles, 3);
@@ -108,13 +109,15 @@ void DecodeBlock(IntCodec codec, const std::byte* in, size_t b, float* x) {
     if (b % 2 == 1) x[b - 1] = static_cast<float>(static_cast<int>(c[b / 2] & 15u) - 8) * scale;
     return;
   }
-  for (size_t i = 0; i < b; ++i) x[i] = static_cast<float>(static_cast<int>((c[i / 4] >> (2 * (i % 4))) & 3u) - 2) * scale;
+  for (size_t i = 0; i < b; ++i)
+    x[i] = static_cast<float>(static_cast<int>((c[i / 4] >> (2 * (i % 4))) & 3u) - 2) * scale;
 }
 
 // Whether any of n bytes holds a zero nibble (int4's forbidden code), in one vectorisable loop.
 ATOLL_SIMD_CLONES bool AnyZeroNibble(const uint8_t* c, size_t n) {
   unsigned bad = 0;
-  for (size_t j = 0; j < n; ++j) bad |= static_cast<unsigned>((c[j] & 15u) == 0) | static_cast<unsigned>((c[j] >> 4) == 0);
+  for (size_t j = 0; j < n; ++j)
+    bad |= static_cast<unsigned>((c[j] & 15u) == 0) | static_cast<unsigned>((c[j] >> 4) == 0);
   return bad != 0;
 }
 
@@ -143,7 +146,8 @@ Status CheckBlock(IntCodec codec, const std::byte* in, size_t b, size_t index) {
   return Status::Ok();
 }
 
-void DecodeIntRange(IntCodec codec, size_t block, const std::byte* raw, size_t n, size_t begin, size_t end, float* out) {
+void DecodeIntRange(IntCodec codec, size_t block, const std::byte* raw, size_t n, size_t begin, size_t end,
+                    float* out) {
   thread_local std::vector<float> partial;
   const size_t full = codec.BlockBytes(block);
   for (size_t k = begin / block; k * block < end; ++k) {
@@ -187,7 +191,8 @@ Status CheckTile(const CodecOptions& options, std::span<const std::byte> raw, si
   v.resize(end - begin);
   DecodeRawRange(options, raw, n, begin, end, v.data());
   if (!int_codec && !AllFiniteValues(v.data(), v.size())) {
-    return DataLossError(std::string("decode ") + EncodingName(options.encoding) + ": payload holds a non-finite value");
+    return DataLossError(std::string("decode ") + EncodingName(options.encoding) +
+                         ": payload holds a non-finite value");
   }
   for (size_t c = begin; c < end; c += kReduceChunk) {
     parts[(c - begin) / kReduceChunk] = SumSquares(v.data() + (c - begin), std::min(kReduceChunk, end - c));
@@ -201,9 +206,7 @@ void DecodeRawRange(const CodecOptions& options, std::span<const std::byte> raw,
                     float* out) {
   const std::byte* in = raw.data();
   switch (options.encoding) {
-    case Encoding::kFp32:
-      std::memcpy(out, in + 4 * begin, 4 * (end - begin));
-      return;
+    case Encoding::kFp32: std::memcpy(out, in + 4 * begin, 4 * (end - begin)); return;
     case Encoding::kBf16:
       for (size_t i = begin; i < end; ++i) {
         out[i - begin] = std::bit_cast<float>(static_cast<uint32_t>(Load<uint16_t>(in + 2 * i)) << 16);
@@ -234,7 +237,8 @@ Status InflatePayload(const CodecOptions& options, std::span<const std::byte> pa
       return DataLossError(what + "+deflate: a payload of " + std::to_string(payload.size()) + " bytes for " +
                            std::to_string(n) + " values (1 to " + std::to_string(max) + " expected)");
     }
-    if (Status st = DecompressBytes(payload, expected, raw, pool); !st.ok()) return DataLossError(what + ": " + st.message());
+    if (Status st = DecompressBytes(payload, expected, raw, pool); !st.ok())
+      return DataLossError(what + ": " + st.message());
   }
   const size_t tiles = std::max<size_t>(1, (n + kTileValues - 1) / kTileValues);
   std::vector<Status> results(tiles);

@@ -34,8 +34,8 @@ ATOLL_SIMD_CLONES void AgainstReference(const float* __restrict r, const float* 
 // decodes them: float(code − 8)·scale; then the outer gradient v = r − (b − x̂) (b null: v = x̂),
 // into v[0..3], 16 values each, in order.
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline void Int4Gradients64(const uint8_t* c, __m512 s,
-                                                                                        const float* r, const float* b,
-                                                                                        __m512* v) {
+                                                                                       const float* r, const float* b,
+                                                                                       __m512* v) {
   const __m512i low = _mm512_set1_epi16(0x0F), high = _mm512_set1_epi16(0xF0);
   const __m512i eight = _mm512_set1_epi32(8);
   const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
@@ -61,9 +61,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512d High8(__m512 v)
 }
 
 // Whole int4 blocks of `block` values (a multiple of 64) from `blocks`: v² into lanes[i % 8].
-__attribute__((target("avx512f,avx512bw"))) void Int4SquaresAvx512(const std::byte* blocks, size_t block,
-                                                                    size_t count, const float* r, const float* b,
-                                                                    double* lanes) {
+__attribute__((target("avx512f,avx512bw"))) void Int4SquaresAvx512(const std::byte* blocks, size_t block, size_t count,
+                                                                   const float* r, const float* b, double* lanes) {
   __m512d acc = _mm512_loadu_pd(lanes);
   const size_t bytes = kScaleBytes + block / 2;
   __m512 v[4];
@@ -88,9 +87,9 @@ __attribute__((target("avx512f,avx512bw"))) void Int4SquaresAvx512(const std::by
 // values at a time with the sum in registers across every contribution: each contribution's
 // codes are read once and the accumulator is written once.
 __attribute__((target("avx512f,avx512bw"))) void Int4AccumulateAvx512(const EncodedGradients::Push* pushes,
-                                                                       const double* coefs, size_t count,
-                                                                       size_t block, size_t begin, size_t end,
-                                                                       const float* reference, double* acc) {
+                                                                      const double* coefs, size_t count, size_t block,
+                                                                      size_t begin, size_t end, const float* reference,
+                                                                      double* acc) {
   const size_t bytes = kScaleBytes + block / 2;
   __m512 v[4];
   __m512d a[8];

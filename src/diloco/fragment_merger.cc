@@ -263,7 +263,8 @@ void FragmentMerger::Merge(const ContributionSource& source, const Sink& sink) {
         std::fill(o, o + len, 0.0f);
       } else if (Rda(s)) {
         const double scale = scale_[s];
-        for (size_t j = 0; j < len; ++j) o[j] = static_cast<float>(static_cast<double>(static_cast<float>(a[j])) * scale);
+        for (size_t j = 0; j < len; ++j)
+          o[j] = static_cast<float>(static_cast<double>(static_cast<float>(a[j])) * scale);
       } else {
         for (size_t j = 0; j < len; ++j) o[j] = static_cast<float>(a[j]);
       }

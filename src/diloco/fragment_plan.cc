@@ -128,15 +128,13 @@ void PackStrided(FragmentPlan& plan) {
   });
   for (size_t k = 0; k < others.size(); ++k) {
     const int64_t p = (num_layers + static_cast<int64_t>(k)) % P;
-    AddSlice(plan, static_cast<int>(p),
-             {others[k], 0, plan.tensors[static_cast<size_t>(others[k])].numel});
+    AddSlice(plan, static_cast<int>(p), {others[k], 0, plan.tensors[static_cast<size_t>(others[k])].numel});
   }
 }
 
 }  // namespace
 
-StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
-                                        const PlanOptions& options) {
+StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors, const PlanOptions& options) {
   if (options.num_fragments < 1) {
     return InvalidArgumentError("fragment plan: need at least 1 fragment, got " +
                                 std::to_string(options.num_fragments));
@@ -147,14 +145,13 @@ StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
   for (const auto& t : tensors) {
     for (int64_t d : t.shape) {
       if (d <= 0) {
-        return InvalidArgumentError("fragment plan: tensor '" + t.name + "' has a dimension " +
-                                    std::to_string(d) + " ≤ 0");
+        return InvalidArgumentError("fragment plan: tensor '" + t.name + "' has a dimension " + std::to_string(d) +
+                                    " ≤ 0");
       }
     }
     if (t.numel <= 0 || t.numel != NumelOf(t.shape)) {
-      return InvalidArgumentError("fragment plan: tensor '" + t.name + "' has numel " +
-                                  std::to_string(t.numel) + " but its shape holds " +
-                                  std::to_string(NumelOf(t.shape)));
+      return InvalidArgumentError("fragment plan: tensor '" + t.name + "' has numel " + std::to_string(t.numel) +
+                                  " but its shape holds " + std::to_string(NumelOf(t.shape)));
     }
     if (!names.insert(t.name).second) {
       return InvalidArgumentError("fragment plan: tensor name '" + t.name + "' repeats");
@@ -162,8 +159,8 @@ StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
     total += t.numel;
   }
   if (options.num_fragments > total) {
-    return InvalidArgumentError("fragment plan: " + std::to_string(options.num_fragments) +
-                                " fragments for only " + std::to_string(total) + " elements");
+    return InvalidArgumentError("fragment plan: " + std::to_string(options.num_fragments) + " fragments for only " +
+                                std::to_string(total) + " elements");
   }
 
   FragmentPlan plan;
@@ -194,15 +191,13 @@ StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
 std::string DescribePlan(const FragmentPlan& plan) {
   std::string out;
   char buf[160];
-  std::snprintf(buf, sizeof(buf),
-                "%zu tensors, %s elements, P=%d, ideal %s elements/fragment, peak/ideal %.3f\n",
+  std::snprintf(buf, sizeof(buf), "%zu tensors, %s elements, P=%d, ideal %s elements/fragment, peak/ideal %.3f\n",
                 plan.tensors.size(), Grouped(plan.total_numel).c_str(), plan.num_fragments(),
-                Grouped(static_cast<int64_t>(plan.ideal_numel + 0.5)).c_str(),
-                plan.peak_to_ideal);
+                Grouped(static_cast<int64_t>(plan.ideal_numel + 0.5)).c_str(), plan.peak_to_ideal);
   out += buf;
   for (const auto& f : plan.fragments) {
-    std::snprintf(buf, sizeof(buf), "fragment %2d: %9s elements (%.2f× ideal):", f.index,
-                  Grouped(f.numel).c_str(), static_cast<double>(f.numel) / plan.ideal_numel);
+    std::snprintf(buf, sizeof(buf), "fragment %2d: %9s elements (%.2f× ideal):", f.index, Grouped(f.numel).c_str(),
+                  static_cast<double>(f.numel) / plan.ideal_numel);
     out += buf;
     if (f.slices.empty()) out += " (empty)";
     for (size_t i = 0; i < f.slices.size(); ++i) {
@@ -212,8 +207,7 @@ std::string DescribePlan(const FragmentPlan& plan) {
       out += t.name;
       if (s.count != t.numel) {
         const int64_t row = RowSize(t);
-        out += "[rows " + std::to_string(s.offset / row) + ":" +
-               std::to_string((s.offset + s.count) / row) + "]";
+        out += "[rows " + std::to_string(s.offset / row) + ":" + std::to_string((s.offset + s.count) / row) + "]";
       }
     }
     out += '\n';
@@ -223,12 +217,10 @@ std::string DescribePlan(const FragmentPlan& plan) {
 
 Status Schedule::Validate() const {
   if (P < 1 || P > H) {
-    return InvalidArgumentError("schedule: need 1 ≤ P ≤ H, got P=" + std::to_string(P) +
-                                " H=" + std::to_string(H));
+    return InvalidArgumentError("schedule: need 1 ≤ P ≤ H, got P=" + std::to_string(P) + " H=" + std::to_string(H));
   }
   if (tau < 0 || tau >= H) {
-    return InvalidArgumentError("schedule: need 0 ≤ τ < H, got τ=" + std::to_string(tau) +
-                                " H=" + std::to_string(H));
+    return InvalidArgumentError("schedule: need 0 ≤ τ < H, got τ=" + std::to_string(tau) + " H=" + std::to_string(H));
   }
   return Status::Ok();
 }

@@ -16,8 +16,7 @@ Status CheckOptions(const OuterOptimizerOptions& options) {
     return InvalidArgumentError("outer step: lr must be finite and ≥ 0, got " + std::to_string(options.lr));
   }
   if (!std::isfinite(options.momentum) || options.momentum < 0 || options.momentum >= 1) {
-    return InvalidArgumentError("outer step: momentum must be in [0, 1), got " +
-                                std::to_string(options.momentum));
+    return InvalidArgumentError("outer step: momentum must be in [0, 1), got " + std::to_string(options.momentum));
   }
   return Status::Ok();
 }
@@ -107,9 +106,8 @@ ATOLL_SIMD_CLONES OuterStepKernel::Measures StatelessMeasured(float* theta, cons
 
 }  // namespace
 
-
-StatusOr<OuterStepKernel> OuterStepKernel::Create(const OuterOptimizerOptions& options, OuterStepKind kind,
-                                                  double rho, double share, bool momentum) {
+StatusOr<OuterStepKernel> OuterStepKernel::Create(const OuterOptimizerOptions& options, OuterStepKind kind, double rho,
+                                                  double share, bool momentum) {
   ATOLL_RETURN_IF_ERROR(CheckOptions(options));
   if (kind != OuterStepKind::kRound && !(rho > 0 && rho <= 1)) {
     return InvalidArgumentError("sweep outer step: token share must be in (0, 1], got " + std::to_string(rho));
@@ -245,19 +243,21 @@ void OuterStepKernel::Finish(SweepState& state) const {
   }
 }
 
-Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> delta,
-                 std::span<float> momentum_buffer, std::span<float> theta) {
+Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> delta, std::span<float> momentum_buffer,
+                 std::span<float> theta) {
   // μ = 0 needs no momentum: the buffer may then be empty (the syncer allocates none).
   const bool no_momentum = options.momentum == 0 && momentum_buffer.empty();
   if (delta.size() != theta.size() || (!no_momentum && momentum_buffer.size() != theta.size())) {
-    return InvalidArgumentError("outer step: lengths differ (delta " + std::to_string(delta.size()) +
-                                ", momentum " + std::to_string(momentum_buffer.size()) +
-                                ", theta " + std::to_string(theta.size()) + ")");
+    return InvalidArgumentError("outer step: lengths differ (delta " + std::to_string(delta.size()) + ", momentum " +
+                                std::to_string(momentum_buffer.size()) + ", theta " + std::to_string(theta.size()) +
+                                ")");
   }
   ATOLL_ASSIGN_OR_RETURN(OuterStepKernel k,
                          OuterStepKernel::Create(options, OuterStepKind::kRound, 1.0, 0.0, !momentum_buffer.empty()));
-  OuterStepSpans s{.theta = theta.data(), .theta_out = theta.data(),
-                   .momentum = momentum_buffer.data(), .momentum_out = momentum_buffer.data()};
+  OuterStepSpans s{.theta = theta.data(),
+                   .theta_out = theta.data(),
+                   .momentum = momentum_buffer.data(),
+                   .momentum_out = momentum_buffer.data()};
   for (size_t b = 0; b < theta.size(); b += kReduceChunk) {
     k.Apply(b, std::min(theta.size(), b + kReduceChunk), delta.data() + b, s);
   }
@@ -285,12 +285,17 @@ StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const
   }
   const bool first_use = extrapolate && state.start.size() != n;
   if (first_use) state.start.assign(theta.begin(), theta.end());
-  OuterStepSpans s{.theta = theta.data(), .theta_out = theta.data(),
-                   .momentum = momentum_buffer.data(), .momentum_out = momentum_buffer.data(),
-                   .accum = stateless ? nullptr : state.accum.data(), .accum_out = stateless ? nullptr : state.accum.data(),
-                   .start = extrapolate ? state.start.data() : nullptr, .start_out = extrapolate ? state.start.data() : nullptr};
+  OuterStepSpans s{.theta = theta.data(),
+                   .theta_out = theta.data(),
+                   .momentum = momentum_buffer.data(),
+                   .momentum_out = momentum_buffer.data(),
+                   .accum = stateless ? nullptr : state.accum.data(),
+                   .accum_out = stateless ? nullptr : state.accum.data(),
+                   .start = extrapolate ? state.start.data() : nullptr,
+                   .start_out = extrapolate ? state.start.data() : nullptr};
   double moved2 = 0;
-  for (size_t b = 0; b < n; b += kReduceChunk) moved2 += k.Apply(b, std::min(n, b + kReduceChunk), merged.data() + b, s);
+  for (size_t b = 0; b < n; b += kReduceChunk)
+    moved2 += k.Apply(b, std::min(n, b + kReduceChunk), merged.data() + b, s);
   k.Finish(state);
   SweepResult result;
   result.sweep_completed = k.completes_sweep();

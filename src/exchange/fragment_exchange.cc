@@ -8,8 +8,7 @@
 
 namespace atl::exchange {
 
-void GatherFragment(const diloco::Fragment& fragment, std::span<const std::span<float>> tensors,
-                    std::span<float> out) {
+void GatherFragment(const diloco::Fragment& fragment, std::span<const std::span<float>> tensors, std::span<float> out) {
   ATOLL_CHECK(static_cast<int64_t>(out.size()) == fragment.numel);
   size_t pos = 0;
   for (const auto& s : fragment.slices) {
@@ -29,8 +28,8 @@ void ScatterFragment(const diloco::Fragment& fragment, std::span<const float> va
   for (const auto& s : fragment.slices) {
     auto dst = tensors[s.tensor].subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.count));
     if (alpha == 0.0) {
-      std::copy(values.begin() + static_cast<ptrdiff_t>(pos),
-                values.begin() + static_cast<ptrdiff_t>(pos + dst.size()), dst.begin());
+      std::copy(values.begin() + static_cast<ptrdiff_t>(pos), values.begin() + static_cast<ptrdiff_t>(pos + dst.size()),
+                dst.begin());
     } else {
       for (size_t i = 0; i < dst.size(); ++i) dst[i] = a * dst[i] + b * values[pos + i];
     }
@@ -63,8 +62,8 @@ bool AllFinite(std::span<const float> values) {
 Status EncodeDeltaAndAdvance(const diloco::CodecOptions& codec, std::span<const float> theta,
                              std::span<float> public_copy, std::vector<std::byte>& encoded) {
   if (theta.size() != public_copy.size()) {
-    return InvalidArgumentError("delta: theta has " + std::to_string(theta.size()) +
-                                " values, public copy " + std::to_string(public_copy.size()));
+    return InvalidArgumentError("delta: theta has " + std::to_string(theta.size()) + " values, public copy " +
+                                std::to_string(public_copy.size()));
   }
   std::vector<float> delta(theta.size());
   for (size_t i = 0; i < theta.size(); ++i) delta[i] = theta[i] - public_copy[i];
@@ -73,8 +72,7 @@ Status EncodeDeltaAndAdvance(const diloco::CodecOptions& codec, std::span<const 
   return ApplyDelta(codec, encoded, public_copy);
 }
 
-Status ApplyDelta(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
-                  std::span<float> public_copy) {
+Status ApplyDelta(const diloco::CodecOptions& codec, std::span<const std::byte> encoded, std::span<float> public_copy) {
   std::vector<float> delta(public_copy.size());
   ATOLL_RETURN_IF_ERROR(diloco::Decode(codec, encoded, delta));
   for (size_t i = 0; i < delta.size(); ++i) public_copy[i] += delta[i];
@@ -84,8 +82,8 @@ Status ApplyDelta(const diloco::CodecOptions& codec, std::span<const std::byte> 
 Status EncodeOuterGradient(const diloco::CodecOptions& codec, std::span<const float> public_base,
                            std::span<const float> local, std::vector<std::byte>& encoded) {
   if (public_base.size() != local.size()) {
-    return InvalidArgumentError("outer gradient: base has " + std::to_string(public_base.size()) +
-                                " values, local " + std::to_string(local.size()));
+    return InvalidArgumentError("outer gradient: base has " + std::to_string(public_base.size()) + " values, local " +
+                                std::to_string(local.size()));
   }
   std::vector<float> delta(local.size());
   for (size_t i = 0; i < local.size(); ++i) delta[i] = public_base[i] - local[i];
@@ -112,8 +110,8 @@ uint64_t ValuesChecksum(std::span<const float> values, ThreadPool* pool) {
   std::vector<uint64_t> pieces((values.size() + kChecksumPieceValues - 1) / kChecksumPieceValues);
   ForRanges(pool, pieces.size(), 16, [&](size_t first, size_t last) {
     for (size_t i = first; i < last; ++i) {
-      pieces[i] = PieceChecksum(values.subspan(i * kChecksumPieceValues,
-                                               std::min(kChecksumPieceValues, values.size() - i * kChecksumPieceValues)));
+      pieces[i] = PieceChecksum(values.subspan(
+          i * kChecksumPieceValues, std::min(kChecksumPieceValues, values.size() - i * kChecksumPieceValues)));
     }
   });
   return CombinePieceChecksums(pieces, values.size());

@@ -225,7 +225,8 @@ StatusOr<Lattice> MakeLattice(std::span<const float> initial, int block) {
     float absmax = std::ldexp(1.0f, -6);  // a zero block still holds values up to 16, at 2^-20
     for (size_t i = 0; i < n; ++i) {
       const float x = initial[start + i];
-      if (!std::isfinite(x)) return InvalidArgumentError("lattice: initial value " + std::to_string(start + i) + " is not finite");
+      if (!std::isfinite(x))
+        return InvalidArgumentError("lattice: initial value " + std::to_string(start + i) + " is not finite");
       absmax = std::max(absmax, std::fabs(x));
     }
     const int e = std::ilogb(absmax) - 14;
@@ -299,8 +300,8 @@ ATOLL_SIMD_CLONES double UnitDifferences(const float* __restrict theta, const fl
 // The codes k = round(d / 2^shift) within ±qmax (ties to even, as nearbyint: |q| ≤ qmax + 1 < 2^51
 // makes the magic-number rounding exact), and the next values (held + k·2^shift)·unit, in double
 // (every integer involved is below 2^53). Returns whether every next value is within the range.
-ATOLL_SIMD_CLONES bool StepCodes(const double* d, const float* phi, double inv, double unit, double step, double inv_step,
-                                 double qmax, size_t n, int8_t* k, float* next) {
+ATOLL_SIMD_CLONES bool StepCodes(const double* d, const float* phi, double inv, double unit, double step,
+                                 double inv_step, double qmax, size_t n, int8_t* k, float* next) {
   constexpr double kMagic = 6755399441055744.0;  // 1.5·2^52
   constexpr double kMax = static_cast<double>(kLatticeMax);
   // std::clamp as min(max(·)), and the range test without a branch, so that the loop vectorises
@@ -327,14 +328,15 @@ ATOLL_SIMD_CLONES bool StepCodes(const double* d, const float* phi, double inv, 
 // StepCodes, 16 values at a time in 512-bit vectors (n a multiple of 16), the same operations in
 // the same order: std::max(a, b) is max_pd(b, a) and std::min(a, b) is min_pd(b, a), NaN included.
 __attribute__((target("avx512f"))) bool StepCodesAvx512(const double* d, const float* phi, double inv, double unit,
-                                                        double step, double inv_step, double qmax, size_t n,
-                                                        int8_t* k, float* next) {
+                                                        double step, double inv_step, double qmax, size_t n, int8_t* k,
+                                                        float* next) {
   constexpr double kMagic = 6755399441055744.0;  // 1.5·2^52
   const __m512d vinv = _mm512_set1_pd(inv), vunit = _mm512_set1_pd(unit), vstep = _mm512_set1_pd(step);
   const __m512d vinv_step = _mm512_set1_pd(inv_step), magic = _mm512_set1_pd(kMagic);
   const __m512d q_hi = _mm512_set1_pd(qmax + 1), q_lo = _mm512_set1_pd(-(qmax + 1));
   const __m512d c_hi = _mm512_set1_pd(qmax), c_lo = _mm512_set1_pd(-qmax);
-  const __m512d v_hi = _mm512_set1_pd(static_cast<double>(kLatticeMax)), v_lo = _mm512_set1_pd(-static_cast<double>(kLatticeMax));
+  const __m512d v_hi = _mm512_set1_pd(static_cast<double>(kLatticeMax)),
+                v_lo = _mm512_set1_pd(-static_cast<double>(kLatticeMax));
   __mmask8 out_of_range = 0;
   for (size_t i = 0; i < n; i += 16) {
     __m256i codes[2];
@@ -368,8 +370,8 @@ bool CpuHasAvx512() { return false; }
 
 // The codes and next values of one block: StepCodesAvx512 where the CPU has it and the block is
 // whole vectors, else StepCodes (the same bits).
-bool StepBlockCodes(const double* d, const float* phi, double inv, double unit, double step, double inv_step, double qmax,
-                size_t n, int8_t* k, float* next) {
+bool StepBlockCodes(const double* d, const float* phi, double inv, double unit, double step, double inv_step,
+                    double qmax, size_t n, int8_t* k, float* next) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx512 = CpuHasAvx512();
   if (avx512 && n % 16 == 0) return StepCodesAvx512(d, phi, inv, unit, step, inv_step, qmax, n, k, next);
@@ -389,7 +391,8 @@ void WriteNibbleBlock(int shift, const int8_t* k, size_t n, std::vector<std::byt
   out.resize(at + (n + 1) / 2);
   auto* o = reinterpret_cast<uint8_t*>(out.data() + at);
   for (size_t j = 0; j < n / 2; ++j) {
-    o[j] = static_cast<uint8_t>((static_cast<uint8_t>(k[2 * j]) & 0xFu) | ((static_cast<uint8_t>(k[2 * j + 1]) & 0xFu) << 4));
+    o[j] = static_cast<uint8_t>((static_cast<uint8_t>(k[2 * j]) & 0xFu) |
+                                ((static_cast<uint8_t>(k[2 * j + 1]) & 0xFu) << 4));
   }
   if (n % 2 == 1) o[n / 2] = static_cast<uint8_t>(static_cast<uint8_t>(k[n - 1]) & 0xFu);
 }
@@ -413,7 +416,7 @@ bool StepBlockFast(const Lattice& l, int qmax, size_t b, const float* theta, con
   // one fails); in place through a buffer, so that a failure leaves Φ as the exact path reads it.
   float* to = phi_out == phi ? next.data() : phi_out + start;
   if (!StepBlockCodes(d.data(), phi + start, inv, unit, std::ldexp(1.0, shift), std::ldexp(1.0, -shift),
-                  static_cast<double>(qmax), n, k.data(), to)) {
+                      static_cast<double>(qmax), n, k.data(), to)) {
     return false;
   }
   if (to == next.data()) std::copy(next.begin(), next.end(), phi_out + start);
@@ -439,7 +442,8 @@ void TEST_EncodeLatticeStepBlocksExact(const Lattice& l, int qmax, size_t first,
                                        std::span<const float> theta, std::span<const float> phi,
                                        std::span<float> phi_out, std::vector<std::byte>& out, int64_t* saturated) {
   int64_t held_at_edge = 0;
-  for (size_t b = first; b < last; ++b) held_at_edge += StepBlockExact(l, qmax, b, theta.data(), phi.data(), phi_out.data(), out);
+  for (size_t b = first; b < last; ++b)
+    held_at_edge += StepBlockExact(l, qmax, b, theta.data(), phi.data(), phi_out.data(), out);
   if (saturated != nullptr) *saturated += held_at_edge;
 }
 
@@ -449,16 +453,18 @@ Status EncodeLatticeStep(const Lattice& l, int qmax, std::span<const float> thet
   ATOLL_RETURN_IF_ERROR(CheckSize(l, phi.size(), "lattice step"));
   if (qmax < 0) return InvalidArgumentError("lattice step: qmax must be ≥ 0");
   for (size_t i = 0; i < theta.size(); ++i) {
-    if (!std::isfinite(theta[i])) return InvalidArgumentError("lattice step: value " + std::to_string(i) + " is not finite");
+    if (!std::isfinite(theta[i]))
+      return InvalidArgumentError("lattice step: value " + std::to_string(i) + " is not finite");
   }
   raw.clear();
   std::atomic<int64_t> saturated{0};
-  ATOLL_RETURN_IF_ERROR(ForBlockRanges(pool, l.num_blocks(), raw, [&](size_t first, size_t last, std::vector<std::byte>& out) {
-    int64_t held_at_edge = 0;
-    EncodeLatticeStepBlocks(l, qmax, first, last, theta, phi, phi, out, &held_at_edge);
-    saturated += held_at_edge;
-    return Status::Ok();
-  }));
+  ATOLL_RETURN_IF_ERROR(
+      ForBlockRanges(pool, l.num_blocks(), raw, [&](size_t first, size_t last, std::vector<std::byte>& out) {
+        int64_t held_at_edge = 0;
+        EncodeLatticeStepBlocks(l, qmax, first, last, theta, phi, phi, out, &held_at_edge);
+        saturated += held_at_edge;
+        return Status::Ok();
+      }));
   if (stats != nullptr) stats->saturated += saturated.load();
   return Status::Ok();
 }
@@ -479,8 +485,9 @@ Status ApplyLatticeDelta(const Lattice& l, std::span<const std::byte> raw, std::
         const float unit = Unit(l.exp[b]), inv = Unit(-l.exp[b]);
         for (size_t i = 0; i < n; ++i) {
           const int64_t code = CodeAt(c, i);
-          const int64_t k = CodeInRange(code, c.shift) ? Code(phi[start + i], inv) + sign * code * (int64_t{1} << c.shift)
-                                                       : kLatticeMax + 1;
+          const int64_t k = CodeInRange(code, c.shift)
+                                ? Code(phi[start + i], inv) + sign * code * (int64_t{1} << c.shift)
+                                : kLatticeMax + 1;
           if (k > kLatticeMax || k < -kLatticeMax) {
             bad = static_cast<int64_t>(start + i);
           } else if (write) {
@@ -503,8 +510,8 @@ StatusOr<size_t> CheckLatticeDelta(const Lattice& l, std::span<const std::byte> 
 
 size_t MaxLatticeDeltaBytes(const Lattice& l) { return l.num_blocks() * kHeaderBytes + 4 * l.numel; }
 
-Status SumLatticeDeltas(const Lattice& l, std::span<const std::span<const std::byte>> chain, std::vector<std::byte>& raw,
-                        ThreadPool* pool) {
+Status SumLatticeDeltas(const Lattice& l, std::span<const std::span<const std::byte>> chain,
+                        std::vector<std::byte>& raw, ThreadPool* pool) {
   std::vector<std::vector<BlockCodes>> parsed;
   for (const auto& d : chain) {
     ATOLL_ASSIGN_OR_RETURN(auto blocks, ParseBlocks(l, d));
@@ -526,7 +533,8 @@ Status SumLatticeDeltas(const Lattice& l, std::span<const std::span<const std::b
         const int64_t scale = int64_t{1} << (c.shift - low);
         for (size_t i = 0; i < n; ++i) {
           const int64_t code = CodeAt(c, i);
-          if (!CodeInRange(code, c.shift)) return DataLossError("lattice sum: block " + std::to_string(b) + " moves beyond the lattice's range");
+          if (!CodeInRange(code, c.shift))
+            return DataLossError("lattice sum: block " + std::to_string(b) + " moves beyond the lattice's range");
           acc[i] += code * scale;
         }
       }
@@ -575,7 +583,8 @@ StatusOr<Lattice> DecodeLatticeFull(std::span<const std::byte> raw, int block, s
   l.exp.resize(blocks);
   for (size_t b = 0; b < blocks; ++b) {
     const int e = static_cast<int8_t>(raw[b]);
-    if (e < kMinExp || e > kMaxExp) return DataLossError("lattice full copy: block " + std::to_string(b) + " has exponent " + std::to_string(e));
+    if (e < kMinExp || e > kMaxExp)
+      return DataLossError("lattice full copy: block " + std::to_string(b) + " has exponent " + std::to_string(e));
     l.exp[b] = static_cast<int8_t>(e);
   }
   std::vector<float> values(numel, 0.0f);

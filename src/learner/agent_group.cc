@@ -19,7 +19,8 @@ AgentGroup::AgentGroup(const AgentOptions& options, const diloco::FragmentPlan& 
 
 Status AgentGroup::Start() {
   if (agents_.size() > 1 && learner_id_ < 0) {
-    return InvalidArgumentError("a learner of a sharded syncer needs its own id (not -1): every shard must know it by the same id");
+    return InvalidArgumentError(
+        "a learner of a sharded syncer needs its own id (not -1): every shard must know it by the same id");
   }
   for (auto& a : agents_) ATOLL_RETURN_IF_ERROR(a->Start());  // a permanent refusal ends the learner
   return Status::Ok();
@@ -103,7 +104,8 @@ AgentCounters AgentGroup::counters() const {
     sum.pushes_repeated += k.pushes_repeated;
     sum.pushes_deferred += k.pushes_deferred;
     sum.rebases += k.rebases;
-    if (k.first_contribution_s >= 0 && (sum.first_contribution_s < 0 || k.first_contribution_s < sum.first_contribution_s)) {
+    if (k.first_contribution_s >= 0 &&
+        (sum.first_contribution_s < 0 || k.first_contribution_s < sum.first_contribution_s)) {
       sum.first_contribution_s = k.first_contribution_s;
     }
     sum.joined = sum.joined && k.joined;

@@ -8,15 +8,15 @@
 
 namespace atl::learner {
 
-DdpExchange::DdpExchange(diloco::FragmentPlan plan, syncer::SyncerApi& api, diloco::CodecOptions uplink,
-                         Clock& clock)
+DdpExchange::DdpExchange(diloco::FragmentPlan plan, syncer::SyncerApi& api, diloco::CodecOptions uplink, Clock& clock)
     : plan_(std::move(plan)), api_(api), clock_(clock), uplink_(uplink) {
   ATOLL_CHECK(plan_.num_fragments() == 1);
 }
 
 Status DdpExchange::Apply(const syncer::PullPayload& r, std::span<const std::span<float>> params) {
   bytes_down_ += static_cast<int64_t>(r.bytes.size());
-  if (Status st = syncer::ApplyPulled(r, version_, static_cast<size_t>(plan_.fragments[0].numel), copy_, lattice_); !st.ok()) {
+  if (Status st = syncer::ApplyPulled(r, version_, static_cast<size_t>(plan_.fragments[0].numel), copy_, lattice_);
+      !st.ok()) {
     ++mismatches_;
     version_ = -1;  // refetch in full
     return st.WithContext("ddp");

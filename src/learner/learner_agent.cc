@@ -17,22 +17,16 @@ bool IsPermanent(const Status& st) {
     case StatusCode::kFailedPrecondition:
     case StatusCode::kUnauthenticated:
     case StatusCode::kPermissionDenied:
-    case StatusCode::kAlreadyExists:
-      return true;
-    default:
-      return false;
+    case StatusCode::kAlreadyExists: return true;
+    default: return false;
   }
 }
 
 }  // namespace
 
-LearnerAgent::LearnerAgent(AgentOptions options, diloco::FragmentPlan plan,
-                           std::vector<std::span<float>> tensors, syncer::SyncerApi& api, Clock& clock)
-    : options_(std::move(options)),
-      plan_(std::move(plan)),
-      tensors_(std::move(tensors)),
-      api_(api),
-      clock_(clock) {
+LearnerAgent::LearnerAgent(AgentOptions options, diloco::FragmentPlan plan, std::vector<std::span<float>> tensors,
+                           syncer::SyncerApi& api, Clock& clock)
+    : options_(std::move(options)), plan_(std::move(plan)), tensors_(std::move(tensors)), api_(api), clock_(clock) {
   const size_t P = static_cast<size_t>(plan_.num_fragments());
   ATOLL_CHECK(tensors_.size() == plan_.tensors.size());
   c_tokens_.assign(P, 0);
@@ -320,8 +314,9 @@ Status LearnerAgent::JoinAndCatchUp() {
   ATOLL_ASSIGN_OR_RETURN(auto reply, api_.Join(req));
   ATOLL_RETURN_IF_ERROR(CheckPlan(reply));
   if (reply.shard.count != options_.shard.count || reply.shard.index != options_.shard.index) {
-    return FailedPreconditionError("syncer shard mismatch: the syncer at this address is shard " + reply.shard.ToString() +
-                                   ", this learner took it for shard " + options_.shard.ToString() +
+    return FailedPreconditionError("syncer shard mismatch: the syncer at this address is shard " +
+                                   reply.shard.ToString() + ", this learner took it for shard " +
+                                   options_.shard.ToString() +
                                    " (give --syncer every shard's address, in shard order)");
   }
   options_.uplink = reply.uplink;  // the syncer's run settings win (encoding, block size, compression)
@@ -351,10 +346,10 @@ Status LearnerAgent::CheckPlan(const syncer::JoinReplyData& reply) const {
   }
   for (int p = 0; p < plan_.num_fragments(); ++p) {
     if (reply.fragment_numel[static_cast<size_t>(p)] != plan_.fragments[static_cast<size_t>(p)].numel) {
-      return FailedPreconditionError("plan mismatch at fragment " + std::to_string(p) +
-                                     ": syncer " + std::to_string(reply.fragment_numel[static_cast<size_t>(p)]) +
-                                     " values, learner " + std::to_string(plan_.fragments[static_cast<size_t>(p)].numel) +
-                                     " (same --fragments and --plan on both?)");
+      return FailedPreconditionError(
+          "plan mismatch at fragment " + std::to_string(p) + ": syncer " +
+          std::to_string(reply.fragment_numel[static_cast<size_t>(p)]) + " values, learner " +
+          std::to_string(plan_.fragments[static_cast<size_t>(p)].numel) + " (same --fragments and --plan on both?)");
     }
   }
   if (!options_.check_schedule) return Status::Ok();
@@ -363,8 +358,8 @@ Status LearnerAgent::CheckPlan(const syncer::JoinReplyData& reply) const {
   if (reply.H != s.H || synchronous != s.synchronous || (!synchronous && reply.tau != s.tau)) {
     return FailedPreconditionError("schedule mismatch: the syncer runs " + std::string(diloco::ModeName(reply.mode)) +
                                    " with H=" + std::to_string(reply.H) + " tau=" + std::to_string(reply.tau) +
-                                   ", this learner " + (s.synchronous ? "diloco" : "decoupled") + " with H=" +
-                                   std::to_string(s.H) + " tau=" + std::to_string(s.tau));
+                                   ", this learner " + (s.synchronous ? "diloco" : "decoupled") +
+                                   " with H=" + std::to_string(s.H) + " tau=" + std::to_string(s.tau));
   }
   return Status::Ok();
 }
@@ -461,8 +456,8 @@ Status LearnerAgent::PullOne(int p, double wait_s, PullPurpose purpose, Awaited 
   // A catch-up or the merge of its own push is written into the parameters; any other newer copy
   // (a refresh, a version on the way to the awaited one) moves them by what it changed, a rebase,
   // for which the previous copy is kept (the buffer ApplyPulled replaces, not a copy).
-  const bool applied = purpose == PullPurpose::kCatchUp ||
-                       (purpose == PullPurpose::kAwaited && r->version >= awaited.merged_version);
+  const bool applied =
+      purpose == PullPurpose::kCatchUp || (purpose == PullPurpose::kAwaited && r->version >= awaited.merged_version);
   const bool rebase = !applied && options_.keep_progress && phi.size() == numel;
   std::vector<float> previous;
   if (Status st = syncer::ApplyPulled(*r, have_[pi], numel, phi, lattice_[pi], rebase ? &previous : nullptr);

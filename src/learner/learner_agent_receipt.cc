@@ -52,8 +52,8 @@ void LearnerAgent::WriteReceipt(const diloco::Fragment& f, std::span<const float
   const float a = static_cast<float>(alpha), b = static_cast<float>(1.0 - alpha);
   size_t pos = 0;
   for (const auto& s : f.slices) {
-    std::span<float> dst = tensors_[static_cast<size_t>(s.tensor)].subspan(static_cast<size_t>(s.offset),
-                                                                           static_cast<size_t>(s.count));
+    std::span<float> dst =
+        tensors_[static_cast<size_t>(s.tensor)].subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.count));
     const float* m = merged.data() + pos;
     const float* sent = at_send != nullptr ? at_send->data() + pos : nullptr;
     pos += dst.size();
@@ -104,8 +104,8 @@ void LearnerAgent::ParkPushLocked(int p, int64_t step) {
   size_t pos = 0;
   for (const auto& s : plan_.fragments[pi].slices) {  // the shared slices as they are now
     if (!Staged(s.tensor)) {
-      auto src = tensors_[static_cast<size_t>(s.tensor)].subspan(static_cast<size_t>(s.offset),
-                                                                 static_cast<size_t>(s.count));
+      auto src =
+          tensors_[static_cast<size_t>(s.tensor)].subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.count));
       std::copy(src.begin(), src.end(), job.local.begin() + static_cast<ptrdiff_t>(pos));
     }
     pos += static_cast<size_t>(s.count);
@@ -150,7 +150,8 @@ Status LearnerAgent::Send(int fragment, std::span<const float> staged_values, in
   }
   const std::vector<int> due = DueAt(next_step);
   if (staged_numel_[pi] == 0 || std::find(due.begin(), due.end(), fragment) == due.end()) {
-    return InvalidArgumentError("fragment " + std::to_string(fragment) + " is neither waiting for its staged values nor due at step " +
+    return InvalidArgumentError("fragment " + std::to_string(fragment) +
+                                " is neither waiting for its staged values nor due at step " +
                                 std::to_string(next_step));
   }
   provided_[fragment].assign(staged_values.begin(), staged_values.end());

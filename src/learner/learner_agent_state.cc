@@ -113,7 +113,7 @@ void LearnerAgent::AdoptHeld(const syncer::JoinReplyData& reply) {
       lattice_[p] = std::move(*lattice);
       have_[p] = 0;
     } else if (held >= 0 && have_[p] >= 0 && lattice_[p].numel == public_[p].size()) {
-      have_[p] = held;  // the copy it holds, as the syncer knows it (a rejoin, or a restarted syncer)
+      have_[p] = held;   // the copy it holds, as the syncer knows it (a rejoin, or a restarted syncer)
       if (loaded_[p]) {  // a restarted process: its model starts from that copy (a pull may replace it)
         std::lock_guard<std::mutex> lock(mu_);
         ready_.push_back({static_cast<int>(p), held, 0, false, public_[p], {}});

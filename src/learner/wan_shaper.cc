@@ -63,8 +63,7 @@ StatusOr<syncer::PushResult> ShapedSyncerApi::Push(const syncer::PushHeaderData&
   return inner_.Push(h, payload);
 }
 
-StatusOr<syncer::PullPayload> ShapedSyncerApi::Pull(int id, int fragment, int64_t have, double wait_s,
-                                                   int64_t want) {
+StatusOr<syncer::PullPayload> ShapedSyncerApi::Pull(int id, int fragment, int64_t have, double wait_s, int64_t want) {
   ATOLL_RETURN_IF_ERROR(Transit(64, true));
   auto out = inner_.Pull(id, fragment, have, wait_s, want);
   if (!out.ok()) return out;

@@ -14,9 +14,9 @@ struct Preset {
   int d_model, n_layers, n_heads, d_ff;
 };
 constexpr Preset kPresets[] = {
-    {"tiny", 128, 4, 4, 344},     // ≈ 1.3 M params at vocab 4096
-    {"small", 256, 5, 8, 688},    // ≈ 5.0 M
-    {"base", 512, 6, 8, 1280},    // ≈ 20.2 M
+    {"tiny", 128, 4, 4, 344},   // ≈ 1.3 M params at vocab 4096
+    {"small", 256, 5, 8, 688},  // ≈ 5.0 M
+    {"base", 512, 6, 8, 1280},  // ≈ 20.2 M
 };
 
 }  // namespace
@@ -49,20 +49,16 @@ StatusOr<ModelConfig> PresetConfig(const std::string& preset, int vocab_size) {
 
 Status ValidateModelConfig(const ModelConfig& c) {
   if (c.vocab_size < 2 || c.vocab_size > 65536) {
-    return InvalidArgumentError("vocab_size " + std::to_string(c.vocab_size) +
-                                " outside [2, 65536]");
+    return InvalidArgumentError("vocab_size " + std::to_string(c.vocab_size) + " outside [2, 65536]");
   }
   if (c.d_model < 2 || c.n_layers < 1 || c.n_heads < 1 || c.d_ff < 1 || c.seq_len < 1) {
-    return InvalidArgumentError("model sizes must be positive (d_model " +
-                                std::to_string(c.d_model) + ", layers " +
-                                std::to_string(c.n_layers) + ", heads " +
-                                std::to_string(c.n_heads) + ", d_ff " + std::to_string(c.d_ff) +
-                                ", seq " + std::to_string(c.seq_len) + ")");
+    return InvalidArgumentError("model sizes must be positive (d_model " + std::to_string(c.d_model) + ", layers " +
+                                std::to_string(c.n_layers) + ", heads " + std::to_string(c.n_heads) + ", d_ff " +
+                                std::to_string(c.d_ff) + ", seq " + std::to_string(c.seq_len) + ")");
   }
   if (c.d_model % c.n_heads != 0 || (c.d_model / c.n_heads) % 2 != 0) {
     return InvalidArgumentError("d_model " + std::to_string(c.d_model) + " must split into " +
-                                std::to_string(c.n_heads) +
-                                " heads of even width (rotary embeddings rotate pairs)");
+                                std::to_string(c.n_heads) + " heads of even width (rotary embeddings rotate pairs)");
   }
   return Status::Ok();
 }
@@ -105,8 +101,8 @@ double ScheduledLearningRate(const OptimizerConfig& o, int64_t step) {
 namespace atl::model {
 
 nlohmann::json ModelConfigToJson(const ModelConfig& c) {
-  return {{"preset", c.preset},   {"vocab_size", c.vocab_size}, {"d_model", c.d_model},
-          {"n_layers", c.n_layers}, {"n_heads", c.n_heads},     {"d_ff", c.d_ff},
+  return {{"preset", c.preset},     {"vocab_size", c.vocab_size}, {"d_model", c.d_model},
+          {"n_layers", c.n_layers}, {"n_heads", c.n_heads},       {"d_ff", c.d_ff},
           {"seq_len", c.seq_len},   {"mlp", MlpName(c.mlp)}};
 }
 

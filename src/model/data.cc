@@ -33,9 +33,7 @@ void Log(const std::function<void(const std::string&)>& log, const std::string& 
   if (log) log(line);
 }
 
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  return (fs::path(dir) / name).string();
-}
+std::string JoinPath(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
 // size + mtime of each input (files inside folders listed): enough to notice edited inputs.
 StatusOr<nlohmann::json> DescribeInputs(const std::vector<std::string>& paths) {
@@ -65,7 +63,8 @@ StatusOr<nlohmann::json> DescribeInputs(const std::vector<std::string>& paths) {
 
 Status ValidateOptions(const DataOptions& o) {
   if (o.tokenizer == TokenizerKind::kExternal) {
-    return InvalidArgumentError("tokenizer must be bpe or byte (a folder of external tokens is prepared from --shards)");
+    return InvalidArgumentError(
+        "tokenizer must be bpe or byte (a folder of external tokens is prepared from --shards)");
   }
   if (o.tokenizer == TokenizerKind::kBpe && o.shards.empty()) {
     if (o.vocab_size > kMaxVocab) {
@@ -75,8 +74,7 @@ Status ValidateOptions(const DataOptions& o) {
     }
     if (o.vocab_size < kMinBpeVocab) {
       return InvalidArgumentError("vocabulary size " + std::to_string(o.vocab_size) +
-                                  " is too small for BPE (minimum " +
-                                  std::to_string(kMinBpeVocab) +
+                                  " is too small for BPE (minimum " + std::to_string(kMinBpeVocab) +
                                   ": 256 byte pieces + merges); or use --tokenizer byte");
     }
   }
@@ -84,8 +82,7 @@ Status ValidateOptions(const DataOptions& o) {
     return InvalidArgumentError("validation fraction must be in (0, 0.5]");
   }
   if (!o.shards.empty() && !o.inputs.empty()) {
-    return InvalidArgumentError(
-        "--shards cannot be combined with text --input: the shards' tokenizer is unknown");
+    return InvalidArgumentError("--shards cannot be combined with text --input: the shards' tokenizer is unknown");
   }
   if (o.out_dir.empty()) return InvalidArgumentError("empty data folder name");
   return Status::Ok();
@@ -101,8 +98,8 @@ bool FilesPresent(const DataManifest& m) {
 }
 
 // Cuts the stream into blocks; every `period`-th block (offset period/2) is validation.
-void SplitValidation(const std::vector<uint16_t>& stream, double val_fraction,
-                     std::vector<uint16_t>* train, std::vector<uint16_t>* val) {
+void SplitValidation(const std::vector<uint16_t>& stream, double val_fraction, std::vector<uint16_t>* train,
+                     std::vector<uint16_t>* val) {
   const size_t period = std::max<size_t>(2, static_cast<size_t>(std::lround(1.0 / val_fraction)));
   const size_t block = std::clamp<size_t>(stream.size() / (period * 4), 1, 4096);
   for (size_t b = 0, start = 0; start < stream.size(); ++b, start += block) {
@@ -170,8 +167,8 @@ std::vector<std::vector<int>> EncodeAll(const Tokenizer& tok, const std::vector<
       const double done = static_cast<double>(encoded.load()), dt = RealClock::Default().NowSeconds() - t0;
       if (done <= 0) continue;  // no rate yet
       const double eta = dt * (static_cast<double>(total) - done) / done;
-      Log(log, fmt::format("data: encoding {:3.0f}% ({:.1f} of {:.1f} MB), ETA {:.0f} s", 100 * done / static_cast<double>(total),
-                           done / 1e6, static_cast<double>(total) / 1e6, eta));
+      Log(log, fmt::format("data: encoding {:3.0f}% ({:.1f} of {:.1f} MB), ETA {:.0f} s",
+                           100 * done / static_cast<double>(total), done / 1e6, static_cast<double>(total) / 1e6, eta));
     }
   }
   for (auto& t : pool) t.join();
@@ -185,8 +182,7 @@ std::vector<std::vector<int>> EncodeAll(const Tokenizer& tok, const std::vector<
 StatusOr<DataManifest> LoadDataManifest(const std::string& dir) {
   const std::string path = JoinPath(dir, kManifestName);
   if (!FileExists(path)) {
-    return NotFoundError("no prepared data in " + dir + " (run: atoll data prepare --out " + dir +
-                         ")");
+    return NotFoundError("no prepared data in " + dir + " (run: atoll data prepare --out " + dir + ")");
   }
   ATOLL_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonWithChecksum(path));
   DataManifest m;
@@ -271,8 +267,7 @@ StatusOr<std::vector<CorpusText>> GatherTexts(const DataOptions& o) {
     ATOLL_ASSIGN_OR_RETURN(texts, ExtractDefaultCorpora(o.log));
     ATOLL_RETURN_IF_ERROR(MakeDirs(JoinPath(o.out_dir, "text")));
     for (const auto& t : texts) {
-      ATOLL_RETURN_IF_ERROR(
-          WriteFileAtomic(JoinPath(o.out_dir, "text/" + t.name + ".txt"), t.text));
+      ATOLL_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(o.out_dir, "text/" + t.name + ".txt"), t.text));
     }
   } else {
     ATOLL_ASSIGN_OR_RETURN(texts, ReadTextInputs(o.inputs));
@@ -286,14 +281,12 @@ StatusOr<std::vector<CorpusText>> GatherTexts(const DataOptions& o) {
     std::string what = o.inputs.empty() ? std::string("the default corpus") : o.inputs[0];
     return InvalidArgumentError("corpus is empty: " + what + " holds no text to train on");
   }
-  Log(o.log, fmt::format("data: {:.1f} MB of text from {} source(s)",
-                         static_cast<double>(bytes) / 1e6, texts.size()));
+  Log(o.log, fmt::format("data: {:.1f} MB of text from {} source(s)", static_cast<double>(bytes) / 1e6, texts.size()));
   return texts;
 }
 
 // The byte tokenizer, or a SentencePiece BPE trained on the texts and saved as tokenizer.model.
-StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const DataOptions& o,
-                                                   const std::vector<CorpusText>& texts,
+StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const DataOptions& o, const std::vector<CorpusText>& texts,
                                                    TokenStream& out) {
   if (o.tokenizer == TokenizerKind::kByte) {
     out.tokenizer_kind = TokenizerKind::kByte;
@@ -307,8 +300,8 @@ StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const DataOptions& o,
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, SentencePieceTokenizerFromModel(model));
   out.tokenizer_kind = TokenizerKind::kBpe;
   out.tokenizer_checksum = ChecksumHex(Checksum64(model));
-  Log(o.log, fmt::format("data: trained SentencePiece BPE, vocab {}, in {:.1f} s",
-                         tok->vocab_size(), RealClock::Default().NowSeconds() - t1));
+  Log(o.log, fmt::format("data: trained SentencePiece BPE, vocab {}, in {:.1f} s", tok->vocab_size(),
+                         RealClock::Default().NowSeconds() - t1));
   return tok;
 }
 
@@ -331,8 +324,7 @@ StatusOr<TokenStream> TokeniseTexts(const DataOptions& o) {
 // Writes train_000.bin, train_001.bin, ... (kTokensPerShardFile tokens each) and returns their
 // manifest entries. Shard files of an earlier, longer preparation are removed first: a reader
 // must never pick up a stale train_NNN.bin the manifest does not list.
-StatusOr<nlohmann::json> WriteTrainShards(const std::string& dir, int vocab,
-                                          const std::vector<uint16_t>& train) {
+StatusOr<nlohmann::json> WriteTrainShards(const std::string& dir, int vocab, const std::vector<uint16_t>& train) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
@@ -344,16 +336,15 @@ StatusOr<nlohmann::json> WriteTrainShards(const std::string& dir, int vocab,
   for (size_t start = 0, i = 0; start < train.size(); start += kTokensPerShardFile, ++i) {
     const std::string name = fmt::format("train_{:03}.bin", i);
     size_t n = std::min(kTokensPerShardFile, train.size() - start);
-    ATOLL_RETURN_IF_ERROR(WriteTokenShard(JoinPath(dir, name), vocab,
-                                          std::span<const uint16_t>(train).subspan(start, n)));
+    ATOLL_RETURN_IF_ERROR(
+        WriteTokenShard(JoinPath(dir, name), vocab, std::span<const uint16_t>(train).subspan(start, n)));
     files.push_back({{"file", name}, {"tokens", n}});
   }
   return files;
 }
 
-nlohmann::json DataManifestJson(const TokenStream& s, const nlohmann::json& train_files,
-                                size_t train_tokens, size_t val_tokens,
-                                const nlohmann::json& request, double seconds) {
+nlohmann::json DataManifestJson(const TokenStream& s, const nlohmann::json& train_files, size_t train_tokens,
+                                size_t val_tokens, const nlohmann::json& request, double seconds) {
   nlohmann::json j = {{"format", "atoll-data"},
                       {"version", kDataVersion},
                       {"tokenizer", TokenizerKindName(s.tokenizer_kind)},
@@ -374,8 +365,7 @@ nlohmann::json DataManifestJson(const TokenStream& s, const nlohmann::json& trai
 }
 
 // Splits the stream, writes the shards, val.bin and data.json; logs the one-line summary.
-Status WriteDataset(const DataOptions& o, const TokenStream& s, const nlohmann::json& request,
-                    double t0) {
+Status WriteDataset(const DataOptions& o, const TokenStream& s, const nlohmann::json& request, double t0) {
   std::vector<uint16_t> train, val;
   SplitValidation(s.tokens, o.val_fraction, &train, &val);
   ATOLL_ASSIGN_OR_RETURN(nlohmann::json train_files, WriteTrainShards(o.out_dir, s.vocab, train));
@@ -384,9 +374,9 @@ Status WriteDataset(const DataOptions& o, const TokenStream& s, const nlohmann::
   if (s.tokenizer_kind != TokenizerKind::kBpe) fs::remove(JoinPath(o.out_dir, "tokenizer.model"), ec);
 
   const double seconds = RealClock::Default().NowSeconds() - t0;
-  ATOLL_RETURN_IF_ERROR(WriteJsonWithChecksum(
-      JoinPath(o.out_dir, kManifestName),
-      DataManifestJson(s, train_files, train.size(), val.size(), request, seconds)));
+  ATOLL_RETURN_IF_ERROR(
+      WriteJsonWithChecksum(JoinPath(o.out_dir, kManifestName),
+                            DataManifestJson(s, train_files, train.size(), val.size(), request, seconds)));
   Log(o.log, fmt::format("data: {} tokens ({}, vocab {}): train {} in {} shard file(s), val {}; "
                          "{:.1f} s → {}",
                          Grouped(static_cast<int64_t>(s.tokens.size())), TokenizerKindName(s.tokenizer_kind), s.vocab,
@@ -402,28 +392,23 @@ StatusOr<DataManifest> PrepareData(const DataOptions& o) {
   ATOLL_ASSIGN_OR_RETURN(nlohmann::json request, DescribeRequest(o));
   if (!o.force) {
     auto existing = LoadDataManifest(o.out_dir);
-    if (existing.ok() && existing->json.value("request", nlohmann::json()) == request &&
-        FilesPresent(*existing)) {
-      Log(o.log, "data: " + o.out_dir + " is already prepared (" + Grouped(existing->train_tokens) +
-                     " train tokens)");
+    if (existing.ok() && existing->json.value("request", nlohmann::json()) == request && FilesPresent(*existing)) {
+      Log(o.log, "data: " + o.out_dir + " is already prepared (" + Grouped(existing->train_tokens) + " train tokens)");
       return existing;
     }
   }
 
   const double t0 = RealClock::Default().NowSeconds();
   ATOLL_RETURN_IF_ERROR(MakeDirs(o.out_dir));
-  ATOLL_ASSIGN_OR_RETURN(TokenStream stream,
-                         o.shards.empty() ? TokeniseTexts(o) : ConcatenateShards(o.shards));
+  ATOLL_ASSIGN_OR_RETURN(TokenStream stream, o.shards.empty() ? TokeniseTexts(o) : ConcatenateShards(o.shards));
   if (stream.tokens.size() < 2) {
-    return InvalidArgumentError("corpus is empty: it tokenises to " +
-                                std::to_string(stream.tokens.size()) + " tokens");
+    return InvalidArgumentError("corpus is empty: it tokenises to " + std::to_string(stream.tokens.size()) + " tokens");
   }
   ATOLL_RETURN_IF_ERROR(WriteDataset(o, stream, request, t0));
   return LoadDataManifest(o.out_dir);
 }
 
-StatusOr<DataManifest> EnsureDataPrepared(const std::string& dir,
-                                          const std::function<void(const std::string&)>& log) {
+StatusOr<DataManifest> EnsureDataPrepared(const std::string& dir, const std::function<void(const std::string&)>& log) {
   auto existing = LoadDataManifest(dir);
   if (existing.ok() && FilesPresent(*existing)) return existing;
   if (existing.ok() || existing.status().code() != StatusCode::kNotFound) {
@@ -444,7 +429,8 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const DataManifest& m) {
     case TokenizerKind::kBpe: return LoadSentencePieceTokenizer(JoinPath(m.dir, "tokenizer.model"));
     case TokenizerKind::kExternal: break;
   }
-  return FailedPreconditionError("data in " + m.dir + " was prepared from token shards (external tokenizer): no "
+  return FailedPreconditionError("data in " + m.dir +
+                                 " was prepared from token shards (external tokenizer): no "
                                  "tokenizer to load");
 }
 

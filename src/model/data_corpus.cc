@@ -99,8 +99,8 @@ std::string CleanWeb(std::string_view raw) {
       if (sp != std::string_view::npos && sp > 0) {
         std::string_view ref = head.substr(sp + 1);  // "c:v"
         size_t c = ref.find(':');
-        if (c != std::string_view::npos && IsDigits(ref.substr(0, c)) &&
-            IsDigits(ref.substr(c + 1)) && std::isalnum(static_cast<unsigned char>(head[0]))) {
+        if (c != std::string_view::npos && IsDigits(ref.substr(0, c)) && IsDigits(ref.substr(c + 1)) &&
+            std::isalnum(static_cast<unsigned char>(head[0]))) {
           line.erase(0, colon + 2);
           return !line.empty();
         }
@@ -137,8 +137,7 @@ void AddKingJamesBible(CorpusSearch& s) {
   }
   auto raw = RunCommand("bible -l1000 'Gen1:1-Rev22:21'");
   if (raw.ok() && !raw->empty()) {
-    s.found.push_back({"kjv", "King James Bible (Debian bible-kjv: bible -l1000 Gen1:1-Rev22:21)",
-                       CleanKjv(*raw)});
+    s.found.push_back({"kjv", "King James Bible (Debian bible-kjv: bible -l1000 Gen1:1-Rev22:21)", CleanKjv(*raw)});
   } else {
     Log(s.log, "data: skipping the King James Bible: " + raw.status().message());
   }
@@ -151,8 +150,7 @@ void AddWorldEnglishBible(CorpusSearch& s) {
   }
   auto raw = RunCommand("diatheke -b engWEB2015eb -f plain -k 'Genesis 1:1-Revelation 22:21'");
   if (raw.ok() && raw->size() > 1000) {
-    s.found.push_back(
-        {"web", "World English Bible (Debian sword-text-web via diatheke)", CleanWeb(*raw)});
+    s.found.push_back({"web", "World English Bible (Debian sword-text-web via diatheke)", CleanWeb(*raw)});
   } else {
     Log(s.log, "data: skipping the World English Bible (module engWEB2015eb not readable)");
   }
@@ -188,8 +186,7 @@ void AddFortunes(CorpusSearch& s) {
 
 }  // namespace
 
-StatusOr<std::vector<CorpusText>> ExtractDefaultCorpora(
-    const std::function<void(const std::string&)>& log) {
+StatusOr<std::vector<CorpusText>> ExtractDefaultCorpora(const std::function<void(const std::string&)>& log) {
   CorpusSearch s{log, {}, {}};
   AddKingJamesBible(s);
   AddWorldEnglishBible(s);
@@ -197,9 +194,8 @@ StatusOr<std::vector<CorpusText>> ExtractDefaultCorpora(
   if (s.found.empty()) {
     std::string pk;
     for (const auto& m : s.missing) pk += (pk.empty() ? "" : " ") + m;
-    return FailedPreconditionError(
-        "no default corpus is installed (Debian packages: " + pk +
-        "); run scripts/setup, or pass your own text with --input FILE_OR_DIR");
+    return FailedPreconditionError("no default corpus is installed (Debian packages: " + pk +
+                                   "); run scripts/setup, or pass your own text with --input FILE_OR_DIR");
   }
   return std::move(s.found);
 }
@@ -211,8 +207,7 @@ StatusOr<std::vector<CorpusText>> ReadTextInputs(const std::vector<std::string>&
     std::string_view head = std::string_view(text).substr(0, 8192);
     if (head.find('\0') != std::string_view::npos) {
       if (from_folder) return Status::Ok();  // binary file in a folder: skipped
-      return InvalidArgumentError(p.string() +
-                                  " looks binary (NUL bytes); pass token shards with --shards");
+      return InvalidArgumentError(p.string() + " looks binary (NUL bytes); pass token shards with --shards");
     }
     out.push_back({p.filename().string(), fs::absolute(p).string(), std::move(text)});
     return Status::Ok();

@@ -95,8 +95,7 @@ torch::Tensor Gpt::Forward(const torch::Tensor& idx) const {
 torch::Tensor Gpt::Hidden(const torch::Tensor& idx) const {
   const int64_t B = idx.size(0), T = idx.size(1);
   const int64_t D = config_.d_model, H = config_.n_heads, hd = D / H;
-  TORCH_CHECK(T <= config_.seq_len, "sequence of ", T, " tokens exceeds seq_len ",
-              config_.seq_len);
+  TORCH_CHECK(T <= config_.seq_len, "sequence of ", T, " tokens exceeds seq_len ", config_.seq_len);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   auto mask = mask_.narrow(0, 0, T).narrow(1, 0, T);  // [T, T]
 
@@ -104,9 +103,9 @@ torch::Tensor Gpt::Hidden(const torch::Tensor& idx) const {
   for (const auto& b : blocks_) {
     auto h = RmsNorm(x, b.attn_norm);
     auto qkv = torch::linear(h, b.wqkv).view({B, T, 3, H, hd}).permute({2, 0, 3, 1, 4});
-    auto q = Rope(qkv[0], T) * scale;                              // [B,H,T,hd]
-    auto k = Rope(qkv[1], T);                                      // [B,H,T,hd]
-    auto v = qkv[2];                                               // [B,H,T,hd]
+    auto q = Rope(qkv[0], T) * scale;                                             // [B,H,T,hd]
+    auto k = Rope(qkv[1], T);                                                     // [B,H,T,hd]
+    auto v = qkv[2];                                                              // [B,H,T,hd]
     auto att = torch::softmax(torch::matmul(q, k.transpose(-2, -1)) + mask, -1);  // [B,H,T,T]
     auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, D});            // [B,T,D]
     x = x + torch::linear(y, b.wo);
@@ -117,7 +116,7 @@ torch::Tensor Gpt::Hidden(const torch::Tensor& idx) const {
       auto gu = torch::linear(h, b.w_in).chunk(2, -1);  // 2 × [B,T,F]
       m = torch::silu(gu[0]) * gu[1];
     } else {
-      m = torch::gelu(torch::linear(h, b.w_in));         // [B,T,F]
+      m = torch::gelu(torch::linear(h, b.w_in));  // [B,T,F]
     }
     x = x + torch::linear(m, b.w_out);
   }

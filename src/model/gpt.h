@@ -26,7 +26,7 @@ struct GptParam {
   std::string name;
   torch::Tensor tensor;  // fp32, contiguous, requires_grad
   bool is_embedding = false;
-  bool decay = false;    // AdamW weight decay applies (matrices; not norm gains)
+  bool decay = false;  // AdamW weight decay applies (matrices; not norm gains)
 };
 
 // bf16 autocast on the CPU for the scope (matrix products in bf16 — AMX / AVX-512-BF16 kernels
@@ -75,7 +75,7 @@ class Gpt {
   torch::Tensor Rope(const torch::Tensor& x, int64_t t) const;
 
   ModelConfig config_;
-  torch::Tensor tok_emb_;     // [V, D]
+  torch::Tensor tok_emb_;  // [V, D]
   std::vector<Block> blocks_;
   torch::Tensor final_norm_;  // [D]
   torch::Tensor cos_, sin_;   // [seq_len, hd/2] rotary tables

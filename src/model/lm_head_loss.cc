@@ -92,7 +92,8 @@ torch::Tensor LmHeadLoss(const torch::Tensor& h, const torch::Tensor& w, const t
   TORCH_CHECK(h.dim() == 2 && w.dim() == 2 && h.size(1) == w.size(1), "LmHeadLoss: h [N, D] and w [V, D]");
   TORCH_CHECK(targets.dim() == 1 && targets.size(0) == h.size(0) && targets.scalar_type() == torch::kInt64,
               "LmHeadLoss: targets must be int64 [N]");
-  const int64_t chunk = chunk_rows > 0 ? chunk_rows : std::max<int64_t>(64, kLogitsPerChunk / std::max<int64_t>(1, w.size(0)));
+  const int64_t chunk =
+      chunk_rows > 0 ? chunk_rows : std::max<int64_t>(64, kLogitsPerChunk / std::max<int64_t>(1, w.size(0)));
   const bool keep = torch::GradMode::is_enabled() && (h.requires_grad() || w.requires_grad());
   return LmHeadLossFn::apply(h, w, targets, bf16, chunk, keep);
 }

@@ -27,8 +27,7 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 }
 
 // An `atoll train` checkpoint folder (kind checkpoint or train run).
-StatusOr<ModelSource> FromCheckpoint(const std::string& path, const std::string& dir,
-                                     ModelSourceKind kind) {
+StatusOr<ModelSource> FromCheckpoint(const std::string& path, const std::string& dir, ModelSourceKind kind) {
   const std::string manifest = (fs::path(dir) / "checkpoint.json").string();
   ATOLL_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonWithChecksum(manifest));
   ModelSource s;
@@ -71,7 +70,8 @@ Status ReadClusterConfig(const std::string& config_path, ModelSource& s) {
     return DataLossError(config_path + " is corrupted: not a JSON object");
   }
   if (j.contains("model") || !j.contains("preset") || !j.contains("data")) {
-    return InvalidArgumentError(config_path + " is not an `atoll run` config (no 'preset' and "
+    return InvalidArgumentError(config_path +
+                                " is not an `atoll run` config (no 'preset' and "
                                 "'data' keys)");
   }
   try {
@@ -89,8 +89,8 @@ Status ReadClusterConfig(const std::string& config_path, ModelSource& s) {
 }
 
 // An `atoll run` folder (or a .safetensors file inside one).
-StatusOr<ModelSource> FromClusterRun(const std::string& path, const std::string& folder,
-                                     const std::string& weights, const std::string& data_dir) {
+StatusOr<ModelSource> FromClusterRun(const std::string& path, const std::string& folder, const std::string& weights,
+                                     const std::string& data_dir) {
   ModelSource s;
   s.kind = ModelSourceKind::kClusterRun;
   s.path = path;
@@ -99,9 +99,8 @@ StatusOr<ModelSource> FromClusterRun(const std::string& path, const std::string&
   const std::string vocab_dir = data_dir.empty() ? s.data_dir : data_dir;
   auto manifest = LoadDataManifest(vocab_dir);
   if (!manifest.ok()) {
-    return manifest.status().WithContext(
-        "the vocabulary of the run in " + folder + " comes from its data folder " + vocab_dir +
-        " (pass --data with the same prepared data if it moved)");
+    return manifest.status().WithContext("the vocabulary of the run in " + folder + " comes from its data folder " +
+                                         vocab_dir + " (pass --data with the same prepared data if it moved)");
   }
   const int seq = s.model.seq_len;
   auto config = PresetConfig(s.model.preset, manifest->vocab_size);
@@ -110,9 +109,10 @@ StatusOr<ModelSource> FromClusterRun(const std::string& path, const std::string&
   s.model.seq_len = seq;
   if (!FileExists(weights)) {
     if (FileExists((fs::path(folder) / "state" / "meta.json").string())) {
-      return FailedPreconditionError(
-          folder + " holds no global.safetensors (the run did not finish). Write one from the "
-          "syncer's committed state: atoll export --state " + folder + "/state");
+      return FailedPreconditionError(folder +
+                                     " holds no global.safetensors (the run did not finish). Write one from the "
+                                     "syncer's committed state: atoll export --state " +
+                                     folder + "/state");
     }
     return NotFoundError("no global.safetensors in " + folder + " (" + kLayouts + ")");
   }
@@ -130,11 +130,11 @@ Status CheckSameTokenizer(const ModelSource& s, const DataManifest& eval) {
            m.json.value("tokenizer_checksum", std::string());
   };
   if (key(*own) == key(eval)) return Status::Ok();
-  return FailedPreconditionError(
-      "data folder " + eval.dir + " uses another tokenizer (" + TokenizerKindName(eval.tokenizer) + ", vocab " +
-      std::to_string(eval.vocab_size) + ") than the one the model was trained with in " +
-      s.data_dir + " (" + TokenizerKindName(own->tokenizer) + ", vocab " + std::to_string(own->vocab_size) +
-      "): evaluate on data prepared with the same tokenizer");
+  return FailedPreconditionError("data folder " + eval.dir + " uses another tokenizer (" +
+                                 TokenizerKindName(eval.tokenizer) + ", vocab " + std::to_string(eval.vocab_size) +
+                                 ") than the one the model was trained with in " + s.data_dir + " (" +
+                                 TokenizerKindName(own->tokenizer) + ", vocab " + std::to_string(own->vocab_size) +
+                                 "): evaluate on data prepared with the same tokenizer");
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -153,14 +153,14 @@ const char* ModelSourceKindName(ModelSourceKind kind) {
 }
 
 std::string ModelSource::Describe() const {
-  std::string where = kind == ModelSourceKind::kCheckpoint ? "checkpoint " + checkpoint_dir
-                      : kind == ModelSourceKind::kTrainRun
-                          ? "train run folder " + path + " (checkpoint " +
-                                fs::path(checkpoint_dir).filename().string() + ")"
-                          : "atoll run folder " + fs::path(weights_file).parent_path().string() +
-                                " (" + fs::path(weights_file).filename().string() + ")";
-  return where + "; preset " + model.preset + ", vocab " + std::to_string(model.vocab_size) +
-         ", seq " + std::to_string(model.seq_len);
+  std::string where =
+      kind == ModelSourceKind::kCheckpoint ? "checkpoint " + checkpoint_dir
+      : kind == ModelSourceKind::kTrainRun
+          ? "train run folder " + path + " (checkpoint " + fs::path(checkpoint_dir).filename().string() + ")"
+          : "atoll run folder " + fs::path(weights_file).parent_path().string() + " (" +
+                fs::path(weights_file).filename().string() + ")";
+  return where + "; preset " + model.preset + ", vocab " + std::to_string(model.vocab_size) + ", seq " +
+         std::to_string(model.seq_len);
 }
 
 StatusOr<ModelSource> ResolveModelSource(const std::string& path, const std::string& data_dir) {
@@ -188,7 +188,8 @@ StatusOr<ModelSource> ResolveModelSource(const std::string& path, const std::str
     return FromClusterRun(path, path, global, data_dir);
   }
   if (FileExists(global)) {
-    return NotFoundError(path + " holds global.safetensors but no config.json: an `atoll run` "
+    return NotFoundError(path +
+                         " holds global.safetensors but no config.json: an `atoll run` "
                          "folder's model shape and data folder come from its config.json; copy "
                          "the run's config.json beside it");
   }
@@ -199,8 +200,7 @@ Status LoadSourceWeights(const ModelSource& source, const std::vector<diloco::Te
                          const std::function<std::span<float>(size_t)>& param) {
   StatusOr<SafetensorsData> read = DataLossError("unread");
   if (!source.weights_checksum.empty()) {
-    ATOLL_ASSIGN_OR_RETURN(std::string bytes,
-                           ReadFileVerified(source.weights_file, source.weights_checksum));
+    ATOLL_ASSIGN_OR_RETURN(std::string bytes, ReadFileVerified(source.weights_file, source.weights_checksum));
     read = DecodeSafetensors(bytes);
     if (!read.ok()) read = read.status().WithContext(source.weights_file);
   } else {
@@ -210,22 +210,21 @@ Status LoadSourceWeights(const ModelSource& source, const std::vector<diloco::Te
   const SafetensorsData& w = *read;
   const std::string file_run = w.metadata.value("run_id", std::string());
   if (!source.run_id.empty() && !file_run.empty() && file_run != source.run_id) {
-    return FailedPreconditionError(source.weights_file + " holds the model of run '" + file_run +
-                                   "', not of run '" + source.run_id + "' whose config.json is "
+    return FailedPreconditionError(source.weights_file + " holds the model of run '" + file_run + "', not of run '" +
+                                   source.run_id +
+                                   "' whose config.json is "
                                    "beside it: keep each run's files in its own run folder");
   }
   std::vector<const std::vector<float>*> src;
   for (const auto& spec : specs) {
     const int i = w.Find(spec.name);
     if (i < 0) {
-      return DataLossError(source.weights_file + ": tensor " + spec.name + " is missing (" +
-                           source.Describe() + ")");
+      return DataLossError(source.weights_file + ": tensor " + spec.name + " is missing (" + source.Describe() + ")");
     }
     if (w.tensors[static_cast<size_t>(i)].shape != spec.shape) {
       return DataLossError(source.weights_file + ": tensor " + spec.name + " is " +
-                           ShapeText(w.tensors[static_cast<size_t>(i)].shape) +
-                           " in the file but " + ShapeText(spec.shape) +
-                           " in the model it is loaded into (the source: " + source.Describe() +
+                           ShapeText(w.tensors[static_cast<size_t>(i)].shape) + " in the file but " +
+                           ShapeText(spec.shape) + " in the model it is loaded into (the source: " + source.Describe() +
                            "); use the source's model flags and the data folder it was trained "
                            "on");
     }
@@ -247,8 +246,9 @@ Status LoadSourceWeights(const ModelSource& source, Trainer& trainer) {
 StatusOr<EvalResult> EvaluateSource(const EvalOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.batches < 0 || o.batch_size < 0 || o.threads < 1) {
-    return InvalidArgumentError("eval: --batches and --batch must be ≥ 0 (0 = the source's), "
-                                "--threads ≥ 1");
+    return InvalidArgumentError(
+        "eval: --batches and --batch must be ≥ 0 (0 = the source's), "
+        "--threads ≥ 1");
   }
   EvalResult r;
   ATOLL_ASSIGN_OR_RETURN(r.source, ResolveModelSource(o.checkpoint, o.data_dir));

@@ -153,7 +153,8 @@ std::string Describe(const diloco::TensorSpec& t) {
 }  // namespace
 
 std::string ModelSpec::preset() const {
-  return metadata.contains(kPresetKey) && metadata[kPresetKey].is_string() ? metadata[kPresetKey].get<std::string>() : "";
+  return metadata.contains(kPresetKey) && metadata[kPresetKey].is_string() ? metadata[kPresetKey].get<std::string>()
+                                                                           : "";
 }
 
 int64_t ModelSpec::num_params() const {
@@ -172,7 +173,8 @@ StatusOr<ModelSpec> OpenModelSpec(const std::string& path, const std::vector<std
   if (::stat(path.c_str(), &st) != 0) return UnavailableError("model spec " + path + ": " + std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   uint64_t n = 0;
-  if (size < 8) return DataLossError("model spec " + path + " is not a safetensors file (" + std::to_string(size) + " bytes)");
+  if (size < 8)
+    return DataLossError("model spec " + path + " is not a safetensors file (" + std::to_string(size) + " bytes)");
   ATOLL_RETURN_IF_ERROR(f.ReadAt(path, 0, &n, 8));
   if (n > kMaxHeaderBytes || n > size - 8) {
     return DataLossError("model spec " + path + ": header length " + std::to_string(n) + " exceeds the file");
@@ -180,7 +182,8 @@ StatusOr<ModelSpec> OpenModelSpec(const std::string& path, const std::vector<std
   std::string head(static_cast<size_t>(n), '\0');
   ATOLL_RETURN_IF_ERROR(f.ReadAt(path, 8, head.data(), head.size()));
   nlohmann::json header = nlohmann::json::parse(head, nullptr, false);
-  if (header.is_discarded() || !header.is_object()) return DataLossError("model spec " + path + ": the header is not a JSON object");
+  if (header.is_discarded() || !header.is_object())
+    return DataLossError("model spec " + path + ": the header is not a JSON object");
   ModelSpec spec;
   spec.path = path;
   spec.data_begin = 8 + n;
@@ -200,7 +203,8 @@ StatusOr<ModelSpec> OpenModelSpec(const std::string& path, const std::vector<std
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   uint64_t expect = 0;
   for (const auto& e : entries) {
-    if (e.begin != expect) return DataLossError("model spec " + path + ": tensor data overlaps or has gaps at '" + e.spec.name + "'");
+    if (e.begin != expect)
+      return DataLossError("model spec " + path + ": tensor data overlaps or has gaps at '" + e.spec.name + "'");
     expect = e.end;
   }
   if (expect != spec.data_bytes) return DataLossError("model spec " + path + ": bytes after the last tensor");
@@ -241,7 +245,8 @@ Status ReadSpecFragment(const ModelSpec& spec, const diloco::Fragment& fragment,
     ATOLL_CHECK(s.tensor >= 0 && static_cast<size_t>(s.tensor) < spec.tensors.size());
     const size_t elem = DtypeBytes(spec.dtypes[static_cast<size_t>(s.tensor)]);
     buf.resize(static_cast<size_t>(s.count) * elem);
-    ATOLL_RETURN_IF_ERROR(f.ReadAt(spec.path, spec.offsets[static_cast<size_t>(s.tensor)] + static_cast<uint64_t>(s.offset) * elem,
+    ATOLL_RETURN_IF_ERROR(f.ReadAt(spec.path,
+                                   spec.offsets[static_cast<size_t>(s.tensor)] + static_cast<uint64_t>(s.offset) * elem,
                                    buf.data(), buf.size()));
     ToFloat(spec.dtypes[static_cast<size_t>(s.tensor)], buf.data(), static_cast<size_t>(s.count), out.data() + pos);
     pos += static_cast<size_t>(s.count);
@@ -261,7 +266,8 @@ Status VerifyModelSpec(const ModelSpec& spec) {
     for (int64_t done = 0; done < spec.tensors[t].numel; done += static_cast<int64_t>(kChunk)) {
       const size_t n = std::min<size_t>(kChunk, static_cast<size_t>(spec.tensors[t].numel - done));
       buf.resize(n * elem);
-      ATOLL_RETURN_IF_ERROR(f.ReadAt(spec.path, spec.offsets[t] + static_cast<uint64_t>(done) * elem, buf.data(), buf.size()));
+      ATOLL_RETURN_IF_ERROR(
+          f.ReadAt(spec.path, spec.offsets[t] + static_cast<uint64_t>(done) * elem, buf.data(), buf.size()));
       hasher.Update(buf.data(), buf.size());
       values.resize(n);
       ToFloat(spec.dtypes[t], buf.data(), n, values.data());
@@ -276,8 +282,8 @@ Status VerifyModelSpec(const ModelSpec& spec) {
   if (spec.metadata.contains(kChecksumKey)) {
     const std::string got = ChecksumHex(hasher.Digest());
     if (!spec.metadata[kChecksumKey].is_string() || spec.metadata[kChecksumKey].get<std::string>() != got) {
-      return DataLossError("model spec " + spec.path + " is corrupted: its data hashes to " + got + ", the header says " +
-                           spec.metadata[kChecksumKey].dump());
+      return DataLossError("model spec " + spec.path + " is corrupted: its data hashes to " + got +
+                           ", the header says " + spec.metadata[kChecksumKey].dump());
     }
   }
   return Status::Ok();
@@ -289,7 +295,8 @@ namespace {
 StatusOr<nlohmann::ordered_json> SpecHeader(const std::vector<diloco::TensorSpec>& tensors,
                                             const nlohmann::json& metadata) {
   if (tensors.empty()) return InvalidArgumentError("model spec: no tensors");
-  if (!metadata.is_object() && !metadata.is_null()) return InvalidArgumentError("model spec: metadata must be an object");
+  if (!metadata.is_object() && !metadata.is_null())
+    return InvalidArgumentError("model spec: metadata must be an object");
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   nlohmann::json meta = nlohmann::json::object();
   for (auto it = metadata.begin(); metadata.is_object() && it != metadata.end(); ++it) {
@@ -413,8 +420,8 @@ std::string FirstTensorDifference(const std::vector<diloco::TensorSpec>& learner
     const bool learner_longer = learner.size() > syncer.size();
     const auto& extra = learner_longer ? learner[n] : syncer[n];
     return "the learner has " + std::to_string(learner.size()) + " tensors, the syncer's model " +
-           std::to_string(syncer.size()) + "; tensor " + std::to_string(n) + " " + Describe(extra) + " is only in the " +
-           (learner_longer ? "learner's" : "syncer's");
+           std::to_string(syncer.size()) + "; tensor " + std::to_string(n) + " " + Describe(extra) +
+           " is only in the " + (learner_longer ? "learner's" : "syncer's");
   }
   return "";
 }

@@ -30,8 +30,7 @@ std::string Duration(double s) {
 }
 
 std::string Rate(double tokens_per_s) {
-  return tokens_per_s >= 1000 ? fmt::format("{:.1f}k", tokens_per_s / 1000)
-                              : fmt::format("{:.0f}", tokens_per_s);
+  return tokens_per_s >= 1000 ? fmt::format("{:.1f}k", tokens_per_s / 1000) : fmt::format("{:.0f}", tokens_per_s);
 }
 
 class JsonLines {
@@ -55,8 +54,7 @@ class JsonLines {
 
 // Continues from a checkpoint (everything restored, bit-exact), or starts from the global model
 // of an atoll run folder, which holds the weights only.
-Status Resume(const ModelSource& from, Trainer& trainer,
-              const std::function<void(const std::string&)>& log) {
+Status Resume(const ModelSource& from, Trainer& trainer, const std::function<void(const std::string&)>& log) {
   if (from.kind != ModelSourceKind::kClusterRun) {
     Status st = trainer.LoadCheckpoint(from.checkpoint_dir);
     if (!st.ok()) return st.WithContext("resuming from " + from.checkpoint_dir);
@@ -108,15 +106,14 @@ StatusOr<std::string> ResolveCheckpointDir(const std::string& path) {
 
 namespace {
 
-std::string RunMode(const TrainRunOptions& o) {
-  return o.trainer.replicas > 1 ? "data_parallel" : "single";
-}
+std::string RunMode(const TrainRunOptions& o) { return o.trainer.replicas > 1 ? "data_parallel" : "single"; }
 
 Status ValidateRunOptions(const TrainRunOptions& o) {
   if (o.steps < 1) return InvalidArgumentError("--steps must be ≥ 1");
   if (o.eval_every < 0 || o.eval_batches < 1 || o.checkpoint_every < 0 || o.log_every < 1) {
-    return InvalidArgumentError("--eval-every and --checkpoint-every must be ≥ 0, "
-                                "--eval-batches ≥ 1");
+    return InvalidArgumentError(
+        "--eval-every and --checkpoint-every must be ≥ 0, "
+        "--eval-batches ≥ 1");
   }
   return Status::Ok();
 }
@@ -146,20 +143,19 @@ struct TrainRun {
   int64_t tokens_run() const { return trainer.tokens_trained() - tokens_start; }
 };
 
-void LogRunSetup(const TrainRunOptions& o, const Trainer& trainer,
-                 const std::function<void(const std::string&)>& log) {
+void LogRunSetup(const TrainRunOptions& o, const Trainer& trainer, const std::function<void(const std::string&)>& log) {
   const auto& tc = o.trainer;
   const auto& mc = tc.model;
   log(
       fmt::format("model: {}, {:.2f} M params (d_model {}, {} layers, {} heads, d_ff {}, {}, "
                   "vocab {}, seq {})",
-                  mc.preset, static_cast<double>(trainer.num_params()) / 1e6, mc.d_model,
-                  mc.n_layers, mc.n_heads, mc.d_ff, MlpName(mc.mlp), mc.vocab_size, mc.seq_len));
+                  mc.preset, static_cast<double>(trainer.num_params()) / 1e6, mc.d_model, mc.n_layers, mc.n_heads,
+                  mc.d_ff, MlpName(mc.mlp), mc.vocab_size, mc.seq_len));
   log(
       fmt::format("train: {}, {} replica(s) × batch {} × seq {} = {} tokens/step, {} steps, "
                   "lr {:.2g}, {} thread(s), {} → {}",
-                  RunMode(o), tc.replicas, tc.batch_size, mc.seq_len,
-                  Grouped(trainer.tokens_per_step()), o.steps, tc.optim.lr, tc.threads, PrecisionName(trainer.precision()), o.out_dir));
+                  RunMode(o), tc.replicas, tc.batch_size, mc.seq_len, Grouped(trainer.tokens_per_step()), o.steps,
+                  tc.optim.lr, tc.threads, PrecisionName(trainer.precision()), o.out_dir));
 }
 
 nlohmann::json RunConfigJson(const TrainRunOptions& o, const std::string& resume_dir) {
@@ -191,15 +187,13 @@ Status Evaluate(TrainRun& r) {
                    {"eval_loss", r.last_eval.loss},
                    {"perplexity", r.last_eval.perplexity},
                    {"eval_tokens", r.last_eval.tokens}});
-  r.Log(fmt::format("eval  step {}: loss {:.4f}, perplexity {:.2f} ({} tokens)", r.trainer.step(),
-                    r.last_eval.loss, r.last_eval.perplexity, Grouped(r.last_eval.tokens)));
+  r.Log(fmt::format("eval  step {}: loss {:.4f}, perplexity {:.2f} ({} tokens)", r.trainer.step(), r.last_eval.loss,
+                    r.last_eval.perplexity, Grouped(r.last_eval.tokens)));
   return Status::Ok();
 }
 
 Status SaveCheckpoint(TrainRun& r) {
-  std::string dir =
-      (fs::path(r.o.out_dir) / "checkpoints" / fmt::format("step_{:06}", r.trainer.step()))
-          .string();
+  std::string dir = (fs::path(r.o.out_dir) / "checkpoints" / fmt::format("step_{:06}", r.trainer.step())).string();
   ATOLL_RETURN_IF_ERROR(r.trainer.SaveCheckpoint(dir));
   r.last_checkpoint = dir;
   return Status::Ok();
@@ -221,12 +215,11 @@ void RecordStep(TrainRun& r, const StepStats& st, double loop0) {
   const int64_t done = st.step - r.first_step;
   if (done != 1 && st.step % r.o.log_every != 0 && st.step != r.o.steps) return;
   const double elapsed = RealClock::Default().NowSeconds() - loop0;
-  const double avg_tps = static_cast<double>(r.trainer.tokens_trained() - r.tokens_start) /
-                         std::max(1e-9, r.train_seconds);
+  const double avg_tps =
+      static_cast<double>(r.trainer.tokens_trained() - r.tokens_start) / std::max(1e-9, r.train_seconds);
   const double eta = elapsed / static_cast<double>(done) * static_cast<double>(r.o.steps - st.step);
-  r.Log(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | {} tok/s | {:.0f} ms/step | ETA {}",
-                    st.step, r.o.steps, st.loss, st.lr, Rate(avg_tps),
-                    1000 * r.train_seconds / static_cast<double>(done), Duration(eta)));
+  r.Log(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | {} tok/s | {:.0f} ms/step | ETA {}", st.step, r.o.steps,
+                    st.loss, st.lr, Rate(avg_tps), 1000 * r.train_seconds / static_cast<double>(done), Duration(eta)));
 }
 
 // Steps up to o.steps with the periodic evaluations and checkpoints; the final ones (at
@@ -288,14 +281,12 @@ StatusOr<nlohmann::json> FinishRun(TrainRun& r) {
   ATOLL_RETURN_IF_ERROR(SaveCheckpoint(r));
   const double wall = RealClock::Default().NowSeconds() - r.wall0;
   nlohmann::json summary = SummaryJson(r, wall);
-  ATOLL_RETURN_IF_ERROR(
-      WriteFileAtomic((fs::path(r.o.out_dir) / "summary.json").string(), summary.dump(2) + "\n"));
-  r.Log(
-      fmt::format("done: {} steps, {} tokens in {} ({} tok/s); eval loss {:.4f} → {:.4f}; "
-                  "checkpoint {}",
-                  r.steps_run(), Grouped(r.tokens_run()), Duration(wall),
-                  Rate(summary["tokens_per_second"].get<double>()), r.eval_loss_start,
-                  r.last_eval.loss, r.last_checkpoint));
+  ATOLL_RETURN_IF_ERROR(WriteFileAtomic((fs::path(r.o.out_dir) / "summary.json").string(), summary.dump(2) + "\n"));
+  r.Log(fmt::format(
+      "done: {} steps, {} tokens in {} ({} tok/s); eval loss {:.4f} → {:.4f}; "
+      "checkpoint {}",
+      r.steps_run(), Grouped(r.tokens_run()), Duration(wall), Rate(summary["tokens_per_second"].get<double>()),
+      r.eval_loss_start, r.last_eval.loss, r.last_checkpoint));
   return summary;
 }
 
@@ -323,8 +314,8 @@ StatusOr<TrainRunResult> RunTraining(const TrainRunOptions& in) {
                                  : resume->checkpoint_dir.empty() ? resume->weights_file
                                                                   : resume->checkpoint_dir;
   LogRunSetup(o, *trainer, log);
-  ATOLL_RETURN_IF_ERROR(WriteFileAtomic((fs::path(o.out_dir) / "config.json").string(),
-                                        RunConfigJson(o, resume_dir).dump(2) + "\n"));
+  ATOLL_RETURN_IF_ERROR(
+      WriteFileAtomic((fs::path(o.out_dir) / "config.json").string(), RunConfigJson(o, resume_dir).dump(2) + "\n"));
   JsonLines metrics((fs::path(o.out_dir) / "metrics.jsonl").string());
   if (!metrics.ok()) return InternalError("cannot write " + o.out_dir + "/metrics.jsonl");
 

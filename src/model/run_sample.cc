@@ -40,8 +40,7 @@ StatusOr<SampleResult> Sample(const SampleOptions& o) {
   }
   ATOLL_ASSIGN_OR_RETURN(ModelSource source, ResolveModelSource(o.checkpoint, o.data_dir));
   const ModelConfig& config = source.model;
-  ATOLL_ASSIGN_OR_RETURN(DataManifest data,
-                         LoadDataManifest(o.data_dir.empty() ? source.data_dir : o.data_dir));
+  ATOLL_ASSIGN_OR_RETURN(DataManifest data, LoadDataManifest(o.data_dir.empty() ? source.data_dir : o.data_dir));
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(data));
 
   SampleResult res;

@@ -24,8 +24,8 @@ StatusOr<uint64_t> CheckTensorsToEncode(const std::vector<diloco::TensorSpec>& t
                                         const std::vector<std::span<const float>>& values,
                                         const nlohmann::json& metadata) {
   if (tensors.size() != values.size()) {
-    return InvalidArgumentError("safetensors: " + std::to_string(tensors.size()) +
-                                " tensor specs but " + std::to_string(values.size()) + " values");
+    return InvalidArgumentError("safetensors: " + std::to_string(tensors.size()) + " tensor specs but " +
+                                std::to_string(values.size()) + " values");
   }
   if (!metadata.is_null() && !metadata.is_object()) {
     return InvalidArgumentError("safetensors: metadata must be a JSON object");
@@ -35,14 +35,12 @@ StatusOr<uint64_t> CheckTensorsToEncode(const std::vector<diloco::TensorSpec>& t
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
     if (t.name.empty() || t.name == "__metadata__" || !seen.insert(t.name).second) {
-      return InvalidArgumentError("safetensors: empty, reserved or repeated tensor name '" +
-                                  t.name + "'");
+      return InvalidArgumentError("safetensors: empty, reserved or repeated tensor name '" + t.name + "'");
     }
     int64_t numel = diloco::NumelOf(t.shape);
     if (numel < 0 || static_cast<size_t>(numel) != values[i].size()) {
-      return InvalidArgumentError("safetensors: tensor '" + t.name + "' has shape of " +
-                                  std::to_string(numel) + " elements but " +
-                                  std::to_string(values[i].size()) + " values");
+      return InvalidArgumentError("safetensors: tensor '" + t.name + "' has shape of " + std::to_string(numel) +
+                                  " elements but " + std::to_string(values[i].size()) + " values");
     }
     data_bytes += values[i].size() * sizeof(float);
   }
@@ -53,8 +51,8 @@ StatusOr<uint64_t> CheckTensorsToEncode(const std::vector<diloco::TensorSpec>& t
 // must be strings: non-string values are stored as their JSON text, and the embedding list
 // and data checksum are atoll's own keys.
 std::string EncodeHeader(const std::vector<diloco::TensorSpec>& tensors,
-                         const std::vector<std::span<const float>>& values,
-                         const nlohmann::json& metadata, std::string_view data) {
+                         const std::vector<std::span<const float>>& values, const nlohmann::json& metadata,
+                         std::string_view data) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   if (metadata.is_object()) {
@@ -72,9 +70,7 @@ std::string EncodeHeader(const std::vector<diloco::TensorSpec>& tensors,
   uint64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     uint64_t end = offset + values[i].size_bytes();
-    header[tensors[i].name] = {{"dtype", "F32"},
-                               {"shape", tensors[i].shape},
-                               {"data_offsets", {offset, end}}};
+    header[tensors[i].name] = {{"dtype", "F32"}, {"shape", tensors[i].shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
   std::string head = header.dump();
@@ -128,8 +124,8 @@ StatusOr<nlohmann::json> ParseHeader(std::string_view bytes, std::string_view& d
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   if (n > kMaxHeaderBytes || n > bytes.size() - 8) {
-    return DataLossError("safetensors: header length " + std::to_string(n) +
-                         " exceeds the file (" + std::to_string(bytes.size()) + " bytes)");
+    return DataLossError("safetensors: header length " + std::to_string(n) + " exceeds the file (" +
+                         std::to_string(bytes.size()) + " bytes)");
   }
   nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n), nullptr, false);
   if (header.is_discarded() || !header.is_object()) {
@@ -139,16 +135,15 @@ StatusOr<nlohmann::json> ParseHeader(std::string_view bytes, std::string_view& d
   return header;
 }
 
-StatusOr<TensorEntry> ParseTensorEntry(const std::string& name, const nlohmann::json& v,
-                                       uint64_t data_size) {
-  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-      !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
-      !v["data_offsets"].is_array() || v["data_offsets"].size() != 2) {
+StatusOr<TensorEntry> ParseTensorEntry(const std::string& name, const nlohmann::json& v, uint64_t data_size) {
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
+      !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+      v["data_offsets"].size() != 2) {
     return DataLossError("safetensors: malformed entry for tensor '" + name + "'");
   }
   if (v["dtype"].get<std::string>() != "F32") {
-    return InvalidArgumentError("safetensors: tensor '" + name + "' has dtype " +
-                                v["dtype"].get<std::string>() + "; atoll reads F32 only");
+    return InvalidArgumentError("safetensors: tensor '" + name + "' has dtype " + v["dtype"].get<std::string>() +
+                                "; atoll reads F32 only");
   }
   TensorEntry e;
   e.spec.name = name;
@@ -164,11 +159,9 @@ StatusOr<TensorEntry> ParseTensorEntry(const std::string& name, const nlohmann::
   }
   e.begin = v["data_offsets"][0].get<uint64_t>();
   e.end = v["data_offsets"][1].get<uint64_t>();
-  if (e.begin > e.end || e.end > data_size ||
-      e.end - e.begin != static_cast<uint64_t>(e.spec.numel) * sizeof(float)) {
-    return DataLossError("safetensors: tensor '" + name + "' data_offsets [" +
-                         std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                         ") do not match its shape or the file size");
+  if (e.begin > e.end || e.end > data_size || e.end - e.begin != static_cast<uint64_t>(e.spec.numel) * sizeof(float)) {
+    return DataLossError("safetensors: tensor '" + name + "' data_offsets [" + std::to_string(e.begin) + ", " +
+                         std::to_string(e.end) + ") do not match its shape or the file size");
   }
   return e;
 }
@@ -192,8 +185,8 @@ Status VerifyDataChecksum(const nlohmann::json& metadata, std::string_view data)
   const auto& want = metadata[kChecksumKey];
   std::string got = ChecksumHex(Checksum64(data.data(), data.size()));
   if (!want.is_string() || want.get<std::string>() != got) {
-    return DataLossError("safetensors: data checksum mismatch (header says " + want.dump() +
-                         ", data hashes to " + got + "): the file is corrupted");
+    return DataLossError("safetensors: data checksum mismatch (header says " + want.dump() + ", data hashes to " + got +
+                         "): the file is corrupted");
   }
   return Status::Ok();
 }
@@ -243,8 +236,7 @@ StatusOr<SafetensorsData> DecodeSafetensors(std::string_view bytes) {
 }
 
 Status WriteSafetensors(const std::string& path, const std::vector<diloco::TensorSpec>& tensors,
-                        const std::vector<std::span<const float>>& values,
-                        const nlohmann::json& metadata) {
+                        const std::vector<std::span<const float>>& values, const nlohmann::json& metadata) {
   ATOLL_ASSIGN_OR_RETURN(std::string bytes, EncodeSafetensors(tensors, values, metadata));
   return WriteFileAtomic(path, bytes);
 }

@@ -31,12 +31,12 @@ Status WriteTokenShard(const std::string& path, int vocab, std::span<const uint1
   }
   for (uint16_t t : tokens) {
     if (t >= vocab) {
-      return InvalidArgumentError("shard " + path + ": token " + std::to_string(t) +
-                                  " ≥ vocab " + std::to_string(vocab));
+      return InvalidArgumentError("shard " + path + ": token " + std::to_string(t) + " ≥ vocab " +
+                                  std::to_string(vocab));
     }
   }
-  Header h{kShardMagic, kShardVersion, static_cast<uint32_t>(vocab), 0, tokens.size(),
-           Checksum64(tokens.data(), tokens.size_bytes())};
+  Header h{kShardMagic, kShardVersion, static_cast<uint32_t>(vocab),
+           0,           tokens.size(), Checksum64(tokens.data(), tokens.size_bytes())};
   std::string bytes(sizeof(h) + tokens.size_bytes(), '\0');
   std::memcpy(bytes.data(), &h, sizeof(h));
   if (!tokens.empty()) std::memcpy(bytes.data() + sizeof(h), tokens.data(), tokens.size_bytes());
@@ -50,22 +50,21 @@ StatusOr<TokenShard> ReadTokenShard(const std::string& path) {
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (h.magic != kShardMagic) return DataLossError(path + ": not a token shard (bad magic)");
   if (h.version != kShardVersion) {
-    return InvalidArgumentError(path + ": shard version " + std::to_string(h.version) +
-                                ", this atoll reads version " + std::to_string(kShardVersion));
+    return InvalidArgumentError(path + ": shard version " + std::to_string(h.version) + ", this atoll reads version " +
+                                std::to_string(kShardVersion));
   }
   if (h.vocab < 1 || h.vocab > 65536) {
     return DataLossError(path + ": shard header vocab " + std::to_string(h.vocab) + " invalid");
   }
   if ((bytes.size() - sizeof(h)) != h.count * 2) {
-    return DataLossError(path + ": truncated or oversized shard (header says " +
-                         std::to_string(h.count) + " tokens, file holds " +
-                         std::to_string((bytes.size() - sizeof(h)) / 2) + ")");
+    return DataLossError(path + ": truncated or oversized shard (header says " + std::to_string(h.count) +
+                         " tokens, file holds " + std::to_string((bytes.size() - sizeof(h)) / 2) + ")");
   }
   const char* payload = bytes.data() + sizeof(h);
   uint64_t sum = Checksum64(payload, h.count * 2);
   if (sum != h.checksum) {
-    return DataLossError(path + " is corrupted: token checksum " + ChecksumHex(sum) +
-                         ", header says " + ChecksumHex(h.checksum));
+    return DataLossError(path + " is corrupted: token checksum " + ChecksumHex(sum) + ", header says " +
+                         ChecksumHex(h.checksum));
   }
   TokenShard shard;
   shard.vocab = static_cast<int>(h.vocab);
@@ -73,8 +72,7 @@ StatusOr<TokenShard> ReadTokenShard(const std::string& path) {
   if (h.count) std::memcpy(shard.tokens.data(), payload, h.count * 2);
   for (uint16_t t : shard.tokens) {
     if (t >= h.vocab) {
-      return InvalidArgumentError(path + ": token " + std::to_string(t) + " ≥ vocab " +
-                                  std::to_string(h.vocab));
+      return InvalidArgumentError(path + ": token " + std::to_string(t) + " ≥ vocab " + std::to_string(h.vocab));
     }
   }
   return shard;
@@ -88,29 +86,27 @@ std::vector<int64_t> ShardWindows(int64_t stream_tokens, int seq_len, int shard,
   return out;
 }
 
-StatusOr<ShardReader> ShardReader::Create(std::shared_ptr<const std::vector<uint16_t>> stream,
-                                          const Options& options) {
+StatusOr<ShardReader> ShardReader::Create(std::shared_ptr<const std::vector<uint16_t>> stream, const Options& options) {
   if (!stream) return InvalidArgumentError("ShardReader: no token stream");
   if (options.seq_len < 1 || options.batch_size < 1) {
     return InvalidArgumentError("ShardReader: seq_len and batch_size must be ≥ 1");
   }
   if (options.num_shards < 1 || options.shard < 0 || options.shard >= options.num_shards) {
-    return InvalidArgumentError("ShardReader: shard " + std::to_string(options.shard) +
-                                " of " + std::to_string(options.num_shards) + " is invalid");
+    return InvalidArgumentError("ShardReader: shard " + std::to_string(options.shard) + " of " +
+                                std::to_string(options.num_shards) + " is invalid");
   }
-  auto windows = ShardWindows(static_cast<int64_t>(stream->size()), options.seq_len,
-                              options.shard, options.num_shards);
+  auto windows = ShardWindows(static_cast<int64_t>(stream->size()), options.seq_len, options.shard, options.num_shards);
   if (windows.empty()) {
-    return FailedPreconditionError(
-        "training data too small: " + std::to_string(stream->size()) + " tokens give shard " +
-        std::to_string(options.shard) + " of " + std::to_string(options.num_shards) +
-        " no window of " + std::to_string(options.seq_len + 1) + " tokens");
+    return FailedPreconditionError("training data too small: " + std::to_string(stream->size()) +
+                                   " tokens give shard " + std::to_string(options.shard) + " of " +
+                                   std::to_string(options.num_shards) + " no window of " +
+                                   std::to_string(options.seq_len + 1) + " tokens");
   }
   return ShardReader(std::move(stream), options, std::move(windows));
 }
 
-ShardReader::ShardReader(std::shared_ptr<const std::vector<uint16_t>> stream,
-                         const Options& options, std::vector<int64_t> windows)
+ShardReader::ShardReader(std::shared_ptr<const std::vector<uint16_t>> stream, const Options& options,
+                         std::vector<int64_t> windows)
     : stream_(std::move(stream)), options_(options), windows_(std::move(windows)) {
   Shuffle();
 }
@@ -147,9 +143,9 @@ void ShardReader::NextBatch(std::span<int64_t> out) {
 
 Status ShardReader::Seek(const ReaderPosition& pos) {
   if (pos.epoch < 0 || pos.index < 0 || pos.index > num_windows()) {
-    return InvalidArgumentError("reader position (epoch " + std::to_string(pos.epoch) +
-                                ", index " + std::to_string(pos.index) + ") outside a shard of " +
-                                std::to_string(num_windows()) + " windows");
+    return InvalidArgumentError("reader position (epoch " + std::to_string(pos.epoch) + ", index " +
+                                std::to_string(pos.index) + ") outside a shard of " + std::to_string(num_windows()) +
+                                " windows");
   }
   pos_ = pos;
   Shuffle();

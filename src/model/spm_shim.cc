@@ -34,8 +34,7 @@ char* CopyOut(const std::string& s, size_t* len) {
 // SentencePiece's max_sentence_length are cut into pieces.
 class LineIterator final : public sentencepiece::SentenceIterator {
  public:
-  LineIterator(const char* const* texts, const size_t* lens, size_t n)
-      : texts_(texts), lens_(lens), n_(n) {
+  LineIterator(const char* const* texts, const size_t* lens, size_t n) : texts_(texts), lens_(lens), n_(n) {
     Advance();
   }
   bool done() const override { return doc_ >= n_; }
@@ -77,10 +76,9 @@ __attribute__((visibility("default"))) void atl_spm_free(void* p) { std::free(p)
 
 // Trains a BPE model on the lines of n documents. Returns 0 and the serialised model, or
 // nonzero and an error message.
-__attribute__((visibility("default"))) int atl_spm_train(const char* const* texts,
-                                                         const size_t* lens, size_t n,
-                                                         const char* args, char** model,
-                                                         size_t* model_len, char** error) {
+__attribute__((visibility("default"))) int atl_spm_train(const char* const* texts, const size_t* lens, size_t n,
+                                                         const char* args, char** model, size_t* model_len,
+                                                         char** error) {
   sentencepiece::logging::SetMinLogLevel(1);  // silence the INFO lines; warnings still show
   LineIterator lines(texts, lens, n);
   std::string out;
@@ -93,8 +91,7 @@ __attribute__((visibility("default"))) int atl_spm_train(const char* const* text
   return 0;
 }
 
-__attribute__((visibility("default"))) void* atl_spm_load(const char* model, size_t len,
-                                                         char** error) {
+__attribute__((visibility("default"))) void* atl_spm_load(const char* model, size_t len, char** error) {
   auto* sp = new sentencepiece::SentencePieceProcessor();
   auto st = sp->LoadFromSerializedProto(absl::string_view(model, len));
   if (!st.ok()) {
@@ -119,18 +116,16 @@ __attribute__((visibility("default"))) int atl_spm_piece_to_id(void* h, const ch
 
 // Encodes one line (no '\n'): writes at most cap ids and returns how many there are (a piece
 // never covers less than one byte, so len ids always suffice). -1 on error.
-__attribute__((visibility("default"))) long atl_spm_encode(void* h, const char* text, size_t len,
-                                                          int* ids, size_t cap) {
+__attribute__((visibility("default"))) long atl_spm_encode(void* h, const char* text, size_t len, int* ids,
+                                                           size_t cap) {
   std::vector<int> out;
-  auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Encode(
-      absl::string_view(text, len), &out);
+  auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Encode(absl::string_view(text, len), &out);
   if (!st.ok()) return -1;
   std::memcpy(ids, out.data(), std::min(cap, out.size()) * sizeof(int));
   return static_cast<long>(out.size());
 }
 
-__attribute__((visibility("default"))) char* atl_spm_decode(void* h, const int* ids, size_t n,
-                                                           size_t* len) {
+__attribute__((visibility("default"))) char* atl_spm_decode(void* h, const int* ids, size_t n, size_t* len) {
   std::string out;
   std::vector<int> v(ids, ids + n);
   auto st = static_cast<sentencepiece::SentencePieceProcessor*>(h)->Decode(v, &out);

@@ -54,8 +54,7 @@ std::vector<std::string> ModuleCandidates() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
-         dir = dir.parent_path()) {
+    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
       out.push_back((dir / "libatoll_spm.so").string());
       out.push_back((dir / "src/model/libatoll_spm.so").string());
       if (out.size() > 12) break;
@@ -75,8 +74,7 @@ StatusOr<const SpmApi*> Spm() {
     // protobuf-lite and to its own libstdc++ (RTLD_DEEPBIND is not enough: std::cerr is
     // copy-relocated into the executable, and SentencePiece's logging crashes on the other
     // copy). Without libprotobuf, a plain RTLD_LOCAL dlopen (sanitizers reject dlmopen).
-    const bool isolate =
-        dlsym(RTLD_DEFAULT, "_ZN6google8protobuf8internal13VerifyVersionEiiPKc") != nullptr;
+    const bool isolate = dlsym(RTLD_DEFAULT, "_ZN6google8protobuf8internal13VerifyVersionEiiPKc") != nullptr;
     void* h = nullptr;
     std::string tried;
     for (const auto& path : ModuleCandidates()) {
@@ -90,7 +88,8 @@ StatusOr<const SpmApi*> Spm() {
     if (h == nullptr) {
       error = FailedPreconditionError(
           "the SentencePiece module libatoll_spm.so could not be loaded (set ATOLL_SPM_MODULE "
-          "to its path, or use --tokenizer byte)" + tried);
+          "to its path, or use --tokenizer byte)" +
+          tried);
       return;
     }
     auto sym = [h](const char* name) { return dlsym(h, name); };
@@ -102,8 +101,8 @@ StatusOr<const SpmApi*> Spm() {
     api.piece_to_id = reinterpret_cast<decltype(api.piece_to_id)>(sym("atl_spm_piece_to_id"));
     api.encode = reinterpret_cast<decltype(api.encode)>(sym("atl_spm_encode"));
     api.decode = reinterpret_cast<decltype(api.decode)>(sym("atl_spm_decode"));
-    if (!api.free_buf || !api.train || !api.load || !api.release || !api.vocab ||
-        !api.piece_to_id || !api.encode || !api.decode) {
+    if (!api.free_buf || !api.train || !api.load || !api.release || !api.vocab || !api.piece_to_id || !api.encode ||
+        !api.decode) {
       error = FailedPreconditionError("libatoll_spm.so lacks its C interface (stale build?)");
     }
   });
@@ -117,15 +116,12 @@ std::string TakeString(const SpmApi* api, char* p, size_t len) {
   return s;
 }
 
-std::string TakeError(const SpmApi* api, char* err) {
-  return TakeString(api, err, err ? std::strlen(err) : 0);
-}
+std::string TakeError(const SpmApi* api, char* err) { return TakeString(api, err, err ? std::strlen(err) : 0); }
 
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(const SpmApi* api, void* handle)
-      : api_(api), h_(handle), vocab_(api->vocab(handle)),
-        newline_id_(api->piece_to_id(handle, "<0x0A>")) {}
+      : api_(api), h_(handle), vocab_(api->vocab(handle)), newline_id_(api->piece_to_id(handle, "<0x0A>")) {}
   ~SentencePieceTokenizer() override { api_->release(h_); }
   SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
   SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
@@ -204,12 +200,11 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::strin
   return tok;
 }
 
-StatusOr<std::string> TrainSentencePieceModel(const std::vector<std::string_view>& texts,
-                                              int vocab_size) {
+StatusOr<std::string> TrainSentencePieceModel(const std::vector<std::string_view>& texts, int vocab_size) {
   if (vocab_size < kMinBpeVocab || vocab_size > kMaxVocab) {
-    return InvalidArgumentError("BPE vocabulary size " + std::to_string(vocab_size) +
-                                " is outside [" + std::to_string(kMinBpeVocab) + ", " +
-                                std::to_string(kMaxVocab) + "] (ids are stored as uint16)");
+    return InvalidArgumentError("BPE vocabulary size " + std::to_string(vocab_size) + " is outside [" +
+                                std::to_string(kMinBpeVocab) + ", " + std::to_string(kMaxVocab) +
+                                "] (ids are stored as uint16)");
   }
   size_t total = 0;
   for (auto t : texts) total += t.size();
@@ -233,12 +228,9 @@ StatusOr<std::string> TrainSentencePieceModel(const std::vector<std::string_view
   char* model = nullptr;
   char* err = nullptr;
   size_t model_len = 0;
-  if (api->train(ptrs.data(), lens.data(), ptrs.size(), args.c_str(), &model, &model_len,
-                 &err) != 0) {
-    return InvalidArgumentError("SentencePiece training failed (vocab " +
-                                std::to_string(vocab_size) + "): " +
-                                TakeError(api, err) +
-                                " — use a smaller --vocab, more text, or --tokenizer byte");
+  if (api->train(ptrs.data(), lens.data(), ptrs.size(), args.c_str(), &model, &model_len, &err) != 0) {
+    return InvalidArgumentError("SentencePiece training failed (vocab " + std::to_string(vocab_size) + "): " +
+                                TakeError(api, err) + " — use a smaller --vocab, more text, or --tokenizer byte");
   }
   return TakeString(api, model, model_len);
 }

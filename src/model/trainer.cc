@@ -25,9 +25,7 @@ namespace fs = std::filesystem;
 constexpr int kCheckpointVersion = 1;
 constexpr double kAdamEps = 1e-8;
 
-Status TorchError(const std::string& what, const std::exception& e) {
-  return InternalError(what + ": " + e.what());
-}
+Status TorchError(const std::string& what, const std::exception& e) { return InternalError(what + ": " + e.what()); }
 
 }  // namespace
 
@@ -44,9 +42,8 @@ Status ValidateTrainerOptions(const TrainerOptions& o) {
     return InvalidArgumentError("batch_size, replicas and threads must be ≥ 1");
   }
   if (o.num_learners < 1 || o.learner_id < 0 || o.learner_id >= o.num_learners) {
-    return InvalidArgumentError("learner_id " + std::to_string(o.learner_id) +
-                                " outside [0, num_learners " + std::to_string(o.num_learners) +
-                                ")");
+    return InvalidArgumentError("learner_id " + std::to_string(o.learner_id) + " outside [0, num_learners " +
+                                std::to_string(o.num_learners) + ")");
   }
   return ValidateModelConfig(o.model);
 }
@@ -86,9 +83,7 @@ class TorchTrainer final : public Trainer {
   Precision precision() const override { return precision_; }
   int64_t step() const override { return step_; }
   int64_t tokens_trained() const override { return tokens_; }
-  int64_t tokens_per_step() const override {
-    return int64_t{opts_.replicas} * opts_.batch_size * opts_.model.seq_len;
-  }
+  int64_t tokens_per_step() const override { return int64_t{opts_.replicas} * opts_.batch_size * opts_.model.seq_len; }
   Status SaveCheckpoint(const std::string& dir) override;
   Status LoadCheckpoint(const std::string& dir) override;
   void ResetOptimizerState() override;
@@ -113,8 +108,7 @@ class TorchTrainer final : public Trainer {
   Status CheckCompatible(const nlohmann::json& manifest, const std::string& dir,
                          const std::string& manifest_path) const;
   StatusOr<CheckpointManifest> ReadCheckpointManifest(const std::string& dir) const;
-  StatusOr<CheckpointTensors> ReadCheckpointTensors(const std::string& dir,
-                                                    const CheckpointManifest& m) const;
+  StatusOr<CheckpointTensors> ReadCheckpointTensors(const std::string& dir, const CheckpointManifest& m) const;
 
   TrainerOptions opts_;
   Precision precision_ = Precision::kFp32;  // opts_.precision resolved: kFp32 | kBf16
@@ -138,8 +132,7 @@ StatusOr<std::unique_ptr<Trainer>> TorchTrainer::Make(const TrainerOptions& o) {
   ATOLL_ASSIGN_OR_RETURN(DataManifest data, LoadDataManifest(o.data_dir));
   if (o.model.vocab_size < data.vocab_size) {
     return InvalidArgumentError("model vocab_size " + std::to_string(o.model.vocab_size) +
-                                " is smaller than the data's vocabulary (" +
-                                std::to_string(data.vocab_size) + ")");
+                                " is smaller than the data's vocabulary (" + std::to_string(data.vocab_size) + ")");
   }
   SetTorchThreads(o.threads);
 
@@ -343,10 +336,8 @@ Status TorchTrainer::SaveCheckpoint(const std::string& dir) {
   nlohmann::json opt_meta = {{"format", "atoll-adamw"}, {"adam_step", adam_step_}};
   ATOLL_ASSIGN_OR_RETURN(std::string opt_bytes, EncodeSafetensors(opt_specs, opt_values, opt_meta));
 
-  ATOLL_RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / "model.safetensors").string(),
-                                        model_bytes));
-  ATOLL_RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / "optimizer.safetensors").string(),
-                                        opt_bytes));
+  ATOLL_RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / "model.safetensors").string(), model_bytes));
+  ATOLL_RETURN_IF_ERROR(WriteFileAtomic((fs::path(dir) / "optimizer.safetensors").string(), opt_bytes));
   nlohmann::json positions = nlohmann::json::array();
   for (const auto& r : readers_) {
     positions.push_back({{"epoch", r.position().epoch}, {"index", r.position().index}});
@@ -369,10 +360,8 @@ Status TorchTrainer::SaveCheckpoint(const std::string& dir) {
         {"threads", opts_.threads}}},
       {"data", {{"dir", data_dir_}, {"positions", positions}}},
       {"files",
-       {{"model.safetensors",
-         {{"bytes", model_bytes.size()}, {"checksum", ChecksumHex(Checksum64(model_bytes))}}},
-        {"optimizer.safetensors",
-         {{"bytes", opt_bytes.size()}, {"checksum", ChecksumHex(Checksum64(opt_bytes))}}}}},
+       {{"model.safetensors", {{"bytes", model_bytes.size()}, {"checksum", ChecksumHex(Checksum64(model_bytes))}}},
+        {"optimizer.safetensors", {{"bytes", opt_bytes.size()}, {"checksum", ChecksumHex(Checksum64(opt_bytes))}}}}},
       {"created_unix", UnixSeconds()}};
   // The manifest goes last: it commits the files above.
   return WriteJsonWithChecksum((fs::path(dir) / "checkpoint.json").string(), j);
@@ -386,25 +375,23 @@ Status TorchTrainer::CheckCompatible(const nlohmann::json& j, const std::string&
   }
   const std::string sig = ChecksumHex(diloco::ModelSignature(specs_));
   if (j.at("model_signature") != sig) {
-    return FailedPreconditionError("checkpoint " + dir + " holds a different model (" +
-                                   j.at("model").dump() + ") than this trainer (" +
-                                   ModelConfigToJson(opts_.model).dump() + ")");
+    return FailedPreconditionError("checkpoint " + dir + " holds a different model (" + j.at("model").dump() +
+                                   ") than this trainer (" + ModelConfigToJson(opts_.model).dump() + ")");
   }
   // Bit-exact resumption replays the same batches: the data layout must match too.
   const auto& tr = j.at("trainer");
   if (tr.at("replicas") != opts_.replicas || tr.at("learner_id") != opts_.learner_id ||
-      tr.at("num_learners") != opts_.num_learners ||
-      j.at("model").at("seq_len") != opts_.model.seq_len || tr.at("seed") != opts_.seed) {
-    return FailedPreconditionError("checkpoint " + dir + " was written with another data layout (" +
-                                   tr.dump() + ", seq " + j.at("model").at("seq_len").dump() +
+      tr.at("num_learners") != opts_.num_learners || j.at("model").at("seq_len") != opts_.model.seq_len ||
+      tr.at("seed") != opts_.seed) {
+    return FailedPreconditionError("checkpoint " + dir + " was written with another data layout (" + tr.dump() +
+                                   ", seq " + j.at("model").at("seq_len").dump() +
                                    "): resume with the same --replicas, "
                                    "--seq, --seed and learner id");
   }
   return Status::Ok();
 }
 
-StatusOr<TorchTrainer::CheckpointManifest> TorchTrainer::ReadCheckpointManifest(
-    const std::string& dir) const {
+StatusOr<TorchTrainer::CheckpointManifest> TorchTrainer::ReadCheckpointManifest(const std::string& dir) const {
   const std::string manifest_path = (fs::path(dir) / "checkpoint.json").string();
   if (!FileExists(manifest_path)) return NotFoundError("no checkpoint in " + dir);
   ATOLL_ASSIGN_OR_RETURN(nlohmann::json j, ReadJsonWithChecksum(manifest_path));
@@ -423,30 +410,27 @@ StatusOr<TorchTrainer::CheckpointManifest> TorchTrainer::ReadCheckpointManifest(
     return DataLossError(manifest_path + ": malformed checkpoint manifest: " + e.what());
   }
   if (m.positions.size() != readers_.size()) {
-    return DataLossError(manifest_path + ": " + std::to_string(m.positions.size()) +
-                         " data positions for " + std::to_string(readers_.size()) + " replicas");
+    return DataLossError(manifest_path + ": " + std::to_string(m.positions.size()) + " data positions for " +
+                         std::to_string(readers_.size()) + " replicas");
   }
   return m;
 }
 
-StatusOr<TorchTrainer::CheckpointTensors> TorchTrainer::ReadCheckpointTensors(
-    const std::string& dir, const CheckpointManifest& m) const {
-  ATOLL_ASSIGN_OR_RETURN(
-      std::string model_bytes,
-      ReadFileVerified((fs::path(dir) / "model.safetensors").string(), m.model_checksum));
-  ATOLL_ASSIGN_OR_RETURN(
-      std::string opt_bytes,
-      ReadFileVerified((fs::path(dir) / "optimizer.safetensors").string(), m.optimizer_checksum));
+StatusOr<TorchTrainer::CheckpointTensors> TorchTrainer::ReadCheckpointTensors(const std::string& dir,
+                                                                              const CheckpointManifest& m) const {
+  ATOLL_ASSIGN_OR_RETURN(std::string model_bytes,
+                         ReadFileVerified((fs::path(dir) / "model.safetensors").string(), m.model_checksum));
+  ATOLL_ASSIGN_OR_RETURN(std::string opt_bytes,
+                         ReadFileVerified((fs::path(dir) / "optimizer.safetensors").string(), m.optimizer_checksum));
   CheckpointTensors t;
   ATOLL_ASSIGN_OR_RETURN(t.model, DecodeSafetensors(model_bytes));
   ATOLL_ASSIGN_OR_RETURN(t.optimizer, DecodeSafetensors(opt_bytes));
   for (const auto& s : specs_) {
     int a = t.model.Find(s.name), b = t.optimizer.Find("exp_avg." + s.name),
         c = t.optimizer.Find("exp_avg_sq." + s.name);
-    if (a < 0 || b < 0 || c < 0 || t.model.tensors[a].shape != s.shape ||
-        t.optimizer.tensors[b].shape != s.shape || t.optimizer.tensors[c].shape != s.shape) {
-      return DataLossError("checkpoint " + dir + ": tensor " + s.name +
-                           " missing or of the wrong shape");
+    if (a < 0 || b < 0 || c < 0 || t.model.tensors[a].shape != s.shape || t.optimizer.tensors[b].shape != s.shape ||
+        t.optimizer.tensors[c].shape != s.shape) {
+      return DataLossError("checkpoint " + dir + ": tensor " + s.name + " missing or of the wrong shape");
     }
     t.param.push_back(a);
     t.exp_avg.push_back(b);
@@ -461,7 +445,8 @@ Status TorchTrainer::LoadCheckpoint(const std::string& dir) {
   // Validate everything before touching any state.
   for (size_t r = 0; r < readers_.size(); ++r) {
     if (m.positions[r].index > readers_[r].num_windows()) {
-      return DataLossError("checkpoint " + dir + ": data position beyond the shard (was the data "
+      return DataLossError("checkpoint " + dir +
+                           ": data position beyond the shard (was the data "
                            "folder prepared again?)");
     }
   }
@@ -490,7 +475,8 @@ namespace {
 Status LoadInitWeights(const std::string& path, Trainer& trainer) {
   ATOLL_ASSIGN_OR_RETURN(ModelSpec spec, OpenModelSpec(path, kDefaultEmbeddingPatterns));
   if (spec.preset().empty()) {
-    return FailedPreconditionError("model spec " + path + " is not one of atoll's presets: atoll's learners train "
+    return FailedPreconditionError("model spec " + path +
+                                   " is not one of atoll's presets: atoll's learners train "
                                    "their GPT only; train this model with the Python package (docs/python.md)");
   }
   std::vector<diloco::TensorSpec> names = trainer.tensors(), theirs = spec.tensors;

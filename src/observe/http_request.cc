@@ -16,7 +16,8 @@ bool IsTokenChar(unsigned char c) {
 }
 
 bool IsToken(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return IsTokenChar(static_cast<unsigned char>(c)); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return IsTokenChar(static_cast<unsigned char>(c)); });
 }
 
 // A header value: HTAB, SP, visible ASCII and obs-text; no other control character.
@@ -155,7 +156,8 @@ StatusOr<HttpRequestHead> ParseRequestHead(std::string_view head, const HttpRequ
     const std::string_view line = lines[i];
     if (line.front() == ' ' || line.front() == '\t') return InvalidArgumentError("folded header line (obsolete)");
     const size_t colon = line.find(':');
-    if (colon == std::string_view::npos || !IsToken(line.substr(0, colon))) return InvalidArgumentError("bad header line");
+    if (colon == std::string_view::npos || !IsToken(line.substr(0, colon)))
+      return InvalidArgumentError("bad header line");
     const std::string_view value = Trimmed(line.substr(colon + 1));
     if (!IsFieldValue(value)) return InvalidArgumentError("a control character in a header value");
     h.headers.emplace_back(Lower(line.substr(0, colon)), std::string(value));

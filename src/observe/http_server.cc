@@ -78,7 +78,8 @@ bool SendAll(int fd, std::string_view data, SteadyTime deadline) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd p{fd, POLLOUT, 0};
     if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000))) < 0 && errno != EINTR) return false;
@@ -109,9 +110,8 @@ Response FromJson(const StatusOr<nlohmann::json>& st) {
 }
 
 Status CheckOptions(const HttpOptions& o) {
-  if (o.threads < 1 || o.threads > 64 || !(o.read_timeout_s > 0) || !(o.write_timeout_s > 0) ||
-      o.max_connections < 1 || o.max_connections > 4096 || o.max_head_bytes < 256 || o.max_head_bytes > (1 << 20) ||
-      o.max_headers < 1) {
+  if (o.threads < 1 || o.threads > 64 || !(o.read_timeout_s > 0) || !(o.write_timeout_s > 0) || o.max_connections < 1 ||
+      o.max_connections > 4096 || o.max_head_bytes < 256 || o.max_head_bytes > (1 << 20) || o.max_headers < 1) {
     return InvalidArgumentError(
         "HTTP limits: threads in [1, 64], max_connections in [1, 4096], max_head_bytes in [256, 1 MiB], "
         "header count and timeouts > 0");
@@ -177,13 +177,13 @@ struct HttpStatusServer::Impl {
   std::atomic<int> busy{0};        // connections queued for or held by a handler thread
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Job> jobs;            // guarded by mu
-  std::set<int> serving;           // guarded by mu: fds being answered
-  bool stopping = false;           // guarded by mu
+  std::deque<Job> jobs;   // guarded by mu
+  std::set<int> serving;  // guarded by mu: fds being answered
+  bool stopping = false;  // guarded by mu
 
   void EventLoop();
   void AcceptSome();
-  bool ReadMore(Reading& c);       // false: the connection left the reading set
+  bool ReadMore(Reading& c);  // false: the connection left the reading set
   void Dispatch(int fd, std::string_view head);
   void Work();
   Response Route(const HttpRequestHead& req) const;
@@ -283,12 +283,14 @@ void HttpStatusServer::Impl::Dispatch(int fd, std::string_view head) {
   if (req->path != "/healthz") {
     const auto host = req->Header("host");
     if (host && !HostIsAllowed(*host, o.allowed_hosts)) {
-      return RefuseAndClose(fd, 403, "Host '" + TruncateUtf8(*host, 64) +
-                                         "' is not a name of this syncer (DNS rebinding protection; see --http-host)");
+      return RefuseAndClose(fd, 403,
+                            "Host '" + TruncateUtf8(*host, 64) +
+                                "' is not a name of this syncer (DNS rebinding protection; see --http-host)");
     }
     if (Status st = Authorize(*req); !st.ok()) {
-      return RefuseAndClose(fd, {401, "text/plain; charset=utf-8", st.message() + "\n",
-                                 {{"WWW-Authenticate", "Bearer realm=\"atoll\""}}});
+      return RefuseAndClose(
+          fd,
+          {401, "text/plain; charset=utf-8", st.message() + "\n", {{"WWW-Authenticate", "Bearer realm=\"atoll\""}}});
     }
   }
   // The queue needs no bound of its own: each job holds one of max_connections connections.
@@ -306,9 +308,12 @@ Status HttpStatusServer::Impl::Authorize(const HttpRequestHead& req) const {
 Response HttpStatusServer::Impl::Route(const HttpRequestHead& req) const {
   if (req.path == "/healthz") return Text(200, "ok\n");
   if (req.path == "/") {
-    return {200, "text/html; charset=utf-8", std::string(StatusPageHtml()),
-            {{"Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                                         "connect-src 'self'; img-src data:"}}};
+    return {200,
+            "text/html; charset=utf-8",
+            std::string(StatusPageHtml()),
+            {{"Content-Security-Policy",
+              "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+              "connect-src 'self'; img-src data:"}}};
   }
   if (req.path == "/api/status") return FromJson(h.status ? h.status() : UnavailableError("no status source"));
   if (req.path == "/api/history") return FromJson(h.history ? h.history() : UnavailableError("no history"));

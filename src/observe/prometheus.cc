@@ -61,8 +61,8 @@ void RenderHistogram(std::string& out, const char* name, const char* help, const
     cumulative += h.counts[i];
     out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, Value(h.upper_bounds[i]), cumulative);
   }
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, h.count, name, Value(h.sum),
-                     name, h.count);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, h.count, name, Value(h.sum), name,
+                     h.count);
 }
 
 // Per-learner series: one family per field of the learner table.
@@ -85,7 +85,8 @@ void RenderLearners(std::string& out, const json& status) {
       {"atoll_learner_tokens_per_second", "gauge", "The learner's training throughput.", "tokens_per_second"},
       {"atoll_learner_version_held", "gauge", "Newest fragment version the learner holds.", "version_held"},
       {"atoll_learner_last_seen_seconds", "gauge", "Seconds since the learner's last call.", "seconds_since_seen"},
-      {"atoll_learner_wire_bytes_up_total", "counter", "Bytes the learner sent, as the syncer counted them.", "bytes_up"},
+      {"atoll_learner_wire_bytes_up_total", "counter", "Bytes the learner sent, as the syncer counted them.",
+       "bytes_up"},
       {"atoll_learner_wire_bytes_down_total", "counter", "Bytes the learner received.", "bytes_down"},
   };
   {
@@ -132,9 +133,11 @@ void StatusHistory::Add(const json& status) {
   for (const auto& l : status.value("learners", json::array())) {
     learners[std::to_string(l.value("id", -1))] = {{"loss", Num(l, "loss")}, {"tokens", Num(l, "tokens")}};
   }
-  json point = {{"t", Num(status, "uptime_s")}, {"rounds", Num(status, "rounds")},
+  json point = {{"t", Num(status, "uptime_s")},
+                {"rounds", Num(status, "rounds")},
                 {"wire_bytes", Num(status, "bytes_up") + Num(status, "bytes_down")},
-                {"dp_equivalent_bytes", Num(status, "dp_equivalent_bytes")}, {"learners", std::move(learners)}};
+                {"dp_equivalent_bytes", Num(status, "dp_equivalent_bytes")},
+                {"learners", std::move(learners)}};
   std::lock_guard<std::mutex> lock(mu_);
   if (points_.size() >= max_points_) {
     std::vector<json> kept;
@@ -159,7 +162,8 @@ std::string RenderPrometheus(const json& status, const RoundStats& rounds) {
   Family(out, "atoll_info", "gauge", "The run this syncer serves (value always 1).")
       .Sample(1, Label("run_id", status.value("run_id", "")) + "," + Label("mode", status.value("mode", "")));
   if (status.contains("uptime_s")) {
-    Family(out, "atoll_uptime_seconds", "gauge", "Seconds since this syncer process started.").Sample(Num(status, "uptime_s"));
+    Family(out, "atoll_uptime_seconds", "gauge", "Seconds since this syncer process started.")
+        .Sample(Num(status, "uptime_s"));
   }
   Family(out, "atoll_learners_live", "gauge", "Learners that count as live.")
       .Sample(static_cast<double>(status.value("live", json::array()).size()));
@@ -167,12 +171,14 @@ std::string RenderPrometheus(const json& status, const RoundStats& rounds) {
   {
     Family f(out, "atoll_rounds_total", "counter", "Rounds committed per fragment (its version).");
     const json versions = status.value("versions", json::array());
-    for (size_t p = 0; p < versions.size(); ++p) f.Sample(versions[p].get<double>(), Label("fragment", std::to_string(p)));
+    for (size_t p = 0; p < versions.size(); ++p)
+      f.Sample(versions[p].get<double>(), Label("fragment", std::to_string(p)));
   }
   Family(out, "atoll_rounds_refused_total", "counter", "Rounds refused by the numeric safety checks.")
       .Sample(Num(status, "rounds_refused"));
-  Family(out, "atoll_rounds_held", "gauge",
-         "1 while rounds are held because a commit could not succeed (disk full, out of file descriptors); the status says why.")
+  Family(
+      out, "atoll_rounds_held", "gauge",
+      "1 while rounds are held because a commit could not succeed (disk full, out of file descriptors); the status says why.")
       .Sample(status.contains("holding") ? 1 : 0);
   {
     Family f(out, "atoll_wire_bytes_total", "counter", "Bytes on the wire between learners and syncer, by direction.");
@@ -182,9 +188,11 @@ std::string RenderPrometheus(const json& status, const RoundStats& rounds) {
   Family(out, "atoll_dp_equivalent_bytes_total", "counter",
          "Bytes synchronous data-parallel would have moved for the same learner steps (bf16 gradients up and down).")
       .Sample(Num(status, "dp_equivalent_bytes"));
-  Family(out, "atoll_goodput_ratio", "gauge", "Tokens merged into the global model / tokens trained.").Sample(Num(status, "goodput"));
+  Family(out, "atoll_goodput_ratio", "gauge", "Tokens merged into the global model / tokens trained.")
+      .Sample(Num(status, "goodput"));
   if (status.contains("global_eval_loss")) {
-    Family(out, "atoll_global_eval_loss", "gauge", "Eval loss of the global model at its last evaluation (nats per token).")
+    Family(out, "atoll_global_eval_loss", "gauge",
+           "Eval loss of the global model at its last evaluation (nats per token).")
         .Sample(Num(status, "global_eval_loss"));
   }
   RenderHistogram(out, "atoll_round_contributors", "Learners merged per committed round.", rounds.contributors);

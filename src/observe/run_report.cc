@@ -187,8 +187,8 @@ double TrainedAt(const Totals& totals, double t) {
 }
 
 std::vector<sim::Panel> LossPanels(const ClusterRun& r) {
-  sim::Panel by_tokens = MakePanel("Loss vs tokens", "tokens (learners: all trained so far; global: merged)",
-                                   "loss (nats/token)");
+  sim::Panel by_tokens =
+      MakePanel("Loss vs tokens", "tokens (learners: all trained so far; global: merged)", "loss (nats/token)");
   sim::Panel by_time = MakePanel("Loss vs time (dashed: faults)", "seconds since the run started", "loss (nats/token)");
   for (const auto& [id, tr] : r.learners) {
     std::vector<double> run_tokens;
@@ -214,7 +214,8 @@ std::vector<sim::Panel> ProgressPanels(const ClusterRun& r) {
   }
   tokens.series.push_back(Line("merged into the global model", t, merged));
   tokens.markers = FaultMarkers(r);
-  sim::Panel bytes = MakePanel("Bytes on the wire vs data-parallel", "seconds since the run started", "bytes (cumulative)");
+  sim::Panel bytes =
+      MakePanel("Bytes on the wire vs data-parallel", "seconds since the run started", "bytes (cumulative)");
   bytes.series.push_back(Line("atoll (up + down)", r.totals.t, r.totals.wire));
   bytes.series.push_back(Line("data-parallel, same steps (bf16)", r.totals.t, r.totals.dp));
   return {tokens, bytes};
@@ -256,12 +257,15 @@ std::string FactsTable(const json& s) {
   const double wire = Num(s, "bytes_up") + Num(s, "bytes_down");
   if (wire > 0) rows.push_back({"bytes on the wire", HumanBytes(wire)});
   if (Num(s, "dp_equivalent_bytes") > 0 && wire > 0) {
-    rows.push_back({"data-parallel would have moved", fmt::format("{} ({:.1f}x more)", HumanBytes(Num(s, "dp_equivalent_bytes")),
-                                                                   Num(s, "dp_equivalent_bytes") / wire)});
+    rows.push_back(
+        {"data-parallel would have moved", fmt::format("{} ({:.1f}x more)", HumanBytes(Num(s, "dp_equivalent_bytes")),
+                                                       Num(s, "dp_equivalent_bytes") / wire)});
   }
-  if (s.contains("faults") && s["faults"].is_array()) rows.push_back({"faults injected", std::to_string(s["faults"].size())});
+  if (s.contains("faults") && s["faults"].is_array())
+    rows.push_back({"faults injected", std::to_string(s["faults"].size())});
   std::string html = "<table>\n";
-  for (const auto& [k, v] : rows) html += "<tr><th>" + sim::EscapeXml(k) + "</th><td>" + sim::EscapeXml(v) + "</td></tr>\n";
+  for (const auto& [k, v] : rows)
+    html += "<tr><th>" + sim::EscapeXml(k) + "</th><td>" + sim::EscapeXml(v) + "</td></tr>\n";
   return html + "</table>\n";
 }
 
@@ -272,12 +276,12 @@ std::string Inline(const std::string& svg) {
 }
 
 std::string Page(const std::string& title, const json& summary, const std::vector<std::string>& svgs) {
-  std::string html =
-      "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + sim::EscapeXml(title) +
-      "</title>\n<style>body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#111}"
-      "table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:.25em .7em;text-align:left}"
-      "th{background:#f4f4f4;font-weight:normal}figure{margin:1.5em 0}</style></head><body>\n<h1>" +
-      sim::EscapeXml(title) + "</h1>\n" + FactsTable(summary);
+  std::string html = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
+                     sim::EscapeXml(title) +
+                     "</title>\n<style>body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#111}"
+                     "table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:.25em .7em;text-align:left}"
+                     "th{background:#f4f4f4;font-weight:normal}figure{margin:1.5em 0}</style></head><body>\n<h1>" +
+                     sim::EscapeXml(title) + "</h1>\n" + FactsTable(summary);
   for (const auto& svg : svgs) html += Inline(svg);
   return html + "</body></html>\n";
 }
@@ -318,7 +322,8 @@ StatusOr<ReportResult> TrainReport(const std::string& dir, const std::vector<jso
   ReportResult out{dir + "/report.html", "atoll train", 1};
   auto text = ReadFile(dir + "/summary.json");
   const json summary = text.ok() ? json::parse(*text, nullptr, false) : json::object();
-  ATOLL_RETURN_IF_ERROR(WriteFileAtomic(out.path, Page("atoll train " + name, summary.is_object() ? summary : json::object(), svgs)));
+  ATOLL_RETURN_IF_ERROR(
+      WriteFileAtomic(out.path, Page("atoll train " + name, summary.is_object() ? summary : json::object(), svgs)));
   return out;
 }
 
@@ -339,7 +344,8 @@ StatusOr<ReportResult> WriteRunReport(const std::string& run_dir) {
   if (!fs::is_directory(run_dir, ec)) return NotFoundError("no run folder at " + run_dir);
   if (FileExists(run_dir + "/metrics-syncer.jsonl") || !LearnerFiles(run_dir).empty()) return ClusterReport(run_dir);
   const auto lines = ReadJsonLines(run_dir + "/metrics.jsonl");
-  const bool train = std::any_of(lines.begin(), lines.end(), [](const json& l) { return l.value("kind", "") == "train"; });
+  const bool train =
+      std::any_of(lines.begin(), lines.end(), [](const json& l) { return l.value("kind", "") == "train"; });
   if (train) return TrainReport(run_dir, lines);
   return NotFoundError("no metrics in " + run_dir +
                        " (expected an atoll run folder with metrics-syncer.jsonl / metrics-learner-<m>.jsonl, "

@@ -51,8 +51,7 @@ RunAccounting AccountGoodput(const std::vector<LearnerRecordOfRun>& learners) {
   return run;
 }
 
-double Uptime(const std::map<int, std::vector<double>>& round_closes, int fragments, int H,
-              const RunAccounting& run) {
+double Uptime(const std::map<int, std::vector<double>>& round_closes, int fragments, int H, const RunAccounting& run) {
   const double span = run.window_seconds();
   if (span <= 0 || fragments < 1) return 1.0;
   const double allowance = 2.0 * H * run.median_step_seconds + 1.0;

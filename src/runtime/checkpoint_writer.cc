@@ -9,7 +9,10 @@ namespace atl::runtime {
 
 CheckpointWriter::CheckpointWriter(const ModelHost& model, diloco::FragmentPlan plan, std::string out_dir,
                                    std::string run_id, bool write_model)
-    : model_(model), plan_(std::move(plan)), out_dir_(std::move(out_dir)), run_id_(std::move(run_id)),
+    : model_(model),
+      plan_(std::move(plan)),
+      out_dir_(std::move(out_dir)),
+      run_id_(std::move(run_id)),
       write_model_(write_model) {}
 
 CheckpointWriter::~CheckpointWriter() {
@@ -42,7 +45,8 @@ void CheckpointWriter::Write(const Fragments& theta, nlohmann::json& summary) {
     return;
   }
   const std::string path = out_dir_ + "/global.safetensors";
-  Status st = model_.WriteModel(path, plan_, theta, {{"run_id", run_id_}, {"rounds", std::to_string(summary.value("rounds", int64_t{0}))}});
+  Status st = model_.WriteModel(path, plan_, theta,
+                                {{"run_id", run_id_}, {"rounds", std::to_string(summary.value("rounds", int64_t{0}))}});
   summary["checkpoint"] = st.ok() ? nlohmann::json(path) : nlohmann::json("error: " + st.ToString());
   if (!st.ok()) std::fprintf(stderr, "syncer: warning: cannot write the global model: %s\n", st.ToString().c_str());
   (void)WriteFileAtomic(out_dir_ + "/syncer-summary.json", DumpJson(summary, 2));

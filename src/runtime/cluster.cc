@@ -37,7 +37,9 @@ std::string TailOf(const std::string& path, size_t lines) {
 }
 
 Cluster::Cluster(RunConfig config, std::string config_path)
-    : c_(std::move(config)), config_path_(std::move(config_path)), self_(SelfExecutable()),
+    : c_(std::move(config)),
+      config_path_(std::move(config_path)),
+      self_(SelfExecutable()),
       faults_(c_.out + "/faults.jsonl") {
   learners_.resize(static_cast<size_t>(c_.learners));
   shards_.resize(static_cast<size_t>(std::max(1, c_.syncer_shards)));
@@ -82,12 +84,14 @@ Status Cluster::StartShard(int k) {
   std::filesystem::remove(port_file);
   std::filesystem::remove(http_port_file);
   const std::string listen = "127.0.0.1:" + std::to_string(slot.port);  // port 0 the first time
-  std::vector<std::string> argv = {self_, "syncer", "--config", config_path_, "--listen", listen,
-                                   "--port-file", port_file, "--out", out};
+  std::vector<std::string> argv = {self_,  "syncer",      "--config", config_path_, "--listen",
+                                   listen, "--port-file", port_file,  "--out",      out};
   if (k == 0) {  // the status page on loopback, on the same port after a restart so its URL stays valid
-    argv.insert(argv.end(), {"--http", "127.0.0.1:" + std::to_string(slot.http_port), "--http-port-file", http_port_file});
+    argv.insert(argv.end(),
+                {"--http", "127.0.0.1:" + std::to_string(slot.http_port), "--http-port-file", http_port_file});
   }
-  if (shards_.size() > 1) argv.insert(argv.end(), {"--shard", std::to_string(k) + "/" + std::to_string(shards_.size())});
+  if (shards_.size() > 1)
+    argv.insert(argv.end(), {"--shard", std::to_string(k) + "/" + std::to_string(shards_.size())});
   if (FileExists(SecretsDir(c_) + "/run.secret")) {
     argv.insert(argv.end(), {"--secret-file", SecretsDir(c_) + "/run.secret"});
   }
@@ -97,7 +101,8 @@ Status Cluster::StartShard(int k) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
   while (std::chrono::steady_clock::now() < deadline) {
     if (!slot.process.running()) {
-      return UnavailableError(what + " exited before listening; " + ShardLog(k) + " ends with:\n" + TailOf(ShardLog(k), 15));
+      return UnavailableError(what + " exited before listening; " + ShardLog(k) + " ends with:\n" +
+                              TailOf(ShardLog(k), 15));
     }
     auto text = ReadFile(port_file);
     if (text.ok() && !text->empty()) {
@@ -114,9 +119,19 @@ Status Cluster::StartShard(int k) {
 }
 
 Status Cluster::StartLearner(int id, bool rejoin, int64_t start_step) {
-  std::vector<std::string> argv = {self_, "learner", "--config", config_path_, "--id", std::to_string(id),
-                                   "--syncer", LearnerSyncers(), "--out", c_.out, "--start-step",
-                                   std::to_string(start_step), "--control-file",
+  std::vector<std::string> argv = {self_,
+                                   "learner",
+                                   "--config",
+                                   config_path_,
+                                   "--id",
+                                   std::to_string(id),
+                                   "--syncer",
+                                   LearnerSyncers(),
+                                   "--out",
+                                   c_.out,
+                                   "--start-step",
+                                   std::to_string(start_step),
+                                   "--control-file",
                                    c_.out + "/control/learner-" + std::to_string(id) + ".json"};
   if (rejoin) argv.push_back("--rejoin");
   const std::string token_file = SecretsDir(c_) + "/learner-" + std::to_string(id) + ".token";
@@ -161,7 +176,9 @@ void Cluster::Inject(const chaos::FaultEvent& e, double now) {
       s->state = ProcessState::kDown;
       s->down_since = now;
       if (e.duration_s > 0) s->restart_at = now + e.duration_s;
-      Note(now, "kill", id, "SIGKILL" + (e.duration_s > 0 ? ", repair " + std::to_string(e.duration_s) + " s" : std::string(", permanent")));
+      Note(now, "kill", id,
+           "SIGKILL" +
+               (e.duration_s > 0 ? ", repair " + std::to_string(e.duration_s) + " s" : std::string(", permanent")));
       break;
     case chaos::FaultKind::kPause:
       if (s->state != ProcessState::kRunning) return skip("learner not running");
@@ -179,10 +196,11 @@ void Cluster::Inject(const chaos::FaultEvent& e, double now) {
       if (e.kind == chaos::FaultKind::kBandwidth) s->control.bandwidth_mbps = e.value;
       (void)WriteControl(id);
       s->restore_control_at = now + e.duration_s;
-      Note(now, kind, id, (e.kind == chaos::FaultKind::kPartition ? std::string("cut off from the syncer")
-                           : e.kind == chaos::FaultKind::kSlow ? "speed x" + std::to_string(e.value)
-                                                               : "link capped at " + std::to_string(e.value) + " Mbit/s") +
-                              " for " + std::to_string(e.duration_s) + " s");
+      Note(now, kind, id,
+           (e.kind == chaos::FaultKind::kPartition ? std::string("cut off from the syncer")
+            : e.kind == chaos::FaultKind::kSlow    ? "speed x" + std::to_string(e.value)
+                                                   : "link capped at " + std::to_string(e.value) + " Mbit/s") +
+               " for " + std::to_string(e.duration_s) + " s");
       break;
     }
     case chaos::FaultKind::kKillSyncer: {
@@ -194,8 +212,9 @@ void Cluster::Inject(const chaos::FaultEvent& e, double now) {
       shard.process.WaitOrKill(5);
       shard.down = true;
       shard.restart_at = now + e.duration_s;
-      Note(now, "kill_syncer", -1, std::string(shards_.size() > 1 ? "shard " + std::to_string(k) + ": " : "") +
-                                       "SIGKILL, restart in " + std::to_string(e.duration_s) + " s from its durable state");
+      Note(now, "kill_syncer", -1,
+           std::string(shards_.size() > 1 ? "shard " + std::to_string(k) + ": " : "") + "SIGKILL, restart in " +
+               std::to_string(e.duration_s) + " s from its durable state");
       break;
     }
   }
@@ -254,8 +273,10 @@ std::vector<int> Cluster::ReapLearners(double now) {
     } else {
       s.state = ProcessState::kFailed;
       failed.push_back(id);
-      std::fprintf(stderr, "atoll run: learner %d exited with code %d at t=%.0fs; the others train on. learner-%d.log ends with:\n%s",
-                   id, code, now, id, TailOf(LearnerLog(id), 8).c_str());
+      std::fprintf(
+          stderr,
+          "atoll run: learner %d exited with code %d at t=%.0fs; the others train on. learner-%d.log ends with:\n%s",
+          id, code, now, id, TailOf(LearnerLog(id), 8).c_str());
     }
   }
   return failed;

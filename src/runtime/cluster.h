@@ -23,22 +23,22 @@ struct LearnerSlot {
   ChildProcess process;
   ProcessState state = ProcessState::kRunning;
   int incarnations = 0;
-  double down_since = -1;         // run time the current outage began
-  double dead_seconds = 0;        // total time down (killed, before restart)
+  double down_since = -1;   // run time the current outage began
+  double dead_seconds = 0;  // total time down (killed, before restart)
   double paused_seconds = 0;
   std::optional<double> restart_at, resume_at, restore_control_at;
   std::vector<double> restarted_at;  // run times of restarts (rejoin latency is measured from them)
-  int64_t last_step = 0;          // as last reported
-  ChaosControl control;           // what its control file says
+  int64_t last_step = 0;             // as last reported
+  ChaosControl control;              // what its control file says
 };
 
 // One syncer process: the one syncer, or a shard of a sharded one (docs/decisions/011).
 struct SyncerSlot {
   ChildProcess process;
   bool started = false;
-  bool down = false;              // killed by chaos, not yet restarted
+  bool down = false;  // killed by chaos, not yet restarted
   std::optional<double> restart_at;
-  int port = 0, http_port = 0;    // 0 until it first listened; kept for restarts
+  int port = 0, http_port = 0;  // 0 until it first listened; kept for restarts
   std::string address;
 };
 

@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 // state folder (<run folder>/state) and --out (<run folder>/global.safetensors).
 Status ResolvePaths(ExportOptions& o) {
   if (o.config.empty() && o.state.empty()) {
-    return InvalidArgumentError("give --state (the syncer's state folder) or --config (the run folder or its config.json)");
+    return InvalidArgumentError(
+        "give --state (the syncer's state folder) or --config (the run folder or its config.json)");
   }
   std::error_code ec;
   if (o.config.empty()) {
@@ -35,8 +36,7 @@ Status ResolvePaths(ExportOptions& o) {
   }
   if (fs::is_directory(o.config, ec)) o.config = (fs::path(o.config) / "config.json").string();
   if (!FileExists(o.config)) {
-    return NotFoundError("no run config at " + o.config +
-                         " (pass --config with the run folder or its config.json)");
+    return NotFoundError("no run config at " + o.config + " (pass --config with the run folder or its config.json)");
   }
   fs::path run_folder = fs::path(o.config).parent_path();
   if (run_folder.empty()) run_folder = ".";
@@ -60,7 +60,8 @@ StatusOr<std::vector<std::string>> StateFolders(const std::string& state) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  if (static_cast<int>(folders.size()) > syncer::kMaxShards) return InvalidArgumentError("--state lists too many shards");
+  if (static_cast<int>(folders.size()) > syncer::kMaxShards)
+    return InvalidArgumentError("--state lists too many shards");
   return folders;
 }
 
@@ -83,8 +84,10 @@ StatusOr<syncer::SyncerCore> RestoreShard(const RunConfig& c, const std::string&
   if (restored.code() == StatusCode::kFailedPrecondition) {
     return FailedPreconditionError("the state in " + folder + " is not the run of " + config_path +
                                    (shard.count > 1 ? " as shard " + shard.ToString() : std::string()) + " (" +
-                                   restored.message() + "): pass the config.json of the run folder the state "
-                                   "came from" + (shard.count > 1 ? ", and the shards' states in shard order" : ""));
+                                   restored.message() +
+                                   "): pass the config.json of the run folder the state "
+                                   "came from" +
+                                   (shard.count > 1 ? ", and the shards' states in shard order" : ""));
   }
   ATOLL_RETURN_IF_ERROR(restored.WithContext("reading the state in " + folder));
   return core;
@@ -97,7 +100,8 @@ Status EvaluateGlobal(const RunConfig& c, const ModelHost& model, const diloco::
                       ExportResult& r) {
   model::Trainer* ev = model.evaluator();
   if (ev == nullptr) return FailedPreconditionError("cannot evaluate: " + model.no_evaluation());
-  exchange::ScatterAll(plan, [&](int p) { return owner(p).theta(p); }, model::ParameterViews(*ev));
+  exchange::ScatterAll(
+      plan, [&](int p) { return owner(p).theta(p); }, model::ParameterViews(*ev));
   ATOLL_ASSIGN_OR_RETURN(auto e, ev->Evaluate(c.eval_batches));
   r.eval_loss = e.loss;
   r.eval_perplexity = e.perplexity;
@@ -125,7 +129,9 @@ StatusOr<ExportResult> ExportState(const ExportOptions& options) {
   }
 
   auto host = ModelHost::Open(c, /*evaluate=*/false);
-  if (!host.ok()) return host.status().WithContext(c.spec.empty() ? "the data folder of the run (" + c.data + ")" : "the run's model spec");
+  if (!host.ok())
+    return host.status().WithContext(c.spec.empty() ? "the data folder of the run (" + c.data + ")"
+                                                    : "the run's model spec");
   const ModelHost& model = **host;
   ATOLL_ASSIGN_OR_RETURN(diloco::FragmentPlan plan, MakePlan(c, model.tensors()));
   const int S = static_cast<int>(folders.size());
@@ -139,7 +145,9 @@ StatusOr<ExportResult> ExportState(const ExportOptions& options) {
     ATOLL_ASSIGN_OR_RETURN(auto core, RestoreShard(c, o.config, plan, folders[static_cast<size_t>(k)], {k, S}));
     cores.push_back(std::move(core));
   }
-  const auto owner = [&](int p) -> const syncer::SyncerCore& { return cores[static_cast<size_t>(syncer::OwnerShard(p, S))]; };
+  const auto owner = [&](int p) -> const syncer::SyncerCore& {
+    return cores[static_cast<size_t>(syncer::OwnerShard(p, S))];
+  };
   ExportResult r;
   r.out = o.out;
   r.state = options.state.empty() ? o.state : options.state;
@@ -166,13 +174,15 @@ StatusOr<PresetSpec> WritePresetSpec(const RunConfig& config, const std::string&
   if (!manifest.ok()) return manifest.status();
   ATOLL_ASSIGN_OR_RETURN(auto topts, MakeTrainerOptions(c, 0));
   ATOLL_ASSIGN_OR_RETURN(std::unique_ptr<model::Trainer> trainer, model::Trainer::Create(topts));
-  const nlohmann::json metadata = {{"atoll.preset", c.preset}, {"atoll.seed", std::to_string(c.seed)},
-                                   {"atoll.seq", std::to_string(c.seq)}, {"atoll.vocab", std::to_string(manifest->vocab_size)}};
-  ATOLL_RETURN_IF_ERROR(model::WriteModelSpec(path, trainer->tensors(), metadata,
-                                              [&](size_t t, int64_t begin, std::span<float> out) {
-                                                const auto values = trainer->Parameter(static_cast<int>(t));
-                                                std::copy(values.begin() + begin, values.begin() + begin + static_cast<int64_t>(out.size()), out.begin());
-                                              }));
+  const nlohmann::json metadata = {{"atoll.preset", c.preset},
+                                   {"atoll.seed", std::to_string(c.seed)},
+                                   {"atoll.seq", std::to_string(c.seq)},
+                                   {"atoll.vocab", std::to_string(manifest->vocab_size)}};
+  ATOLL_RETURN_IF_ERROR(
+      model::WriteModelSpec(path, trainer->tensors(), metadata, [&](size_t t, int64_t begin, std::span<float> out) {
+        const auto values = trainer->Parameter(static_cast<int>(t));
+        std::copy(values.begin() + begin, values.begin() + begin + static_cast<int64_t>(out.size()), out.begin());
+      }));
   return PresetSpec{trainer->num_params(), trainer->tensors().size()};
 }
 

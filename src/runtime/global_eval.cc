@@ -4,8 +4,8 @@
 
 namespace atl::runtime {
 
-GlobalEvaluator::GlobalEvaluator(std::unique_ptr<model::Trainer> trainer, diloco::FragmentPlan plan,
-                                 int batches, std::function<void(const GlobalEvalPoint&)> on_result)
+GlobalEvaluator::GlobalEvaluator(std::unique_ptr<model::Trainer> trainer, diloco::FragmentPlan plan, int batches,
+                                 std::function<void(const GlobalEvalPoint&)> on_result)
     : trainer_(std::move(trainer)), plan_(std::move(plan)), batches_(batches), on_result_(std::move(on_result)) {
   thread_ = std::thread([this] { Run(); });
 }
@@ -42,7 +42,8 @@ void GlobalEvaluator::Run() {
       job = std::move(*waiting_);
       waiting_.reset();
     }
-    exchange::ScatterAll(plan_, [&](int p) { return std::span<const float>(job.first[static_cast<size_t>(p)]); }, params);
+    exchange::ScatterAll(
+        plan_, [&](int p) { return std::span<const float>(job.first[static_cast<size_t>(p)]); }, params);
     auto e = trainer_->Evaluate(batches_);
     if (!e.ok()) continue;  // a failed evaluation leaves a gap in the curve, nothing else
     job.second.loss = e->loss;

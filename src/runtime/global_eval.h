@@ -51,7 +51,7 @@ class GlobalEvaluator {
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<std::pair<std::vector<std::vector<float>>, GlobalEvalPoint>> waiting_;  // guarded by mu_
-  bool stop_ = false;                                                                  // guarded by mu_
+  bool stop_ = false;                                                                   // guarded by mu_
   std::thread thread_;
 };
 

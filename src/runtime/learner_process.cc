@@ -29,8 +29,13 @@ namespace {
 class LearnerProcess {
  public:
   explicit LearnerProcess(const LearnerProcessOptions& opt)
-      : opt_(opt), c_(Normalized(opt.config)), id_(opt.id), out_(opt.out_dir.empty() ? "." : opt.out_dir),
-        report_(opt.id, out_, opt.start_step, c_.steps), control_(opt.control_file), step_(opt.start_step) {}
+      : opt_(opt),
+        c_(Normalized(opt.config)),
+        id_(opt.id),
+        out_(opt.out_dir.empty() ? "." : opt.out_dir),
+        report_(opt.id, out_, opt.start_step, c_.steps),
+        control_(opt.control_file),
+        step_(opt.start_step) {}
 
   int Run() {
     if (int rc = Setup(); rc != 0) return rc;
@@ -69,13 +74,15 @@ class LearnerProcess {
   Status CheckOptions() {
     ATOLL_RETURN_IF_ERROR(ValidateRunConfig(c_));
     if (id_ < 0 || id_ >= c_.learners) {
-      return InvalidArgumentError("--id " + std::to_string(id_) + " out of range [0, " + std::to_string(c_.learners) + ")");
+      return InvalidArgumentError("--id " + std::to_string(id_) + " out of range [0, " + std::to_string(c_.learners) +
+                                  ")");
     }
     if (opt_.syncer.empty()) return InvalidArgumentError("--syncer host:port is required");
     ATOLL_ASSIGN_OR_RETURN(addresses_, SyncerAddresses(opt_.syncer, c_.fragments));
     if (c_.syncer_shards > 1 && static_cast<int>(addresses_.size()) != c_.syncer_shards) {
-      return InvalidArgumentError("the run file has syncer_shards = " + std::to_string(c_.syncer_shards) + " but --syncer lists " +
-                                  std::to_string(addresses_.size()) + " address(es): give every shard's, in shard order");
+      return InvalidArgumentError("the run file has syncer_shards = " + std::to_string(c_.syncer_shards) +
+                                  " but --syncer lists " + std::to_string(addresses_.size()) +
+                                  " address(es): give every shard's, in shard order");
     }
     if (addresses_.size() > 1 && c_.mode == diloco::Mode::kDdp) {
       return InvalidArgumentError("ddp mode runs one syncer (one fragment): give --syncer a single address");
@@ -130,12 +137,15 @@ class LearnerProcess {
   }
 
   void PrintStart() {
-    std::printf("learner %d: %s, %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id_,
-                diloco::ModeName(c_.mode), model::PrecisionName(trainer_->precision()),
-                agent_->counters().joined ? "yes" : "not yet (training on; retrying)",
-                static_cast<long long>(opt_.start_step), static_cast<long long>(c_.steps),
-                static_cast<long long>(trainer_->tokens_per_step() * opt_.ranks), c_.SpeedOf(id_),
-                opt_.rejoin ? " (rejoined after a failure: global parameters, fresh AdamW moments, data and LR schedule continue at the start step)" : "");
+    std::printf(
+        "learner %d: %s, %s, joined=%s, steps %lld..%lld of %lld tokens, speed %.2f%s\n", id_,
+        diloco::ModeName(c_.mode), model::PrecisionName(trainer_->precision()),
+        agent_->counters().joined ? "yes" : "not yet (training on; retrying)", static_cast<long long>(opt_.start_step),
+        static_cast<long long>(c_.steps), static_cast<long long>(trainer_->tokens_per_step() * opt_.ranks),
+        c_.SpeedOf(id_),
+        opt_.rejoin
+            ? " (rejoined after a failure: global parameters, fresh AdamW moments, data and LR schedule continue at the start step)"
+            : "");
     std::fflush(stdout);
   }
 
@@ -205,7 +215,7 @@ class LearnerProcess {
     r.first_contribution_s = k.first_contribution_s;
     // When the syncer accepted it (the agent's record), not this report up to a step later.
     r.contributed_at = !ddp_ && k.first_contribution_s >= 0 ? std::min(UnixSeconds(), t_start_ + k.first_contribution_s)
-                                                             : UnixSeconds();
+                                                            : UnixSeconds();
     return r;
   }
 
@@ -263,21 +273,36 @@ class LearnerProcess {
   nlohmann::json Summary() const {
     const auto k = agent_->counters();
     const double wall = UnixSeconds() - t_start_;
-    return {{"learner", id_}, {"steps", step_}, {"tokens", tokens_total_}, {"loss", report_.last_loss()},
-            {"wall_seconds", wall}, {"train_seconds", train_seconds_}, {"barrier_wait_seconds", wait_seconds_},
+    return {{"learner", id_},
+            {"steps", step_},
+            {"tokens", tokens_total_},
+            {"loss", report_.last_loss()},
+            {"wall_seconds", wall},
+            {"train_seconds", train_seconds_},
+            {"barrier_wait_seconds", wait_seconds_},
             {"tokens_per_second", wall > 0 ? tokens_total_ / wall : 0.0},
-            {"pushes", k.pushes}, {"pushes_failed", k.pushes_failed}, {"pulls", k.pulls},
-            {"pulls_delta", k.pulls_delta}, {"pulls_full", k.pulls_full},
+            {"pushes", k.pushes},
+            {"pushes_failed", k.pushes_failed},
+            {"pulls", k.pulls},
+            {"pulls_delta", k.pulls_delta},
+            {"pulls_full", k.pulls_full},
             {"fragments_applied", k.fragments_applied},
             {"payload_bytes_up", ddp_ ? ddp_->payload_bytes_up() : k.payload_bytes_up},
             {"payload_bytes_down", ddp_ ? ddp_->payload_bytes_down() : k.payload_bytes_down},
-            {"wire_bytes_up", links_->WireBytes(true)}, {"wire_bytes_down", links_->WireBytes(false)},
-            {"joins", k.joins}, {"catchup_fragments", k.catchup_fragments},
-            {"checksum_mismatches", k.checksum_mismatches}, {"rejected", k.rejected},
-            {"pushes_repeated", k.pushes_repeated}, {"pushes_deferred", k.pushes_deferred}, {"rebases", k.rebases},
-            {"state_loaded", k.state_loaded}, {"state_errors", k.state_errors},
+            {"wire_bytes_up", links_->WireBytes(true)},
+            {"wire_bytes_down", links_->WireBytes(false)},
+            {"joins", k.joins},
+            {"catchup_fragments", k.catchup_fragments},
+            {"checksum_mismatches", k.checksum_mismatches},
+            {"rejected", k.rejected},
+            {"pushes_repeated", k.pushes_repeated},
+            {"pushes_deferred", k.pushes_deferred},
+            {"rebases", k.rebases},
+            {"state_loaded", k.state_loaded},
+            {"state_errors", k.state_errors},
             {"first_contribution_s", k.first_contribution_s},
-            {"speed", c_.SpeedOf(id_)}, {"start_step", opt_.start_step},
+            {"speed", c_.SpeedOf(id_)},
+            {"start_step", opt_.start_step},
             {"precision", model::PrecisionName(trainer_->precision())}};
   }
 
@@ -290,7 +315,7 @@ class LearnerProcess {
   std::unique_ptr<model::Trainer> trainer_;
   std::vector<std::span<float>> params_;  // views of trainer_'s parameters
   diloco::FragmentPlan plan_;
-  std::vector<std::string> addresses_;     // the syncer shards' addresses, in shard order
+  std::vector<std::string> addresses_;  // the syncer shards' addresses, in shard order
   std::unique_ptr<SyncerLinks> links_;
   std::unique_ptr<learner::AgentGroup> agent_;
   std::unique_ptr<learner::DdpExchange> ddp_;
@@ -306,8 +331,10 @@ class LearnerProcess {
 
 int RunLearnerProcess(const LearnerProcessOptions& opt) {
   if (opt.ranks < 1 || opt.ranks > 64 || opt.rank >= opt.ranks || (opt.rank >= 0 && opt.unit_store.empty())) {
-    std::fprintf(stderr, "atoll learner: error: --ranks %d --rank %d (ranks in [1, 64]; --rank and --unit-store are set by the unit's supervisor)\n",
-                 opt.ranks, opt.rank);
+    std::fprintf(
+        stderr,
+        "atoll learner: error: --ranks %d --rank %d (ranks in [1, 64]; --rank and --unit-store are set by the unit's supervisor)\n",
+        opt.ranks, opt.rank);
     return 2;
   }
   if (opt.rank >= 0) {

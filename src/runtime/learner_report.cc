@@ -31,16 +31,30 @@ learner::Progress LearnerReport::Step(const StepRecord& r) {
   ema_step_ = ema_step_ == 0 ? r.step_s : 0.9 * ema_step_ + 0.1 * r.step_s;
   const double ema_tps = static_cast<double>(s.tokens) / ema_step_;
   last_loss_ = s.loss;
-  metrics_.Write({{"t", UnixSeconds()}, {"source", "learner"}, {"learner", id_}, {"step", r.step},
-                  {"tokens", r.tokens_total}, {"step_tokens", s.tokens}, {"step_s", r.step_s}, {"loss", s.loss},
-                  {"lr", s.lr}, {"tokens_per_s", ema_tps}, {"applied", r.applied},
-                  {"wire_bytes_up", r.wire_up}, {"wire_bytes_down", r.wire_down}});
+  metrics_.Write({{"t", UnixSeconds()},
+                  {"source", "learner"},
+                  {"learner", id_},
+                  {"step", r.step},
+                  {"tokens", r.tokens_total},
+                  {"step_tokens", s.tokens},
+                  {"step_s", r.step_s},
+                  {"loss", s.loss},
+                  {"lr", s.lr},
+                  {"tokens_per_s", ema_tps},
+                  {"applied", r.applied},
+                  {"wire_bytes_up", r.wire_up},
+                  {"wire_bytes_down", r.wire_down}});
   if (r.step == start_step_ + 1) Mark("first_step");
   if (!contributed_ && r.contributed) {
-    contributed_ = true;  // for the rejoin latency: restart → first accepted contribution
+    contributed_ = true;                   // for the rejoin latency: restart → first accepted contribution
     Mark("first_push", r.contributed_at);  // until the syncer accepted a push (the step it is scheduled at)
-    metrics_.Write({{"t", r.contributed_at}, {"source", "learner"}, {"learner", id_}, {"kind", "contributed"},
-                    {"step", r.step}, {"after_start_s", r.first_contribution_s}, {"startup_s", startup_}});
+    metrics_.Write({{"t", r.contributed_at},
+                    {"source", "learner"},
+                    {"learner", id_},
+                    {"kind", "contributed"},
+                    {"step", r.step},
+                    {"after_start_s", r.first_contribution_s},
+                    {"startup_s", startup_}});
   }
   if (r.step % 25 == 0 || r.step == steps_) {
     std::printf("learner %d: step %lld/%lld loss %.4f %.0f tok/s\n", id_, static_cast<long long>(r.step),

@@ -19,10 +19,10 @@ namespace atl::runtime {
 // One inner step as the process saw it.
 struct StepRecord {
   model::StepStats stats;
-  int64_t step = 0;           // inner steps completed
-  int64_t tokens_total = 0;   // tokens trained by this learner so far
-  double step_s = 0;          // wall time of the step, slowed to the learner's speed
-  int applied = 0;            // fragments (or ddp steps) applied after it
+  int64_t step = 0;          // inner steps completed
+  int64_t tokens_total = 0;  // tokens trained by this learner so far
+  double step_s = 0;         // wall time of the step, slowed to the learner's speed
+  int applied = 0;           // fragments (or ddp steps) applied after it
   int64_t wire_up = 0, wire_down = 0;
   // Whether the learner's first contribution was accepted by now, and when (UnixSeconds).
   bool contributed = false;

@@ -43,14 +43,28 @@ int64_t LastReportedStep(const std::string& metrics_path, int64_t fallback) {
 
 std::vector<std::string> RankArgv(const LearnerProcessOptions& opt, const std::string& config, int rank,
                                   const std::string& store, int64_t start_step, bool rejoin) {
-  std::vector<std::string> a = {SelfExecutable(), "learner", "-c", config, "--id", std::to_string(opt.id),
-                                "--syncer", opt.syncer, "--out", opt.out_dir.empty() ? "." : opt.out_dir,
-                                "--ranks", std::to_string(opt.ranks), "--rank", std::to_string(rank),
-                                "--unit-store", store, "--start-step", std::to_string(start_step)};
+  std::vector<std::string> a = {SelfExecutable(),
+                                "learner",
+                                "-c",
+                                config,
+                                "--id",
+                                std::to_string(opt.id),
+                                "--syncer",
+                                opt.syncer,
+                                "--out",
+                                opt.out_dir.empty() ? "." : opt.out_dir,
+                                "--ranks",
+                                std::to_string(opt.ranks),
+                                "--rank",
+                                std::to_string(rank),
+                                "--unit-store",
+                                store,
+                                "--start-step",
+                                std::to_string(start_step)};
   if (rejoin) a.push_back("--rejoin");
   const std::pair<const char*, const std::string*> files[] = {
-      {"--control-file", &opt.control_file}, {"--token-file", &opt.token_file}, {"--tls-ca", &opt.tls.ca},
-      {"--tls-server-name", &opt.tls.server_name}, {"--tls-cert", &opt.tls.cert}, {"--tls-key", &opt.tls.key}};
+      {"--control-file", &opt.control_file},       {"--token-file", &opt.token_file}, {"--tls-ca", &opt.tls.ca},
+      {"--tls-server-name", &opt.tls.server_name}, {"--tls-cert", &opt.tls.cert},     {"--tls-key", &opt.tls.key}};
   for (const auto& [flag, value] : files) {
     if (!value->empty()) a.insert(a.end(), {flag, *value});
   }
@@ -67,8 +81,8 @@ StatusOr<std::vector<ChildProcess>> StartRanks(const LearnerProcessOptions& opt,
   std::string pids;
   for (int r = 0; r < opt.ranks; ++r) {
     const std::string log = r == 0 ? "/dev/stdout" : unit_dir + "/rank-" + std::to_string(r) + ".log";
-    ATOLL_ASSIGN_OR_RETURN(auto child, ChildProcess::Start(RankArgv(opt, unit_dir + "/config.json", r, store,
-                                                                    start_step, rejoin), log));
+    ATOLL_ASSIGN_OR_RETURN(
+        auto child, ChildProcess::Start(RankArgv(opt, unit_dir + "/config.json", r, store, start_step, rejoin), log));
     pids += std::to_string(r) + " " + std::to_string(child.pid()) + "\n";
     ranks.push_back(std::move(child));
   }
@@ -127,7 +141,10 @@ Status WriteRankChecksum(const std::string& out_dir, int id, int rank, const std
 int RunLearnerUnit(const LearnerProcessOptions& opt) {
   const std::string out = opt.out_dir.empty() ? "." : opt.out_dir;
   if (Normalized(opt.config).mode == diloco::Mode::kDdp) {
-    std::fprintf(stderr, "atoll learner %d: error: --ranks needs decoupled or diloco mode (ddp exchanges gradients every step)\n", opt.id);
+    std::fprintf(
+        stderr,
+        "atoll learner %d: error: --ranks needs decoupled or diloco mode (ddp exchanges gradients every step)\n",
+        opt.id);
     return 2;
   }
   const std::string unit_dir = out + "/unit-" + std::to_string(opt.id);
@@ -159,9 +176,10 @@ int RunLearnerUnit(const LearnerProcessOptions& opt) {
     }
     start = LastReportedStep(out + "/metrics-learner-" + std::to_string(opt.id) + ".jsonl", start);
     rejoin = true;
-    std::printf("learner unit %d: rank %d %s; restarting the unit from step %lld (restart %d of at most %d)\n",
-                opt.id, failed, code < 0 ? ("killed by signal " + std::to_string(-code)).c_str()
-                                          : ("exited with " + std::to_string(code)).c_str(),
+    std::printf("learner unit %d: rank %d %s; restarting the unit from step %lld (restart %d of at most %d)\n", opt.id,
+                failed,
+                code < 0 ? ("killed by signal " + std::to_string(-code)).c_str()
+                         : ("exited with " + std::to_string(code)).c_str(),
                 static_cast<long long>(start), incarnation + 1, kMaxUnitRestarts);
     std::fflush(stdout);
   }

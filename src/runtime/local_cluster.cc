@@ -86,7 +86,8 @@ class LocalCluster {
     c_.out = std::filesystem::absolute(c_.out).lexically_normal().string();
     c_.data = std::filesystem::absolute(c_.data).lexically_normal().string();
     if (FileExists(c_.out + "/state/meta.json") || FileExists(c_.out + "/syncer-0/state/meta.json")) {
-      return Fail(FailedPreconditionError("run folder " + c_.out + " already holds a run (state/); choose a new --out"), 2);
+      return Fail(FailedPreconditionError("run folder " + c_.out + " already holds a run (state/); choose a new --out"),
+                  2);
     }
     if (c_.run_id.empty()) c_.run_id = std::filesystem::path(c_.out).filename().string();
     // Per-learner credentials unless a shared token was given (docs/security.md).
@@ -100,13 +101,14 @@ class LocalCluster {
     auto schedule = chaos::BuildSchedule(c_.chaos, c_.learners, 24 * 3600.0);
     if (!schedule.ok()) return Fail(schedule.status(), 2);
     schedule_ = std::move(*schedule);
-    std::printf("atoll run: %s, %d learners, %lld steps each, preset %s, P=%d H=%d tau=%d K=%d grace=%s, %s/%s on the wire\n",
-                diloco::ModeName(c_.mode), c_.learners, static_cast<long long>(c_.steps), c_.preset.c_str(), c_.fragments,
-                c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off", diloco::EncodingName(c_.uplink),
-                diloco::EncodingName(c_.downlink));
+    std::printf(
+        "atoll run: %s, %d learners, %lld steps each, preset %s, P=%d H=%d tau=%d K=%d grace=%s, %s/%s on the wire\n",
+        diloco::ModeName(c_.mode), c_.learners, static_cast<long long>(c_.steps), c_.preset.c_str(), c_.fragments, c_.H,
+        c_.tau, c_.quorum, c_.grace ? "on" : "off", diloco::EncodingName(c_.uplink), diloco::EncodingName(c_.downlink));
     if (!schedule_.empty()) {
       std::printf("chaos (%s, seed %llu): %zu fault(s) scheduled, the first: %s\n", chaos::ChaosModeName(c_.chaos.mode),
-                  static_cast<unsigned long long>(c_.chaos.seed), schedule_.size(), schedule_.front().ToJson().dump().c_str());
+                  static_cast<unsigned long long>(c_.chaos.seed), schedule_.size(),
+                  schedule_.front().ToJson().dump().c_str());
     }
     std::printf("run folder: %s\n", c_.out.c_str());
     std::fflush(stdout);
@@ -159,8 +161,8 @@ class LocalCluster {
       for (int k = 0; k < static_cast<int>(cluster_->shards().size()); ++k) {
         SyncerSlot& shard = cluster_->shards()[static_cast<size_t>(k)];
         if (shard.process.running() || shard.down) continue;
-        std::fprintf(stderr, "atoll run: the syncer exited unexpectedly; %s ends with:\n%s", cluster_->ShardLog(k).c_str(),
-                     TailOf(cluster_->ShardLog(k), 15).c_str());
+        std::fprintf(stderr, "atoll run: the syncer exited unexpectedly; %s ends with:\n%s",
+                     cluster_->ShardLog(k).c_str(), TailOf(cluster_->ShardLog(k), 15).c_str());
         return;
       }
       if (now - last_poll >= 1.0) {
@@ -186,7 +188,8 @@ class LocalCluster {
       auto versions = status["versions"].get<std::vector<int64_t>>();
       if (status.contains("owned_fragments")) {  // a shard: only its own fragments move
         std::vector<int64_t> owned;
-        for (int p : status["owned_fragments"].get<std::vector<int>>()) owned.push_back(versions.at(static_cast<size_t>(p)));
+        for (int p : status["owned_fragments"].get<std::vector<int>>())
+          owned.push_back(versions.at(static_cast<size_t>(p)));
         versions = std::move(owned);
       }
       cluster_->set_versions(std::move(versions));
@@ -240,9 +243,9 @@ class LocalCluster {
     if (shard.process.running()) {
       // Retried: on a loaded machine (or right after a syncer restart) the first call may time out.
       auto fin = client.Finish(evaluate);
-      for (int attempt = 1; attempt < 20 && !fin.ok() && shard.process.running() &&
-                            (fin.status().code() == StatusCode::kUnavailable ||
-                             fin.status().code() == StatusCode::kDeadlineExceeded);
+      for (int attempt = 1;
+           attempt < 20 && !fin.ok() && shard.process.running() &&
+           (fin.status().code() == StatusCode::kUnavailable || fin.status().code() == StatusCode::kDeadlineExceeded);
            ++attempt) {
         std::this_thread::sleep_for(std::chrono::seconds(1));
         fin = client.Finish(evaluate);

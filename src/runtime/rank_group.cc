@@ -62,7 +62,8 @@ class GlooRankGroup final : public RankGroup {
       work->wait();
       return Status::Ok();
     } catch (const std::exception& e) {
-      return UnavailableError(std::string("rank ") + std::to_string(rank_) + ": " + what + " failed (a rank of this unit died?): " + e.what());
+      return UnavailableError(std::string("rank ") + std::to_string(rank_) + ": " + what +
+                              " failed (a rank of this unit died?): " + e.what());
     }
   }
 
@@ -81,8 +82,8 @@ StatusOr<std::unique_ptr<RankGroup>> RankGroup::Create(const std::string& store_
   }
   try {
     auto store = c10::make_intrusive<c10d::FileStore>(store_path, ranks);
-    auto options = c10d::ProcessGroupGloo::Options::create(
-        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+    auto options =
+        c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, ranks, options);
     return std::unique_ptr<RankGroup>(new GlooRankGroup(std::move(pg), rank, ranks));

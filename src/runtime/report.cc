@@ -62,9 +62,10 @@ void ProgressView::Draw(const nlohmann::json& st, double t) {
   for (const auto& l : ls) steps += Num(l, "step");
   // What synchronous data-parallel would have moved by now: bf16 gradient up and down per step.
   const double dp = steps * Num(st, "params") * 4.0;
-  out += fmt::format("t={:5.0f}s  rounds {:6}  on the wire up {:>9} down {:>9} (data-parallel: {:>9})  t_step {:.2f}s  live {}\n",
-                     t, st.value("rounds", 0), Bytes(Num(st, "bytes_up")), Bytes(Num(st, "bytes_down")), Bytes(dp),
-                     Num(st, "t_step_s"), st.value("live", nlohmann::json::array()).size());
+  out += fmt::format(
+      "t={:5.0f}s  rounds {:6}  on the wire up {:>9} down {:>9} (data-parallel: {:>9})  t_step {:.2f}s  live {}\n", t,
+      st.value("rounds", 0), Bytes(Num(st, "bytes_up")), Bytes(Num(st, "bytes_down")), Bytes(dp), Num(st, "t_step_s"),
+      st.value("live", nlohmann::json::array()).size());
   // The global model beside the learners' own training losses: does it keep up?
   if (st.contains("global_eval_loss")) {
     double sum = 0;
@@ -76,11 +77,13 @@ void ProgressView::Draw(const nlohmann::json& st, double t) {
                        Num(st, "global_eval_loss"), st.value("global_eval_rounds", int64_t{0}), n ? sum / n : 0.0);
   }
   for (const auto& l : ls) {
-    const bool silent = Num(l, "seconds_since_seen") > config_.learner_timeout && l.value("state", "") != syncer::LearnerStateName(syncer::LearnerState::kDone);
-    out += fmt::format("  learner {:2}  {:9}  step {:5}/{:<5}  {:7.0f} tok/s  loss {:7.4f}  rounds {:5}  version {:5}  joins {}\n",
-                       l.value("id", -1), silent ? "silent" : l.value("state", "?"), l.value("step", 0),
-                       config_.steps, Num(l, "tokens_per_second"), Num(l, "loss"), l.value("rounds_joined", 0),
-                       l.value("version_held", int64_t{-1}), l.value("joins", 0));
+    const bool silent = Num(l, "seconds_since_seen") > config_.learner_timeout &&
+                        l.value("state", "") != syncer::LearnerStateName(syncer::LearnerState::kDone);
+    out += fmt::format(
+        "  learner {:2}  {:9}  step {:5}/{:<5}  {:7.0f} tok/s  loss {:7.4f}  rounds {:5}  version {:5}  joins {}\n",
+        l.value("id", -1), silent ? "silent" : l.value("state", "?"), l.value("step", 0), config_.steps,
+        Num(l, "tokens_per_second"), Num(l, "loss"), l.value("rounds_joined", 0), l.value("version_held", int64_t{-1}),
+        l.value("joins", 0));
   }
   if (redraw_) {
     if (lines_drawn_ > 0) std::printf("\033[%dA", lines_drawn_);
@@ -331,11 +334,11 @@ std::string FormatReport(const nlohmann::json& s) {
                      Num(s, "goodput"), Num(s, "uptime"), s.value("faults", nlohmann::json::array()).size());
   }
   for (const auto& l : s.value("per_learner", nlohmann::json::array())) {
-    r += fmt::format("  learner {}: computed {} merged {} lost {} tokens, alive {:.0f}s dead {:.0f}s, {} rounds joined, up {} down {}",
-                     l.value("learner", -1), GroupedRound(Num(l, "tokens_computed")),
-                     GroupedRound(Num(l, "tokens_merged")), GroupedRound(Num(l, "tokens_lost")),
-                     Num(l, "seconds_alive"), Num(l, "seconds_dead"), l.value("rounds_joined", 0),
-                     Bytes(Num(l, "bytes_up")), Bytes(Num(l, "bytes_down")));
+    r += fmt::format(
+        "  learner {}: computed {} merged {} lost {} tokens, alive {:.0f}s dead {:.0f}s, {} rounds joined, up {} down {}",
+        l.value("learner", -1), GroupedRound(Num(l, "tokens_computed")), GroupedRound(Num(l, "tokens_merged")),
+        GroupedRound(Num(l, "tokens_lost")), Num(l, "seconds_alive"), Num(l, "seconds_dead"),
+        l.value("rounds_joined", 0), Bytes(Num(l, "bytes_up")), Bytes(Num(l, "bytes_down")));
     const auto& rj = l.value("restart_to_first_contribution_s", nlohmann::json::array());
     if (!rj.empty()) {
       r += ", rejoin→contribution " + SecondsList(rj, l.value("restart_startup_s", nlohmann::json::array()));
@@ -349,10 +352,11 @@ std::string FormatReport(const nlohmann::json& s) {
 // evaluated; rounds, versions and each learner's merged tokens, rounds and bytes added up over
 // the shards (each counts only its own fragments).
 StatusOr<nlohmann::json> CombineShardSummaries(const RunConfig& c, const std::vector<nlohmann::json>& shards,
-                                              const std::vector<std::string>& states) {
+                                               const std::vector<std::string>& states) {
   std::string state_list;
   for (const std::string& st : states) state_list += (state_list.empty() ? "" : ",") + st;
-  ExportOptions eo{c.out + "/config.json", state_list, c.out + "/global.safetensors", /*force=*/true, /*evaluate=*/true};
+  ExportOptions eo{c.out + "/config.json", state_list, c.out + "/global.safetensors", /*force=*/true,
+                   /*evaluate=*/true};
   ATOLL_ASSIGN_OR_RETURN(ExportResult global, ExportState(eo));
   nlohmann::json s = shards.front();
   s.erase("shard");

@@ -26,8 +26,7 @@ class ProgressView {
 };
 
 // Combines the syncer's summary with each learner's learner-<i>.json in the run folder.
-nlohmann::json BuildRunSummary(const RunConfig& config, const nlohmann::json& syncer_summary,
-                               double wall_seconds);
+nlohmann::json BuildRunSummary(const RunConfig& config, const nlohmann::json& syncer_summary, double wall_seconds);
 // Merges metrics-syncer.jsonl and metrics-learner-*.jsonl into metrics.jsonl, ordered by time.
 void MergeMetrics(const RunConfig& config);
 std::string FormatReport(const nlohmann::json& summary);
@@ -36,14 +35,13 @@ std::string FormatReport(const nlohmann::json& summary);
 // and each learner's merged tokens, rounds and bytes added up over the shards (each counts only
 // its own fragments). The export's errors.
 StatusOr<nlohmann::json> CombineShardSummaries(const RunConfig& config, const std::vector<nlohmann::json>& shards,
-                                              const std::vector<std::string>& states);
+                                               const std::vector<std::string>& states);
 
 class Cluster;
 // Goodput accounting from the metrics and the fault log: per learner tokens computed / merged /
 // lost, seconds alive / dead / paused, time from each restart to its first contribution; run-level
 // goodput (useful learner-seconds ÷ allocated learner-seconds) and uptime (share of the run in
 // which the global model kept advancing), and the list of injected faults.
-void AddAccounting(const RunConfig& config, Cluster& cluster, double t0, double wall_seconds,
-                   nlohmann::json& summary);
+void AddAccounting(const RunConfig& config, Cluster& cluster, double t0, double wall_seconds, nlohmann::json& summary);
 
 }  // namespace atl::runtime

@@ -36,9 +36,10 @@ bool RoundCommitter::CheckpointFits() const {
   const uint64_t model_bytes = static_cast<uint64_t>(plan_.total_numel) * sizeof(float) + headroom_.commit_bytes();
   auto free = syncer::CommitHeadroom::FileSystemFreeBytes(out_);
   if (free.ok() && *free >= model_bytes) return true;
-  std::fprintf(stderr, "syncer: warning: the periodic model write is skipped: %s\n",
-               free.ok() ? fmt::format("{} bytes free in {}, it and the next commits need {}", *free, out_, model_bytes).c_str()
-                         : free.status().ToString().c_str());
+  std::fprintf(
+      stderr, "syncer: warning: the periodic model write is skipped: %s\n",
+      free.ok() ? fmt::format("{} bytes free in {}, it and the next commits need {}", *free, out_, model_bytes).c_str()
+                : free.status().ToString().c_str());
   return false;
 }
 

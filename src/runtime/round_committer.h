@@ -24,8 +24,14 @@ class RoundCommitter {
   RoundCommitter(syncer::DurableState& durable, syncer::CommitHeadroom& headroom, RoundLog& log,
                  CheckpointWriter& checkpoints, const SyncerSummary& summary, const diloco::FragmentPlan& plan,
                  std::string out_dir, int checkpoint_every)
-      : durable_(durable), headroom_(headroom), log_(log), checkpoints_(checkpoints), summary_(summary), plan_(plan),
-        out_(std::move(out_dir)), checkpoint_every_(checkpoint_every) {}
+      : durable_(durable),
+        headroom_(headroom),
+        log_(log),
+        checkpoints_(checkpoints),
+        summary_(summary),
+        plan_(plan),
+        out_(std::move(out_dir)),
+        checkpoint_every_(checkpoint_every) {}
 
   void Commit(const syncer::SyncerCore& core, const syncer::RoundReport& r, TimePoint now);
   // No periodic model write from now on: the finish writes the model.

@@ -29,7 +29,8 @@ void RoundLog::Round(const syncer::SyncerCore& core, const syncer::RoundReport& 
     metrics_.Write(line);
     return;
   }
-  line.update({{"t", UnixSeconds()}, {"source", "syncer"},
+  line.update({{"t", UnixSeconds()},
+               {"source", "syncer"},
                {"theta_checksum", ChecksumHex(exchange::ValuesChecksum(core.theta(r.fragment)))}});
   metrics_.Write(line);
   std::printf("round f%d#%lld -> v%lld from %s (late %s, grace %.2fs, share %.2f): %s\n", r.fragment,
@@ -41,8 +42,12 @@ void RoundLog::Round(const syncer::SyncerCore& core, const syncer::RoundReport& 
 }
 
 void RoundLog::Evaluation(const GlobalEvalPoint& e) {
-  metrics_.Write({{"t", e.t}, {"source", "syncer"}, {"kind", "global_eval"}, {"rounds", e.rounds},
-                  {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
+  metrics_.Write({{"t", e.t},
+                  {"source", "syncer"},
+                  {"kind", "global_eval"},
+                  {"rounds", e.rounds},
+                  {"tokens_merged", e.tokens_merged},
+                  {"eval_loss", e.loss}});
   std::lock_guard<std::mutex> lock(mu_);
   curve_.push_back({{"t", e.t}, {"rounds", e.rounds}, {"tokens_merged", e.tokens_merged}, {"eval_loss", e.loss}});
 }

@@ -32,8 +32,8 @@ class RoundLog {
  private:
   JsonlWriter metrics_;
   mutable std::mutex mu_;
-  observe::RoundStats stats_;                          // guarded by mu_
-  nlohmann::json curve_ = nlohmann::json::array();     // guarded by mu_
+  observe::RoundStats stats_;                       // guarded by mu_
+  nlohmann::json curve_ = nlohmann::json::array();  // guarded by mu_
 };
 
 }  // namespace atl::runtime

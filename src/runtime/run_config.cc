@@ -150,8 +150,7 @@ Status Take(const nlohmann::json& j, const std::string& key, std::optional<doubl
 
 // A setting with a fixed set of values: one of its enum's spellings.
 template <typename E>
-  requires std::is_enum_v<E>
-Status Take(const nlohmann::json& j, const std::string& key, E& out) {
+requires std::is_enum_v<E> Status Take(const nlohmann::json& j, const std::string& key, E& out) {
   std::string name = NamesOf(out).Name(out);
   ATOLL_RETURN_IF_ERROR(Take(j, key, name));
   auto parsed = NamesOf(out).Parse(name);
@@ -194,12 +193,14 @@ Status ValidateMethod(const RunConfig& c) {
   if (c.fragments < 1) return bad("fragments (P) must be ≥ 1");
   if (c.syncer_shards > 1 && c.mode == diloco::Mode::kDdp) return bad("ddp mode runs one syncer (syncer_shards = 1)");
   if (c.syncer_shards < 1 || c.syncer_shards > c.fragments)
-    return bad("syncer_shards (S) must be in [1, fragments P] (S=" + std::to_string(c.syncer_shards) + ", P=" +
-               std::to_string(c.fragments) + "): every shard owns at least one fragment");
-  if (c.H < c.fragments) return bad("H (" + std::to_string(c.H) + ") must be ≥ fragments P (" + std::to_string(c.fragments) + ")");
+    return bad("syncer_shards (S) must be in [1, fragments P] (S=" + std::to_string(c.syncer_shards) +
+               ", P=" + std::to_string(c.fragments) + "): every shard owns at least one fragment");
+  if (c.H < c.fragments)
+    return bad("H (" + std::to_string(c.H) + ") must be ≥ fragments P (" + std::to_string(c.fragments) + ")");
   if (c.tau < 0 || c.tau >= c.H) return bad("tau must be in [0, H)");
   if (c.quorum < 1 || c.quorum > c.learners)
-    return bad("quorum K must be in [1, learners] (K=" + std::to_string(c.quorum) + ", M=" + std::to_string(c.learners) + ")");
+    return bad("quorum K must be in [1, learners] (K=" + std::to_string(c.quorum) +
+               ", M=" + std::to_string(c.learners) + ")");
   if (!(c.gamma >= 0 && c.gamma <= 1)) return bad("gamma must be in [0, 1]");
   if (!(c.grace_cap >= 0)) return bad("grace_cap must be ≥ 0");
   if ((c.outer_lr && !(*c.outer_lr >= 0 && std::isfinite(*c.outer_lr))) ||
@@ -215,11 +216,13 @@ Status ValidateLinks(const RunConfig& c) {
   if (c.block < 8 || c.block > 65536 || c.block % 2) return bad("block must be even and in [8, 65536]");
   if (!(c.learner_timeout > 0)) return bad("learner_timeout must be > 0");
   if (!c.speeds.empty() && static_cast<int>(c.speeds.size()) != c.learners)
-    return bad("speeds has " + std::to_string(c.speeds.size()) + " entries for " + std::to_string(c.learners) + " learners");
+    return bad("speeds has " + std::to_string(c.speeds.size()) + " entries for " + std::to_string(c.learners) +
+               " learners");
   for (double s : c.speeds)
     if (!(s > 0 && s <= 1)) return bad("every speed must be in (0, 1]");
   if (!c.batches.empty() && static_cast<int>(c.batches.size()) != c.learners)
-    return bad("batches has " + std::to_string(c.batches.size()) + " entries for " + std::to_string(c.learners) + " learners");
+    return bad("batches has " + std::to_string(c.batches.size()) + " entries for " + std::to_string(c.learners) +
+               " learners");
   for (int b : c.batches)
     if (b < 1 || b > 65536) return bad("every batch size must be in [1, 65536]");
   if (!(c.bandwidth_mbps >= 0) || !(c.latency_ms >= 0) || !(c.loss >= 0 && c.loss < 1))
@@ -234,11 +237,13 @@ Status ValidateLimits(const RunConfig& c) {
   auto bad = [](const std::string& m) { return InvalidArgumentError("run config: " + m); };
   if (c.max_learners < c.learners || c.max_learners > 1'000'000)
     return bad("max_learners must be in [learners, 1000000]");
-  if (!(c.max_inflight_push_mb >= 1 && c.max_inflight_push_mb <= 1 << 20) || !(c.memory_quota_mb >= 16 && c.memory_quota_mb <= 1 << 20))
+  if (!(c.max_inflight_push_mb >= 1 && c.max_inflight_push_mb <= 1 << 20) ||
+      !(c.memory_quota_mb >= 16 && c.memory_quota_mb <= 1 << 20))
     return bad("max_inflight_push_mb must be in [1, 1048576] and memory_quota_mb in [16, 1048576]");
   if (c.max_streams < 1 || c.max_streams > 100'000 || c.max_threads < 4 || c.max_threads > 100'000)
     return bad("max_streams must be in [1, 100000] and max_threads in [4, 100000]");
-  if (!(c.handshake_timeout_s > 0 && c.handshake_timeout_s <= 3600) || !(c.idle_timeout_s > 0 && c.idle_timeout_s <= 86'400))
+  if (!(c.handshake_timeout_s > 0 && c.handshake_timeout_s <= 3600) ||
+      !(c.idle_timeout_s > 0 && c.idle_timeout_s <= 86'400))
     return bad("handshake_timeout_s must be in (0, 3600] and idle_timeout_s in (0, 86400]");
   if (!(c.quarantine_factor == 0 || (c.quarantine_factor >= 2 && c.quarantine_factor <= 1e6)))
     return bad("quarantine_factor must be 0 (off) or in [2, 1e6]");
@@ -246,12 +251,17 @@ Status ValidateLimits(const RunConfig& c) {
     return bad("max_consecutive_rejects must be ≥ 1 and ban_seconds in [0, 86400]");
   if (c.max_connections < 16 || c.max_connections > 1'000'000 || c.max_pushes_per_learner < 1 ||
       c.max_pushes_per_learner > 1000 || c.max_polls_per_learner < 1 || c.max_polls_per_learner > 1000)
-    return bad("max_connections must be in [16, 1000000], max_pushes_per_learner and max_polls_per_learner in [1, 1000]");
-  if (!(c.max_heartbeats_per_s >= 1 && c.max_heartbeats_per_s <= 1e6) || !(c.push_timeout_s >= 1 && c.push_timeout_s <= 86'400))
+    return bad(
+        "max_connections must be in [16, 1000000], max_pushes_per_learner and max_polls_per_learner in [1, 1000]");
+  if (!(c.max_heartbeats_per_s >= 1 && c.max_heartbeats_per_s <= 1e6) ||
+      !(c.push_timeout_s >= 1 && c.push_timeout_s <= 86'400))
     return bad("max_heartbeats_per_s must be in [1, 1e6] and push_timeout_s in [1, 86400]");
-  if (!(c.min_link_mbps >= 0 && c.min_link_mbps <= 1e6)) return bad("min_link_mbps must be in [0, 1e6] (0: no allowance for payload size)");
-  if (!(c.commit_reserve_mb >= 0 && c.commit_reserve_mb <= 1 << 30)) return bad("commit_reserve_mb must be in [0, 1073741824]");
-  if (auto ids = transport::LearnerIdSet::Parse(c.allowed_learners); !ids.ok()) return bad("allowed_learners: " + ids.status().message());
+  if (!(c.min_link_mbps >= 0 && c.min_link_mbps <= 1e6))
+    return bad("min_link_mbps must be in [0, 1e6] (0: no allowance for payload size)");
+  if (!(c.commit_reserve_mb >= 0 && c.commit_reserve_mb <= 1 << 30))
+    return bad("commit_reserve_mb must be in [0, 1073741824]");
+  if (auto ids = transport::LearnerIdSet::Parse(c.allowed_learners); !ids.ok())
+    return bad("allowed_learners: " + ids.status().message());
   return Status::Ok();
 }
 
@@ -265,8 +275,9 @@ Status ValidateRunConfig(const RunConfig& c) {
   ATOLL_RETURN_IF_ERROR(ValidateLimits(c));
   for (const auto& e : c.chaos.events) {
     if (e.kind == chaos::FaultKind::kKillSyncer && e.target >= c.syncer_shards)
-      return bad("a kill_syncer event names syncer shard " + std::to_string(e.target) + " (its learner field), but there " +
-                 (c.syncer_shards == 1 ? std::string("is one syncer") : "are " + std::to_string(c.syncer_shards) + " shards"));
+      return bad(
+          "a kill_syncer event names syncer shard " + std::to_string(e.target) + " (its learner field), but there " +
+          (c.syncer_shards == 1 ? std::string("is one syncer") : "are " + std::to_string(c.syncer_shards) + " shards"));
   }
   return chaos::ValidateChaos(c.chaos, c.learners);
 }
@@ -293,7 +304,7 @@ RunConfig Normalized(RunConfig c) {
     c.outer_step = syncer::OuterStepRule::kRound;  // every round holds every learner: one full outer step each
   }
   if (c.mode == diloco::Mode::kDdp) {
-    c.fragments = 1;        // the whole gradient every step (clipping is global)
+    c.fragments = 1;  // the whole gradient every step (clipping is global)
     c.H = 1;
     c.tau = 0;
     c.uplink = diloco::Encoding::kBf16;  // bf16 gradients up, bf16 parameter deltas down
@@ -338,7 +349,8 @@ KeyHelp HelpOf(const std::string& key) {
   VisitFields(defaults, [&](const char*, const char* k, const auto& value) {
     if (key != k) return;
     help.default_text = DefaultText(JsonOf(value));
-    if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) help.spellings = NamesOf(value).Alternatives(" | ", " | ");
+    if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>)
+      help.spellings = NamesOf(value).Alternatives(" | ", " | ");
   });
   return help;
 }
@@ -374,14 +386,15 @@ StatusOr<RunConfig> LoadRunConfig(const std::string& path, RunConfig base) {
     try {
       table = toml::parse(text, path);
     } catch (const toml::parse_error& e) {
-      return InvalidArgumentError(path + ": not valid TOML: " + std::string(e.description()) +
-                                  " at line " + std::to_string(e.source().begin.line));
+      return InvalidArgumentError(path + ": not valid TOML: " + std::string(e.description()) + " at line " +
+                                  std::to_string(e.source().begin.line));
     }
     nlohmann::json doc = TomlToJson(table);
     flat = nlohmann::json::object();
     for (const auto& [section, value] : doc.items()) {
       if (!IsSection(section) || !value.is_object()) {
-        return InvalidArgumentError(path + ": unknown section [" + section + "] (expected run, model, diloco, learners, eval, chaos)");
+        return InvalidArgumentError(path + ": unknown section [" + section +
+                                    "] (expected run, model, diloco, learners, eval, chaos)");
       }
       if (section == "chaos") {
         flat["chaos"] = value;

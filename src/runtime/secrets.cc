@@ -43,8 +43,8 @@ StatusOr<std::string> WriteRunCredentials(const RunConfig& c) {
   for (unsigned char ch : random) secret += fmt::format("{:02x}", ch);
   ATOLL_RETURN_IF_ERROR(WriteFileOwnerOnly(dir + "/run.secret", secret));
   for (int m = 0; m < c.learners; ++m) {
-    ATOLL_RETURN_IF_ERROR(
-        WriteFileOwnerOnly(dir + "/learner-" + std::to_string(m) + ".token", transport::LearnerToken(secret, c.run_id, m)));
+    ATOLL_RETURN_IF_ERROR(WriteFileOwnerOnly(dir + "/learner-" + std::to_string(m) + ".token",
+                                             transport::LearnerToken(secret, c.run_id, m)));
   }
   return transport::OperatorToken(secret, c.run_id);
 }

@@ -25,18 +25,23 @@ namespace {
 
 Status CheckSimulated(const RunConfig& c, const SimulateOptions& o) {
   if (c.mode == diloco::Mode::kDdp) {
-    return InvalidArgumentError("simulate: ddp mode is not simulated (decoupled or diloco; `atoll train --replicas M` is data-parallel)");
+    return InvalidArgumentError(
+        "simulate: ddp mode is not simulated (decoupled or diloco; `atoll train --replicas M` is data-parallel)");
   }
-  if (c.chaos.mode != chaos::ChaosMode::kNone) return InvalidArgumentError("simulate: chaos is not simulated ([chaos] mode must be none)");
+  if (c.chaos.mode != chaos::ChaosMode::kNone)
+    return InvalidArgumentError("simulate: chaos is not simulated ([chaos] mode must be none)");
   if (c.bandwidth_mbps != 0 || c.latency_ms != 0 || c.loss != 0) {
     return InvalidArgumentError("simulate: the WAN emulation (bandwidth_mbps, latency_ms, loss) is not simulated");
   }
-  if (c.syncer_shards != 1) return InvalidArgumentError("simulate: a sharded syncer is not simulated (syncer_shards must be 1)");
+  if (c.syncer_shards != 1)
+    return InvalidArgumentError("simulate: a sharded syncer is not simulated (syncer_shards must be 1)");
   if (!(o.step_seconds > 0) || !std::isfinite(o.step_seconds)) {
     return InvalidArgumentError(fmt::format("simulate: --step-time must be > 0 seconds, got {}", o.step_seconds));
   }
-  if (!(o.spread >= 0 && o.spread < 1)) return InvalidArgumentError(fmt::format("simulate: --spread must be in [0, 1), got {}", o.spread));
-  if (!(o.jitter >= 0 && o.jitter < 1)) return InvalidArgumentError(fmt::format("simulate: --jitter must be in [0, 1), got {}", o.jitter));
+  if (!(o.spread >= 0 && o.spread < 1))
+    return InvalidArgumentError(fmt::format("simulate: --spread must be in [0, 1), got {}", o.spread));
+  if (!(o.jitter >= 0 && o.jitter < 1))
+    return InvalidArgumentError(fmt::format("simulate: --jitter must be in [0, 1), got {}", o.jitter));
   return Status::Ok();
 }
 
@@ -45,7 +50,8 @@ class Evaluator {
  public:
   Evaluator(std::unique_ptr<model::Trainer> t, const diloco::FragmentPlan& plan) : t_(std::move(t)), plan_(plan) {}
   StatusOr<double> Of(const syncer::SyncerCore& core, int batches) {
-    exchange::ScatterAll(plan_, [&](int p) { return core.theta(p); }, model::ParameterViews(*t_));
+    exchange::ScatterAll(
+        plan_, [&](int p) { return core.theta(p); }, model::ParameterViews(*t_));
     ATOLL_ASSIGN_OR_RETURN(auto ev, t_->Evaluate(batches));
     return ev.loss;
   }
@@ -59,7 +65,7 @@ class Evaluator {
 // One learner's thread: its trainer and agent, each inner step followed by its simulated time.
 struct SimLearner {
   int id = 0;
-  double factor = 1;  // persistent: 1 ± spread, ÷ the config's speed
+  double factor = 1;      // persistent: 1 ± spread, ÷ the config's speed
   double finished_s = 0;  // simulated time when it left
   Status status;
   nlohmann::json summary;
@@ -84,14 +90,21 @@ void Leave(learner::LearnerAgent& agent, int64_t step, int64_t tokens, double la
   const auto k = agent.counters();
   if (Status st = agent.Leave(); !st.ok()) me.status = st;
   me.finished_s = ToSeconds(clock.Now());
-  me.summary = {{"learner", me.id}, {"steps", step}, {"tokens", tokens}, {"loss", last_loss},
-                {"speed_factor", 1.0 / me.factor}, {"pushes", k.pushes}, {"pushes_deferred", k.pushes_deferred},
-                {"fragments_applied", k.fragments_applied}, {"rejected", k.rejected},
-                {"payload_bytes_up", k.payload_bytes_up}, {"payload_bytes_down", k.payload_bytes_down}};
+  me.summary = {{"learner", me.id},
+                {"steps", step},
+                {"tokens", tokens},
+                {"loss", last_loss},
+                {"speed_factor", 1.0 / me.factor},
+                {"pushes", k.pushes},
+                {"pushes_deferred", k.pushes_deferred},
+                {"fragments_applied", k.fragments_applied},
+                {"rejected", k.rejected},
+                {"payload_bytes_up", k.payload_bytes_up},
+                {"payload_bytes_down", k.payload_bytes_down}};
 }
 
-void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::FragmentPlan& plan,
-                syncer::SyncerApi& api, SimClock& clock, SimLearner& me) {
+void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::FragmentPlan& plan, syncer::SyncerApi& api,
+                SimClock& clock, SimLearner& me) {
   auto topts = MakeTrainerOptions(c, me.id);
   if (!topts.ok()) return void(me.status = topts.status());
   auto trainer = model::Trainer::Create(*topts);
@@ -106,7 +119,7 @@ void RunLearner(const RunConfig& c, const SimulateOptions& o, const diloco::Frag
   Rng rng(c.seed * 7919 + static_cast<uint64_t>(me.id) * 104729 + 17);
   double ema = 0, last_loss = 0;
   int64_t step = 0, tokens = 0;
-  for (; step < c.steps && !agent.finish_requested(); ) {
+  for (; step < c.steps && !agent.finish_requested();) {
     auto s = (*trainer)->Step();
     if (!s.ok()) return void(me.status = s.status());
     const double dt = o.step_seconds * me.factor * (1.0 + o.jitter * rng.Uniform(-1.0, 1.0));
@@ -172,8 +185,9 @@ class RoundObserver {
     result_.global_eval_curve.push_back(
         {{"rounds", sc.rounds_closed()}, {"tokens_merged", sc.tokens_merged()}, {"t", t}, {"eval_loss", *loss}});
     if (o_.progress) {
-      o_.progress(fmt::format("t = {:7.1f} s (simulated)  rounds {:5d}  tokens merged {:10.0f}  global eval loss {:.4f}",
-                              t, sc.rounds_closed(), sc.tokens_merged(), *loss));
+      o_.progress(
+          fmt::format("t = {:7.1f} s (simulated)  rounds {:5d}  tokens merged {:10.0f}  global eval loss {:.4f}", t,
+                      sc.rounds_closed(), sc.tokens_merged(), *loss));
     }
   }
   const Status& eval_status() const { return eval_status_; }
@@ -212,7 +226,8 @@ StatusOr<SimulateResult> Simulate(const RunConfig& config, const SimulateOptions
   }
   syncer::SyncerOptions sopts = MakeSyncerOptions(c);
   sopts.incarnation = 1;
-  ATOLL_ASSIGN_OR_RETURN(auto core, syncer::SyncerCore::Create(sopts, plan, exchange::GatherAll(plan, model::ParameterViews(eval.trainer()))));
+  ATOLL_ASSIGN_OR_RETURN(auto core, syncer::SyncerCore::Create(
+                                        sopts, plan, exchange::GatherAll(plan, model::ParameterViews(eval.trainer()))));
 
   SimClock clock;
   RoundObserver observe(c, o, clock, eval, result);

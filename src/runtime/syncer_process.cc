@@ -108,8 +108,10 @@ class SyncerProcess {
     if (!host.ok()) return SyncerFail(host.status(), 2);
     model_ = std::move(*host);
     if (c_.mode == diloco::Mode::kDdp && model_->evaluator() == nullptr) {
-      return SyncerFail(FailedPreconditionError("ddp mode needs an atoll preset (its optimizer is an atoll Trainer's): " +
-                                                model_->no_evaluation()), 2);
+      return SyncerFail(
+          FailedPreconditionError("ddp mode needs an atoll preset (its optimizer is an atoll Trainer's): " +
+                                  model_->no_evaluation()),
+          2);
     }
     auto plan = MakePlan(c_, model_->tensors());
     if (!plan.ok()) return SyncerFail(plan.status(), 2);
@@ -132,22 +134,28 @@ class SyncerProcess {
 
   void PrintRun() const {
     if (shard_.count > 1) {
-      std::printf("syncer: shard %s: owns the fragments p with p mod %d = %d\n", shard_.ToString().c_str(), shard_.count,
-                  shard_.index);
+      std::printf("syncer: shard %s: owns the fragments p with p mod %d = %d\n", shard_.ToString().c_str(),
+                  shard_.count, shard_.index);
     }
-    std::printf("syncer: run %s, mode %s, model %s in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, outer step %s (lr %g, momentum %g), up %s down %s\n",
-                c_.run_id.c_str(), diloco::ModeName(c_.mode), model_->Describe().c_str(), plan_.num_fragments(),
-                plan_.peak_to_ideal, c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off", diloco::MergeRuleName(c_.merge),
-                syncer::OuterStepRuleName(c_.outer_step), OuterOptimizerOf(c_).lr, OuterOptimizerOf(c_).momentum,
-                diloco::EncodingName(c_.uplink), diloco::EncodingName(c_.downlink));
+    std::printf(
+        "syncer: run %s, mode %s, model %s in %d fragments (peak/ideal %.3f), H=%d tau=%d K=%d grace=%s merge=%s, outer step %s (lr %g, momentum %g), up %s down %s\n",
+        c_.run_id.c_str(), diloco::ModeName(c_.mode), model_->Describe().c_str(), plan_.num_fragments(),
+        plan_.peak_to_ideal, c_.H, c_.tau, c_.quorum, c_.grace ? "on" : "off", diloco::MergeRuleName(c_.merge),
+        syncer::OuterStepRuleName(c_.outer_step), OuterOptimizerOf(c_).lr, OuterOptimizerOf(c_).momentum,
+        diloco::EncodingName(c_.uplink), diloco::EncodingName(c_.downlink));
   }
 
   void LogResumed() {
     const syncer::SyncerCore& core = *opened_.core;
     std::vector<std::string> sums;
-    for (int p = 0; p < plan_.num_fragments(); ++p) sums.push_back(ChecksumHex(exchange::ValuesChecksum(core.theta(p))));
-    log_->Line({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "resumed"}, {"versions", core.versions()},
-                {"rounds", core.rounds_closed()}, {"theta_checksums", sums}});
+    for (int p = 0; p < plan_.num_fragments(); ++p)
+      sums.push_back(ChecksumHex(exchange::ValuesChecksum(core.theta(p))));
+    log_->Line({{"t", UnixSeconds()},
+                {"source", "syncer"},
+                {"kind", "resumed"},
+                {"versions", core.versions()},
+                {"rounds", core.rounds_closed()},
+                {"theta_checksums", sums}});
   }
 
   // The global model's eval loss during the run, off the loop thread (its own Trainer).
@@ -219,7 +227,8 @@ class SyncerProcess {
                    gate.message().c_str());
     }
     if (ev != nullptr) {
-      exchange::ScatterAll(plan_, [&](int p) { return std::span<const float>(sc.theta(p)); }, model::ParameterViews(*ev));
+      exchange::ScatterAll(
+          plan_, [&](int p) { return std::span<const float>(sc.theta(p)); }, model::ParameterViews(*ev));
     }
     return summary_->Of(sc, now);
   }
@@ -264,13 +273,15 @@ class SyncerProcess {
   int Serve() {
     auto so = ServerOptionsOf(opt_, c_);
     if (!so.ok()) return SyncerFail(so.status(), 2);
-    if (Status st = StartStatusPage(*so); !st.ok()) return SyncerFail(st, st.code() == StatusCode::kInvalidArgument ? 2 : 1);
+    if (Status st = StartStatusPage(*so); !st.ok())
+      return SyncerFail(st, st.code() == StatusCode::kInvalidArgument ? 2 : 1);
     auto server = transport::GrpcSyncerServer::Start(*so, *loop_, [this](bool evaluate) { return Finish(evaluate); });
     if (!server.ok()) return SyncerFail(server.status(), 1);
     std::printf("syncer: listening on port %d\n", (*server)->port());
     std::fflush(stdout);
     if (!opt_.port_file.empty()) {
-      if (Status st = WriteFileAtomic(opt_.port_file, std::to_string((*server)->port())); !st.ok()) return SyncerFail(st, 1);
+      if (Status st = WriteFileAtomic(opt_.port_file, std::to_string((*server)->port())); !st.ok())
+        return SyncerFail(st, 1);
     }
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
@@ -308,12 +319,12 @@ class SyncerProcess {
 
   const SyncerProcessOptions& opt_;
   const RunConfig c_;
-  syncer::ShardSpec shard_;                     // {0, 1}: the one syncer
+  syncer::ShardSpec shard_;  // {0, 1}: the one syncer
   const std::string out_;
   RealClock& clock_ = RealClock::Default();
   std::unique_ptr<ModelHost> model_;
   diloco::FragmentPlan plan_;
-  OpenedCore opened_;                           // its core until moved into loop_
+  OpenedCore opened_;                                 // its core until moved into loop_
   std::unique_ptr<syncer::CommitHeadroom> headroom_;  // loop thread, after Setup
   std::unique_ptr<RoundLog> log_;
   std::unique_ptr<SyncerSummary> summary_;
@@ -324,8 +335,8 @@ class SyncerProcess {
   std::unique_ptr<SyncerStatusPage> status_page_;
   std::mutex finish_mu_;
   std::condition_variable finish_cv_;
-  bool finished_ = false;                       // guarded by finish_mu_
-  std::string summary_text_;                    // guarded by finish_mu_
+  bool finished_ = false;     // guarded by finish_mu_
+  std::string summary_text_;  // guarded by finish_mu_
 };
 
 }  // namespace

@@ -21,11 +21,13 @@ namespace {
 // write is as large as the model).
 void RemoveStaleFiles(syncer::DurableState& durable, const std::string& out) {
   std::vector<std::string> stale = durable.RemoveStaleTempFiles();
-  if (auto files = RemoveStaleTempFiles(out, {"global.safetensors", "syncer-summary.json", "config.json", "status-url"});
+  if (auto files =
+          RemoveStaleTempFiles(out, {"global.safetensors", "syncer-summary.json", "config.json", "status-url"});
       files.ok()) {
     for (const auto& f : *files) stale.push_back(out + "/" + f);
   }
-  for (const std::string& f : stale) std::printf("syncer: removed %s (a write a killed syncer left unfinished)\n", f.c_str());
+  for (const std::string& f : stale)
+    std::printf("syncer: removed %s (a write a killed syncer left unfinished)\n", f.c_str());
 }
 
 // Restores a saved state into the core, or writes the initial one.
@@ -34,11 +36,13 @@ int ResumeOrSave(OpenedCore& out) {
   if (!contents.ok()) return SyncerFail(contents.status(), 2);
   out.resumed = *contents == syncer::DurableState::Contents::kSaved;
   if (!out.resumed) {
-    if (Status st = out.durable->SaveAll(*out.core); !st.ok()) return SyncerFail(st.WithContext("writing the initial state"), 1);
+    if (Status st = out.durable->SaveAll(*out.core); !st.ok())
+      return SyncerFail(st.WithContext("writing the initial state"), 1);
     return 0;
   }
   if (Status st = out.durable->Restore(*out.core, RealClock::Default().Now()); !st.ok()) {
-    const char* hint = st.code() == StatusCode::kFailedPrecondition ? " (point --state at a fresh folder to start over)" : "";
+    const char* hint =
+        st.code() == StatusCode::kFailedPrecondition ? " (point --state at a fresh folder to start over)" : "";
     return SyncerFail(Status(st.code(), st.message() + hint).WithContext("resuming from " + out.durable->dir()), 2);
   }
   std::printf("syncer: resumed from %s: %lld committed rounds, fragment versions %s\n", out.durable->dir().c_str(),
@@ -49,8 +53,8 @@ int ResumeOrSave(OpenedCore& out) {
 
 }  // namespace
 
-int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHost& model, const diloco::FragmentPlan& plan,
-             syncer::SyncerOptions options, OpenedCore& out) {
+int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHost& model,
+             const diloco::FragmentPlan& plan, syncer::SyncerOptions options, OpenedCore& out) {
   std::vector<std::vector<float>> initial(plan.fragments.size());
   for (const auto& f : plan.fragments) {
     if (!options.shard.owns(f.index)) continue;  // another shard's: not needed here
@@ -126,8 +130,10 @@ StatusOr<transport::ServerOptions> ServerOptionsOf(const SyncerProcessOptions& o
                                    " without credentials: give --secret-file (per-learner) or --token");
   }
   if (!so.tls.enabled) {
-    std::fprintf(stderr, "syncer: WARNING: listening on %s without TLS: tokens and model values travel in plaintext "
-                         "(--tls-cert/--tls-key)\n", so.address.c_str());
+    std::fprintf(stderr,
+                 "syncer: WARNING: listening on %s without TLS: tokens and model values travel in plaintext "
+                 "(--tls-cert/--tls-key)\n",
+                 so.address.c_str());
   }
   return so;
 }

@@ -34,8 +34,8 @@ struct OpenedCore {
 // killed syncer left. Returns 0, or SyncerFail's code: 2 for a model, plan or state folder that
 // does not fit (a damaged or foreign folder is refused, never overwritten), 1 when the initial
 // state cannot be written.
-int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHost& model, const diloco::FragmentPlan& plan,
-             syncer::SyncerOptions options, OpenedCore& out);
+int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHost& model,
+             const diloco::FragmentPlan& plan, syncer::SyncerOptions options, OpenedCore& out);
 
 // Prints the durable state's warnings not printed yet (what the resume ignored or rebuilt).
 void PrintStateWarnings(OpenedCore& opened);

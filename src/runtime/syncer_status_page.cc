@@ -33,8 +33,8 @@ Status SyncerStatusPage::Start(const StatusPageOptions& o) {
   ATOLL_ASSIGN_OR_RETURN(http_, observe::HttpStatusServer::Start(ho, std::move(h)));
   std::printf("syncer: status page at %s (metrics at %smetrics)\n", http_->url().c_str(), http_->url().c_str());
   if (!ho.token.empty()) {  // the URL with its token, readable by the owner only (not in the log)
-    ATOLL_RETURN_IF_ERROR(
-        WriteFileOwnerOnly(o.out_dir + "/status-url", http_->url() + "?token=" + observe::QueryEscaped(ho.token) + "\n"));
+    ATOLL_RETURN_IF_ERROR(WriteFileOwnerOnly(o.out_dir + "/status-url",
+                                             http_->url() + "?token=" + observe::QueryEscaped(ho.token) + "\n"));
     std::printf("syncer: the status page needs the token: the URL with it is in %s/status-url\n", o.out_dir.c_str());
   }
   std::fflush(stdout);

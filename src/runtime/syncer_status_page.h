@@ -21,11 +21,11 @@
 namespace atl::runtime {
 
 struct StatusPageOptions {
-  std::string address;                 // --http; "" = no endpoint
-  std::string token;                   // "" = no credentials required
-  std::vector<std::string> hosts;      // --http-host
-  std::string out_dir;                 // for status-url
-  std::string port_file;               // --http-port-file
+  std::string address;             // --http; "" = no endpoint
+  std::string token;               // "" = no credentials required
+  std::vector<std::string> hosts;  // --http-host
+  std::string out_dir;             // for status-url
+  std::string port_file;           // --http-port-file
 };
 
 class SyncerStatusPage {

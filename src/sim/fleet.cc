@@ -14,12 +14,11 @@ Status ValidateFleet(const FleetSpec& s) {
   if (s.chips <= 0) return InvalidArgumentError("chips must be > 0");
   if (s.slice_chips <= 0) return InvalidArgumentError("slice size must be > 0 chips");
   if (s.slice_chips > s.chips)
-    return InvalidArgumentError("slice size (" + std::to_string(s.slice_chips) +
-                                ") exceeds the fleet (" + std::to_string(s.chips) + " chips)");
+    return InvalidArgumentError("slice size (" + std::to_string(s.slice_chips) + ") exceeds the fleet (" +
+                                std::to_string(s.chips) + " chips)");
   if ((s.chips + s.slice_chips - 1) / s.slice_chips > std::numeric_limits<int32_t>::max())
     return InvalidArgumentError("too many slices");
-  if (!(s.mtbi_s > 0) || !std::isfinite(s.mtbi_s))
-    return InvalidArgumentError("MTBI must be > 0");
+  if (!(s.mtbi_s > 0) || !std::isfinite(s.mtbi_s)) return InvalidArgumentError("MTBI must be > 0");
   if (!(s.repair_mean_s >= 0) || !std::isfinite(s.repair_mean_s))
     return InvalidArgumentError("repair time must be >= 0");
   if (!(s.repair_sigma >= 0)) return InvalidArgumentError("repair sigma must be >= 0");
@@ -107,8 +106,8 @@ FleetState StationaryStart(const FleetSpec& spec, FailureTrace& tr, Rng& rng) {
 // Victim: uniform among healthy slices, accepted in proportion to its chips (only the last
 // slice can be smaller, so the rejection loop almost never repeats). Returns its index in
 // `healthy`.
-size_t PickVictim(const std::vector<int32_t>& healthy, const std::vector<int64_t>& slice_chips,
-                  int64_t max_slice, Rng& rng) {
+size_t PickVictim(const std::vector<int32_t>& healthy, const std::vector<int64_t>& slice_chips, int64_t max_slice,
+                  Rng& rng) {
   size_t k;
   do {
     k = static_cast<size_t>(rng.UniformInt(healthy.size()));
@@ -134,9 +133,7 @@ FailureTrace GenerateTrace(const FleetSpec& spec, uint64_t seed) {
     // The superposition of the healthy chips' Poisson processes is Poisson with rate
     // healthy_chips/MTBI; by memorylessness it is redrawn after every event.
     const double next_failure =
-        s.healthy_chips > 0
-            ? t + rng.Exponential(spec.mtbi_s / static_cast<double>(s.healthy_chips))
-            : kInf;
+        s.healthy_chips > 0 ? t + rng.Exponential(spec.mtbi_s / static_cast<double>(s.healthy_chips)) : kInf;
     const double next_return = s.returns.empty() ? kInf : s.returns.Top().time;
     if (std::min(next_failure, next_return) > spec.duration_s) break;
     if (next_return <= next_failure) {
@@ -163,8 +160,7 @@ FailureTrace GenerateTrace(const FleetSpec& spec, uint64_t seed) {
 
 double StationarySliceFailureRate(const FleetSpec& spec) {
   double rate = 0;
-  for (int64_t c : SliceSizes(spec))
-    rate += 1.0 / (spec.mtbi_s / static_cast<double>(c) + spec.repair_mean_s);
+  for (int64_t c : SliceSizes(spec)) rate += 1.0 / (spec.mtbi_s / static_cast<double>(c) + spec.repair_mean_s);
   return rate;
 }
 

@@ -71,20 +71,18 @@ Status ValidateGoodput(const GoodputParams& p) {
   if (!(p.mtbi_years > 0)) return InvalidArgumentError("--mtbi-years must be > 0");
   if (p.learners < 1) return InvalidArgumentError("--learners (M) must be >= 1");
   if (p.quorum < 1 || p.quorum > p.learners)
-    return InvalidArgumentError(
-        fmt::format("--quorum (K) must be in [1, M={}], got {}", p.learners, p.quorum));
-  if (!(p.restart_s >= 0) || !(p.shrink_s >= 0) || !(p.grow_s >= 0) || !(p.barrier_s >= 0) ||
-      !(p.checkpoint_s >= 0) || !(p.detect_s >= 0))
-    return InvalidArgumentError(
-        "pause, restart, detection, barrier and checkpoint times must be >= 0");
+    return InvalidArgumentError(fmt::format("--quorum (K) must be in [1, M={}], got {}", p.learners, p.quorum));
+  if (!(p.restart_s >= 0) || !(p.shrink_s >= 0) || !(p.grow_s >= 0) || !(p.barrier_s >= 0) || !(p.checkpoint_s >= 0) ||
+      !(p.detect_s >= 0))
+    return InvalidArgumentError("pause, restart, detection, barrier and checkpoint times must be >= 0");
   if (!(p.step_s > 0)) return InvalidArgumentError("--step-s must be > 0");
   if (p.inner_steps < 1) return InvalidArgumentError("--inner-steps (H) must be >= 1");
   if (p.seeds < 1) return InvalidArgumentError("--seeds must be >= 1");
   ATOLL_RETURN_IF_ERROR(ValidateFleet(ToFleetSpec(p)));
   const int64_t slices = (p.chips + p.slice_chips - 1) / p.slice_chips;
   if (slices < p.learners)
-    return InvalidArgumentError(fmt::format(
-        "{} slices cannot make {} learners (each needs >= 1 slice)", slices, p.learners));
+    return InvalidArgumentError(
+        fmt::format("{} slices cannot make {} learners (each needs >= 1 slice)", slices, p.learners));
   if (p.spare_slices >= slices)
     return InvalidArgumentError(
         fmt::format("--spare-slices ({}) must leave the job at least one of "
@@ -111,10 +109,9 @@ MeanCi MeanCi95(const std::vector<double>& xs) {
   for (double x : xs) ss += (x - r.mean) * (x - r.mean);
   const size_t df = xs.size() - 1;
   // Student t, two-sided 95 %, for df = 1..30; the normal 1.96 beyond.
-  static constexpr double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
-                                  2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
-                                  2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-                                  2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+  static constexpr double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                  2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
   const double t = df <= 30 ? kT[df - 1] : 1.96;
   r.half_width = t * std::sqrt(ss / static_cast<double>(df) / static_cast<double>(xs.size()));
   return r;
@@ -155,13 +152,11 @@ Oracle ClosedForm(FleetMode mode, const GoodputParams& p) {
       if (static_cast<double>(SpareSlices(p)) < r.mean + 2 * r.sd) break;
       o.available = true;
       const double job_chips =
-          static_cast<double>(p.chips) -
-          static_cast<double>(SpareSlices(p)) * static_cast<double>(p.slice_chips);
+          static_cast<double>(p.chips) - static_cast<double>(SpareSlices(p)) * static_cast<double>(p.slice_chips);
       const double lj = job_chips / f.mtbi_s;
       o.uptime = 1.0 / (1.0 + lj * MeanPauseEpisode(p.restart_s, p.detect_s, lj));
       const double lc = lj * p.checkpoint_s;
-      o.goodput = o.uptime * (lc > 0 ? lc / std::expm1(lc) : 1.0) * job_chips /
-                  static_cast<double>(p.chips);
+      o.goodput = o.uptime * (lc > 0 ? lc / std::expm1(lc) : 1.0) * job_chips / static_cast<double>(p.chips);
       break;
     }
     case FleetMode::kElasticDataParallel: {
@@ -180,8 +175,8 @@ Oracle ClosedForm(FleetMode mode, const GoodputParams& p) {
       o.goodput = q * (1.0 - down);
       double tail = 0;  // P(at least K of M training)
       for (int k = p.quorum; k <= m; ++k) {
-        tail += std::exp(std::lgamma(m + 1.0) - std::lgamma(k + 1.0) - std::lgamma(m - k + 1.0)) *
-                std::pow(q, k) * std::pow(1.0 - q, m - k);
+        tail += std::exp(std::lgamma(m + 1.0) - std::lgamma(k + 1.0) - std::lgamma(m - k + 1.0)) * std::pow(q, k) *
+                std::pow(1.0 - q, m - k);
       }
       o.uptime = std::min(1.0, tail);
       break;
@@ -235,20 +230,16 @@ std::string FormatGoodputTable(const GoodputParams& p, const std::vector<ModeSum
       "       restart {:g} s ({} spare slices), shrink {:g} s, grow {:g} s, detect {:g} s, "
       "step {:g} s, H {}, M {}, K {}; {:g} days x {} seeds\n\n",
       Grouped(p.chips), Grouped(static_cast<int64_t>(slices)), p.slice_chips, p.mtbi_years,
-      1.0 / StationarySliceFailureRate(f), p.repair_hours, RepairDistName(p.repair_dist),
-      p.restart_s, SpareSlices(p), p.shrink_s, p.grow_s, p.detect_s, p.step_s, p.inner_steps,
-      p.learners, p.quorum, p.days, p.seeds);
-  out += fmt::format("{:<23} {:>8}  {:<17} {:<17} {:>10}  {}\n", "mode", "learners",
-                     "goodput (95% CI)", "uptime (95% CI)", "failures",
-                     "closed form goodput / uptime");
+      1.0 / StationarySliceFailureRate(f), p.repair_hours, RepairDistName(p.repair_dist), p.restart_s, SpareSlices(p),
+      p.shrink_s, p.grow_s, p.detect_s, p.step_s, p.inner_steps, p.learners, p.quorum, p.days, p.seeds);
+  out += fmt::format("{:<23} {:>8}  {:<17} {:<17} {:>10}  {}\n", "mode", "learners", "goodput (95% CI)",
+                     "uptime (95% CI)", "failures", "closed form goodput / uptime");
   for (const auto& m : s) {
     std::string oracle = "-";
-    if (m.oracle.available)
-      oracle = fmt::format("{:.1f}% / {:.2f}%", 100 * m.oracle.goodput, 100 * m.oracle.uptime);
-    out +=
-        fmt::format("{:<23} {:8}  {:5.1f}% +- {:<6.2f} {:6.2f}% +- {:<6.2f} {:>10}  {}\n",
-                    FleetModeName(m.mode), m.learners, 100 * m.goodput, 100 * m.goodput_ci95,
-                    100 * m.uptime, 100 * m.uptime_ci95, Grouped(std::llround(m.failures)), oracle);
+    if (m.oracle.available) oracle = fmt::format("{:.1f}% / {:.2f}%", 100 * m.oracle.goodput, 100 * m.oracle.uptime);
+    out += fmt::format("{:<23} {:8}  {:5.1f}% +- {:<6.2f} {:6.2f}% +- {:<6.2f} {:>10}  {}\n", FleetModeName(m.mode),
+                       m.learners, 100 * m.goodput, 100 * m.goodput_ci95, 100 * m.uptime, 100 * m.uptime_ci95,
+                       Grouped(std::llround(m.failures)), oracle);
   }
   return out;
 }
@@ -301,8 +292,8 @@ StatusOr<std::string> GoodputSweepSvg(const GoodputParams& p) {
   up.y_label = "uptime (global model advances)";
   for (FleetMode m : kAllFleetModes) {
     Series sg, su;
-    sg.name = su.name = std::string(FleetModeName(m)) +
-                        (ModeLearners(m, p) > 1 ? fmt::format(" (M={})", ModeLearners(m, p)) : "");
+    sg.name = su.name =
+        std::string(FleetModeName(m)) + (ModeLearners(m, p) > 1 ? fmt::format(" (M={})", ModeLearners(m, p)) : "");
     gp.series.push_back(sg);
     up.series.push_back(su);
   }

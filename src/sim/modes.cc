@@ -47,11 +47,13 @@ class ModeModel {
 class DataParallel final : public ModeModel {
  public:
   DataParallel(const GoodputParams& p, const FailureTrace& tr)
-      : slice_chips_(tr.slice_chips), restart_s_(p.restart_s), detect_s_(p.detect_s),
+      : slice_chips_(tr.slice_chips),
+        restart_s_(p.restart_s),
+        detect_s_(p.detect_s),
         checkpoint_s_(p.checkpoint_s),
-        in_job_(tr.slice_chips.size(), 0), pool_pos_(tr.slice_chips.size(), kNone) {
-    const int64_t job_slices =
-        static_cast<int64_t>(tr.slice_chips.size()) - SpareSlices(p);
+        in_job_(tr.slice_chips.size(), 0),
+        pool_pos_(tr.slice_chips.size(), kNone) {
+    const int64_t job_slices = static_cast<int64_t>(tr.slice_chips.size()) - SpareSlices(p);
     int64_t taken = 0;
     for (size_t s = 0; s < tr.slice_chips.size(); ++s) {
       if (tr.down_at_start[s]) continue;
@@ -107,9 +109,7 @@ class DataParallel final : public ModeModel {
     running_ = true;
     run_start_ = t;
   }
-  double UsefulChips() const override {
-    return running_ ? static_cast<double>(job_chips_) : 0.0;
-  }
+  double UsefulChips() const override { return running_ ? static_cast<double>(job_chips_) : 0.0; }
   bool Advancing() const override { return running_; }
 
  private:
@@ -157,10 +157,16 @@ class Islands final : public ModeModel {
   enum class Rule { kAny, kQuorum, kAll };
 
   Islands(const GoodputParams& p, const FailureTrace& tr, int m, Rule rule, bool rounds)
-      : slice_chips_(tr.slice_chips), shrink_s_(p.shrink_s), grow_s_(p.grow_s),
-        detect_s_(p.detect_s), barrier_s_(p.barrier_s),
-        round_work_s_(static_cast<double>(p.inner_steps) * p.step_s), rounds_(rounds),
-        need_(rule == Rule::kAll ? m : rule == Rule::kQuorum ? p.quorum : 1),
+      : slice_chips_(tr.slice_chips),
+        shrink_s_(p.shrink_s),
+        grow_s_(p.grow_s),
+        detect_s_(p.detect_s),
+        barrier_s_(p.barrier_s),
+        round_work_s_(static_cast<double>(p.inner_steps) * p.step_s),
+        rounds_(rounds),
+        need_(rule == Rule::kAll      ? m
+              : rule == Rule::kQuorum ? p.quorum
+                                      : 1),
         isl_(static_cast<size_t>(m)) {
     for (size_t s = 0; s < tr.slice_chips.size(); ++s) {
       if (!tr.down_at_start[s]) isl_[s % isl_.size()].healthy += tr.slice_chips[s];
@@ -220,8 +226,8 @@ class Islands final : public ModeModel {
     double work_left = 0;  // seconds of training left in this round (rounds only)
     double since = 0;      // when work_left was last brought up to date
     uint64_t work_gen = 0;
-    double counted = 0;    // chips this island contributes to useful_chips_ (0 unless training)
-    bool arrived = false;  // rounds only: done with this round, waiting at the barrier
+    double counted = 0;        // chips this island contributes to useful_chips_ (0 unless training)
+    bool arrived = false;      // rounds only: done with this round, waiting at the barrier
     bool timer_armed = false;  // rounds only: a valid round-done timer is in the queue
   };
 
@@ -250,8 +256,7 @@ class Islands final : public ModeModel {
   void Refresh(double t, size_t i, EventQueue& q) {
     Island& is = isl_[i];
     MaybeArrive(t, is, q);
-    const bool now = !is.paused && is.healthy > 0 &&
-                     (!rounds_ || (!in_barrier_ && is.work_left > 0));
+    const bool now = !is.paused && is.healthy > 0 && (!rounds_ || (!in_barrier_ && is.work_left > 0));
     if (now != is.training) {
       // Every slice event pauses its island, so healthy never changes while an island trains
       // and `counted` is exactly what this island added when it started training.
@@ -314,8 +319,7 @@ RunResult Drive(ModeModel& model, EventQueue& q, const FailureTrace& tr) {
     }
   }
   RunResult r;
-  r.goodput = (useful - model.lost_chip_seconds()) /
-              (static_cast<double>(tr.chips()) * tr.duration_s);
+  r.goodput = (useful - model.lost_chip_seconds()) / (static_cast<double>(tr.chips()) * tr.duration_s);
   r.uptime = advancing / tr.duration_s;
   r.failures = tr.failures;
   return r;

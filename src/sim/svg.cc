@@ -27,8 +27,8 @@ constexpr char kStyle[] =
 
 struct Axis {
   bool log = false;
-  double lo = 0, hi = 1;    // data range shown
-  double p0 = 0, p1 = 1;    // pixel range
+  double lo = 0, hi = 1;  // data range shown
+  double p0 = 0, p1 = 1;  // pixel range
   double Map(double v) const {
     const double a = log ? std::log10(lo) : lo, b = log ? std::log10(hi) : hi;
     const double x = log ? std::log10(v) : v;
@@ -85,45 +85,38 @@ std::pair<Axis, Axis> PanelAxes(const Panel& p, double ox, double oy) {
 }
 
 std::string SvgLine(double x1, double y1, double x2, double y2, const char* cls) {
-  return fmt::format(
-      "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" class=\"{}\"/>\n", x1, y1, x2,
-      y2, cls);
+  return fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" class=\"{}\"/>\n", x1, y1, x2, y2,
+                     cls);
 }
 
 // Grid lines, tick marks and tick labels of both axes.
 std::string RenderGrid(const Panel& p, const Axis& ax, const Axis& ay) {
-  const auto xt = !p.x_ticks.empty() ? p.x_ticks
-                  : ax.log          ? LogTicks(ax.lo, ax.hi)
-                                    : LinearTicks(ax.lo, ax.hi, 6);
+  const auto xt = !p.x_ticks.empty() ? p.x_ticks : ax.log ? LogTicks(ax.lo, ax.hi) : LinearTicks(ax.lo, ax.hi, 6);
   const auto yt = ay.log ? LogTicks(ay.lo, ay.hi) : LinearTicks(ay.lo, ay.hi, 5);
   std::string o;
   for (double v : xt) {
     const double x = ax.Map(v);
     o += SvgLine(x, ay.p1, x, ay.p0, "grid");
     o += SvgLine(x, ay.p0, x, ay.p0 + 5, "axis");
-    o += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", x,
-        ay.p0 + 18, EscapeXml(TickLabel(v, false)));
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", x, ay.p0 + 18,
+                     EscapeXml(TickLabel(v, false)));
   }
   for (double v : yt) {
     const double y = ay.Map(v);
     o += SvgLine(ax.p0, y, ax.p1, y, "grid");
     o += SvgLine(ax.p0 - 5, y, ax.p0, y, "axis");
-    o += fmt::format(
-        "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n", ax.p0 - 8,
-        y + 4, EscapeXml(TickLabel(v, p.y_percent)));
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n", ax.p0 - 8, y + 4,
+                     EscapeXml(TickLabel(v, p.y_percent)));
   }
   return o;
 }
 
 // The plot frame and the axis labels (the y label rotated along the axis).
 std::string RenderFrame(const Panel& p, const Axis& ax, const Axis& ay, double ox) {
-  std::string o = fmt::format(
-      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" class=\"frame\"/>\n",
-      ax.p0, ay.p1, ax.p1 - ax.p0, ay.p0 - ay.p1);
-  o += fmt::format(
-      "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"middle\">{}</text>\n",
-      (ax.p0 + ax.p1) / 2, ay.p0 + 40, EscapeXml(p.x_label));
+  std::string o = fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" class=\"frame\"/>\n",
+                              ax.p0, ay.p1, ax.p1 - ax.p0, ay.p0 - ay.p1);
+  o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"middle\">{}</text>\n",
+                   (ax.p0 + ax.p1) / 2, ay.p0 + 40, EscapeXml(p.x_label));
   o += fmt::format(
       "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"label\" text-anchor=\"middle\" "
       "transform=\"rotate(-90 {:.1f} {:.1f})\">{}</text>\n",
@@ -156,8 +149,7 @@ std::string RenderSeries(const Series& s, size_t k, const Axis& ax, const Axis& 
       "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
       "stroke-width=\"2.5\"/>\n",
       ax.p0, ly - 4, ax.p0 + 24, ly - 4, color);
-  o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">{}</text>\n", ax.p0 + 32, ly,
-                   EscapeXml(s.name));
+  o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"legend\">{}</text>\n", ax.p0 + 32, ly, EscapeXml(s.name));
   return o;
 }
 
@@ -167,19 +159,22 @@ std::string RenderMarkers(const Panel& p, const Axis& ax, const Axis& ay) {
   for (const Marker& m : p.markers) {
     if (!(m.x >= ax.lo && m.x <= ax.hi)) continue;
     const double x = ax.Map(m.x);
-    o += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#b00020\" "
-                     "stroke-dasharray=\"4 3\"/>\n", x, ay.p1, x, ay.p0);
-    o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" fill=\"#b00020\" "
-                     "transform=\"rotate(-90 {:.1f} {:.1f})\" text-anchor=\"end\">{}</text>\n",
-                     x + 10, ay.p1 + 4, x + 10, ay.p1 + 4, EscapeXml(m.label));
+    o += fmt::format(
+        "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#b00020\" "
+        "stroke-dasharray=\"4 3\"/>\n",
+        x, ay.p1, x, ay.p0);
+    o += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" fill=\"#b00020\" "
+        "transform=\"rotate(-90 {:.1f} {:.1f})\" text-anchor=\"end\">{}</text>\n",
+        x + 10, ay.p1 + 4, x + 10, ay.p1 + 4, EscapeXml(m.label));
   }
   return o;
 }
 
 std::string RenderPanel(const Panel& p, double ox, double oy) {
   const auto [ax, ay] = PanelAxes(p, ox, oy);
-  std::string o = fmt::format("<g>\n<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"ptitle\">{}</text>\n",
-                              ox + kLeft, oy + kTop - 14, EscapeXml(p.title));
+  std::string o = fmt::format("<g>\n<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"ptitle\">{}</text>\n", ox + kLeft,
+                              oy + kTop - 14, EscapeXml(p.title));
   o += RenderGrid(p, ax, ay);
   o += RenderFrame(p, ax, ay, ox);
   o += RenderMarkers(p, ax, ay);

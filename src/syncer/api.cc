@@ -35,11 +35,13 @@ Status ApplyPulled(const PullPayload& r, int64_t have_version, size_t numel, std
   if (r.is_delta && (r.base_version != have_version || copy.size() != numel || lattice.numel != numel ||
                      lattice.block != r.block_size)) {
     return DataLossError("pull: delta against version " + std::to_string(r.base_version) + " (block " +
-                         std::to_string(r.block_size) + "), but this learner holds version " + std::to_string(have_version) +
-                         " (block " + std::to_string(lattice.block) + ")");
+                         std::to_string(r.block_size) + "), but this learner holds version " +
+                         std::to_string(have_version) + " (block " + std::to_string(lattice.block) + ")");
   }
-  if (r.block_size < 8 || r.block_size > 65536) return DataLossError("pull: block size " + std::to_string(r.block_size));
-  const size_t max_raw = r.is_delta ? exchange::MaxLatticeDeltaBytes(lattice) : exchange::MaxLatticeFullBytes(r.block_size, numel);
+  if (r.block_size < 8 || r.block_size > 65536)
+    return DataLossError("pull: block size " + std::to_string(r.block_size));
+  const size_t max_raw =
+      r.is_delta ? exchange::MaxLatticeDeltaBytes(lattice) : exchange::MaxLatticeFullBytes(r.block_size, numel);
   if (r.raw_bytes > max_raw) {
     return DataLossError("pull: a payload of " + std::to_string(r.raw_bytes) + " raw bytes (at most " +
                          std::to_string(max_raw) + " for this fragment)");
@@ -52,14 +54,16 @@ Status ApplyPulled(const PullPayload& r, int64_t have_version, size_t numel, std
     }
     raw = inflated;
   } else if (r.bytes.size() != r.raw_bytes) {
-    return DataLossError("pull: " + std::to_string(r.bytes.size()) + " bytes, the header says " + std::to_string(r.raw_bytes));
+    return DataLossError("pull: " + std::to_string(r.bytes.size()) + " bytes, the header says " +
+                         std::to_string(r.raw_bytes));
   }
   std::vector<float> next;
   exchange::Lattice next_lattice;
   if (r.is_delta) {
     next = copy;
     next_lattice = lattice;
-    if (Status st = exchange::ApplyLatticeDelta(lattice, raw, next); !st.ok()) return DataLossError("pull: " + st.message());
+    if (Status st = exchange::ApplyLatticeDelta(lattice, raw, next); !st.ok())
+      return DataLossError("pull: " + st.message());
   } else {
     auto l = exchange::DecodeLatticeFull(raw, r.block_size, numel, next);
     if (!l.ok()) return DataLossError("pull: malformed full fragment: " + l.status().message());

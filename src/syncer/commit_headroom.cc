@@ -56,13 +56,15 @@ Status CommitHeadroom::Check() {
     return ResourceExhaustedError(fmt::format(
         "out of file descriptors: {} of the {} kept for commits could be opened (the process may hold {}); close "
         "connections or raise the limit (ulimit -n)",
-        reserve_.size(), want_fds_, r.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(r.rlim_cur)));
+        reserve_.size(), want_fds_,
+        r.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(r.rlim_cur)));
   }
   ATOLL_ASSIGN_OR_RETURN(const uint64_t free, free_bytes_(dir_));
   if (free < commit_bytes_) {
-    return ResourceExhaustedError(fmt::format("only {} free in {}, a commit needs {} (the largest fragment file and "
-                                              "the margin): free some space",
-                                              MiB(free), dir_, MiB(commit_bytes_)));
+    return ResourceExhaustedError(
+        fmt::format("only {} free in {}, a commit needs {} (the largest fragment file and "
+                    "the margin): free some space",
+                    MiB(free), dir_, MiB(commit_bytes_)));
   }
   return Status::Ok();
 }

@@ -67,10 +67,12 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile1(const std::string& path
   FragmentHeader1 h{};
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (h.numel != static_cast<int64_t>(n) || bytes.size() != sizeof(h) + 2 * n * sizeof(float)) {
-    return DataLossError(path + " holds " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(n) + " values");
+    return DataLossError(path + " holds " + std::to_string(bytes.size()) + " bytes, not " + std::to_string(n) +
+                         " values");
   }
   const char* body = bytes.data() + sizeof(h);
-  if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum) return DataLossError(path + " is corrupted: checksum mismatch");
+  if (Checksum64(body, 2 * n * sizeof(float)) != h.body_checksum)
+    return DataLossError(path + " is corrupted: checksum mismatch");
   SyncerCore::FragmentSnapshot s;
   s.version = h.version;  // h.round: always the version
   ReadFloats(body, n, s.theta);
@@ -81,7 +83,8 @@ StatusOr<SyncerCore::FragmentSnapshot> ReadFragmentFile1(const std::string& path
 // The checked header of a version-2 file.
 StatusOr<FragmentHeader2> ReadHeader2(const std::string& path, const std::string& bytes, size_t n) {
   FragmentHeader2 h{};
-  if (bytes.size() < sizeof(h)) return DataLossError(path + " is truncated (" + std::to_string(bytes.size()) + " bytes)");
+  if (bytes.size() < sizeof(h))
+    return DataLossError(path + " is truncated (" + std::to_string(bytes.size()) + " bytes)");
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (std::memcmp(h.magic, kMagic2, 8) != 0) return DataLossError(path + " is not a syncer fragment file (bad magic)");
   if (Checksum64(bytes.data(), offsetof(FragmentHeader2, header_checksum)) != h.header_checksum) {
@@ -98,7 +101,8 @@ StatusOr<FragmentHeader2> ReadHeader2(const std::string& path, const std::string
     return DataLossError(path + " is corrupted: checksum mismatch");
   }
   if (h.version < 0 || h.round < 0) {
-    return DataLossError(path + " is corrupted: version " + std::to_string(h.version) + ", round " + std::to_string(h.round));
+    return DataLossError(path + " is corrupted: version " + std::to_string(h.version) + ", round " +
+                         std::to_string(h.round));
   }
   return h;
 }
@@ -315,8 +319,8 @@ std::vector<PushSample> ParseSamples(const nlohmann::json& rows) {
   if (!rows.is_array()) return out;
   for (const auto& r : rows) {
     PushSample s;
-    const bool ok = r.is_array() && r.size() == 5 && r[0].is_number_integer() && r[1].is_number() &&
-                    r[2].is_number() && r[3].is_number() && r[4].is_number();
+    const bool ok = r.is_array() && r.size() == 5 && r[0].is_number_integer() && r[1].is_number() && r[2].is_number() &&
+                    r[3].is_number() && r[4].is_number();
     if (ok) s = {r[0].get<int64_t>(), r[1].get<double>(), r[2].get<double>(), r[3].get<double>(), r[4].get<double>()};
     const auto fine = [](double x) { return std::isfinite(x) && x >= 0; };
     if (!(fine(s.size) && fine(s.steps) && fine(s.tokens_per_step) && fine(s.weight))) {
@@ -332,15 +336,23 @@ std::vector<PushSample> ParseSamples(const nlohmann::json& rows) {
 Status DurableState::SaveLearners(const SyncerCore& core) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [id, l] : core.learners()) {
-    rows.push_back({{"id", id}, {"host", l.host}, {"state", LearnerStateName(l.state)}, {"joins", l.joins},
-                    {"step", l.step}, {"tokens", l.tokens}, {"bytes_up", l.bytes_up},
-                    {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
-                    {"pushes_rejected", l.pushes_rejected}, {"rounds_joined", l.rounds_joined},
-                    {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
-                    {"merged_versions", l.merged_versions}, {"samples", SamplesJson(l.samples)}});
+    rows.push_back({{"id", id},
+                    {"host", l.host},
+                    {"state", LearnerStateName(l.state)},
+                    {"joins", l.joins},
+                    {"step", l.step},
+                    {"tokens", l.tokens},
+                    {"bytes_up", l.bytes_up},
+                    {"bytes_down", l.bytes_down},
+                    {"pushes", l.pushes},
+                    {"pushes_rejected", l.pushes_rejected},
+                    {"rounds_joined", l.rounds_joined},
+                    {"late_folded", l.late_folded},
+                    {"tokens_merged", l.tokens_merged},
+                    {"merged_versions", l.merged_versions},
+                    {"samples", SamplesJson(l.samples)}});
   }
-  return WriteJsonWithChecksum(dir_ + "/learners.json",
-                              {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
+  return WriteJsonWithChecksum(dir_ + "/learners.json", {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
 }
 
 // A fragment file beyond the plan means the folder is not what its meta.json describes.
@@ -366,9 +378,9 @@ Status DurableState::Restore(SyncerCore& core, TimePoint now) {
   for (const char* key : {"run_id", "model_signature", "plan", "fragments", "shard"}) {
     const nlohmann::json wanted = want.value(key, nlohmann::json());
     if (meta.value(key, nlohmann::json()) != wanted) {
-      return FailedPreconditionError("saved state in " + dir_ + " belongs to another " +
-                                     std::string(key) + " (" + DumpJson(meta.value(key, nlohmann::json())) +
-                                     " vs this syncer's " + DumpJson(wanted) + ")");
+      return FailedPreconditionError("saved state in " + dir_ + " belongs to another " + std::string(key) + " (" +
+                                     DumpJson(meta.value(key, nlohmann::json())) + " vs this syncer's " +
+                                     DumpJson(wanted) + ")");
     }
   }
   ATOLL_RETURN_IF_ERROR(CheckNoStrayFragments(core.plan().num_fragments()));
@@ -406,10 +418,12 @@ DurableState::LearnerTable DurableState::ReadLearnerTable(int64_t fragment_round
     }
   }
   if (st.code() != StatusCode::kNotFound) {
-    warnings_.push_back(st.message() + ": ignored; the learner table is rebuilt as learners rejoin. Lost: each learner's "
+    warnings_.push_back(st.message() +
+                        ": ignored; the learner table is rebuilt as learners rejoin. Lost: each learner's "
                         "accounting (tokens merged, rounds joined, bytes) and which of its pushes were merged, so "
                         "learners push that work again (counted twice at most); rounds_closed recounted from the "
-                        "fragments (" + std::to_string(fragment_rounds) + ")");
+                        "fragments (" +
+                        std::to_string(fragment_rounds) + ")");
   }
   return {{}, fragment_rounds};
 }

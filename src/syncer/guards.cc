@@ -25,12 +25,12 @@ Status CheckOuterGradientBound(double norm, double theta_norm, double max_ratio)
   const double limit = max_ratio * (theta_norm + 1);
   if (std::isfinite(norm) && norm <= limit) return Status::Ok();
   return InvalidArgumentError(fmt::format(
-      "outer gradient norm {:.4g} is absurd for a fragment of norm {:.4g} (limit {:.4g} = {:g} x (norm + 1))",
-      norm, theta_norm, limit, max_ratio));
+      "outer gradient norm {:.4g} is absurd for a fragment of norm {:.4g} (limit {:.4g} = {:g} x (norm + 1))", norm,
+      theta_norm, limit, max_ratio));
 }
 
-Status CheckOuterGradientBound(std::span<const float> theta, std::span<const float> values,
-                               bool against_current, double max_ratio) {
+Status CheckOuterGradientBound(std::span<const float> theta, std::span<const float> values, bool against_current,
+                               double max_ratio) {
   if (max_ratio <= 0 || theta.size() != values.size()) return Status::Ok();
   double v2 = 0;
   if (against_current) {
@@ -75,8 +75,8 @@ Status CheckRoundResult(const RoundNorms& n, double max_ratio) {
   if (max_ratio <= 0) return Status::Ok();
   const double limit = max_ratio * (n.theta_before + 1);
   if (!std::isfinite(n.step) || n.step > limit) {
-    return FailedPreconditionError(fmt::format("step norm {:.4g} exceeds {:.4g} = {:g} x (|theta| {:.4g} + 1)",
-                                               n.step, limit, max_ratio, n.theta_before));
+    return FailedPreconditionError(fmt::format("step norm {:.4g} exceeds {:.4g} = {:g} x (|theta| {:.4g} + 1)", n.step,
+                                               limit, max_ratio, n.theta_before));
   }
   if (!std::isfinite(n.momentum) || n.momentum > limit) {
     return FailedPreconditionError(fmt::format("momentum norm {:.4g} exceeds {:.4g} = {:g} x (|theta| {:.4g} + 1)",

@@ -36,8 +36,8 @@ StatusOr<PublicCopy> PublicCopy::Create(std::span<const float> initial, int bloc
 StatusOr<PublicCopy> PublicCopy::Restore(exchange::Lattice lattice, std::vector<float> values, int64_t version,
                                          PublicCopyOptions options) {
   if (values.size() != lattice.numel || version < 0) {
-    return InvalidArgumentError(fmt::format("public copy: {} values at version {} for a lattice of {}", values.size(),
-                                            version, lattice.numel));
+    return InvalidArgumentError(
+        fmt::format("public copy: {} values at version {} for a lattice of {}", values.size(), version, lattice.numel));
   }
   std::vector<float> snapped = values;
   exchange::SnapToLattice(lattice, snapped);
@@ -52,7 +52,8 @@ Status PublicCopy::Advance(std::span<const float> theta, int64_t version) {
   exchange::LatticeStepStats stats;
   std::vector<float> next = phi_;
   std::vector<std::byte> delta;
-  ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeStep(lattice_, options_.qmax, theta, next, delta, &stats, options_.pool));
+  ATOLL_RETURN_IF_ERROR(
+      exchange::EncodeLatticeStep(lattice_, options_.qmax, theta, next, delta, &stats, options_.pool));
   Commit(next, std::move(delta), version, stats.saturated);
   return Status::Ok();
 }

@@ -73,7 +73,8 @@ PushSample SyncerCore::BoundCounters(const RobustRefs& refs, Contribution& c, st
   }
   const double tokens_at_steps =
       c.c_steps > 0 ? static_cast<double>(c.c_tokens) * static_cast<double>(steps) / static_cast<double>(c.c_steps) : 0;
-  double weight = diloco::ContributionWeight(options_.weight_rule, static_cast<int64_t>(std::floor(tokens_at_steps)), steps);
+  double weight =
+      diloco::ContributionWeight(options_.weight_rule, static_cast<int64_t>(std::floor(tokens_at_steps)), steps);
   if (refs.others > 0 && options_.max_weight_factor > 0 && weight > options_.max_weight_factor * refs.weight) {
     weight = options_.max_weight_factor * refs.weight;
     note += fmt::format("; merge weight bounded to {:.4g}", weight);
@@ -103,9 +104,9 @@ Status SyncerCore::CheckQuarantine(const FragmentState& f, double size, const Ro
     of = "the recent median";
   }
   if (size <= options_.quarantine_factor * reference) return Status::Ok();
-  return InvalidArgumentError(fmt::format(
-      "quarantined: outer-gradient size {:.4g} (norm/sqrt(steps)) is {:.1f}x {} {:.4g} (limit {:.1f}x)", size,
-      size / std::max(reference, 1e-30), of, reference, options_.quarantine_factor));
+  return InvalidArgumentError(
+      fmt::format("quarantined: outer-gradient size {:.4g} (norm/sqrt(steps)) is {:.1f}x {} {:.4g} (limit {:.1f}x)",
+                  size, size / std::max(reference, 1e-30), of, reference, options_.quarantine_factor));
 }
 
 }  // namespace atl::syncer

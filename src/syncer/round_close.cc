@@ -52,9 +52,9 @@ void Save(const float* from, size_t begin, size_t end, std::vector<float>& to) {
 
 // What a round's pass works with and measures.
 struct SyncerCore::RoundPass {
-  std::vector<double> weights;                   // per pending contribution
-  std::map<int64_t, std::vector<float>> bases;   // Φ_p at older versions that contributions were computed against
-  std::vector<std::span<const float>> base_of;   // per contribution (empty: kBase or ddp)
+  std::vector<double> weights;                    // per pending contribution
+  std::map<int64_t, std::vector<float>> bases;    // Φ_p at older versions that contributions were computed against
+  std::vector<std::span<const float>> base_of;    // per contribution (empty: kBase or ddp)
   std::optional<diloco::OuterStepKernel> kernel;  // outer rules; ddp moves Θ whole
   bool accum_sized = false, start_sized = false, writes_momentum = false, fuse_lattice = false;
   size_t vetted_out = 0;
@@ -168,14 +168,14 @@ Status SyncerCore::PrepareRoundPass(int p, RoundPass& pass, RoundReport& report)
 // `merged`, in place (old values saved first).
 void SyncerCore::ApplyTile(int p, RoundPass& pass, size_t t, size_t b, size_t e, std::span<const float> merged) {
   FragmentState& f = fragments_[static_cast<size_t>(p)];
-  const diloco::OuterStepSpans spans = {
-      .theta = f.theta.data(), .theta_out = f.theta.data(),
-      .momentum = f.momentum.empty() ? nullptr : f.momentum.data(),
-      .momentum_out = f.momentum.empty() ? nullptr : f.momentum.data(),
-      .accum = pass.kernel->keeps_accum() ? f.sweep.accum.data() : nullptr,
-      .accum_out = pass.kernel->keeps_accum() ? f.sweep.accum.data() : nullptr,
-      .start = pass.kernel->keeps_start() ? f.sweep.start.data() : nullptr,
-      .start_out = pass.kernel->keeps_start() ? f.sweep.start.data() : nullptr};
+  const diloco::OuterStepSpans spans = {.theta = f.theta.data(),
+                                        .theta_out = f.theta.data(),
+                                        .momentum = f.momentum.empty() ? nullptr : f.momentum.data(),
+                                        .momentum_out = f.momentum.empty() ? nullptr : f.momentum.data(),
+                                        .accum = pass.kernel->keeps_accum() ? f.sweep.accum.data() : nullptr,
+                                        .accum_out = pass.kernel->keeps_accum() ? f.sweep.accum.data() : nullptr,
+                                        .start = pass.kernel->keeps_start() ? f.sweep.start.data() : nullptr,
+                                        .start_out = pass.kernel->keeps_start() ? f.sweep.start.data() : nullptr};
   if (pass.writes_momentum) Save(f.momentum.data(), b, e, scratch_.momentum);
   if (spans.accum != nullptr) Save(spans.accum, b, e, scratch_.accum);
   if (spans.start != nullptr) Save(spans.start, b, e, scratch_.start);
@@ -194,7 +194,8 @@ void SyncerCore::ApplyTile(int p, RoundPass& pass, size_t t, size_t b, size_t e,
     if (spans.accum != nullptr) sweep &= Finite(spans.accum + c, ce - c);
     if (spans.start != nullptr) sweep &= Finite(spans.start + c, ce - c);
   }
-  pass.finite[t] = static_cast<char>((theta ? kThetaFinite : 0) | (momentum ? kMomentumFinite : 0) | (sweep ? kSweepFinite : 0));
+  pass.finite[t] =
+      static_cast<char>((theta ? kThetaFinite : 0) | (momentum ? kMomentumFinite : 0) | (sweep ? kSweepFinite : 0));
   if (theta && pass.fuse_lattice) {
     // Φ's next values into scratch (swapped in at the commit; a refused round leaves Φ as it was),
     // checksummed while the tile is in cache (a tile is one checksum piece).
@@ -212,13 +213,15 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
   auto merger = diloco::FragmentMerger::Create(plan_.fragments[static_cast<size_t>(p)], rule_->merge_rule(),
                                                pass.weights, pool_.get());
   if (!merger.ok()) return merger.status().WithContext("merge");
-  if (const size_t capacity = LargestFragment(plan_); scratch_.sums.capacity() < capacity) scratch_.sums.reserve(capacity);
+  if (const size_t capacity = LargestFragment(plan_); scratch_.sums.capacity() < capacity)
+    scratch_.sums.reserve(capacity);
   merger->KeepSums(&scratch_.sums);
   for (size_t m = 0; m < f.pending.size(); ++m) {
     if (f.pending[m].norm >= 0) merger->GiveNorms(m, f.pending[m].slice_norms, f.pending[m].norm);
   }
   const diloco::SegmentGrid& grid = merger->grid();
-  pass.fuse_lattice = pass.kernel.has_value() && grid.tile_values() % static_cast<size_t>(f.copy->lattice().block) == 0 &&
+  pass.fuse_lattice = pass.kernel.has_value() &&
+                      grid.tile_values() % static_cast<size_t>(f.copy->lattice().block) == 0 &&
                       grid.tile_values() == exchange::kChecksumPieceValues;
   const size_t chunks = (n + diloco::kReduceChunk - 1) / diloco::kReduceChunk;
   for (auto* v : {&pass.before2, &pass.after2, &pass.step2, &pass.momentum2}) v->assign(chunks, 0.0);
@@ -243,12 +246,14 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
       return ok;
     };
   }
-  merger->Run(source,
-              [&](size_t t, size_t b, size_t e, std::span<const float> merged) {
-                if (!pass.merged.empty()) std::copy(merged.begin(), merged.end(), pass.merged.begin() + static_cast<std::ptrdiff_t>(b));
-                if (pass.kernel) ApplyTile(p, pass, t, b, e, merged);
-              },
-              vet);
+  merger->Run(
+      source,
+      [&](size_t t, size_t b, size_t e, std::span<const float> merged) {
+        if (!pass.merged.empty())
+          std::copy(merged.begin(), merged.end(), pass.merged.begin() + static_cast<std::ptrdiff_t>(b));
+        if (pass.kernel) ApplyTile(p, pass, t, b, e, merged);
+      },
+      vet);
   report.weights = merger->weights();
   pass.merged_norm = merger->merged_norm();
   return FinishRoundPass(p, pass);
@@ -282,8 +287,8 @@ Status SyncerCore::FinishRoundPass(int p, RoundPass& pass) {
   std::copy(phi.begin(), phi.end(), scratch_.phi.begin());
   exchange::LatticeStepStats stats;
   pass.lattice_unfused = true;
-  ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeStep(f.copy->lattice(), f.copy->options().qmax, f.theta, phi,
-                                                    pass.delta, &stats, pool_.get()));
+  ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeStep(f.copy->lattice(), f.copy->options().qmax, f.theta, phi, pass.delta,
+                                                    &stats, pool_.get()));
   pass.saturated.assign(1, stats.saturated);
   return Status::Ok();
 }
@@ -308,7 +313,9 @@ void SyncerCore::RestoreRoundPass(int p, RoundPass& pass) {
   if (!pass.started) return;
   FragmentState& f = fragments_[static_cast<size_t>(p)];
   const size_t n = f.theta.size();
-  const auto back = [n](const std::vector<float>& saved, float* to) { std::copy(saved.begin(), saved.begin() + static_cast<std::ptrdiff_t>(n), to); };
+  const auto back = [n](const std::vector<float>& saved, float* to) {
+    std::copy(saved.begin(), saved.begin() + static_cast<std::ptrdiff_t>(n), to);
+  };
   back(scratch_.theta, f.theta.data());
   if (pass.writes_momentum) back(scratch_.momentum, f.momentum.data());
   if (pass.kernel && pass.kernel->keeps_accum()) {

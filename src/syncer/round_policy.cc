@@ -23,8 +23,7 @@ std::string Secs(double s) {
 
 }  // namespace
 
-double GraceSeconds(const RoundOptions& options, const RoundEstimates& estimates,
-                    double quorum_seconds) {
+double GraceSeconds(const RoundOptions& options, const RoundEstimates& estimates, double quorum_seconds) {
   if (!options.grace) return 0.0;
   double slack = options.tau * estimates.step_seconds - quorum_seconds - estimates.sync_seconds;
   return std::clamp(options.gamma * slack, 0.0, options.grace_cap_s);
@@ -34,8 +33,7 @@ RoundDecision DecideRound(TimePoint now, const RoundView& round, const RoundEsti
                           const RoundOptions& options) {
   RoundDecision d;
   for (int id : round.live) {
-    if (std::find(round.contributors.begin(), round.contributors.end(), id) ==
-        round.contributors.end()) {
+    if (std::find(round.contributors.begin(), round.contributors.end(), id) == round.contributors.end()) {
       d.missing.push_back(id);
     }
   }
@@ -44,8 +42,7 @@ RoundDecision DecideRound(TimePoint now, const RoundView& round, const RoundEsti
     d.reason = "waiting for quorum: " + std::to_string(have) + "/" + std::to_string(options.quorum);
     return d;
   }
-  const double t_quorum =
-      round.opened_at ? ToSeconds(*round.quorum_at - *round.opened_at) : 0.0;
+  const double t_quorum = round.opened_at ? ToSeconds(*round.quorum_at - *round.opened_at) : 0.0;
   d.grace_seconds = GraceSeconds(options, estimates, t_quorum);
   if (d.missing.empty()) {
     d.action = RoundAction::kClose;
@@ -55,14 +52,12 @@ RoundDecision DecideRound(TimePoint now, const RoundView& round, const RoundEsti
   const TimePoint deadline = *round.quorum_at + FromSeconds(d.grace_seconds);
   if (now >= deadline) {
     d.action = RoundAction::kClose;
-    d.reason = "quorum " + std::to_string(have) + "/" + std::to_string(options.quorum) + " " +
-               Ids(round.contributors) + ", grace " + Secs(d.grace_seconds) +
-               (options.grace ? " expired" : " off") + ", late " + Ids(d.missing);
+    d.reason = "quorum " + std::to_string(have) + "/" + std::to_string(options.quorum) + " " + Ids(round.contributors) +
+               ", grace " + Secs(d.grace_seconds) + (options.grace ? " expired" : " off") + ", late " + Ids(d.missing);
     return d;
   }
   d.wake_at = deadline;
-  d.reason = "quorum reached, in grace window of " + Secs(d.grace_seconds) + ", waiting for " +
-             Ids(d.missing);
+  d.reason = "quorum reached, in grace window of " + Secs(d.grace_seconds) + ", waiting for " + Ids(d.missing);
   return d;
 }
 

@@ -39,8 +39,8 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
   const int P = plan.num_fragments();
   if (P < 1) return InvalidArgumentError("syncer: the plan has no fragments");
   if (options.H < P) {
-    return InvalidArgumentError("syncer: H (" + std::to_string(options.H) +
-                                ") must be ≥ the number of fragments P (" + std::to_string(P) + ")");
+    return InvalidArgumentError("syncer: H (" + std::to_string(options.H) + ") must be ≥ the number of fragments P (" +
+                                std::to_string(P) + ")");
   }
   if (options.round.quorum < 1) return InvalidArgumentError("syncer: quorum K must be ≥ 1");
   if (options.mode == diloco::Mode::kDdp && (!options.ddp_step || P != 1)) {
@@ -49,12 +49,14 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
   }
   const ShardSpec& shard = options.shard;
   if (shard.count < 1 || shard.count > kMaxShards || shard.index < 0 || shard.index >= shard.count) {
-    return InvalidArgumentError(fmt::format("syncer: bad shard {}/{} (0 <= index < count <= {})", shard.index,
-                                            shard.count, kMaxShards));
+    return InvalidArgumentError(
+        fmt::format("syncer: bad shard {}/{} (0 <= index < count <= {})", shard.index, shard.count, kMaxShards));
   }
   if (shard.count > P) {
-    return InvalidArgumentError(fmt::format("syncer: {} shards for {} fragments: every shard must own a fragment "
-                                            "(at most P shards)", shard.count, P));
+    return InvalidArgumentError(
+        fmt::format("syncer: {} shards for {} fragments: every shard must own a fragment "
+                    "(at most P shards)",
+                    shard.count, P));
   }
   if (shard.count > 1 && options.mode == diloco::Mode::kDdp) {
     return InvalidArgumentError("syncer: ddp mode has one fragment and runs one syncer (no shards)");
@@ -139,21 +141,18 @@ std::vector<int> SyncerCore::LiveLearners(TimePoint now) const {
 Status SyncerCore::CheckJoinIdentity(const JoinRequestData& r) const {
   if (r.protocol_version != kProtocolVersion) {
     return FailedPreconditionError("protocol version " + std::to_string(r.protocol_version) +
-                                   " not supported: this syncer speaks version " +
-                                   std::to_string(kProtocolVersion));
+                                   " not supported: this syncer speaks version " + std::to_string(kProtocolVersion));
   }
   if (r.run_id != options_.run_id) {
-    return FailedPreconditionError("run id '" + r.run_id + "' does not match this syncer's run '" +
-                                   options_.run_id + "'");
+    return FailedPreconditionError("run id '" + r.run_id + "' does not match this syncer's run '" + options_.run_id +
+                                   "'");
   }
   const uint64_t signature = diloco::ModelSignature(plan_.tensors);
   if (r.model_signature != signature) {
     char buf[96];
     std::snprintf(buf, sizeof(buf), "model signature %016llx does not match the syncer's %016llx",
-                  static_cast<unsigned long long>(r.model_signature),
-                  static_cast<unsigned long long>(signature));
-    return FailedPreconditionError(std::string(buf) +
-                                   " (different tensor names, shapes or dtypes)");
+                  static_cast<unsigned long long>(r.model_signature), static_cast<unsigned long long>(signature));
+    return FailedPreconditionError(std::string(buf) + " (different tensor names, shapes or dtypes)");
   }
   return CheckJoinShard(r.shard);
 }
@@ -161,8 +160,8 @@ Status SyncerCore::CheckJoinIdentity(const JoinRequestData& r) const {
 StatusOr<int> SyncerCore::JoiningId(const JoinRequestData& r, TimePoint now) const {
   int id = r.learner_id;
   if (id < -1 || id > options_.max_learner_id) {
-    return InvalidArgumentError(fmt::format("learner id {} out of range (-1 to assign one, else 0..{})", id,
-                                            options_.max_learner_id));
+    return InvalidArgumentError(
+        fmt::format("learner id {} out of range (-1 to assign one, else 0..{})", id, options_.max_learner_id));
   }
   if (id == -1) {
     id = 0;
@@ -170,15 +169,14 @@ StatusOr<int> SyncerCore::JoiningId(const JoinRequestData& r, TimePoint now) con
   }
   auto it = learners_.find(id);
   if (it == learners_.end() && static_cast<int64_t>(learners_.size()) >= options_.max_learners) {
-    return ResourceExhaustedError(fmt::format("the learner table is full ({} rows, the limit max_learners)",
-                                              learners_.size()));
+    return ResourceExhaustedError(
+        fmt::format("the learner table is full ({} rows, the limit max_learners)", learners_.size()));
   }
   if (it != learners_.end()) ATOLL_RETURN_IF_ERROR(CheckNotBanned(it->second, now));
   if (it != learners_.end() && !r.rejoin && it->second.state != LearnerState::kDone &&
       now - it->second.last_seen <= FromSeconds(options_.learner_timeout_s)) {
-    return AlreadyExistsError("learner id " + std::to_string(id) +
-                              " is held by a live learner (host " + it->second.host +
-                              "); choose another id");
+    return AlreadyExistsError("learner id " + std::to_string(id) + " is held by a live learner (host " +
+                              it->second.host + "); choose another id");
   }
   return id;
 }
@@ -220,18 +218,20 @@ Status SyncerCore::CheckJoinShard(const ShardSpec& theirs) const {
   if (theirs.count != mine.count) {
     return FailedPreconditionError(fmt::format(
         "shard count mismatch: this syncer is shard {} of {} syncer shard(s), the learner was given {} syncer "
-        "address(es) (give --syncer every shard's address, in shard order)", mine.ToString(), mine.count, theirs.count));
+        "address(es) (give --syncer every shard's address, in shard order)",
+        mine.ToString(), mine.count, theirs.count));
   }
   return FailedPreconditionError(fmt::format(
       "shard order mismatch: the learner took this syncer for shard {}, it is shard {} (list --syncer in shard "
-      "order: shard 0 first)", theirs.ToString(), mine.ToString()));
+      "order: shard 0 first)",
+      theirs.ToString(), mine.ToString()));
 }
 
 Status SyncerCore::CheckOwned(int fragment, const char* what) const {
   if (owns(fragment)) return Status::Ok();
-  return FailedPreconditionError(fmt::format("{}: fragment {} belongs to syncer shard {} of {}; this is shard {}",
-                                             what, fragment, OwnerShard(fragment, options_.shard.count),
-                                             options_.shard.count, options_.shard.ToString()));
+  return FailedPreconditionError(fmt::format("{}: fragment {} belongs to syncer shard {} of {}; this is shard {}", what,
+                                             fragment, OwnerShard(fragment, options_.shard.count), options_.shard.count,
+                                             options_.shard.ToString()));
 }
 
 SyncerCore::HeldMatch SyncerCore::MatchHeld(const std::vector<uint64_t>& checksums) const {
@@ -263,8 +263,8 @@ Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, Ti
   // Out-of-range telemetry is ignored (the previous value kept) and counted: it must not steer
   // the grace window (guards.h).
   LearnerProgress progress = reported;
-  l.telemetry_rejected += BoundTelemetry(progress, {l.step, l.tokens, l.loss, l.step_seconds, l.tokens_per_second,
-                                                    l.version_held, l.state});
+  l.telemetry_rejected += BoundTelemetry(
+      progress, {l.step, l.tokens, l.loss, l.step_seconds, l.tokens_per_second, l.version_held, l.state});
   l.last_seen = now;
   l.step = progress.step;
   l.tokens = progress.tokens;
@@ -293,7 +293,8 @@ Status SyncerCore::Reject(LearnerRecord& l, const PushHeaderData& h, Status s, T
 
 Status SyncerCore::RecordRejectedPush(const PushHeaderData& h, const Status& why, TimePoint now) {
   auto it = learners_.find(h.learner_id);
-  if (it == learners_.end()) return NotFoundError(fmt::format("push from learner {} which has not joined", h.learner_id));
+  if (it == learners_.end())
+    return NotFoundError(fmt::format("push from learner {} which has not joined", h.learner_id));
   return Reject(it->second, h, why, now);
 }
 
@@ -313,11 +314,10 @@ Status CheckPushShape(const PushHeaderData& h, const diloco::CodecOptions& uplin
   const size_t numel = numel_of(h.fragment);
   if (h.encoding != uplink.encoding || h.block_size != uplink.block_size || h.compression != uplink.compression ||
       h.num_values != static_cast<int64_t>(numel)) {
-    return InvalidArgumentError(fmt::format("encoding {}/{}/{} with {} values, but the run uses {}/{}/{} and the fragment has {}",
-                                            diloco::EncodingName(h.encoding), h.block_size,
-                                            diloco::CompressionName(h.compression), h.num_values,
-                                            diloco::EncodingName(uplink.encoding), uplink.block_size,
-                                            diloco::CompressionName(uplink.compression), numel));
+    return InvalidArgumentError(fmt::format(
+        "encoding {}/{}/{} with {} values, but the run uses {}/{}/{} and the fragment has {}",
+        diloco::EncodingName(h.encoding), h.block_size, diloco::CompressionName(h.compression), h.num_values,
+        diloco::EncodingName(uplink.encoding), uplink.block_size, diloco::CompressionName(uplink.compression), numel));
   }
   return Status::Ok();
 }
@@ -329,15 +329,16 @@ Status SyncerCore::CheckPushHeader(const PushHeaderData& h, size_t payload_bytes
   const size_t expected = diloco::MaxPayloadSize(options_.uplink, f.theta.size());
   if (diloco::ExactPayloadSize(options_.uplink) ? payload_bytes != expected
                                                 : payload_bytes == 0 || payload_bytes > expected) {
-    return InvalidArgumentError(fmt::format("the push announces {} payload bytes, a push of fragment {} is {}{} bytes", payload_bytes,
-                                            h.fragment, diloco::ExactPayloadSize(options_.uplink) ? "" : "1 to ", expected));
+    return InvalidArgumentError(fmt::format("the push announces {} payload bytes, a push of fragment {} is {}{} bytes",
+                                            payload_bytes, h.fragment,
+                                            diloco::ExactPayloadSize(options_.uplink) ? "" : "1 to ", expected));
   }
   if (h.c_tokens < 0 || h.c_steps < 0 || (h.c_steps == 0 && h.c_tokens > 0)) {
     return InvalidArgumentError(fmt::format("bad counters c_tokens={} c_steps={}", h.c_tokens, h.c_steps));
   }
   if (h.base_version < 0 || h.base_version > f.version) {
-    return InvalidArgumentError(fmt::format("base version {} is not a version this syncer produced (current {})",
-                                            h.base_version, f.version));
+    return InvalidArgumentError(
+        fmt::format("base version {} is not a version this syncer produced (current {})", h.base_version, f.version));
   }
   return rule_->CheckBase(h.base_version, f.version);
 }
@@ -370,8 +371,10 @@ StatusOr<SyncerCore::Contribution> SyncerCore::MakeContribution(const PushHeader
                                      prepared.raw.size(), diloco::EncodedSize(options_.uplink, f.theta.size())));
   }
   if (rule_->NeedsBase() && h.base_version < f.copy->oldest()) {
-    return AbortedError(fmt::format("the syncer no longer holds version {} of this fragment (it holds {}..{}): "
-                                    "pull the fragment in full", h.base_version, f.copy->oldest(), f.version));
+    return AbortedError(
+        fmt::format("the syncer no longer holds version {} of this fragment (it holds {}..{}): "
+                    "pull the fragment in full",
+                    h.base_version, f.copy->oldest(), f.version));
   }
   Contribution c;
   c.learner = h.learner_id;
@@ -409,15 +412,16 @@ int64_t SyncerCore::PendingBytes() const {
   return n;
 }
 
-StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const std::byte> payload,
-                                      TimePoint now, std::optional<TimePoint> arrived) {
+StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, std::span<const std::byte> payload, TimePoint now,
+                                      std::optional<TimePoint> arrived) {
   const bool known = h.fragment >= 0 && h.fragment < plan_.num_fragments() && owns(h.fragment) &&
                      h.encoding == options_.uplink.encoding && h.block_size == options_.uplink.block_size &&
                      h.compression == options_.uplink.compression;
   PreparedPush prepared;
   prepared.payload_bytes = payload.size();
   if (known) {
-    prepared = PreparePush(options_.uplink, payload, fragments_[static_cast<size_t>(h.fragment)].theta.size(), pool_.get());
+    prepared =
+        PreparePush(options_.uplink, payload, fragments_[static_cast<size_t>(h.fragment)].theta.size(), pool_.get());
   }
   return Push(h, std::move(prepared), now, arrived);
 }
@@ -435,7 +439,8 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   FragmentState& f = fragments_[static_cast<size_t>(h.fragment)];
   auto c = MakeContribution(h, std::move(prepared), now);
   if (!c.ok()) return Reject(l, h, c.status(), now);
-  if (options_.max_pending_bytes > 0 && PendingBytes() + static_cast<int64_t>(c->raw.size()) > options_.max_pending_bytes) {
+  if (options_.max_pending_bytes > 0 &&
+      PendingBytes() + static_cast<int64_t>(c->raw.size()) > options_.max_pending_bytes) {
     return ResourceExhaustedError(fmt::format("the open rounds hold {} bytes of pushes (limit {}): push again later",
                                               PendingBytes(), options_.max_pending_bytes));
   }
@@ -461,14 +466,16 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   JoinNorms(h.fragment, *c);
   if (reference) {
     f.recent_norms.push_back(size);
-    if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window) f.recent_norms.erase(f.recent_norms.begin());
+    if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window)
+      f.recent_norms.erase(f.recent_norms.begin());
   }
   PushResult r = Admit(l, f, h, std::move(*c), now);
   r.note += bounded;
   return r;
 }
 
-PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c, TimePoint now) {
+PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c,
+                             TimePoint now) {
   l.consecutive_rejects = 0;
   if (c.c_steps > 0) {
     l.tokens_per_step = Ema(l.tokens_per_step, static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps));
@@ -482,8 +489,8 @@ PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeade
   result.incarnation = options_.incarnation;
   if (h.base_version < f.version) {
     l.late_folded += 1;
-    result.note = fmt::format("computed against version {}, folded into round {} (current version {})",
-                              h.base_version, f.version, f.version);
+    result.note = fmt::format("computed against version {}, folded into round {} (current version {})", h.base_version,
+                              f.version, f.version);
   } else {
     result.note = fmt::format("joined round {}", f.version);
   }
@@ -558,8 +565,8 @@ double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& li
   for (const auto& c : f.pending) {
     const double tps_c = c.c_steps > 0 ? static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps) : 0.0;
     // A final sync is the rest of the learner's work however short: it stands for a full span.
-    round_tokens += c.final_sync && c.c_steps > 0 && c.c_steps < options_.H ? tps_c * options_.H
-                                                                              : static_cast<double>(c.c_tokens);
+    round_tokens +=
+        c.final_sync && c.c_steps > 0 && c.c_steps < options_.H ? tps_c * options_.H : static_cast<double>(c.c_tokens);
     round_tps += tps_c;
     if (std::find(members.begin(), members.end(), c.learner) == members.end()) members.push_back(c.learner);
   }
@@ -567,7 +574,8 @@ double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& li
   double full = 0;
   for (int id : members) {
     auto it = learners_.find(id);
-    const double tps = it != learners_.end() && it->second.tokens_per_step > 0 ? it->second.tokens_per_step : fallback_tps;
+    const double tps =
+        it != learners_.end() && it->second.tokens_per_step > 0 ? it->second.tokens_per_step : fallback_tps;
     full += tps * options_.H;
   }
   if (!(round_tokens > 0)) return 1e-6;  // no tokens behind this round: it may not move Θ
@@ -582,9 +590,10 @@ Status SyncerCore::CheckInContact(const LearnerRecord& l, TimePoint now) const {
   // its next pushes carry its progress on top of them (docs/failure-semantics.md).
   const Duration silent = now - l.last_seen;
   if (l.state == LearnerState::kDone || silent <= FromSeconds(options_.learner_timeout_s)) return Status::Ok();
-  return NotFoundError(fmt::format("learner {} was silent for {:.1f} s, longer than the learner timeout ({} s): "
-                                   "the syncer stopped counting it as live; rejoin first",
-                                   l.id, ToSeconds(silent), options_.learner_timeout_s));
+  return NotFoundError(
+      fmt::format("learner {} was silent for {:.1f} s, longer than the learner timeout ({} s): "
+                  "the syncer stopped counting it as live; rejoin first",
+                  l.id, ToSeconds(silent), options_.learner_timeout_s));
 }
 
 Status SyncerCore::CheckNotBanned(const LearnerRecord& l, TimePoint now) const {
@@ -615,9 +624,8 @@ StatusOr<SharedPull> SyncerCore::PullShared(int learner_id, int fragment, int64_
   // state at all, so it is served.)
   FragmentState& f = fragments_[static_cast<size_t>(fragment)];
   if (have_version > f.version) {
-    return FailedPreconditionError("pull: learner holds version " + std::to_string(have_version) +
-                                   " of fragment " + std::to_string(fragment) +
-                                   " but the syncer is at " + std::to_string(f.version) +
+    return FailedPreconditionError("pull: learner holds version " + std::to_string(have_version) + " of fragment " +
+                                   std::to_string(fragment) + " but the syncer is at " + std::to_string(f.version) +
                                    " (syncer restarted from older state?)");
   }
   const bool reachable = have_version >= f.copy->oldest();
@@ -645,7 +653,8 @@ void SyncerCore::CountBytes(int learner_id, int64_t up, int64_t down) {
 
 Status SyncerCore::Leave(int learner_id, TimePoint now) {
   auto it = learners_.find(learner_id);
-  if (it == learners_.end()) return NotFoundError("leave from learner " + std::to_string(learner_id) + " which has not joined");
+  if (it == learners_.end())
+    return NotFoundError("leave from learner " + std::to_string(learner_id) + " which has not joined");
   it->second.state = LearnerState::kDone;
   it->second.last_seen = now;
   return Status::Ok();
@@ -661,9 +670,11 @@ SyncerCore::HeldBytes SyncerCore::held_bytes() const {
     for (const Contribution& c : f.pending) b.pending += c.raw.capacity();
   }
   b.scratch = (scratch_.theta.capacity() + scratch_.momentum.capacity() + scratch_.accum.capacity() +
-               scratch_.start.capacity() + scratch_.phi.capacity()) * sizeof(float) +
+               scratch_.start.capacity() + scratch_.phi.capacity()) *
+                  sizeof(float) +
               scratch_.sums.capacity() * sizeof(double);
-  for (const auto& [id, l] : learners_) b.learners += sizeof(l) + l.host.capacity() + l.merged_versions.capacity() * sizeof(int64_t);
+  for (const auto& [id, l] : learners_)
+    b.learners += sizeof(l) + l.host.capacity() + l.merged_versions.capacity() * sizeof(int64_t);
   return b;
 }
 
@@ -705,15 +716,27 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   for (const auto& [id, l] : learners_) {
     up += l.bytes_up;
     down += l.bytes_down;
-    ls.push_back({{"id", id}, {"host", l.host}, {"state", LearnerStateName(l.state)}, {"joins", l.joins},
-                  {"step", l.step}, {"tokens", l.tokens}, {"loss", l.loss}, {"version_held", l.version_held},
-                  {"tokens_per_second", l.tokens_per_second}, {"step_seconds", l.step_seconds},
-                  {"bytes_up", l.bytes_up}, {"bytes_down", l.bytes_down}, {"pushes", l.pushes},
-                  {"pushes_rejected", l.pushes_rejected}, {"quarantined", l.quarantined},
-                  {"contributions_refused", l.contributions_refused}, {"telemetry_rejected", l.telemetry_rejected},
+    ls.push_back({{"id", id},
+                  {"host", l.host},
+                  {"state", LearnerStateName(l.state)},
+                  {"joins", l.joins},
+                  {"step", l.step},
+                  {"tokens", l.tokens},
+                  {"loss", l.loss},
+                  {"version_held", l.version_held},
+                  {"tokens_per_second", l.tokens_per_second},
+                  {"step_seconds", l.step_seconds},
+                  {"bytes_up", l.bytes_up},
+                  {"bytes_down", l.bytes_down},
+                  {"pushes", l.pushes},
+                  {"pushes_rejected", l.pushes_rejected},
+                  {"quarantined", l.quarantined},
+                  {"contributions_refused", l.contributions_refused},
+                  {"telemetry_rejected", l.telemetry_rejected},
                   {"disconnected", l.banned_until > TimePoint{} && now < l.banned_until},
                   {"rounds_joined", l.rounds_joined},
-                  {"late_folded", l.late_folded}, {"tokens_merged", l.tokens_merged},
+                  {"late_folded", l.late_folded},
+                  {"tokens_merged", l.tokens_merged},
                   {"seconds_since_seen", ToSeconds(now - l.last_seen)}});
   }
   j["learners"] = ls;

@@ -25,15 +25,17 @@ SyncerCore::FragmentSnapshot SyncerCore::SnapshotFragment(int fragment) const {
 Status SyncerCore::RestoreFragment(int fragment, FragmentSnapshot snap) {
   if (fragment < 0 || fragment >= plan_.num_fragments()) return InvalidArgumentError("restore: bad fragment");
   FragmentState& f = fragments_[static_cast<size_t>(fragment)];
-  if (!f.copy) return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " belongs to another shard");
+  if (!f.copy)
+    return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " belongs to another shard");
   const size_t n = f.theta.size();
   if (snap.theta.size() != n || (!snap.momentum.empty() && snap.momentum.size() != n) ||
       (!snap.public_values.empty() && snap.public_values.size() != n)) {
     return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " has " +
                                 std::to_string(snap.theta.size()) + " values, the plan " + std::to_string(n));
   }
-  if (!exchange::AllFinite(snap.theta) || !exchange::AllFinite(snap.momentum) || !exchange::AllFinite(snap.public_values) ||
-      snap.version < 0 || !std::isfinite(snap.sweep_share) || snap.sweep_share < 0 || snap.sweep_share > 1) {
+  if (!exchange::AllFinite(snap.theta) || !exchange::AllFinite(snap.momentum) ||
+      !exchange::AllFinite(snap.public_values) || snap.version < 0 || !std::isfinite(snap.sweep_share) ||
+      snap.sweep_share < 0 || snap.sweep_share > 1) {
     return InvalidArgumentError("restore: fragment " + std::to_string(fragment) + " holds invalid values");
   }
   exchange::Lattice lattice = f.copy->lattice();

@@ -233,33 +233,33 @@ StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<co
   // The payload is inflated and checked here, on the caller's thread (pure work on its bytes), so
   // that M pushes arriving together are prepared in parallel and the loop only admits them. A
   // header the core will refuse anyway is passed on unprepared (its own error comes first).
-  const bool known = CheckPushShape(header, uplink_, static_cast<int>(numel_.size()),
-                                    [this](int p) { return numel_[static_cast<size_t>(p)]; })
-                         .ok();
+  const bool known = CheckPushShape(header, uplink_, static_cast<int>(numel_.size()), [this](int p) {
+                       return numel_[static_cast<size_t>(p)];
+                     }).ok();
   if (!known) {  // the payload outlives the call: Ask waits for the loop
     return Ask<StatusOr<PushResult>>([header, payload, arrived](SyncerCore& core, TimePoint now) {
       return core.Push(header, payload, now, arrived);
     });
   }
-  auto prepared = std::make_shared<PreparedPush>(
-      PreparePush(uplink_, payload, numel_[static_cast<size_t>(header.fragment)]));
+  auto prepared =
+      std::make_shared<PreparedPush>(PreparePush(uplink_, payload, numel_[static_cast<size_t>(header.fragment)]));
   return Ask<StatusOr<PushResult>>([header, prepared, arrived](SyncerCore& core, TimePoint now) {
     return core.Push(header, std::move(*prepared), now, arrived);
   });
 }
 
-StatusOr<PullPayload> SyncerLoop::Pull(int learner_id, int fragment, int64_t have_version,
-                                       double wait_seconds, int64_t want_version) {
+StatusOr<PullPayload> SyncerLoop::Pull(int learner_id, int fragment, int64_t have_version, double wait_seconds,
+                                       int64_t want_version) {
   ATOLL_ASSIGN_OR_RETURN(SharedPull shared, PullShared(learner_id, fragment, have_version, wait_seconds, want_version));
   return *shared;
 }
 
-StatusOr<SharedPull> SyncerLoop::PullShared(int learner_id, int fragment, int64_t have_version,
-                                            double wait_seconds, int64_t want_version) {
+StatusOr<SharedPull> SyncerLoop::PullShared(int learner_id, int fragment, int64_t have_version, double wait_seconds,
+                                            int64_t want_version) {
   auto reply = std::make_shared<PullReply>();
   wait_seconds = std::clamp(wait_seconds, 0.0, 60.0);
-  PostFor<StatusOr<SharedPull>>(reply, [this, reply, learner_id, fragment, have_version, wait_seconds,
-                                         want_version](SyncerCore& core, TimePoint now) {
+  PostFor<StatusOr<SharedPull>>(reply, [this, reply, learner_id, fragment, have_version, wait_seconds, want_version](
+                                           SyncerCore& core, TimePoint now) {
     try {
       auto r = core.PullShared(learner_id, fragment, have_version, want_version);
       if (!r.ok() || !(*r)->not_modified || wait_seconds <= 0 || long_polls_ended()) {

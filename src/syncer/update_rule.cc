@@ -59,8 +59,8 @@ class ParameterServerRule final : public UpdateRule {
 
   Status CheckBase(int64_t base_version, int64_t current_version) const override {
     if (base_version == current_version) return Status::Ok();
-    return AbortedError(fmt::format("ddp: gradient of step {} but the model is at step {}: pull first",
-                                    base_version, current_version));
+    return AbortedError(
+        fmt::format("ddp: gradient of step {} but the model is at step {}: pull first", base_version, current_version));
   }
   bool NeedsBase() const override { return false; }
   bool ReadsNorms() const override { return false; }  // a mean, and no outer-gradient bound

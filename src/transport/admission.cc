@@ -14,12 +14,13 @@ Admission::Slot Admission::Enter(Kind kind, int64_t learner_id) {
   if (it != per.end() && it->second >= cap) {
     return Slot(this, kind, learner_id,
                 ResourceExhaustedError(fmt::format("learner {} already has {} {} in flight (the limit per learner); "
-                                                   "retry when one ends", learner_id, it->second, what)));
+                                                   "retry when one ends",
+                                                   learner_id, it->second, what)));
   }
   if (total_ >= limits_.calls_total) {
     return Slot(this, kind, learner_id,
-                ResourceExhaustedError(fmt::format("the syncer already serves {} pushes and pulls (its limit); retry later",
-                                                   total_)));
+                ResourceExhaustedError(
+                    fmt::format("the syncer already serves {} pushes and pulls (its limit); retry later", total_)));
   }
   ++per[learner_id];
   ++total_;

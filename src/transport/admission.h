@@ -38,7 +38,8 @@ class Admission {
   // RESOURCE_EXHAUSTED to answer with.
   class Slot {
    public:
-    Slot(Admission* a, Kind kind, int64_t id, Status st) : a_(st.ok() ? a : nullptr), kind_(kind), id_(id), st_(std::move(st)) {}
+    Slot(Admission* a, Kind kind, int64_t id, Status st)
+        : a_(st.ok() ? a : nullptr), kind_(kind), id_(id), st_(std::move(st)) {}
     Slot(const Slot&) = delete;
     Slot& operator=(const Slot&) = delete;
     ~Slot() {

@@ -38,7 +38,8 @@ std::string OperatorToken(std::string_view secret, std::string_view run_id) {
 
 StatusOr<LearnerIdSet> LearnerIdSet::Parse(std::string_view text) {
   LearnerIdSet set;
-  if (!text.empty() && text.back() == ',') return InvalidArgumentError("learner ids '" + std::string(text) + "' end with a comma");
+  if (!text.empty() && text.back() == ',')
+    return InvalidArgumentError("learner ids '" + std::string(text) + "' end with a comma");
   const auto number = [](std::string_view t) -> std::optional<int64_t> {
     if (t.empty() || t.size() > 7 || t.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
     const int64_t v = std::stoll(std::string(t));

@@ -102,8 +102,7 @@ Status GrpcSyncerClient::Leave(int learner_id) {
   return Status::Ok();
 }
 
-StatusOr<syncer::HeartbeatReplyData> GrpcSyncerClient::Heartbeat(int learner_id,
-                                                                 const syncer::LearnerProgress& p) {
+StatusOr<syncer::HeartbeatReplyData> GrpcSyncerClient::Heartbeat(int learner_id, const syncer::LearnerProgress& p) {
   grpc::ClientContext ctx;
   impl_->Prepare(ctx, impl_->options.call_timeout_s);
   atl::v1::HeartbeatRequest req;
@@ -131,8 +130,7 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
   atl::v1::PushReply reply;
   auto writer = impl_->stub->Push(&ctx, &reply);
   atl::v1::PushChunk msg;
-  FillPushHeader(header, static_cast<int64_t>(payload.size()), Checksum64(payload),
-                 msg.mutable_header());
+  FillPushHeader(header, static_cast<int64_t>(payload.size()), Checksum64(payload), msg.mutable_header());
   bool ok = writer->Write(msg);
   int64_t sent = static_cast<int64_t>(msg.ByteSizeLong());
   const size_t chunk = std::clamp<size_t>(fault.chunk_bytes, 1, kMaxChunkBytes * 2);
@@ -167,10 +165,8 @@ bool BrokenStream(const grpc::Status& st) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
     case grpc::StatusCode::CANCELLED:
-    case grpc::StatusCode::ABORTED:
-      return true;
-    default:
-      return false;
+    case grpc::StatusCode::ABORTED: return true;
+    default: return false;
   }
 }
 

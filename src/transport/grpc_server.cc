@@ -26,8 +26,7 @@ using atl::v1::Syncer;
 
 class Service final : public Syncer::Service {
  public:
-  Service(syncer::SyncerLoop& loop, std::string token, ServerLimits limits,
-          std::function<std::string(bool)> on_finish)
+  Service(syncer::SyncerLoop& loop, std::string token, ServerLimits limits, std::function<std::string(bool)> on_finish)
       : loop_(loop),
         token_(std::move(token)),
         limits_(limits),
@@ -42,8 +41,7 @@ class Service final : public Syncer::Service {
   }
   void UsePullFault(const ServerOptions::PullFault& f) { pull_fault_ = f; }
 
-  grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req,
-                    atl::v1::JoinReply* reply) override {
+  grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req, atl::v1::JoinReply* reply) override {
     if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     auto out = loop_.Join(ParseJoinRequest(*req));
     if (!out.ok()) return ToGrpc(out.status());
@@ -80,8 +78,8 @@ class Service final : public Syncer::Service {
                                        : InvalidArgumentError("push: the first message must be a header"));
     }
     if (chunk.header().learner_id() != *who) {
-      return ToGrpc(UnauthenticatedError(fmt::format("push: the header names learner {}, the call learner {}",
-                                                     chunk.header().learner_id(), *who)));
+      return ToGrpc(UnauthenticatedError(
+          fmt::format("push: the header names learner {}, the call learner {}", chunk.header().learner_id(), *who)));
     }
     auto header = ParsePushHeader(chunk.header());
     const int64_t header_bytes = static_cast<int64_t>(chunk.ByteSizeLong());
@@ -91,13 +89,14 @@ class Service final : public Syncer::Service {
     if (atl::Status st = CheckAnnounced(header->first, total); !st.ok()) return Rejected(header->first, st);
     InflightBudget budget(inflight_push_bytes_, total, limits_.max_inflight_push_bytes);
     if (!budget.ok()) {
-      return Refuse(ResourceExhaustedError(fmt::format(
-          "push: {} payload bytes would exceed the syncer's in-flight push budget of {} bytes; retry later",
-          total, limits_.max_inflight_push_bytes)));
+      return Refuse(ResourceExhaustedError(
+          fmt::format("push: {} payload bytes would exceed the syncer's in-flight push budget of {} bytes; retry later",
+                      total, limits_.max_inflight_push_bytes)));
     }
     // The announced size earns its time at the slowest link the run allows.
-    watch.Move(opened + std::chrono::milliseconds(static_cast<int64_t>(
-                            1000 * PayloadDeadlineSeconds(limits_.push_timeout_ms / 1000.0, total, limits_.min_link_mbps))));
+    watch.Move(opened +
+               std::chrono::milliseconds(static_cast<int64_t>(
+                   1000 * PayloadDeadlineSeconds(limits_.push_timeout_ms / 1000.0, total, limits_.min_link_mbps))));
     std::vector<std::byte> payload;
     if (atl::Status st = ReceivePayload(reader, total, payload); !st.ok()) return Rejected(header->first, st);
     if (Checksum64(payload) != header->second) {
@@ -134,11 +133,11 @@ class Service final : public Syncer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Status(grpc::ServerContext* ctx, const atl::v1::StatusRequest*,
-                      atl::v1::StatusReply* reply) override {
+  grpc::Status Status(grpc::ServerContext* ctx, const atl::v1::StatusRequest*, atl::v1::StatusReply* reply) override {
     if (auto st = CheckToken(ctx, kOperator); !st.ok()) return ToGrpc(st);
     try {
-      reply->set_json(loop_.Call([](syncer::SyncerCore& core, TimePoint now) { return DumpJson(core.StatusJson(now)); }));
+      reply->set_json(
+          loop_.Call([](syncer::SyncerCore& core, TimePoint now) { return DumpJson(core.StatusJson(now)); }));
     } catch (const std::exception& e) {
       return ToGrpc(InternalError(std::string("status: ") + e.what()));
     }
@@ -218,9 +217,10 @@ class Service final : public Syncer::Service {
     if (!counts) return ToGrpc(st);
     atl::Status counted = st;
     try {
-      counted = loop_.Call([&](syncer::SyncerCore& core, TimePoint now) { return core.RecordRejectedPush(h, st, now); });
+      counted =
+          loop_.Call([&](syncer::SyncerCore& core, TimePoint now) { return core.RecordRejectedPush(h, st, now); });
       if (counted.code() == StatusCode::kNotFound) counted = st;  // a stranger: nothing to count
-    } catch (const std::exception&) {  // the loop stopped under us (a broken promise)
+    } catch (const std::exception&) {                             // the loop stopped under us (a broken promise)
     }
     std::fprintf(stderr, "syncer: rejected %s\n", counted.ToString().c_str());
     return ToGrpc(counted);
@@ -353,9 +353,9 @@ void ApplyLimits(const ServerLimits& l, grpc::ServerBuilder& builder) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
-    const ServerOptions& options, syncer::SyncerLoop& loop,
-    std::function<std::string(bool)> on_finish) {
+StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(const ServerOptions& options,
+                                                                    syncer::SyncerLoop& loop,
+                                                                    std::function<std::string(bool)> on_finish) {
   auto impl = std::make_unique<ServerImpl>();
   impl->service_ = std::make_unique<Service>(loop, options.token, options.limits, std::move(on_finish));
   if (options.pull_fault.chunk_bytes == 0 || options.pull_fault.chunk_bytes > kMaxChunkBytes) {
@@ -364,7 +364,8 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(
   impl->service_->UsePullFault(options.pull_fault);
   ATOLL_ASSIGN_OR_RETURN(LearnerIdSet allowed, LearnerIdSet::Parse(options.allowed_learners));
   if (!allowed.any() && options.secret.empty()) {
-    return InvalidArgumentError("allowed_learners needs per-learner credentials (a secret): a shared token is every learner's");
+    return InvalidArgumentError(
+        "allowed_learners needs per-learner credentials (a secret): a shared token is every learner's");
   }
   if (!options.secret.empty()) {
     impl->service_->UseCredentials(options.secret,

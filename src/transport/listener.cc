@@ -103,7 +103,8 @@ void GrpcListener::Stop() {
 int GrpcListener::CountOpen() {
   std::erase_if(handed_, [](const Handed& h) {
     struct stat st {};
-    return ::fstat(h.fd, &st) != 0 || static_cast<uint64_t>(st.st_dev) != h.dev || static_cast<uint64_t>(st.st_ino) != h.ino;
+    return ::fstat(h.fd, &st) != 0 || static_cast<uint64_t>(st.st_dev) != h.dev ||
+           static_cast<uint64_t>(st.st_ino) != h.ino;
   });
   open_ = static_cast<int>(handed_.size());
   return open_;

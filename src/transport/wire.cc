@@ -16,8 +16,7 @@ grpc::Status ToGrpc(const Status& st) {
 
 Status FromGrpc(const grpc::Status& st, const std::string& what) {
   if (st.ok()) return Status::Ok();
-  return Status(static_cast<StatusCode>(static_cast<int>(st.error_code())),
-                what + ": " + st.error_message());
+  return Status(static_cast<StatusCode>(static_cast<int>(st.error_code())), what + ": " + st.error_message());
 }
 
 StatusOr<diloco::Compression> ParseWireCompression(const std::string& s) {
@@ -44,9 +43,8 @@ StatusOr<std::pair<syncer::PushHeaderData, uint64_t>> ParsePushHeader(const atl:
   d.compression = *comp;
   // The size is bounded by the plan (SyncerCore::CheckPush, before any memory is reserved).
   if (h.num_values() < 0 || h.payload_bytes() < 0) {
-    return InvalidArgumentError("push header: sizes out of range (num_values " +
-                                std::to_string(h.num_values()) + ", payload_bytes " +
-                                std::to_string(h.payload_bytes()) + ")");
+    return InvalidArgumentError("push header: sizes out of range (num_values " + std::to_string(h.num_values()) +
+                                ", payload_bytes " + std::to_string(h.payload_bytes()) + ")");
   }
   if (d.encoding != diloco::Encoding::kFp32 && d.encoding != diloco::Encoding::kBf16) {
     Status st = diloco::ValidateCodecOptions({d.encoding, d.block_size});
@@ -132,12 +130,13 @@ StatusOr<int64_t> ResumeOffset(const atl::v1::PullRequest& r, const syncer::Pull
   if (r.resume_offset() < 0) {
     return InvalidArgumentError("pull: resume_offset " + std::to_string(r.resume_offset()) + " is negative");
   }
-  const bool same = !p.not_modified && r.resume_version() == p.version && r.resume_payload_checksum() == payload_checksum;
+  const bool same =
+      !p.not_modified && r.resume_version() == p.version && r.resume_payload_checksum() == payload_checksum;
   return same && r.resume_offset() < static_cast<int64_t>(p.bytes.size()) ? r.resume_offset() : 0;
 }
 
-Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out, int64_t& payload_bytes,
-                       uint64_t& payload_checksum) {
+Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out,
+                       int64_t& payload_bytes, uint64_t& payload_checksum) {
   out.fragment = h.fragment();
   out.version = h.version();
   out.is_delta = h.is_delta();
@@ -147,7 +146,8 @@ Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, 
   out.value_checksum = h.value_checksum();
   out.block_size = h.block_size();
   if (!out.not_modified && h.encoding() != kLatticeEncoding) {
-    return InvalidArgumentError("pull: unknown encoding '" + h.encoding().substr(0, 32) + "' (this learner reads lattice)");
+    return InvalidArgumentError("pull: unknown encoding '" + h.encoding().substr(0, 32) +
+                                "' (this learner reads lattice)");
   }
   ATOLL_ASSIGN_OR_RETURN(out.compression, ParseWireCompression(h.compression()));
   payload_bytes = h.payload_bytes();

@@ -53,8 +53,8 @@ StatusOr<int64_t> ResumeOffset(const atl::v1::PullRequest& r, const syncer::Pull
 // size and checksum. InvalidArgument for an encoding other than the lattice's or an unknown
 // compression; DataLoss for sizes out of range.
 inline constexpr const char* kLatticeEncoding = "lattice";
-Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out, int64_t& payload_bytes,
-                       uint64_t& payload_checksum);
+Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out,
+                       int64_t& payload_bytes, uint64_t& payload_checksum);
 
 // The pull's reply assembled from its stream: one header (ParsePullHeader, its payload bounded by
 // `max_payload_bytes`), then the chunks (AppendChunk). DataLoss for a second header, data before

@@ -12,13 +12,12 @@
 #include "atoll/c_api.h"
 #include "toy_syncer.h"
 
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      fprintf(stderr, "%s:%d: check failed: %s (last error: '%s')\n", __FILE__, __LINE__, \
-              #cond, atoll_last_error());                                             \
-      exit(1);                                                                        \
-    }                                                                                 \
+#define CHECK(cond)                                                                                                   \
+  do {                                                                                                                \
+    if (!(cond)) {                                                                                                    \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: '%s')\n", __FILE__, __LINE__, #cond, atoll_last_error()); \
+      exit(1);                                                                                                        \
+    }                                                                                                                 \
   } while (0)
 
 enum { kTensors = 4 };
@@ -264,7 +263,8 @@ static void give_due(atoll_learner* l, int p, const toy_model* live, const int* 
   CHECK(atoll_learner_fragment_slices(l, p, slices, 8, &ns) == ATOLL_OK);
   for (size_t j = 0; j < ns; ++j) {
     if (!staged[slices[j].param]) continue;
-    memcpy(values + count, live->params[slices[j].param].data + slices[j].offset, (size_t)slices[j].count * sizeof(float));
+    memcpy(values + count, live->params[slices[j].param].data + slices[j].offset,
+           (size_t)slices[j].count * sizeof(float));
     count += (size_t)slices[j].count;
   }
   CHECK((int64_t)count == atoll_learner_staged_count(l, p));
@@ -311,7 +311,7 @@ static void check_staged(toy_syncer* s, const char* target) {
   int64_t staged_total = 0;
   for (int p = 0; p < 4; ++p) staged_total += atoll_learner_staged_count(l, p);
   CHECK(staged_total == 128);
-  int applied_total = 0, additive = apply_receipts(l, &live, &host, staged, &applied_total);  /* the join */
+  int applied_total = 0, additive = apply_receipts(l, &live, &host, staged, &applied_total); /* the join */
   for (int step = 0; step < 2000 && (step < 40 || additive == 0); ++step) {
     toy_step(&live);
     int due[4];

@@ -164,7 +164,8 @@ TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
 // token, and the run's model combines both shards' fragments.
 TEST(Chaos, KilledSyncerShardResumesFromItsLastCommittedRound) {
   const std::string dir = testing::ScratchDir("chaos_shard");
-  const nlohmann::json s = SmallRunWithEvents(dir, "{ kind = \"kill_syncer\", learner = 1, at_step = 20, duration_s = 2.0 }", "--syncer-shards 2 ");
+  const nlohmann::json s = SmallRunWithEvents(
+      dir, "{ kind = \"kill_syncer\", learner = 1, at_step = 20, duration_s = 2.0 }", "--syncer-shards 2 ");
   ASSERT_TRUE(s.is_object());
   ExpectNoLearnerLostWork(s);
   // Shard 1 (the odd fragments) resumed at its last commits, Θ_p bit for bit.
@@ -195,7 +196,8 @@ TEST(Chaos, CorruptedSyncerStateIsRefusedOnStart) {
   const std::string dir = testing::ScratchDir("chaos_corrupt");
   const std::string data = testing::PrepareSmallData(dir);
   auto r = testing::RunAtoll(std::string("run --data ") + data + " --out " + dir + "/run " +
-                             "-M 1 --steps 8 --seq 64 --batch 8 -P 8 -H 8 --tau 1 --eval-batches 2 --no-live", 200);
+                                 "-M 1 --steps 8 --seq 64 --batch 8 -P 8 -H 8 --tau 1 --eval-batches 2 --no-live",
+                             200);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string frag = dir + "/run/state/fragment-002.bin";
   {

@@ -60,12 +60,13 @@ TEST(ChaosSchedule, RandomFailuresMatchTheMtbfAndNeverOverlapARepair) {
 TEST(ChaosSchedule, ExplicitEventsAreKeptAndValidated) {
   ChaosConfig c;
   c.mode = ChaosMode::kEvents;
-  c.events = {{30, -1, FaultKind::kPause, 1, 5, 0}, {10, -1, FaultKind::kKill, 0, 8, 0},
+  c.events = {{30, -1, FaultKind::kPause, 1, 5, 0},
+              {10, -1, FaultKind::kKill, 0, 8, 0},
               {0, 50, FaultKind::kKillSyncer, -1, 3, 0}};
   auto s = BuildSchedule(c, 2, 100);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->size(), 3u);
-  EXPECT_EQ((*s)[0].kind, FaultKind::kKill);        // sorted by time
+  EXPECT_EQ((*s)[0].kind, FaultKind::kKill);  // sorted by time
   EXPECT_EQ((*s)[1].kind, FaultKind::kPause);
   EXPECT_EQ((*s)[2].kind, FaultKind::kKillSyncer);  // step-triggered after time-triggered
 

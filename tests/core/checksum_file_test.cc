@@ -46,8 +46,9 @@ TEST(File, AtomicWriteReplacesAndLeavesNoTemp) {
   EXPECT_FALSE(WriteFileAtomic((dir / "no" / "such" / "f").string(), std::string_view("x")).ok());
   // Without fsync (caches): the same replace-by-rename, nothing left behind.
   const std::string cache = "cache bytes";
-  ASSERT_TRUE(WriteFileAtomic(path, std::as_bytes(std::span<const char>(cache.data(), cache.size())),
-                              Durability::kNoSync).ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(path, std::as_bytes(std::span<const char>(cache.data(), cache.size())), Durability::kNoSync)
+          .ok());
   EXPECT_EQ(*ReadFile(path), cache);
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
   std::filesystem::remove_all(dir);
@@ -62,7 +63,8 @@ namespace {
 TEST(File, ListFilesRecursiveIsSortedAndReportsMissingFolders) {
   const std::filesystem::path dir = testing::ScratchDir("list_test");
   ASSERT_TRUE(MakeDirs((dir / "b" / "c").string()).ok());
-  for (const char* f : {"z.txt", "b/c/y.txt", "a.txt"}) ASSERT_TRUE(WriteFileAtomic((dir / f).string(), std::string_view("x")).ok());
+  for (const char* f : {"z.txt", "b/c/y.txt", "a.txt"})
+    ASSERT_TRUE(WriteFileAtomic((dir / f).string(), std::string_view("x")).ok());
   auto files = ListFilesRecursive(dir.string());
   ASSERT_TRUE(files.ok()) << files.status();
   ASSERT_EQ(files->size(), 3u);

@@ -14,7 +14,8 @@ TEST(EnumNames, NameIsTheFirstSpellingAndParseAcceptsEvery) {
   EXPECT_STREQ(kColourNames.Name(Colour::kRed), "red");
   EXPECT_STREQ(kColourNames.Name(Colour::kGreen), "green");
   EXPECT_STREQ(kColourNames.Name(static_cast<Colour>(7)), "?");
-  for (Colour c : {Colour::kRed, Colour::kGreen, Colour::kBlue}) EXPECT_EQ(*kColourNames.Parse(kColourNames.Name(c)), c);
+  for (Colour c : {Colour::kRed, Colour::kGreen, Colour::kBlue})
+    EXPECT_EQ(*kColourNames.Parse(kColourNames.Name(c)), c);
   EXPECT_EQ(*kColourNames.Parse("verde"), Colour::kGreen);  // an older spelling still reads
   static_assert(kColourNames.Name(Colour::kBlue)[0] == 'b', "Name is usable at compile time");
 }

@@ -67,8 +67,9 @@ TEST(CodecTest, EncodedSizesAreExact) {
 }
 
 TEST(CodecTest, Fp32IsBitExact) {
-  const std::vector<float> x = {0.0f, -0.0f, 1.0f, -3.25f, FromBits(1), FromBits(0x007fffff),
-                                std::numeric_limits<float>::max(), -1e-30f, 123456.789f};
+  const std::vector<float> x = {
+      0.0f,    -0.0f,      1.0f, -3.25f, FromBits(1), FromBits(0x007fffff), std::numeric_limits<float>::max(),
+      -1e-30f, 123456.789f};
   Bytes wire;
   const auto y = RoundTrip({Encoding::kFp32}, x, &wire);
   for (size_t i = 0; i < x.size(); ++i) {
@@ -81,7 +82,10 @@ TEST(CodecTest, Fp32IsBitExact) {
 }
 
 TEST(CodecTest, Bf16RoundsToNearestEvenByBitPattern) {
-  struct Case { uint32_t in; uint16_t out; };
+  struct Case {
+    uint32_t in;
+    uint16_t out;
+  };
   const Case cases[] = {
       {0x3F800000, 0x3F80},  // 1.0 exact
       {0x3F807FFF, 0x3F80},  // just below half: down
@@ -111,8 +115,7 @@ TEST(CodecTest, Bf16RoundsToNearestEvenByBitPattern) {
   Bytes wire;
   const auto y = RoundTrip({Encoding::kBf16}, x, &wire);
   for (int i = 0; i < 9; ++i) {
-    EXPECT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(i)]),
-              static_cast<uint32_t>(cases[i].out) << 16);
+    EXPECT_EQ(std::bit_cast<uint32_t>(y[static_cast<size_t>(i)]), static_cast<uint32_t>(cases[i].out) << 16);
   }
   EXPECT_EQ(U8(wire)[6], 0x81);  // value 3 (0x3F81), little-endian
   EXPECT_EQ(U8(wire)[7], 0x3F);
@@ -152,8 +155,8 @@ TEST(CodecTest, Int4HandValuesWithOddTail) {
   const std::vector<float> x = {7, -7, 1, 2, -3, 0, 6.4f, -0.4f, -3.5f};
   Bytes wire;
   const auto y = RoundTrip({Encoding::kInt4, 8}, x, &wire);
-  EXPECT_EQ(U8(wire), (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x3F, 0x1F, 0xA9, 0x85, 0x8E,
-                                            0x00, 0x00, 0x00, 0x3F, 0x01}));
+  EXPECT_EQ(U8(wire),
+            (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x3F, 0x1F, 0xA9, 0x85, 0x8E, 0x00, 0x00, 0x00, 0x3F, 0x01}));
   EXPECT_EQ(y, (std::vector<float>{7, -7, 1, 2, -3, 0, 6, 0, -3.5f}));
 }
 
@@ -164,8 +167,7 @@ TEST(CodecTest, Int2HandValuesWithPartialTail) {
   const std::vector<float> x = {4, -4, 1.9f, -1.9f, -2.1f, 0, 2.1f, 0.5f, -0.5f, 0.5f};
   Bytes wire;
   const auto y = RoundTrip({Encoding::kInt2, 8}, x, &wire);
-  EXPECT_EQ(U8(wire), (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x40, 0xA7, 0xB9,
-                                            0x00, 0x00, 0x00, 0x3F, 0x0D}));
+  EXPECT_EQ(U8(wire), (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x40, 0xA7, 0xB9, 0x00, 0x00, 0x00, 0x3F, 0x0D}));
   EXPECT_EQ(y, (std::vector<float>{4, -4, 0, 0, -4, 0, 4, 0, -0.5f, 0.5f}));
 }
 
@@ -209,8 +211,8 @@ TEST(CodecTest, IntErrorBounds) {
 TEST(CodecTest, ZeroAndTinyBlocksDecodeToZeros) {
   for (Encoding e : {Encoding::kInt8, Encoding::kInt4, Encoding::kInt2}) {
     std::vector<float> x(24, 0.0f);
-    x[16] = 1.0f;                 // third block non-zero
-    x[9] = 1e-40f;                // second block: absmax/qmax below FLT_MIN → flushed
+    x[16] = 1.0f;   // third block non-zero
+    x[9] = 1e-40f;  // second block: absmax/qmax below FLT_MIN → flushed
     x[10] = -3e-39f;
     Bytes wire;
     const auto y = RoundTrip({e, 8}, x, &wire);
@@ -308,13 +310,13 @@ TEST(CodecTest, DecodeRefusesCorruption) {
     EXPECT_EQ(DecodeWire(Encoding::kInt4, b).code(), StatusCode::kDataLoss);
   }
   expect_tail_padding_refused(Encoding::kInt4, 9, 0x10);  // int4 odd tail: the padding nibble must be 0
-  {  // int2 code 0 is never written (q + 2 ∈ [1, 3]).
+  {                                                       // int2 code 0 is never written (q + 2 ∈ [1, 3]).
     Bytes b = Wire(Encoding::kInt2);
     b[4] = static_cast<std::byte>(static_cast<uint8_t>(b[4]) & 0xFC);
     EXPECT_EQ(DecodeWire(Encoding::kInt2, b).code(), StatusCode::kDataLoss);
   }
   expect_tail_padding_refused(Encoding::kInt2, 10, 0x40);  // int2 partial tail: the unused codes must be 0
-  {  // Non-finite values in fp32 / bf16 payloads.
+  {                                                        // Non-finite values in fp32 / bf16 payloads.
     Bytes f = Wire(Encoding::kFp32);
     PutFloat(f, 12, kInf);
     EXPECT_EQ(DecodeWire(Encoding::kFp32, f).code(), StatusCode::kDataLoss);
@@ -398,10 +400,12 @@ TEST(CodecCompressionTest, QuantisedCodesShrink) {
   const std::vector<float> g = Gaussian(1 << 16, 3);
   std::vector<float> heavy(g.size());
   for (size_t i = 0; i < g.size(); ++i) heavy[i] = g[i] * g[i] * g[i];
-  for (const auto& [x, at_most] : std::vector<std::pair<const std::vector<float>*, double>>{{&g, 0.90}, {&heavy, 0.75}}) {
+  for (const auto& [x, at_most] :
+       std::vector<std::pair<const std::vector<float>*, double>>{{&g, 0.90}, {&heavy, 0.75}}) {
     Bytes wire;
     ASSERT_TRUE(Encode({Encoding::kInt4, 256, kZ}, *x, wire).ok());
-    const double ratio = static_cast<double>(wire.size()) / static_cast<double>(EncodedSize({Encoding::kInt4, 256}, x->size()));
+    const double ratio =
+        static_cast<double>(wire.size()) / static_cast<double>(EncodedSize({Encoding::kInt4, 256}, x->size()));
     EXPECT_LT(ratio, at_most);
     EXPECT_GT(ratio, 0.3);  // and not by magic: the codes carry information
   }

@@ -45,21 +45,23 @@ TEST(EncodedGradientsTest, FusedFormsGiveTheDefaultFormsBits) {
       ASSERT_TRUE(Encode(codec, delta, raw).ok());
     }
     const EncodedGradients fused(codec, n, reference.data(),
-                                 {{.raw = raws[0], .base = base.data()}, {.raw = raws[1], .base = nullptr},
+                                 {{.raw = raws[0], .base = base.data()},
+                                  {.raw = raws[1], .base = nullptr},
                                   {.raw = raws[2], .base = older.data()}});
     const PlainSource plain(fused);
     std::vector<float> scratch(n);
-    for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, 1024}, {256, 768}, {512, 4096}, {0, n},
-                                     {8, 1032}, {1024, 1024 + 96}}) {
-      const std::string where = "block " + std::to_string(block) + " [" + std::to_string(begin) + ", " +
-                                std::to_string(end) + ")";
+    for (const auto& [begin, end] :
+         {std::pair<size_t, size_t>{0, 1024}, {256, 768}, {512, 4096}, {0, n}, {8, 1032}, {1024, 1024 + 96}}) {
+      const std::string where =
+          "block " + std::to_string(block) + " [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
       for (size_t m = 0; m < 3; ++m) {
         LaneSquares a, c;
         fused.AddSquares(m, begin, end, scratch.data(), a);
         plain.AddSquares(m, begin, end, scratch.data(), c);
         EXPECT_EQ(a.Sum(), c.Sum()) << where << " push " << m;
       }
-      for (const std::vector<double>& coefs : {std::vector<double>{0.37, 0.0, 1.5}, {0.0, 2.0, 0.25}, {0.0, 0.0, 0.0}}) {
+      for (const std::vector<double>& coefs :
+           {std::vector<double>{0.37, 0.0, 1.5}, {0.0, 2.0, 0.25}, {0.0, 0.0, 0.0}}) {
         std::vector<double> x(end - begin, 0.5), y(end - begin, -0.5);
         fused.Accumulate(coefs, begin, end, scratch.data(), x.data());
         plain.Accumulate(coefs, begin, end, scratch.data(), y.data());

@@ -133,8 +133,7 @@ TEST(FragmentPlanTest, TinyGptWithoutSplitIsDominatedByTheEmbedding) {
 }
 
 TEST(FragmentPlanTest, TinyGptStrided) {
-  auto plan = MakeFragmentPlan(ExampleGptTensors(),
-                               {.num_fragments = 24, .strategy = PlanStrategy::kStrided});
+  auto plan = MakeFragmentPlan(ExampleGptTensors(), {.num_fragments = 24, .strategy = PlanStrategy::kStrided});
   ASSERT_TRUE(plan.ok());
   ExpectExactCover(*plan, 24);
   // Layers 0..3 → fragments 0..3; then "norm.weight" → 4, "tok_emb.weight" → 5; rest empty.
@@ -146,8 +145,7 @@ TEST(FragmentPlanTest, TinyGptStrided) {
   for (int p = 6; p < 24; ++p) EXPECT_EQ(plan->fragments[static_cast<size_t>(p)].numel, 0);
   EXPECT_DOUBLE_EQ(plan->peak_to_ideal, 524288.0 / 54832.0);
 
-  auto two = MakeFragmentPlan(ExampleGptTensors(),
-                              {.num_fragments = 2, .strategy = PlanStrategy::kStrided});
+  auto two = MakeFragmentPlan(ExampleGptTensors(), {.num_fragments = 2, .strategy = PlanStrategy::kStrided});
   ASSERT_TRUE(two.ok());
   ExpectExactCover(*two, 2);
   // Layers 0, 2 and norm ((4 + 0) mod 2) → 0; layers 1, 3 and tok_emb ((4 + 1) mod 2) → 1.
@@ -156,8 +154,8 @@ TEST(FragmentPlanTest, TinyGptStrided) {
 }
 
 TEST(FragmentPlanTest, StridedLayerNamesAreWholeComponents) {
-  std::vector<TensorSpec> t = {T("model.blocks.3.w", {2}), T("h.1.attn", {2}),
-                               T("mlp.fch.2.w", {2}), T("layers.5x.w", {2}), T("a.layers.2", {2})};
+  std::vector<TensorSpec> t = {T("model.blocks.3.w", {2}), T("h.1.attn", {2}), T("mlp.fch.2.w", {2}),
+                               T("layers.5x.w", {2}), T("a.layers.2", {2})};
   auto plan = MakeFragmentPlan(t, {.num_fragments = 4, .strategy = PlanStrategy::kStrided});
   ASSERT_TRUE(plan.ok());
   ExpectExactCover(*plan, 4);
@@ -209,8 +207,7 @@ TEST(FragmentPlanTest, RandomShapesCoverExactlyOnceForManyP) {
       if (P < 1 || P > total) continue;
       for (auto strategy : {PlanStrategy::kBalanced, PlanStrategy::kStrided}) {
         for (bool split : {true, false}) {
-          auto plan = MakeFragmentPlan(t, {.num_fragments = P, .strategy = strategy,
-                                           .split_large = split});
+          auto plan = MakeFragmentPlan(t, {.num_fragments = P, .strategy = strategy, .split_large = split});
           ASSERT_TRUE(plan.ok()) << plan.status();
           ExpectExactCover(*plan, P);
           // Balanced + split with rows no larger than ideal/3: the LPT bound holds.
@@ -235,8 +232,8 @@ TEST(FragmentPlanTest, TinyGptWithPNearTheNumberOfTensors) {
   for (int P : {36, 37, 38, 39, 40, 76, 200}) {
     for (auto strategy : {PlanStrategy::kBalanced, PlanStrategy::kStrided}) {
       for (bool split : {true, false}) {
-        auto plan = MakeFragmentPlan(ExampleGptTensors(),
-                                     {.num_fragments = P, .strategy = strategy, .split_large = split});
+        auto plan =
+            MakeFragmentPlan(ExampleGptTensors(), {.num_fragments = P, .strategy = strategy, .split_large = split});
         ASSERT_TRUE(plan.ok()) << plan.status();
         ExpectExactCover(*plan, P);
         if (strategy == PlanStrategy::kBalanced && split) {
@@ -257,18 +254,14 @@ TEST(FragmentPlanTest, IsDeterministic) {
 
 TEST(FragmentPlanTest, RejectsBadInput) {
   const auto gpt = ExampleGptTensors();
-  EXPECT_EQ(MakeFragmentPlan(gpt, {.num_fragments = 0}).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(MakeFragmentPlan({}, {.num_fragments = 1}).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeFragmentPlan(gpt, {.num_fragments = 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeFragmentPlan({}, {.num_fragments = 1}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(MakeFragmentPlan({T("a", {2})}, {.num_fragments = 3}).status().code(),
             StatusCode::kInvalidArgument);  // P > elements
   TensorSpec wrong = T("a", {2, 3});
   wrong.numel = 5;
-  EXPECT_EQ(MakeFragmentPlan({wrong}, {.num_fragments = 1}).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(MakeFragmentPlan({T("a", {-2, -3})}, {.num_fragments = 1}).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeFragmentPlan({wrong}, {.num_fragments = 1}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeFragmentPlan({T("a", {-2, -3})}, {.num_fragments = 1}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(MakeFragmentPlan({T("a", {2}), T("a", {3})}, {.num_fragments = 1}).status().code(),
             StatusCode::kInvalidArgument);
 }

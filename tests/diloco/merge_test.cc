@@ -15,9 +15,7 @@ namespace {
 
 using Vec = std::vector<float>;
 
-std::vector<std::span<const float>> Spans(const std::vector<Vec>& v) {
-  return {v.begin(), v.end()};
-}
+std::vector<std::span<const float>> Spans(const std::vector<Vec>& v) { return {v.begin(), v.end()}; }
 
 Vec Mean(const std::vector<Vec>& in, const std::vector<double>& w) {
   Vec out(in.empty() ? 0 : in[0].size(), -1.0f);
@@ -151,20 +149,14 @@ TEST(MergeTest, RejectsBadInputs) {
   Vec short_out(1);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  using Fn = Status (*)(std::span<const std::span<const float>>, std::span<const double>,
-                        std::span<float>);
+  using Fn = Status (*)(std::span<const std::span<const float>>, std::span<const double>, std::span<float>);
   for (Fn fn : {static_cast<Fn>(&WeightedMean), static_cast<Fn>(&RdaMerge)}) {
-    EXPECT_EQ(fn(Spans(in), std::vector<double>{1, 1}, short_out).code(),
-              StatusCode::kInvalidArgument);
-    EXPECT_EQ(fn(Spans({{1, 2}, {3}}), std::vector<double>{1, 1}, out).code(),
-              StatusCode::kInvalidArgument);
+    EXPECT_EQ(fn(Spans(in), std::vector<double>{1, 1}, short_out).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(fn(Spans({{1, 2}, {3}}), std::vector<double>{1, 1}, out).code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(fn(Spans(in), std::vector<double>{1}, out).code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(fn(Spans(in), std::vector<double>{1, -1}, out).code(),
-              StatusCode::kInvalidArgument);
-    EXPECT_EQ(fn(Spans(in), std::vector<double>{nan, 1}, out).code(),
-              StatusCode::kInvalidArgument);
-    EXPECT_EQ(fn(Spans(in), std::vector<double>{inf, 1}, out).code(),
-              StatusCode::kInvalidArgument);
+    EXPECT_EQ(fn(Spans(in), std::vector<double>{1, -1}, out).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(fn(Spans(in), std::vector<double>{nan, 1}, out).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(fn(Spans(in), std::vector<double>{inf, 1}, out).code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(fn(Spans(in), std::vector<double>{1e308, 1e308}, out).code(),
               StatusCode::kInvalidArgument);  // Σw overflows
     EXPECT_EQ(fn({}, {}, out).code(), StatusCode::kInvalidArgument);
@@ -226,8 +218,9 @@ TEST(MergePropertyTest, MatchesNaiveDoubleReference) {
       const double scale = std::exp(rng.Uniform(-8, 8));
       for (auto& x : in[m]) x = static_cast<float>(rng.Normal() * scale);
       if (rng.Bernoulli(0.1)) std::fill(in[m].begin(), in[m].end(), 0.0f);
-      w[m] = rng.Bernoulli(0.15) ? 0.0 : TokenWeight(1 + static_cast<int64_t>(rng.UniformInt(100000)),
-                                                     1 + static_cast<int64_t>(rng.UniformInt(30)));
+      w[m] = rng.Bernoulli(0.15) ? 0.0
+                                 : TokenWeight(1 + static_cast<int64_t>(rng.UniformInt(100000)),
+                                               1 + static_cast<int64_t>(rng.UniformInt(30)));
     }
     ExpectClose(Mean(in, w), RefMean(in, w), "mean");
     ExpectClose(Rda(in, w), RefRda(in, w), "rda");
@@ -255,8 +248,7 @@ TEST(MergeFragmentTest, RdaPerSliceAndMeanForEmbeddings) {
   for (float x : out) EXPECT_FLOAT_EQ(x, static_cast<float>(std::sqrt(2.0)));
 
   Vec wrong(3);
-  EXPECT_EQ(MergeFragment(f, MergeRule::kRda, Spans(in), w, wrong).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MergeFragment(f, MergeRule::kRda, Spans(in), w, wrong).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(MergeFragment(f, MergeRule::kRda, Spans({{1, 2, 3}, {1, 2, 3}}), w, out).code(),
             StatusCode::kInvalidArgument);
 }

@@ -14,8 +14,8 @@ namespace atl::diloco {
 namespace {
 
 // Runs a scalar sequence of deltas and returns θ after each step.
-std::vector<double> RunSteps(const OuterOptimizerOptions& o, const std::vector<float>& deltas,
-                        float theta0, std::vector<double>* momentum = nullptr) {
+std::vector<double> RunSteps(const OuterOptimizerOptions& o, const std::vector<float>& deltas, float theta0,
+                             std::vector<double>* momentum = nullptr) {
   std::vector<float> theta = {theta0};
   std::vector<float> b = {0.0f};
   std::vector<double> out;
@@ -34,8 +34,7 @@ TEST(OuterStepTest, NesterovByHand) {
   //   b = 0.95;  θ = 0.335 − 0.7·(0.5 + 0.855)    = −0.6135
   //   b = 0.655; θ = −0.6135 − 0.7·(−0.2 + 0.5895) = −0.88615
   std::vector<double> b;
-  const auto theta = RunSteps({.lr = 0.7, .momentum = 0.9, .nesterov = true}, {0.5f, 0.5f, -0.2f},
-                         1.0f, &b);
+  const auto theta = RunSteps({.lr = 0.7, .momentum = 0.9, .nesterov = true}, {0.5f, 0.5f, -0.2f}, 1.0f, &b);
   EXPECT_NEAR(theta[0], 0.335, 1e-6);
   EXPECT_NEAR(theta[1], -0.6135, 1e-6);
   EXPECT_NEAR(theta[2], -0.88615, 1e-6);
@@ -48,8 +47,7 @@ TEST(OuterStepTest, ClassicMomentumByHand) {
   //   b = 0.5;   θ = 1 − 0.35       = 0.65
   //   b = 0.95;  θ = 0.65 − 0.665   = −0.015
   //   b = 0.655; θ = −0.015 − 0.4585 = −0.4735
-  const auto theta = RunSteps({.lr = 0.7, .momentum = 0.9, .nesterov = false}, {0.5f, 0.5f, -0.2f},
-                         1.0f);
+  const auto theta = RunSteps({.lr = 0.7, .momentum = 0.9, .nesterov = false}, {0.5f, 0.5f, -0.2f}, 1.0f);
   EXPECT_NEAR(theta[0], 0.65, 1e-6);
   EXPECT_NEAR(theta[1], -0.015, 1e-6);
   EXPECT_NEAR(theta[2], -0.4735, 1e-6);
@@ -85,7 +83,6 @@ TEST(OuterStepTest, RejectsBadArguments) {
   EXPECT_EQ(OuterStep({.momentum = nan}, d, b, theta).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(OuterStep({}, d, b, theta).ok());
 }
-
 
 // The sweep outer step (docs/decisions/007).
 Fragment OneSlice(int64_t n, bool embedding = false) {
@@ -199,9 +196,12 @@ TEST(SweepOuterStepTest, RejectsBadArgumentsAndChangesNothing) {
   const OuterOptimizerOptions o;
   EXPECT_EQ(SweepOuterStep(o, OneSlice(2), g, 0.0, state, b, theta).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(SweepOuterStep(o, OneSlice(2), g, 1.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), g, std::nan(""), state, b, theta).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), short_v, 0.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(SweepOuterStep({.momentum = 1.0}, OneSlice(2), g, 0.5, state, b, theta).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), g, std::nan(""), state, b, theta).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep(o, OneSlice(2), short_v, 0.5, state, b, theta).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SweepOuterStep({.momentum = 1.0}, OneSlice(2), g, 0.5, state, b, theta).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(theta, (std::vector<float>{1, 2}));
   EXPECT_TRUE(state.accum.empty());
 }
@@ -228,8 +228,10 @@ TEST(OuterStepKernelTest, ApplyMeasuredEqualsApplyThenTheSums) {
                          s1 = theta0, s2 = theta0, saved(n);
       const auto spans = [&](std::vector<float>& t, std::vector<float>& m, std::vector<float>& a,
                              std::vector<float>& st) {
-        return OuterStepSpans{.theta = t.data(), .theta_out = t.data(),
-                              .momentum = keeps ? m.data() : nullptr, .momentum_out = keeps ? m.data() : nullptr,
+        return OuterStepSpans{.theta = t.data(),
+                              .theta_out = t.data(),
+                              .momentum = keeps ? m.data() : nullptr,
+                              .momentum_out = keeps ? m.data() : nullptr,
                               .accum = k->keeps_accum() ? a.data() : nullptr,
                               .accum_out = k->keeps_accum() ? a.data() : nullptr,
                               .start = k->keeps_start() ? st.data() : nullptr,

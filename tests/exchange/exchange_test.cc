@@ -8,17 +8,16 @@ namespace atl::exchange {
 namespace {
 
 TEST(FragmentExchange, GatherScatterCoverEveryElementOnce) {
-  std::vector<diloco::TensorSpec> t = {{"tok_emb.weight", {64, 8}, 512, true},
-                                       {"layers.0.w", {8, 8}, 64, false},
-                                       {"layers.1.w", {8, 8}, 64, false}};
+  std::vector<diloco::TensorSpec> t = {
+      {"tok_emb.weight", {64, 8}, 512, true}, {"layers.0.w", {8, 8}, 64, false}, {"layers.1.w", {8, 8}, 64, false}};
   diloco::PlanOptions po;
   po.num_fragments = 4;  // the embedding is larger than the ideal size: split into row blocks
   auto plan = diloco::MakeFragmentPlan(t, po);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  std::vector<std::vector<float>> storage = {std::vector<float>(512), std::vector<float>(64),
-                                             std::vector<float>(64)};
+  std::vector<std::vector<float>> storage = {std::vector<float>(512), std::vector<float>(64), std::vector<float>(64)};
   float next = 0;
-  for (auto& s : storage) for (float& v : s) v = next++;
+  for (auto& s : storage)
+    for (float& v : s) v = next++;
   std::vector<std::span<float>> views(storage.begin(), storage.end());
   std::vector<std::vector<float>> frags;
   double sum = 0;
@@ -32,7 +31,8 @@ TEST(FragmentExchange, GatherScatterCoverEveryElementOnce) {
   for (auto& s : storage) std::fill(s.begin(), s.end(), -1.0f);
   for (size_t p = 0; p < frags.size(); ++p) ScatterFragment(plan->fragments[p], frags[p], views);
   next = 0;
-  for (auto& s : storage) for (float v : s) EXPECT_EQ(v, next++);
+  for (auto& s : storage)
+    for (float v : s) EXPECT_EQ(v, next++);
   // Mixing: θ ← 0.25·θ + 0.75·value.
   std::vector<float> ones(static_cast<size_t>(plan->fragments[0].numel), 1.0f);
   std::vector<std::vector<float>> before = storage;

@@ -29,8 +29,8 @@ bool SameBits(std::span<const float> a, std::span<const float> b) {
 TEST(Lattice, UnitsFollowTheInitialValuesAndSnappingMovesHalfAUnitAtMost) {
   std::vector<float> init(20, 0.0f);
   for (int i = 0; i < 8; ++i) init[static_cast<size_t>(i)] = 0.03f * static_cast<float>(i % 3);  // block 0: max 0.06
-  for (int i = 8; i < 16; ++i) init[static_cast<size_t>(i)] = 1.5f;                           // block 1: max 1.5
-  auto l = MakeLattice(init, 8);                                                              // block 2: zeros (4 values)
+  for (int i = 8; i < 16; ++i) init[static_cast<size_t>(i)] = 1.5f;                              // block 1: max 1.5
+  auto l = MakeLattice(init, 8);  // block 2: zeros (4 values)
   ASSERT_TRUE(l.ok()) << l.status();
   ASSERT_EQ(l->num_blocks(), 3u);
   EXPECT_EQ(l->exp[0], std::ilogb(0.06f) - 14);
@@ -164,7 +164,8 @@ TEST(Lattice, MalformedDeltasAreRefusedAndChangeNothing) {
   refused(shift, "shift beyond 40");
   // A last block of 4 values at width 4 has no padding nibble; make block 0 odd-sized instead.
   auto odd_lattice = *MakeLattice(std::vector<float>(7, 0.1f), 8);
-  std::vector<std::byte> odd = {std::byte{0}, std::byte{4}, std::byte{0x11}, std::byte{0x11}, std::byte{0x11}, std::byte{0x71}};
+  std::vector<std::byte> odd = {std::byte{0},    std::byte{4},    std::byte{0x11},
+                                std::byte{0x11}, std::byte{0x11}, std::byte{0x71}};
   std::vector<float> seven(7, 0.0f);
   EXPECT_EQ(ApplyLatticeDelta(odd_lattice, odd, seven).code(), StatusCode::kDataLoss) << "padding nibble";
   // A delta that would leave the range.
@@ -228,8 +229,8 @@ TEST(Lattice, TheFastPathsGiveTheExactPathsBits) {
         std::vector<float> fast_phi = phi, exact_phi = phi, fast_out(n), exact_out(n);
         std::vector<std::byte> fast_raw, exact_raw;
         int64_t fast_held = 0, exact_held = 0;
-        EncodeLatticeStepBlocks(*l, qmax, 0, l->num_blocks(), theta, fast_phi, in_place ? fast_phi : fast_out,
-                                fast_raw, &fast_held);
+        EncodeLatticeStepBlocks(*l, qmax, 0, l->num_blocks(), theta, fast_phi, in_place ? fast_phi : fast_out, fast_raw,
+                                &fast_held);
         TEST_EncodeLatticeStepBlocksExact(*l, qmax, 0, l->num_blocks(), theta, exact_phi,
                                           in_place ? exact_phi : exact_out, exact_raw, &exact_held);
         const std::string what = "block " + std::to_string(block) + " qmax " + std::to_string(qmax);

@@ -56,9 +56,34 @@ struct UnitRun {
 
 std::vector<std::string> Flags(const UnitRun& r, int learners, int steps, int batch, int seed,
                                const std::string& mode = "decoupled") {
-  return {"--data", r.data, "--out", r.out, "-M", std::to_string(learners), "--steps", std::to_string(steps),
-          "--seq", "32", "--batch", std::to_string(batch), "--seed", std::to_string(seed), "-P", "4", "-H", "4",
-          "--tau", "1", "--eval-batches", "2", "--eval-every", "0", "--token", "unit-token", "--mode", mode};
+  return {"--data",
+          r.data,
+          "--out",
+          r.out,
+          "-M",
+          std::to_string(learners),
+          "--steps",
+          std::to_string(steps),
+          "--seq",
+          "32",
+          "--batch",
+          std::to_string(batch),
+          "--seed",
+          std::to_string(seed),
+          "-P",
+          "4",
+          "-H",
+          "4",
+          "--tau",
+          "1",
+          "--eval-batches",
+          "2",
+          "--eval-every",
+          "0",
+          "--token",
+          "unit-token",
+          "--mode",
+          mode};
 }
 
 // The unit's arithmetic against `atoll train --replicas 2`: two ranks of batch b read the same
@@ -73,8 +98,11 @@ std::vector<std::string> Flags(const UnitRun& r, int learners, int steps, int ba
 constexpr int kUnitSteps = 20;
 
 std::vector<std::string> CommonTrainFlags(const std::string& data, int batch) {
-  return {"--data", data, "--steps", std::to_string(kUnitSteps), "--seq", "32", "--batch", std::to_string(batch),
-          "--seed", "0", "--lr", "3e-3", "--warmup", "4", "--precision", "fp32", "--eval-batches", "4"};
+  return {"--data",         data, "--steps",     std::to_string(kUnitSteps),
+          "--seq",          "32", "--batch",     std::to_string(batch),
+          "--seed",         "0",  "--lr",        "3e-3",
+          "--warmup",       "4",  "--precision", "fp32",
+          "--eval-batches", "4"};
 }
 
 double EvalLossOfTwoRankUnit(const std::string& dir, const std::string& data) {
@@ -84,9 +112,28 @@ double EvalLossOfTwoRankUnit(const std::string& dir, const std::string& data) {
   r.out = dir + "/run";
   fs::create_directories(dir);
   auto flags = CommonTrainFlags(data, 4);
-  flags.insert(flags.end(), {"--out", r.out, "-M", "1", "-P", "1", "-H", "4", "--outer-lr", "1", "--outer-momentum", "0",
-                             "--uplink", "fp32", "--downlink", "fp32", "--eval-every", "0", "--token", "unit-token",
-                             "--mode", "diloco"});
+  flags.insert(flags.end(), {"--out",
+                             r.out,
+                             "-M",
+                             "1",
+                             "-P",
+                             "1",
+                             "-H",
+                             "4",
+                             "--outer-lr",
+                             "1",
+                             "--outer-momentum",
+                             "0",
+                             "--uplink",
+                             "fp32",
+                             "--downlink",
+                             "fp32",
+                             "--eval-every",
+                             "0",
+                             "--token",
+                             "unit-token",
+                             "--mode",
+                             "diloco"});
   r.StartSyncer(flags);
   if (r.target.empty()) return NAN;
   auto lflags = flags;

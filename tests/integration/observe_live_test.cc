@@ -52,10 +52,11 @@ struct LiveRun {
   void Start(const std::string& name) {
     dir = testing::ScratchDir(name);
     const std::string data = testing::PrepareSmallData(dir);
-    auto p = ChildProcess::Start({ATOLL_BIN, "run", "--data", data, "--out", dir + "/run", "-M", "4", "--steps", "2000",
-                                  "--seq", "32", "--batch", "4", "-P", "4", "-H", "4", "--tau", "1", "--eval-batches", "2",
-                                  "--eval-every", "0", "--no-live"},
-                                 dir + "/run.log", {.own_process_group = true});  // no orphans if the test dies
+    auto p = ChildProcess::Start(
+        {ATOLL_BIN,        "run", "--data",       data, "--out",    dir + "/run", "-M", "4", "--steps", "2000",
+         "--seq",          "32",  "--batch",      "4",  "-P",       "4",          "-H", "4", "--tau",   "1",
+         "--eval-batches", "2",   "--eval-every", "0",  "--no-live"},
+        dir + "/run.log", {.own_process_group = true});  // no orphans if the test dies
     ASSERT_TRUE(p.ok()) << p.status();
     run = std::move(*p);
     const std::regex url("status page: http://127\\.0\\.0\\.1:([0-9]+)/\\?token=([0-9a-f]+)");
@@ -134,9 +135,12 @@ TEST(ObserveLive, PrometheusScrapesTheRun) {
   auto positive = [](double v) { return v > 0; };
   const double first = AwaitQuery(prom, "sum(atoll_tokens_trained_total)", positive, 60);
   ASSERT_GT(first, 0) << testing::TextOf(live.dir + "/prometheus.log", "") << live.Log();
-  const double later = AwaitQuery(prom, "sum(atoll_tokens_trained_total)", [&](double v) { return v > first; }, 60);
+  const double later = AwaitQuery(
+      prom, "sum(atoll_tokens_trained_total)", [&](double v) { return v > first; }, 60);
   EXPECT_GT(later, first) << "tokens move between scrapes";
-  EXPECT_EQ(AwaitQuery(prom, "count(atoll_learner_up == 1)", [](double v) { return v == 4; }, 60), 4);
+  EXPECT_EQ(AwaitQuery(
+                prom, "count(atoll_learner_up == 1)", [](double v) { return v == 4; }, 60),
+            4);
   EXPECT_GT(AwaitQuery(prom, "sum(atoll_rounds_total)", positive, 60), 0);
   EXPECT_GT(AwaitQuery(prom, "atoll_round_contributors_count", positive, 60), 0);
   EXPECT_EQ(Query(prom, "up{job=\"atoll\"}"), 1) << "scraped with the bearer token";
@@ -153,9 +157,10 @@ struct Dom {
 
 // The DOM headless Chromium holds after running the page's scripts.
 std::string DumpHtml(const std::string& dir, const std::string& url) {
-  const std::string cmd = "timeout -k 5 60 /usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
-                          "--user-data-dir=" + dir + "/chromium --virtual-time-budget=4000 --dump-dom '" + url +
-                          "' 2>/dev/null";
+  const std::string cmd =
+      "timeout -k 5 60 /usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+      "--user-data-dir=" +
+      dir + "/chromium --virtual-time-budget=4000 --dump-dom '" + url + "' 2>/dev/null";
   std::string html;
   if (FILE* f = ::popen(cmd.c_str(), "r")) {
     char buf[4096];

@@ -18,9 +18,8 @@ TEST(RuntimeIntegration, SyncerAndThreeLearnersTrainTogether) {
   const std::string data = testing::PrepareSmallData(dir);
   // --eval-every 8: the run closes only ~50 rounds, and a snapshot offered near the end may be
   // dropped when the evaluator stops (global_eval.h), so the default 48 could leave no point.
-  auto r = testing::RunAtoll(std::string("run --data ") + data + " --out " + dir + "/run " + kSmallRun +
-                                 " --eval-every 8",
-                             300);
+  auto r = testing::RunAtoll(
+      std::string("run --data ") + data + " --out " + dir + "/run " + kSmallRun + " --eval-every 8", 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = testing::ReadJson(dir + "/run/summary.json");
   ASSERT_FALSE(s.is_discarded()) << r.output;
@@ -76,7 +75,8 @@ TEST(RuntimeIntegration, SyncerAndThreeLearnersTrainTogether) {
 TEST(RuntimeIntegration, SynchronousDilocoModeRunsToTheEnd) {
   const std::string dir = testing::ScratchDir("rt_diloco");
   const std::string data = testing::PrepareSmallData(dir);
-  auto r = testing::RunAtoll(std::string("run --mode diloco --data ") + data + " --out " + dir + "/run " + kSmallRun, 300);
+  auto r =
+      testing::RunAtoll(std::string("run --mode diloco --data ") + data + " --out " + dir + "/run " + kSmallRun, 300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = testing::ReadJson(dir + "/run/summary.json");
   EXPECT_EQ(s["mode"], "diloco");
@@ -91,7 +91,8 @@ TEST(RuntimeIntegration, DdpModeIsAParameterServerOnTheSameWire) {
   const std::string dir = testing::ScratchDir("rt_ddp");
   const std::string data = testing::PrepareSmallData(dir);
   auto r = testing::RunAtoll(std::string("run --mode ddp --data ") + data + " --out " + dir + "/run " +
-                             "-M 2 --steps 20 --seq 64 --batch 8 --eval-batches 4 --no-live", 300);
+                                 "-M 2 --steps 20 --seq 64 --batch 8 --eval-batches 4 --no-live",
+                             300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = testing::ReadJson(dir + "/run/summary.json");
   EXPECT_EQ(s["mode"], "ddp");
@@ -157,7 +158,8 @@ TEST(RuntimeIntegration, ARunOfAModelSpecWrittenByInitTrains) {
     EXPECT_EQ(global->tensors[i].shape, written->tensors[i].shape);
   }
 
-  r = testing::RunAtoll("run --data " + data + " --spec " + dir + "/missing.safetensors --out " + dir + "/run2 " + kSmallRun, 60);
+  r = testing::RunAtoll(
+      "run --data " + data + " --spec " + dir + "/missing.safetensors --out " + dir + "/run2 " + kSmallRun, 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("missing.safetensors"), std::string::npos) << r.output;
   std::filesystem::remove_all(dir);

@@ -26,8 +26,9 @@ namespace {
 constexpr int kSteps = 300;
 
 std::vector<std::string> RunFlags(const std::string& data, const std::string& out) {
-  return {"--data", data, "--out", out, "-M", "2", "--steps", std::to_string(kSteps), "--seq", "32", "--batch", "4",
-          "-P", "4", "-H", "4", "--tau", "1", "--eval-batches", "2", "--eval-every", "0", "--token", "shard-token"};
+  return {"--data", data, "--out",          out, "-M",           "2", "--steps", std::to_string(kSteps),
+          "--seq",  "32", "--batch",        "4", "-P",           "4", "-H",      "4",
+          "--tau",  "1",  "--eval-batches", "2", "--eval-every", "0", "--token", "shard-token"};
 }
 
 std::vector<nlohmann::json> Jsonl(const std::string& path) {
@@ -58,8 +59,8 @@ struct ShardedRun {
   void StartShard(int i, const std::string& listen) {
     const std::string port_file = Out(i) + ".port";
     std::remove(port_file.c_str());
-    std::vector<std::string> argv = {ATOLL_BIN, "syncer", "--shard", std::to_string(i) + "/2", "--listen", listen,
-                                     "--port-file", port_file, "--finish-when-done"};
+    std::vector<std::string> argv = {ATOLL_BIN, "syncer",      "--shard", std::to_string(i) + "/2", "--listen",
+                                     listen,    "--port-file", port_file, "--finish-when-done"};
     for (const auto& f : RunFlags(data, Out(i))) argv.push_back(f);
     auto s = ChildProcess::Start(argv, Out(i) + ".log");
     ASSERT_TRUE(s.ok()) << s.status();
@@ -72,16 +73,18 @@ struct ShardedRun {
 
   // Learner `id` with the given --syncer list and a chaos control file (its speed).
   StatusOr<ChildProcess> StartLearner(int id, const std::string& syncers) {
-    std::vector<std::string> argv = {ATOLL_BIN, "learner", "--id", std::to_string(id), "--syncer", syncers,
-                                     "--control-file", dir + "/control-" + std::to_string(id) + ".json"};
+    std::vector<std::string> argv = {
+        ATOLL_BIN,  "learner", "--id",           std::to_string(id),
+        "--syncer", syncers,   "--control-file", dir + "/control-" + std::to_string(id) + ".json"};
     for (const auto& f : RunFlags(data, dir + "/learners")) argv.push_back(f);
     return ChildProcess::Start(argv, dir + "/learner-" + std::to_string(id) + ".log");
   }
 
   void SetSpeed(double speed) {
     for (int id = 0; id < 2; ++id) {
-      ASSERT_TRUE(WriteFileAtomic(dir + "/control-" + std::to_string(id) + ".json",
-                                  nlohmann::json({{"speed", speed}}).dump()).ok());
+      ASSERT_TRUE(
+          WriteFileAtomic(dir + "/control-" + std::to_string(id) + ".json", nlohmann::json({{"speed", speed}}).dump())
+              .ok());
     }
   }
 
@@ -125,7 +128,8 @@ TEST(ShardedSyncer, KilledShardStallsOnlyItsFragmentsAndResumesFromItsCommits) {
   const int shard0_at_kill = r.Rounds(0), shard1_at_kill = r.Rounds(1);
   // While it is down the fragments of shard 0 (0 and 2) keep advancing.
   EXPECT_TRUE(Await([&] { return r.Rounds(0) >= shard0_at_kill + 4; }, 180))
-      << "shard 0 stalled while shard 1 was down:\n" << r.Log(0);
+      << "shard 0 stalled while shard 1 was down:\n"
+      << r.Log(0);
   EXPECT_EQ(r.Committed(1), committed) << "a dead shard commits nothing";
   // Restarted on its port, it resumes from its durable state and goes on. (The learners are
   // stopped meanwhile, so that however long the restart takes they still have steps to train.)
@@ -154,16 +158,18 @@ TEST(ShardedSyncer, KilledShardStallsOnlyItsFragmentsAndResumesFromItsCommits) {
   for (const auto& [p, v] : r.Committed(0)) EXPECT_EQ(p % 2, 0) << "shard 0 owns the even fragments";
 
   // The global model: every fragment from the shard that owns it.
-  auto exported = testing::RunAtoll("export --state " + r.Out(0) + "/state," + r.Out(1) + "/state --out " + r.dir +
-                                    "/global.safetensors", 120);
+  auto exported = testing::RunAtoll(
+      "export --state " + r.Out(0) + "/state," + r.Out(1) + "/state --out " + r.dir + "/global.safetensors", 120);
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   const auto final0 = r.Committed(0);
-  const std::string versions = nlohmann::json(std::vector<int64_t>{final0.at(0), final1.at(1), final0.at(2), final1.at(3)}).dump();
+  const std::string versions =
+      nlohmann::json(std::vector<int64_t>{final0.at(0), final1.at(1), final0.at(2), final1.at(3)}).dump();
   EXPECT_NE(exported.output.find("fragment versions " + versions), std::string::npos) << exported.output;
   EXPECT_TRUE(model::ReadSafetensors(r.dir + "/global.safetensors").ok());
   // The shards' states swapped: refused (each state knows its shard).
   auto swapped = testing::RunAtoll("export --state " + r.Out(1) + "/state," + r.Out(0) + "/state --out " + r.dir +
-                                   "/swapped.safetensors --config " + r.Out(0) + "/config.json", 120);
+                                       "/swapped.safetensors --config " + r.Out(0) + "/config.json",
+                                   120);
   EXPECT_NE(swapped.exit_code, 0);
   EXPECT_NE(swapped.output.find("belongs to another shard"), std::string::npos) << swapped.output;
   EXPECT_FALSE(FileExists(r.dir + "/swapped.safetensors"));
@@ -186,7 +192,7 @@ TEST(ShardedSyncer, LearnerWithMismatchedShardListIsRefused) {
   r.StartShard(0, "127.0.0.1:0");
   r.StartShard(1, "127.0.0.1:0");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {r.Address(0), "shard count mismatch"},                    // one address for two shards
+      {r.Address(0), "shard count mismatch"},                        // one address for two shards
       {r.Address(1) + "," + r.Address(0), "shard order mismatch"}};  // not in shard order
   for (const auto& [syncers, why] : cases) {
     auto l = r.StartLearner(0, syncers);

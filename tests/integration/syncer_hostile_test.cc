@@ -86,8 +86,8 @@ TEST(SyncerHostile, SigtermStopsTheSyncerWhileSlowClientsHoldItsConnections) {
   std::vector<int> idle;  // gRPC connections that never speak
   for (int i = 0; i < 50; ++i) idle.push_back(Connect(s.port));
   // Silent push streams (admitted: a valid token, 4 per learner id) holding handler threads.
-  auto stub = atl::v1::Syncer::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(s.port),
-                                                           grpc::InsecureChannelCredentials()));
+  auto stub = atl::v1::Syncer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(s.port), grpc::InsecureChannelCredentials()));
   grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<grpc::ClientAsyncWriter<atl::v1::PushChunk>>> pushes;
@@ -135,7 +135,8 @@ TEST(SyncerHostile, RoundsAreHeldWhileACommitCannotFindItsSpace) {
   const nlohmann::json status = StatusOf(s);
   ASSERT_TRUE(status.is_object()) << s.Log();
   ASSERT_TRUE(status.contains("holding")) << status.dump(2);
-  EXPECT_NE(status["holding"].get<std::string>().find("free in " + s.out + "/state"), std::string::npos) << status["holding"];
+  EXPECT_NE(status["holding"].get<std::string>().find("free in " + s.out + "/state"), std::string::npos)
+      << status["holding"];
   EXPECT_EQ(status["rounds"], 0) << "no round closed";
   EXPECT_EQ(status["versions"], nlohmann::json::array({0, 0, 0, 0}));
   httplib::Client cli("127.0.0.1", s.http_port);
@@ -175,7 +176,8 @@ TEST(SyncerHostile, AnHttpEndpointOffLoopbackNeedsCredentials) {
   const std::string dir = testing::ScratchDir("syncer_hostile_http");
   auto r = testing::RunAtoll("syncer --http 0.0.0.0:0 --out " + dir + "/run --data " + dir + "/none", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("refusing to serve the HTTP status endpoint on 0.0.0.0:0 without credentials"), std::string::npos)
+  EXPECT_NE(r.output.find("refusing to serve the HTTP status endpoint on 0.0.0.0:0 without credentials"),
+            std::string::npos)
       << r.output;
   fs::remove_all(dir);
 }

@@ -79,8 +79,8 @@ TEST(AgentGroup, TwoShardsEachMergeOnlyTheirFragmentsAndTheModelLearns) {
     o.shard = {k, 2};
     auto core = syncer::SyncerCore::Create(o, plan, init);
     ASSERT_TRUE(core.ok()) << core.status();
-    shards.push_back(std::make_unique<syncer::SyncerLoop>(std::move(*core), clock,
-                                                          [](const syncer::SyncerCore&, const syncer::RoundReport&) {}));
+    shards.push_back(std::make_unique<syncer::SyncerLoop>(
+        std::move(*core), clock, [](const syncer::SyncerCore&, const syncer::RoundReport&) {}));
   }
   std::vector<std::unique_ptr<ToyLearner>> toys;
   std::vector<ToyLearner*> raw;
@@ -94,7 +94,8 @@ TEST(AgentGroup, TwoShardsEachMergeOnlyTheirFragmentsAndTheModelLearns) {
     ClockThread setup(clock);
     for (int i = 0; i < 2; ++i) {
       threads.push_back(StartThread(clock, [&, i] {
-        learner::AgentGroup group(AgentOpts(i, H, P), plan, toys[i]->Views(), {shards[0].get(), shards[1].get()}, clock);
+        learner::AgentGroup group(AgentOpts(i, H, P), plan, toys[i]->Views(), {shards[0].get(), shards[1].get()},
+                                  clock);
         ASSERT_EQ(group.shards(), 2);
         ASSERT_TRUE(group.Start().ok());
         for (int s = 0; s < 120; ++s) {
@@ -121,7 +122,8 @@ TEST(AgentGroup, TwoShardsEachMergeOnlyTheirFragmentsAndTheModelLearns) {
       if (p % 2 == k) {
         EXPECT_GT(versions[static_cast<size_t>(p)], 3) << "shard " << k << " fragment " << p;
       } else {
-        EXPECT_EQ(versions[static_cast<size_t>(p)], 0) << "shard " << k << " moved fragment " << p << " it does not own";
+        EXPECT_EQ(versions[static_cast<size_t>(p)], 0)
+            << "shard " << k << " moved fragment " << p << " it does not own";
       }
     }
     auto table = shards[static_cast<size_t>(k)]->Call([](syncer::SyncerCore& c, TimePoint) { return c.learners(); });
@@ -159,8 +161,8 @@ TEST(AgentGroup, AShardedLearnerNeedsItsOwnIdAndTheShardsInOrder) {
     for (const auto& f : plan.fragments) init.emplace_back(static_cast<size_t>(f.numel), 0.0f);
     auto core = syncer::SyncerCore::Create(o, plan, init);
     ASSERT_TRUE(core.ok());
-    shards.push_back(std::make_unique<syncer::SyncerLoop>(std::move(*core), clock,
-                                                          [](const syncer::SyncerCore&, const syncer::RoundReport&) {}));
+    shards.push_back(std::make_unique<syncer::SyncerLoop>(
+        std::move(*core), clock, [](const syncer::SyncerCore&, const syncer::RoundReport&) {}));
   }
   ToyLearner toy(7);
   learner::AgentGroup no_id(AgentOpts(-1, H, P), plan, toy.Views(), {shards[0].get(), shards[1].get()}, clock);
@@ -470,7 +472,8 @@ TEST(SyncerLoop, ALongPollThatWantsALaterVersionSleepsThroughTheRoundsInBetween)
   ClockThread participant(clock);
   syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
   for (int id = 0; id < 2; ++id) {
-    syncer::JoinRequestData r{syncer::kProtocolVersion, "toy", diloco::ModelSignature(plan.tensors), id, "t", false, {}, {}};
+    syncer::JoinRequestData r{
+        syncer::kProtocolVersion, "toy", diloco::ModelSignature(plan.tensors), id, "t", false, {}, {}};
     ASSERT_TRUE(loop.Join(r).ok());
     ASSERT_TRUE(loop.Pull(id, 0, -1, 0.0, -1).ok());
   }
@@ -492,7 +495,7 @@ TEST(SyncerLoop, ALongPollThatWantsALaterVersionSleepsThroughTheRoundsInBetween)
   clock.SleepFor(FromSeconds(1));
   ASSERT_EQ(loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.version(0); }), 1);
   EXPECT_EQ(got.load(), -1);  // still parked: version 1 is not worth a download
-  push(0);  // version 2
+  push(0);                    // version 2
   clock.SleepFor(FromSeconds(1));
   EXPECT_EQ(got.load(), 2);
   clock.SleepFor(FromSeconds(5));  // the waiter is done by now, whatever happened

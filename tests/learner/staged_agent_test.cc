@@ -107,7 +107,7 @@ Outcome TrainSharedAndStaged(double alpha, bool keep_progress, bool provide_befo
   auto plan = testing::ToyPlan(P);
   SimClock clock;
   auto loop = MakeLoop(plan, H, clock);
-  ToyLearner shared(7), staged(7);  // the same targets: the same training
+  ToyLearner shared(7), staged(7);                       // the same targets: the same training
   std::vector<std::vector<float>> host = staged.params;  // what the staged agent sees
   StagedSide side{plan, {true, false, true}, staged.params, host, alpha};
   Outcome out;
@@ -160,15 +160,15 @@ TEST(StagedAgent, ReceiptsOnStagedTensorsGiveTheSharedLearnersModel) {
   for (double alpha : {0.0, 0.5}) {
     for (bool keep : {true, false}) {
       for (bool before : {false, true}) {
-      SCOPED_TRACE("alpha " + std::to_string(alpha) + ", keep_progress " + std::to_string(keep) +
-                   (before ? ", values provided before the step" : ", parked sends"));
-      const Outcome o = TrainSharedAndStaged(alpha, keep, before);
-      EXPECT_GT(o.sends, 8);
-      EXPECT_GT(o.receipts, 8);
-      EXPECT_EQ(o.receipts, o.applied_shared) << "both learners took in the same merges";
-      EXPECT_EQ(o.additive > 0, keep) << "own merges with kept progress are additive receipts, and only those";
-      // The same model up to the rounding of θ + (Θ − θ_sent) against Θ + (θ − θ_sent).
-      EXPECT_LT(o.max_diff, 1e-5);
+        SCOPED_TRACE("alpha " + std::to_string(alpha) + ", keep_progress " + std::to_string(keep) +
+                     (before ? ", values provided before the step" : ", parked sends"));
+        const Outcome o = TrainSharedAndStaged(alpha, keep, before);
+        EXPECT_GT(o.sends, 8);
+        EXPECT_GT(o.receipts, 8);
+        EXPECT_EQ(o.receipts, o.applied_shared) << "both learners took in the same merges";
+        EXPECT_EQ(o.additive > 0, keep) << "own merges with kept progress are additive receipts, and only those";
+        // The same model up to the rounding of θ + (Θ − θ_sent) against Θ + (θ − θ_sent).
+        EXPECT_LT(o.max_diff, 1e-5);
       }
     }
   }
@@ -188,7 +188,9 @@ TEST(StagedAgent, SendTakesOnlyDueOrParkedFragmentsWithTheirCount) {
   int64_t staged_total = 0;
   for (int p = 0; p < P; ++p) staged_total += agent.staged_numel(p);
   EXPECT_EQ(staged_total, plan.total_numel);
-  auto values = [&](int p, int extra = 0) { return std::vector<float>(static_cast<size_t>(agent.staged_numel(p) + extra), 0.5f); };
+  auto values = [&](int p, int extra = 0) {
+    return std::vector<float>(static_cast<size_t>(agent.staged_numel(p) + extra), 0.5f);
+  };
   ASSERT_EQ(agent.DueAt(0), std::vector<int>{0});
   EXPECT_EQ(agent.Send(0, values(0, 1), 0).code(), StatusCode::kInvalidArgument) << "the wrong count";
   EXPECT_EQ(agent.Send(1, values(1), 0).code(), StatusCode::kInvalidArgument) << "not due at step 0";

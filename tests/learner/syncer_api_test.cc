@@ -188,7 +188,8 @@ TEST_P(SyncerApiSeam, LearnersTrainTogetherAndTheGlobalModelMovesTowardTheirMean
     }
   }
   for (auto& t : threads) t.join();
-  const nlohmann::json status = seam.loop().Call([](syncer::SyncerCore& c, TimePoint now) { return c.StatusJson(now); });
+  const nlohmann::json status =
+      seam.loop().Call([](syncer::SyncerCore& c, TimePoint now) { return c.StatusJson(now); });
   EXPECT_GT(status["rounds"].get<int64_t>(), 20);
   for (int i = 0; i < M; ++i) {
     EXPECT_TRUE(counters[i].joined);
@@ -198,7 +199,8 @@ TEST_P(SyncerApiSeam, LearnersTrainTogetherAndTheGlobalModelMovesTowardTheirMean
     EXPECT_EQ(counters[i].rejected, 0) << "learner " << i;  // includes checksum disagreements
     EXPECT_GT(status["learners"][static_cast<size_t>(i)]["rounds_joined"].get<int64_t>(), 0) << "learner " << i;
     // The syncer counts every push it received; the learner the ones it accepted.
-    EXPECT_GE(status["learners"][static_cast<size_t>(i)]["pushes"].get<int64_t>(), counters[i].pushes) << "learner " << i;
+    EXPECT_GE(status["learners"][static_cast<size_t>(i)]["pushes"].get<int64_t>(), counters[i].pushes)
+        << "learner " << i;
   }
   for (int p = 0; p < P; ++p) {
     EXPECT_LT(testing::DistanceToMeanTarget(ThetaOf(seam.loop(), p), raw, plan, p), 0.5 * start[static_cast<size_t>(p)])

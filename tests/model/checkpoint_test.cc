@@ -45,8 +45,7 @@ TEST(ModelSafetensors, RoundTripKeepsOrderShapesValuesFlagsAndMetadata) {
 
 TEST(ModelSafetensors, RejectsMismatchedInput) {
   std::vector<float> a(5), b(2), c(1);
-  EXPECT_EQ(EncodeSafetensors(Specs(), {a, b, c}, {}).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeSafetensors(Specs(), {a, b, c}, {}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(EncodeSafetensors(Specs(), {b, c}, {}).status().code(), StatusCode::kInvalidArgument);
   std::vector<TensorSpec> dup = {{"x", {1}, 1, false}, {"x", {1}, 1, false}};
   EXPECT_EQ(EncodeSafetensors(dup, {c, c}, {}).status().code(), StatusCode::kInvalidArgument);
@@ -62,8 +61,7 @@ TEST(ModelSafetensors, CorruptionIsDetected) {
   EXPECT_EQ(st.code(), StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("corrupted"), std::string::npos) << st;
 
-  EXPECT_EQ(DecodeSafetensors(bytes->substr(0, bytes->size() - 4)).status().code(),
-            StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeSafetensors(bytes->substr(0, bytes->size() - 4)).status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(DecodeSafetensors("abc").status().code(), StatusCode::kDataLoss);
   std::string bad_len = *bytes;
   bad_len[7] = 0x7f;  // header length far past the end

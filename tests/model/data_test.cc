@@ -37,8 +37,7 @@ TEST(ModelTokenizer, SentencePieceTrainsAndRoundTripsLosslessly) {
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->kind(), "bpe");
   EXPECT_EQ((*tok)->vocab_size(), 400);
-  for (const std::string& text : {corpus.substr(0, 2000), kAwkwardText, std::string("\n\n"),
-                                  std::string("")}) {
+  for (const std::string& text : {corpus.substr(0, 2000), kAwkwardText, std::string("\n\n"), std::string("")}) {
     auto ids = (*tok)->Encode(text);
     for (int id : ids) ASSERT_TRUE(id >= 0 && id < 400);
     EXPECT_EQ((*tok)->Decode(ids), text);
@@ -53,13 +52,10 @@ TEST(ModelTokenizer, SentencePieceTrainsAndRoundTripsLosslessly) {
 
 TEST(ModelTokenizer, BadVocabAndEmptyCorpusAreRejected) {
   std::string corpus = testing::TinyCorpus(2000);
-  EXPECT_EQ(TrainSentencePieceModel({corpus}, 70000).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(TrainSentencePieceModel({corpus}, 70000).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(TrainSentencePieceModel({corpus}, 100).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(TrainSentencePieceModel({std::string_view()}, 400).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(SentencePieceTokenizerFromModel("not a model").status().code(),
-            StatusCode::kDataLoss);
+  EXPECT_EQ(TrainSentencePieceModel({std::string_view()}, 400).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SentencePieceTokenizerFromModel("not a model").status().code(), StatusCode::kDataLoss);
 }
 
 TEST(ModelShard, FileRoundTripAndCorruption) {
@@ -117,8 +113,7 @@ std::shared_ptr<const std::vector<uint16_t>> Iota(size_t n) {
 }
 
 std::vector<int64_t> Batch(ShardReader& r) {
-  std::vector<int64_t> out(static_cast<size_t>(r.options().batch_size) *
-                           (r.options().seq_len + 1));
+  std::vector<int64_t> out(static_cast<size_t>(r.options().batch_size) * (r.options().seq_len + 1));
   r.NextBatch(out);
   return out;
 }
@@ -217,7 +212,8 @@ TEST(ModelPrepareData, UserTextByteTokenizerIsIdempotent) {
 TEST(ModelPrepareData, ChunkedEncodingKeepsTheTextInOrder) {
   auto dir = testing::ScratchDir("prep_chunks");
   std::string text;
-  for (int i = 0; text.size() < 2'600'000; ++i) text += "line " + std::to_string(i) + ": " + testing::TinyCorpus(40 + i % 50) + "\n";
+  for (int i = 0; text.size() < 2'600'000; ++i)
+    text += "line " + std::to_string(i) + ": " + testing::TinyCorpus(40 + i % 50) + "\n";
   std::string in = testing::WriteText(dir, "in.txt", text);
   DataOptions o;
   o.out_dir = dir + "/data";

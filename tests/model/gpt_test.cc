@@ -79,7 +79,8 @@ TEST(ModelGpt, LossEqualsCrossEntropyOfForward) {
   auto idx = torch::randint(0, 50, {3, 16}, torch::kInt64);
   auto tgt = torch::randint(0, 50, {3, 16}, torch::kInt64);
   torch::NoGradGuard no_grad;
-  const double plain = torch::nn::functional::cross_entropy((*g)->Forward(idx).view({-1, 50}), tgt.reshape({-1})).item<double>();
+  const double plain =
+      torch::nn::functional::cross_entropy((*g)->Forward(idx).view({-1, 50}), tgt.reshape({-1})).item<double>();
   EXPECT_NEAR((*g)->Loss(idx, tgt).item<double>(), plain, 1e-6);
 }
 
@@ -122,7 +123,15 @@ TEST(ModelGpt, SameSeedSameWeightsAndLossIsNearUniformAtStart) {
   auto idx = torch::randint(0, 50, {4, 16}, torch::kInt64);
   double loss = (*a)->Loss(idx.narrow(1, 0, 15), idx.narrow(1, 1, 15)).item<double>();
   EXPECT_NEAR(loss, std::log(50.0), 0.3);
-  EXPECT_EQ(Gpt::Create([] { auto bad = Tiny(); bad.n_heads = 5; return bad; }(), 1).status().code(),
+  EXPECT_EQ(Gpt::Create(
+                [] {
+                  auto bad = Tiny();
+                  bad.n_heads = 5;
+                  return bad;
+                }(),
+                1)
+                .status()
+                .code(),
             StatusCode::kInvalidArgument);
 }
 

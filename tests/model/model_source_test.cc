@@ -59,19 +59,18 @@ std::unique_ptr<Trainer> MakeTrainer(const TrainerOptions& o) {
 // An `atoll run` folder as the runtime leaves it: config.json + global.safetensors holding the
 // parameters of `trained` (a few steps away from the initial weights).
 std::string WriteClusterRun(const std::string& dir, Trainer& trained, const std::string& run_id) {
-  nlohmann::json config = {{"mode", "decoupled"}, {"learners", 2},       {"steps", 4},
-                           {"seed", 5},           {"data", DataDir()},   {"run_id", run_id},
-                           {"preset", "tiny"},    {"batch", 4},          {"seq", 32},
-                           {"eval_batches", 2},   {"fragments", 4},      {"H", 4}};
+  nlohmann::json config = {{"mode", "decoupled"}, {"learners", 2},     {"steps", 4},       {"seed", 5},
+                           {"data", DataDir()},   {"run_id", run_id},  {"preset", "tiny"}, {"batch", 4},
+                           {"seq", 32},           {"eval_batches", 2}, {"fragments", 4},   {"H", 4}};
   EXPECT_TRUE(MakeDirs(dir).ok());
   EXPECT_TRUE(WriteFileAtomic(dir + "/config.json", config.dump(2)).ok());
   std::vector<std::span<const float>> views;
   for (int i = 0; i < static_cast<int>(trained.tensors().size()); ++i) {
     views.push_back(trained.Parameter(i));
   }
-  EXPECT_TRUE(WriteSafetensors(dir + "/global.safetensors", trained.tensors(), views,
-                               {{"run_id", run_id}, {"rounds", "8"}})
-                  .ok());
+  EXPECT_TRUE(
+      WriteSafetensors(dir + "/global.safetensors", trained.tensors(), views, {{"run_id", run_id}, {"rounds", "8"}})
+          .ok());
   return dir;
 }
 
@@ -233,9 +232,7 @@ TEST(ModelSource, BadWeightsAreRejectedWithoutChangingTheModel) {
   Fixture f = MakeFixture("badweights");
   auto target = MakeTrainer(RunTrainerOptions());
   std::vector<float> before(target->Parameter(1).begin(), target->Parameter(1).end());
-  auto unchanged = [&] {
-    return std::equal(before.begin(), before.end(), target->Parameter(1).begin());
-  };
+  auto unchanged = [&] { return std::equal(before.begin(), before.end(), target->Parameter(1).begin()); };
 
   // Corrupted global.safetensors (one flipped bit in the data).
   fs::copy(f.run, f.dir + "/corrupt");
@@ -272,8 +269,7 @@ TEST(ModelSource, BadWeightsAreRejectedWithoutChangingTheModel) {
   eo.checkpoint = f.dir + "/small";
   auto shaped = EvaluateSource(eo);
   EXPECT_EQ(shaped.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(shaped.status().message().find("in the file but"), std::string::npos)
-      << shaped.status();
+  EXPECT_NE(shaped.status().message().find("in the file but"), std::string::npos) << shaped.status();
   EXPECT_TRUE(unchanged());
 }
 

@@ -35,8 +35,8 @@ TEST(ModelSpec, WrittenTensorByTensorAndReadBackPerFragment) {
   const std::string path = Scratch("foreign.safetensors");
   auto tensors = Foreign();
   ASSERT_TRUE(WriteModelSpec(path, tensors, {{"source", "test"}}, [](size_t t, int64_t begin, std::span<float> out) {
-    for (size_t i = 0; i < out.size(); ++i) out[i] = ValueOf(t, begin + static_cast<int64_t>(i));
-  }).ok());
+                for (size_t i = 0; i < out.size(); ++i) out[i] = ValueOf(t, begin + static_cast<int64_t>(i));
+              }).ok());
   auto spec = OpenModelSpec(path, kDefaultEmbeddingPatterns);
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_EQ(spec->tensors.size(), 4u);
@@ -54,7 +54,8 @@ TEST(ModelSpec, WrittenTensorByTensorAndReadBackPerFragment) {
     ASSERT_TRUE(ReadSpecFragment(*spec, f, values).ok());
     size_t pos = 0;
     for (const auto& s : f.slices) {
-      for (int64_t i = 0; i < s.count; ++i) ASSERT_EQ(values[pos++], ValueOf(static_cast<size_t>(s.tensor), s.offset + i));
+      for (int64_t i = 0; i < s.count; ++i)
+        ASSERT_EQ(values[pos++], ValueOf(static_cast<size_t>(s.tensor), s.offset + i));
     }
   }
   // The file is a plain safetensors file: atoll's reader takes it too.
@@ -75,7 +76,7 @@ TEST(ModelSpec, Bf16FilesFromOtherWritersAndEmbeddingPatterns) {
   std::string bytes(reinterpret_cast<const char*>(&n), 8);
   bytes += head;
   const uint16_t bf16[4] = {0x3f80, 0xbf80, 0x4000, 0x0000};  // 1, -1, 2, 0
-  const uint16_t f16[2] = {0x3c00, 0xc000};                    // 1, -2
+  const uint16_t f16[2] = {0x3c00, 0xc000};                   // 1, -2
   bytes.append(reinterpret_cast<const char*>(bf16), 8);
   bytes.append(reinterpret_cast<const char*>(f16), 4);
   ASSERT_TRUE(WriteFileAtomic(path, bytes).ok());
@@ -113,8 +114,8 @@ TEST(ModelSpec, BadFilesAreRefusedWithTheReason) {
   // Data corrupted after writing: Verify names the file.
   const std::string good = Scratch("corrupt.safetensors");
   ASSERT_TRUE(WriteModelSpec(good, Foreign(), {}, [](size_t, int64_t, std::span<float> out) {
-    for (float& v : out) v = 0.5f;
-  }).ok());
+                for (float& v : out) v = 0.5f;
+              }).ok());
   {
     std::fstream f(good, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-3, std::ios::end);
@@ -132,8 +133,9 @@ TEST(ModelSpec, TheFirstDifferingTensorIsNamed) {
   EXPECT_EQ(FirstTensorDifference(a, b), "");
   b[2].shape = {32};
   b[2].numel = 32;
-  EXPECT_EQ(FirstTensorDifference(a, b), "tensor 2: the learner has 'model.layers.0.input_layernorm.weight' [16], "
-                                         "the syncer's model 'model.layers.0.input_layernorm.weight' [32]");
+  EXPECT_EQ(FirstTensorDifference(a, b),
+            "tensor 2: the learner has 'model.layers.0.input_layernorm.weight' [16], "
+            "the syncer's model 'model.layers.0.input_layernorm.weight' [32]");
   b = Foreign();
   b.pop_back();
   EXPECT_NE(FirstTensorDifference(a, b).find("'lm_head.weight' [64, 16] is only in the learner's"), std::string::npos);

@@ -34,9 +34,7 @@ struct RunFolder {
   std::string dir;
   testing::CommandResult run;
   std::string Run() const { return dir + "/run"; }
-  double RunEvalLoss() const {
-    return testing::ReadJson(Run() + "/summary.json").value("eval_loss", -1.0);
-  }
+  double RunEvalLoss() const { return testing::ReadJson(Run() + "/summary.json").value("eval_loss", -1.0); }
 };
 
 void CheckReport(const RunFolder& f) {
@@ -83,8 +81,8 @@ void CheckExport(const RunFolder& f) {
   ASSERT_EQ(exported->tensors.size(), global->tensors.size());
   for (size_t i = 0; i < global->tensors.size(); ++i) {
     EXPECT_EQ(exported->tensors[i].name, global->tensors[i].name);
-    EXPECT_EQ(exported->values[i], global->values[i]) << global->tensors[i].name
-        << ": every round the syncer merged was committed before it was published";
+    EXPECT_EQ(exported->values[i], global->values[i])
+        << global->tensors[i].name << ": every round the syncer merged was committed before it was published";
   }
   auto ev = testing::RunAtoll("eval --checkpoint " + out + " --json", 120);
   ASSERT_EQ(ev.exit_code, 0) << ev.output;
@@ -97,8 +95,8 @@ void CheckExport(const RunFolder& f) {
 
 void CheckTrainResume(const RunFolder& f) {
   const std::string out = f.dir + "/continued";
-  auto t = testing::RunAtoll("train --resume " + f.Run() + " --out " + out +
-                             " --steps 2 --batch 4 --eval-every 0 --eval-batches 2", 120);
+  auto t = testing::RunAtoll(
+      "train --resume " + f.Run() + " --out " + out + " --steps 2 --batch 4 --eval-every 0 --eval-batches 2", 120);
   ASSERT_EQ(t.exit_code, 0) << t.output;
   EXPECT_NE(t.output.find("moments start fresh"), std::string::npos) << t.output;
   auto s = testing::ReadJson(out + "/summary.json");
@@ -112,8 +110,8 @@ void CheckBadInput(const RunFolder& f) {
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.output.find("no model at"), std::string::npos) << missing.output;
 
-  auto nostate = testing::RunAtoll("export --config " + f.Run() + " --state " + f.dir +
-                                   "/nostate --out " + f.dir + "/x.safetensors", 60);
+  auto nostate = testing::RunAtoll(
+      "export --config " + f.Run() + " --state " + f.dir + "/nostate --out " + f.dir + "/x.safetensors", 60);
   EXPECT_NE(nostate.exit_code, 0);
   EXPECT_NE(nostate.output.find("no committed syncer state"), std::string::npos) << nostate.output;
 
@@ -141,8 +139,9 @@ TEST(ModelRunFolder, SampleEvalExportAndResumeAfterAtollRun) {
   f.dir = testing::ScratchDir("model_run_folder");
   const std::string data = testing::PrepareSmallData(f.dir);
   f.run = testing::RunAtoll("run --data " + data + " --out " + f.Run() +
-                            " -M 2 --steps 16 --seq 32 --batch 4 -P 4 -H 4 --tau 1 "
-                            "--eval-batches 2 --eval-every 0 --no-live", 240);
+                                " -M 2 --steps 16 --seq 32 --batch 4 -P 4 -H 4 --tau 1 "
+                                "--eval-batches 2 --eval-every 0 --no-live",
+                            240);
   ASSERT_EQ(f.run.exit_code, 0) << f.run.output;
   {
     SCOPED_TRACE("report");

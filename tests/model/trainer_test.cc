@@ -85,8 +85,9 @@ TEST(ModelConfig, AWarmUpLongerThanHalfTheRunIsCutToHalfSoTheRunStillDecays) {
   o.warmup_steps = 20;
   o.total_steps = 16;  // a short run with the default warm-up of atoll run
   EXPECT_EQ(EffectiveWarmupSteps(o), 8);
-  EXPECT_EQ(WarmupCutNote(o),
-            "a warm-up of 20 steps is more than half of the 16 steps: the learning rate warms up over 8 steps, then decays");
+  EXPECT_EQ(
+      WarmupCutNote(o),
+      "a warm-up of 20 steps is more than half of the 16 steps: the learning rate warms up over 8 steps, then decays");
   EXPECT_DOUBLE_EQ(ScheduledLearningRate(o, 0), 1.0 / 8);
   EXPECT_DOUBLE_EQ(ScheduledLearningRate(o, 7), 1.0);
   EXPECT_NEAR(ScheduledLearningRate(o, 12), 0.55, 1e-12);  // halfway down the cosine
@@ -351,8 +352,8 @@ TEST(ModelRun, WritesMetricsSummaryAndCheckpointsThenResumesAndSamples) {
   auto res = RunTraining(r);
   ASSERT_TRUE(res.ok()) << res.status();
   const auto& s = res->summary;
-  for (const char* k : {"mode", "learners", "tokens_trained", "eval_loss", "wall_seconds",
-                        "tokens_per_second", "params"}) {
+  for (const char* k :
+       {"mode", "learners", "tokens_trained", "eval_loss", "wall_seconds", "tokens_per_second", "params"}) {
     EXPECT_TRUE(s.contains(k)) << k;
   }
   EXPECT_EQ(s["mode"], "single");

@@ -111,16 +111,16 @@ TEST(HostileHttp, EndlessHeaderLinesAreCutOffWithBoundedMemory) {
   for (size_t i = 0; i < sent.size(); ++i) {
     attackers.emplace_back([&, i] {
       const int fd = Connect(port);
-      sent[i] = SendUntilCut(fd, "GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n", "X-Flood: " + std::string(200, 'a') + "\r\n",
-                             4096 * kMiB);
+      sent[i] = SendUntilCut(fd, "GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+                             "X-Flood: " + std::string(200, 'a') + "\r\n", 4096 * kMiB);
       ::close(fd);
     });
   }
   for (auto& t : attackers) t.join();
   const int64_t rss_growth = RssBytes() - rss_before;
-  std::printf("header flood: cut after %lld, %lld, %lld, %lld bytes sent; RSS %+lld KiB\n", static_cast<long long>(sent[0]),
-              static_cast<long long>(sent[1]), static_cast<long long>(sent[2]), static_cast<long long>(sent[3]),
-              static_cast<long long>(rss_growth / 1024));
+  std::printf("header flood: cut after %lld, %lld, %lld, %lld bytes sent; RSS %+lld KiB\n",
+              static_cast<long long>(sent[0]), static_cast<long long>(sent[1]), static_cast<long long>(sent[2]),
+              static_cast<long long>(sent[3]), static_cast<long long>(rss_growth / 1024));
   for (int64_t n : sent) {
     EXPECT_GE(n, 0) << "the server neither read nor closed";
     EXPECT_LT(n, 64 * kMiB) << "cut off after the head bound (plus what the kernel buffers)";

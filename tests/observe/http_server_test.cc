@@ -19,7 +19,9 @@ HttpHandlers FakeHandlers(std::atomic<int>* calls) {
     return nlohmann::json{{"rounds", 42}, {"run_id", "r"}};
   };
   h.metrics = []() -> StatusOr<std::string> { return std::string("atoll_rounds_total{fragment=\"0\"} 42\n"); };
-  h.history = []() -> StatusOr<nlohmann::json> { return nlohmann::json{{"points", nlohmann::json::array({{{"t", 1}}})}}; };
+  h.history = []() -> StatusOr<nlohmann::json> {
+    return nlohmann::json{{"points", nlohmann::json::array({{{"t", 1}}})}};
+  };
   return h;
 }
 
@@ -70,7 +72,8 @@ TEST(ObserveHttp, TokenIsRequiredExceptForHealth) {
   ASSERT_TRUE(server.ok()) << server.status();
   httplib::Client cli("127.0.0.1", (*server)->port());
   EXPECT_EQ(cli.Get("/healthz")->status, 200);
-  for (const char* path : {"/", "/api/status", "/api/history", "/metrics", "/api/status?token=wrong", "/api/status?token=s3cre"}) {
+  for (const char* path :
+       {"/", "/api/status", "/api/history", "/metrics", "/api/status?token=wrong", "/api/status?token=s3cre"}) {
     auto r = cli.Get(path);
     ASSERT_TRUE(r) << path;
     EXPECT_EQ(r->status, 401) << path;

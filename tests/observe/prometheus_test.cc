@@ -14,16 +14,33 @@ namespace {
 using nlohmann::json;
 
 json TwoLearners() {
-  json s = {{"run_id", "run \"a\"\nx\\y"}, {"mode", "decoupled"}, {"params", 1000},
-            {"rounds", 7}, {"rounds_refused", 1}, {"versions", {3, 4}}, {"live", {0}},
-            {"bytes_up", 1500}, {"bytes_down", 2500}, {"uptime_s", 12.5}};
-  s["learners"] = json::array(
-      {{{"id", 0}, {"state", "training"}, {"step", 10}, {"tokens", 3000}, {"tokens_merged", 1500.5},
-        {"loss", 2.25}, {"tokens_per_second", 600.0}, {"version_held", 4}, {"rounds_joined", 5},
-        {"seconds_since_seen", 0.5}, {"bytes_up", 1000}, {"bytes_down", 2000}},
-       {{"id", 1}, {"state", "done"}, {"step", 20}, {"tokens", 1000}, {"tokens_merged", 500.0},
-        {"loss", 2.5}, {"tokens_per_second", 0.0}, {"version_held", 3}, {"rounds_joined", 2},
-        {"seconds_since_seen", 30.0}, {"bytes_up", 500}, {"bytes_down", 500}}});
+  json s = {{"run_id", "run \"a\"\nx\\y"}, {"mode", "decoupled"}, {"params", 1000}, {"rounds", 7},
+            {"rounds_refused", 1},         {"versions", {3, 4}},  {"live", {0}},    {"bytes_up", 1500},
+            {"bytes_down", 2500},          {"uptime_s", 12.5}};
+  s["learners"] = json::array({{{"id", 0},
+                                {"state", "training"},
+                                {"step", 10},
+                                {"tokens", 3000},
+                                {"tokens_merged", 1500.5},
+                                {"loss", 2.25},
+                                {"tokens_per_second", 600.0},
+                                {"version_held", 4},
+                                {"rounds_joined", 5},
+                                {"seconds_since_seen", 0.5},
+                                {"bytes_up", 1000},
+                                {"bytes_down", 2000}},
+                               {{"id", 1},
+                                {"state", "done"},
+                                {"step", 20},
+                                {"tokens", 1000},
+                                {"tokens_merged", 500.0},
+                                {"loss", 2.5},
+                                {"tokens_per_second", 0.0},
+                                {"version_held", 3},
+                                {"rounds_joined", 2},
+                                {"seconds_since_seen", 30.0},
+                                {"bytes_up", 500},
+                                {"bytes_down", 500}}});
   return s;
 }
 

@@ -18,9 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string Scratch(const std::string& name) {
-  return testing::ScratchDir("report_" + name);
-}
+std::string Scratch(const std::string& name) { return testing::ScratchDir("report_" + name); }
 
 void WriteLines(const std::string& path, const std::vector<json>& lines, const std::string& tail = "") {
   std::ofstream out(path);
@@ -50,7 +48,8 @@ std::string XmlProblem(const std::string& xml) {
     const std::string tag = xml.substr(i + 1, end - i - 1);
     const std::string name = tag.substr(tag[0] == '/' ? 1 : 0, tag.find_first_of(" \n/", 1) - (tag[0] == '/' ? 1 : 0));
     if (tag[0] == '/') {
-      if (open.empty() || open.back() != name) return "</" + name + "> closes " + (open.empty() ? "nothing" : open.back());
+      if (open.empty() || open.back() != name)
+        return "</" + name + "> closes " + (open.empty() ? "nothing" : open.back());
       open.pop_back();
     } else if (tag.back() != '/' && tag[0] != '?' && tag[0] != '!') {
       open.push_back(name);
@@ -76,8 +75,11 @@ std::string ClusterFolder() {
   const double t0 = 1000;
   std::vector<json> syncer = {{{"t", t0}, {"kind", "global_eval"}, {"tokens_merged", 0}, {"eval_loss", 5.5}}};
   for (int r = 0; r < 4; ++r) {
-    syncer.push_back({{"t", t0 + 1 + r}, {"kind", "round"}, {"contributors", r % 2 ? json{0, 1} : json{0}},
-                      {"grace_s", 0.25 * r}, {"tokens_merged", 256.0}});
+    syncer.push_back({{"t", t0 + 1 + r},
+                      {"kind", "round"},
+                      {"contributors", r % 2 ? json{0, 1} : json{0}},
+                      {"grace_s", 0.25 * r},
+                      {"tokens_merged", 256.0}});
   }
   syncer.push_back({{"t", t0 + 4.5}, {"kind", "global_eval"}, {"tokens_merged", 1024}, {"eval_loss", 4.0}});
   WriteLines(dir + "/metrics-syncer.jsonl", syncer, "{\"t\": 10");  // a line cut by a kill
@@ -85,18 +87,34 @@ std::string ClusterFolder() {
     std::vector<json> steps;
     for (int s = 1; s <= 6; ++s) {
       const bool restarted = id == 1 && s > 3;
-      steps.push_back({{"t", t0 + s}, {"source", "learner"}, {"step", s}, {"tokens", 128 * s}, {"step_tokens", 128},
-                       {"loss", 6.0 - 0.2 * s}, {"wire_bytes_up", restarted ? 10 * (s - 3) : 100 * s},
+      steps.push_back({{"t", t0 + s},
+                       {"source", "learner"},
+                       {"step", s},
+                       {"tokens", 128 * s},
+                       {"step_tokens", 128},
+                       {"loss", 6.0 - 0.2 * s},
+                       {"wire_bytes_up", restarted ? 10 * (s - 3) : 100 * s},
                        {"wire_bytes_down", 0}});
     }
     steps.push_back({{"t", t0 + 2}, {"kind", "contributed"}});
     WriteLines(dir + "/metrics-learner-" + std::to_string(id) + ".jsonl", steps);
   }
   WriteLines(dir + "/faults.jsonl", {{{"t", t0 + 3.5}, {"kind", "kill"}, {"learner", 1}, {"note", "SIGKILL"}}});
-  json summary = {{"mode", "decoupled"}, {"learners", 2}, {"rounds", 4}, {"wall_seconds", 6.04},
-                  {"eval_loss_start", 5.5}, {"eval_loss", 3.9}, {"tokens_trained", 1773568.0000000019},
-                  {"tokens_merged", 1024.0}, {"goodput", 0.8123}, {"uptime", 1.0}, {"bytes_up", 1.5e6},
-                  {"bytes_down", 2.5e6}, {"dp_equivalent_bytes", 4.0e7}, {"params", 1000}, {"faults", json::array({{}})}};
+  json summary = {{"mode", "decoupled"},
+                  {"learners", 2},
+                  {"rounds", 4},
+                  {"wall_seconds", 6.04},
+                  {"eval_loss_start", 5.5},
+                  {"eval_loss", 3.9},
+                  {"tokens_trained", 1773568.0000000019},
+                  {"tokens_merged", 1024.0},
+                  {"goodput", 0.8123},
+                  {"uptime", 1.0},
+                  {"bytes_up", 1.5e6},
+                  {"bytes_down", 2.5e6},
+                  {"dp_equivalent_bytes", 4.0e7},
+                  {"params", 1000},
+                  {"faults", json::array({{}})}};
   EXPECT_TRUE(WriteFileAtomic(dir + "/summary.json", summary.dump()).ok());
   return dir;
 }
@@ -112,9 +130,10 @@ TEST(ObserveReport, ClusterRunFolderRendersEveryFigure) {
   const auto svgs = Svgs(html);
   ASSERT_EQ(svgs.size(), 3u);
   for (const auto& svg : svgs) EXPECT_EQ(XmlProblem(svg), "") << svg.substr(0, 400);
-  for (const char* title : {"Loss vs tokens", "Loss vs time", "Tokens trained vs merged", "Bytes on the wire vs data-parallel",
-                            "Contributors per round", "Grace window per round", "learner 0 (train)", "learner 1 (train)",
-                            "global model (eval)", "data-parallel, same steps (bf16)"}) {
+  for (const char* title :
+       {"Loss vs tokens", "Loss vs time", "Tokens trained vs merged", "Bytes on the wire vs data-parallel",
+        "Contributors per round", "Grace window per round", "learner 0 (train)", "learner 1 (train)",
+        "global model (eval)", "data-parallel, same steps (bf16)"}) {
     EXPECT_NE(html.find(title), std::string::npos) << title;
   }
   EXPECT_NE(html.find(">kill 1</text>"), std::string::npos) << "the fault is marked on the time axes";
@@ -133,7 +152,8 @@ TEST(ObserveReport, TrainRunFolderAndHandStartedSyncerFolder) {
   const std::string dir = Scratch("train");
   std::vector<json> lines = {{{"kind", "eval"}, {"step", 0}, {"tokens", 0}, {"eval_loss", 5.6}}};
   for (int s = 1; s <= 5; ++s) {
-    lines.push_back({{"kind", "train"}, {"step", s}, {"tokens", 512 * s}, {"loss", 5.0 - 0.1 * s}, {"elapsed", 0.5 * s}});
+    lines.push_back(
+        {{"kind", "train"}, {"step", s}, {"tokens", 512 * s}, {"loss", 5.0 - 0.1 * s}, {"elapsed", 0.5 * s}});
   }
   lines.push_back({{"kind", "eval"}, {"step", 5}, {"tokens", 2560}, {"eval_loss", 4.4}});
   WriteLines(dir + "/metrics.jsonl", lines);
@@ -146,8 +166,14 @@ TEST(ObserveReport, TrainRunFolderAndHandStartedSyncerFolder) {
 
   // A syncer started by hand: syncer-summary.json (the status document) instead of summary.json.
   const std::string hand = Scratch("hand");
-  WriteLines(hand + "/metrics-syncer.jsonl", {{{"t", 5.0}, {"kind", "round"}, {"contributors", {0}}, {"tokens_merged", 10}}});
-  json s = {{"rounds", 1}, {"params", 10}, {"eval_loss_start", 5.0}, {"eval_loss", 4.5}, {"bytes_up", 100}, {"bytes_down", 100},
+  WriteLines(hand + "/metrics-syncer.jsonl",
+             {{{"t", 5.0}, {"kind", "round"}, {"contributors", {0}}, {"tokens_merged", 10}}});
+  json s = {{"rounds", 1},
+            {"params", 10},
+            {"eval_loss_start", 5.0},
+            {"eval_loss", 4.5},
+            {"bytes_up", 100},
+            {"bytes_down", 100},
             {"learners", {{{"id", 0}, {"tokens", 2000}, {"tokens_merged", 1000}, {"step", 4}}}}};
   ASSERT_TRUE(WriteFileAtomic(hand + "/syncer-summary.json", s.dump()).ok());
   auto h = WriteRunReport(hand);

@@ -211,23 +211,28 @@ TEST(RuntimeReport, FormatsNumbersForPeople) {
                       {"bytes_up", 1.0e6},
                       {"bytes_down", 2.0e6},
                       {"dp_equivalent_bytes", 9.0e6}};
-  s["per_learner"] = nlohmann::json::array(
-      {{{"learner", 0},
-        {"tokens_computed", 1773568.0000000019},
-        {"tokens_merged", 1234567.4},
-        {"tokens_lost", 538999.6},
-        {"restart_to_first_contribution_s", {4.47105884552, nullptr}}},
-       {{"learner", 1},
-        {"restart_to_first_contribution_s", {5.29}},
-        {"restart_startup_s", {{{"load", 4.188}, {"data", 0.0}, {"model", 0.166}, {"connect", 0.046},
-                                {"join", 0.157}, {"first_step", 0.386}, {"first_push", 0.345}, {"total", 5.289}}}}}});
+  s["per_learner"] = nlohmann::json::array({{{"learner", 0},
+                                             {"tokens_computed", 1773568.0000000019},
+                                             {"tokens_merged", 1234567.4},
+                                             {"tokens_lost", 538999.6},
+                                             {"restart_to_first_contribution_s", {4.47105884552, nullptr}}},
+                                            {{"learner", 1},
+                                             {"restart_to_first_contribution_s", {5.29}},
+                                             {"restart_startup_s",
+                                              {{{"load", 4.188},
+                                                {"data", 0.0},
+                                                {"model", 0.166},
+                                                {"connect", 0.046},
+                                                {"join", 0.157},
+                                                {"first_step", 0.386},
+                                                {"first_push", 0.345},
+                                                {"total", 5.289}}}}}});
   const std::string r = FormatReport(s);
   EXPECT_NE(r.find("tokens trained 1,773,568  merged into the global model 1,234,567  "
                    "(59,119 tokens/s"),
             std::string::npos)
       << r;
-  EXPECT_NE(r.find("computed 1,773,568 merged 1,234,567 lost 539,000 tokens"), std::string::npos)
-      << r;
+  EXPECT_NE(r.find("computed 1,773,568 merged 1,234,567 lost 539,000 tokens"), std::string::npos) << r;
   EXPECT_NE(r.find("rejoin→contribution 4.5 s, none"), std::string::npos) << r;
   // Where a restart's time went: the process load (libtorch), then join, first step, first push.
   EXPECT_NE(r.find("rejoin→contribution 5.3 s (process load 4.2 s, then join 0.16 s, first step 0.39 s, "

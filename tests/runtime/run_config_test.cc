@@ -54,9 +54,15 @@ TEST(RunConfig, ModesImplyTheirSettings) {
 }
 
 TEST(RunConfig, EveryEnumSettingIsReadAndWrittenByItsSpelling) {
-  auto c = FromJson({{"merge", "rda-all"},      {"weights", "uniform"}, {"outer_step", "running"},
-                     {"outer_gradient", "base"}, {"plan", "strided"},    {"uplink", "int8"},
-                     {"downlink", "bf16"},       {"compression", "none"}, {"precision", "fp32"},
+  auto c = FromJson({{"merge", "rda-all"},
+                     {"weights", "uniform"},
+                     {"outer_step", "running"},
+                     {"outer_gradient", "base"},
+                     {"plan", "strided"},
+                     {"uplink", "int8"},
+                     {"downlink", "bf16"},
+                     {"compression", "none"},
+                     {"precision", "fp32"},
                      {"chaos", {{"mode", "random"}, {"repair_dist", "lognormal"}}}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->merge, diloco::MergeRule::kRdaAll);
@@ -71,8 +77,8 @@ TEST(RunConfig, EveryEnumSettingIsReadAndWrittenByItsSpelling) {
   EXPECT_EQ(c->chaos.mode, chaos::ChaosMode::kRandom);
   EXPECT_EQ(c->chaos.random.repair_dist, chaos::RepairDist::kLogNormal);
   const nlohmann::json j = ToJson(*c);
-  for (const char* key : {"merge", "weights", "outer_step", "outer_gradient", "plan", "uplink", "downlink",
-                          "compression", "precision"}) {
+  for (const char* key :
+       {"merge", "weights", "outer_step", "outer_gradient", "plan", "uplink", "downlink", "compression", "precision"}) {
     EXPECT_TRUE(j.at(key).is_string()) << key;
   }
   EXPECT_EQ(j.at("merge"), "rda-all");
@@ -147,8 +153,9 @@ TEST(RunConfig, BadInputIsRefusedWithTheFieldNamed) {
   EXPECT_NE(ValidateRunConfig(c).message().find("batches has 2 entries for 4 learners"), std::string::npos);
   c.batches = {16, 8, 0, 8};
   EXPECT_NE(ValidateRunConfig(c).message().find("every batch size"), std::string::npos);
-  EXPECT_NE(FromJson({{"precision", "fp16"}}).status().message().find("precision must be auto, fp32 or bf16 (got 'fp16')"),
-            std::string::npos);
+  EXPECT_NE(
+      FromJson({{"precision", "fp16"}}).status().message().find("precision must be auto, fp32 or bf16 (got 'fp16')"),
+      std::string::npos);
   EXPECT_EQ(FromJson({{"precision", "bf16"}})->precision, model::Precision::kBf16);
   EXPECT_TRUE(ValidateRunConfig(RunConfig{}).ok());
 }
@@ -159,7 +166,8 @@ TEST(RunConfig, SyncerShardsMustEachOwnAFragmentAndMatchKillSyncerEvents) {
   EXPECT_TRUE(ValidateRunConfig(c).ok());
   c.syncer_shards = 25;
   EXPECT_NE(ValidateRunConfig(c).message().find("syncer_shards (S) must be in [1, fragments P] (S=25, P=24)"),
-            std::string::npos) << ValidateRunConfig(c);
+            std::string::npos)
+      << ValidateRunConfig(c);
   c.syncer_shards = 0;
   EXPECT_EQ(ValidateRunConfig(c).code(), StatusCode::kInvalidArgument);
   c.syncer_shards = 2;
@@ -263,17 +271,26 @@ TEST(RunConfig, LimitsOutOfRangeAreRefused) {
     return ValidateRunConfig(c);
   };
   EXPECT_NE(refused([](RunConfig& c) { c.max_learners = 2; }).message().find("max_learners"), std::string::npos);
-  EXPECT_NE(refused([](RunConfig& c) { c.max_inflight_push_mb = 0; }).message().find("max_inflight_push_mb"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.max_inflight_push_mb = 0; }).message().find("max_inflight_push_mb"),
+            std::string::npos);
   EXPECT_NE(refused([](RunConfig& c) { c.max_threads = 1; }).message().find("max_threads"), std::string::npos);
-  EXPECT_NE(refused([](RunConfig& c) { c.handshake_timeout_s = 0; }).message().find("handshake_timeout_s"), std::string::npos);
-  EXPECT_NE(refused([](RunConfig& c) { c.quarantine_factor = 1.5; }).message().find("quarantine_factor"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.handshake_timeout_s = 0; }).message().find("handshake_timeout_s"),
+            std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.quarantine_factor = 1.5; }).message().find("quarantine_factor"),
+            std::string::npos);
   EXPECT_NE(refused([](RunConfig& c) { c.ban_seconds = -1; }).message().find("ban_seconds"), std::string::npos);
   EXPECT_NE(refused([](RunConfig& c) { c.max_connections = 4; }).message().find("max_connections"), std::string::npos);
-  EXPECT_NE(refused([](RunConfig& c) { c.max_polls_per_learner = 0; }).message().find("max_polls_per_learner"), std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.max_polls_per_learner = 0; }).message().find("max_polls_per_learner"),
+            std::string::npos);
   EXPECT_NE(refused([](RunConfig& c) { c.push_timeout_s = 0; }).message().find("push_timeout_s"), std::string::npos);
-  EXPECT_NE(refused([](RunConfig& c) { c.commit_reserve_mb = -1; }).message().find("commit_reserve_mb"), std::string::npos);
-  EXPECT_NE(refused([](RunConfig& c) { c.allowed_learners = "3-1"; }).message().find("allowed_learners"), std::string::npos);
-  EXPECT_NE(LoadRunConfig(WriteTemp("atoll_rc_limits_bad.toml", "[limits]\nmax_learner = 5\n")).status().message().find("max_learner"),
+  EXPECT_NE(refused([](RunConfig& c) { c.commit_reserve_mb = -1; }).message().find("commit_reserve_mb"),
+            std::string::npos);
+  EXPECT_NE(refused([](RunConfig& c) { c.allowed_learners = "3-1"; }).message().find("allowed_learners"),
+            std::string::npos);
+  EXPECT_NE(LoadRunConfig(WriteTemp("atoll_rc_limits_bad.toml", "[limits]\nmax_learner = 5\n"))
+                .status()
+                .message()
+                .find("max_learner"),
             std::string::npos);
 }
 

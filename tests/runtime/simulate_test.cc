@@ -35,7 +35,7 @@ RunConfig Small() {
 SimulateOptions Drifting() {
   SimulateOptions o;
   o.step_seconds = 1.0;
-  o.spread = 0.1;   // learners drift apart, so rounds hold different learners
+  o.spread = 0.1;  // learners drift apart, so rounds hold different learners
   o.jitter = 0.3;
   return o;
 }

@@ -19,7 +19,7 @@ TEST(SimCalibration, PaperPointWithDefaults) {
     const double target = m.mode == FleetMode::kDataParallel          ? 0.27
                           : m.mode == FleetMode::kElasticDataParallel ? 0.58
                           : m.mode == FleetMode::kDecoupledDiloco     ? 0.88
-                                                                 : -1;
+                                                                      : -1;
     if (target < 0) continue;
     EXPECT_NEAR(m.goodput, target, 0.03) << FleetModeName(m.mode);
   }
@@ -29,8 +29,7 @@ TEST(SimCalibration, PaperPointWithDefaults) {
 void ExpectRow(int64_t chips, double dp, double elastic, double decoupled, double tolerance) {
   GoodputParams p;
   p.chips = chips;
-  auto s = RunGoodput(p, {FleetMode::kDataParallel, FleetMode::kElasticDataParallel,
-                          FleetMode::kDecoupledDiloco});
+  auto s = RunGoodput(p, {FleetMode::kDataParallel, FleetMode::kElasticDataParallel, FleetMode::kDecoupledDiloco});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_NEAR((*s)[0].goodput, dp, tolerance) << chips << " chips, data-parallel";
   EXPECT_NEAR((*s)[1].goodput, elastic, tolerance) << chips << " chips, elastic";

@@ -33,7 +33,9 @@ PushHeaderData Header(int id, int p, int64_t base) { return testing::SmallHeader
 std::vector<std::byte> Fp32(float v) { return testing::Fp32Values(v); }
 
 // At most 30 s (the bound of the test, not a threshold).
-bool Eventually(const std::function<bool()>& done) { return testing::AwaitFor(done, 30.0, std::chrono::milliseconds(5)); }
+bool Eventually(const std::function<bool()>& done) {
+  return testing::AwaitFor(done, 30.0, std::chrono::milliseconds(5));
+}
 
 // The version of fragment 0 on disk, read back through a restore.
 int64_t CommittedVersion(const std::string& dir) {

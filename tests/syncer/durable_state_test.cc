@@ -53,7 +53,8 @@ struct Env {
       auto pulled = core.Pull(0, 0, have);
       ATOLL_CHECK(pulled.ok());
       have = pulled->version;
-      ATOLL_CHECK(Push(core, have, std::vector<float>(static_cast<size_t>(plan.fragments[0].numel), 0.01f * (i + 1))).ok());
+      ATOLL_CHECK(
+          Push(core, have, std::vector<float>(static_cast<size_t>(plan.fragments[0].numel), 0.01f * (i + 1))).ok());
       for (const auto& rep : core.Poll(clock.Now(), clock)) {
         if (durable) ATOLL_CHECK(durable->SaveFragment(core, rep.fragment).ok());
       }
@@ -260,9 +261,14 @@ TEST(DurableState, AFlippedBitInAnyFragmentHeaderFieldIsRefusedNamingTheFile) {
   const std::string frag = env.dir + "/fragment-000.bin";
   const std::string original = ReadFile(frag).value();
   ASSERT_EQ(original.substr(0, 8), "ATOLFRG2");
-  for (const auto& [offset, field] : std::vector<std::pair<size_t, std::string>>{
-           {9, "version"}, {17, "round"}, {25, "numel"}, {33, "flags"}, {37, "lattice blocks"},
-           {41, "sweep share"}, {49, "body checksum"}, {57, "header checksum"}}) {
+  for (const auto& [offset, field] : std::vector<std::pair<size_t, std::string>>{{9, "version"},
+                                                                                 {17, "round"},
+                                                                                 {25, "numel"},
+                                                                                 {33, "flags"},
+                                                                                 {37, "lattice blocks"},
+                                                                                 {41, "sweep share"},
+                                                                                 {49, "body checksum"},
+                                                                                 {57, "header checksum"}}) {
     std::string flipped = original;
     flipped[offset] ^= 0x08;
     ASSERT_TRUE(WriteFileAtomic(frag, std::string_view(flipped)).ok());
@@ -376,7 +382,8 @@ TEST(DurableState, TempFilesOfAKilledSyncerAreRemovedAtStart) {
     ASSERT_TRUE(WriteFileAtomic(f, std::string_view("partial")).ok());
   }
   fs::create_directories(parent / ("." + name + ".init-Zx12Cv"));
-  ASSERT_TRUE(WriteFileAtomic((parent / ("." + name + ".init-Zx12Cv/fragment-000.bin")).string(), std::string_view("p")).ok());
+  ASSERT_TRUE(
+      WriteFileAtomic((parent / ("." + name + ".init-Zx12Cv/fragment-000.bin")).string(), std::string_view("p")).ok());
   // Not the syncer's: kept.
   const std::vector<std::string> kept = {env.dir + "/.hidden", env.dir + "/copies/notes.tmp.txt",
                                          env.dir + "/.fragment-000.bin.tmp.ab"};

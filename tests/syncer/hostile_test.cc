@@ -29,7 +29,9 @@ using diloco::Encoding;
 
 SyncerOptions Options(Encoding up = Encoding::kFp32) { return testing::SmallOptions(up); }
 SyncerCore MakeCore(const SyncerOptions& o, float init = 1.0f) { return testing::SmallCore(o, init); }
-JoinRequestData Req(const SyncerCore&, int id, std::string host = "test") { return testing::SmallJoin(id, std::move(host)); }
+JoinRequestData Req(const SyncerCore&, int id, std::string host = "test") {
+  return testing::SmallJoin(id, std::move(host));
+}
 
 void JoinAndPull(SyncerCore& core, int id, TimePoint now) {
   ASSERT_TRUE(core.Join(Req(core, id), now).ok());
@@ -161,8 +163,11 @@ TEST(Hostile, TruncateUtf8NeverSplitsACharacterAndRepairsBadBytes) {
   const std::string e = "\xC3\xA9";  // é
   EXPECT_EQ(TruncateUtf8(std::string(255, 'a') + e, 256), std::string(255, 'a'));
   EXPECT_EQ(TruncateUtf8("ab" + e, 4), "ab" + e);
-  EXPECT_EQ(TruncateUtf8("a\xFF" "b\xC3", 10), "a?b?");
-  EXPECT_EQ(TruncateUtf8("\xED\xA0\x80", 10), "???");  // a surrogate is not UTF-8
+  EXPECT_EQ(TruncateUtf8("a\xFF"
+                         "b\xC3",
+                         10),
+            "a?b?");
+  EXPECT_EQ(TruncateUtf8("\xED\xA0\x80", 10), "???");   // a surrogate is not UTF-8
   EXPECT_EQ(TruncateUtf8("\xF0\x9F\x98\x80x", 3), "");  // a 4-byte character that does not fit
   EXPECT_TRUE(IsValidUtf8(TruncateUtf8("\xC0\xAF\x80 ok", 100)));
   EXPECT_FALSE(IsValidUtf8("a\xC3"));
@@ -184,8 +189,7 @@ TEST(Hostile, HostCutInsideACharacterOrWithBadBytesNeverBreaksStatusJson) {
 TEST(Hostile, ATaskThatThrowsIsAnErrorForItsCallerAndTheLoopRunsOn) {
   RealClock clock;
   SyncerLoop loop(MakeCore(Options()), clock, nullptr, std::chrono::milliseconds(5));
-  EXPECT_THROW(loop.Call([](SyncerCore&, TimePoint) -> int { throw std::runtime_error("boom"); }),
-               std::runtime_error);
+  EXPECT_THROW(loop.Call([](SyncerCore&, TimePoint) -> int { throw std::runtime_error("boom"); }), std::runtime_error);
   auto join = loop.Join(Req(MakeCore(Options()), 0));
   EXPECT_TRUE(join.ok()) << join.status();
   EXPECT_TRUE(loop.Pull(0, 0, -1, 0, -1).ok());

@@ -48,7 +48,10 @@ class RobustMerge : public ::testing::Test {
     return r;
   }
   void HonestRound() {
-    for (int id = 0; id < 3; ++id) { auto r = Push(id, kHonest); ASSERT_TRUE(r.ok()) << "learner " << id << r.status(); }
+    for (int id = 0; id < 3; ++id) {
+      auto r = Push(id, kHonest);
+      ASSERT_TRUE(r.ok()) << "learner " << id << r.status();
+    }
   }
   static bool Quarantined(const StatusOr<PushResult>& r) {
     return !r.ok() && r.status().message().find("quarantined") != std::string::npos;
@@ -93,7 +96,9 @@ TEST(RobustMergeWarmUp, AFragmentsFirstVersionsAreNotJudged) {
   SyncerCore core = SmallCore(SmallOptions());  // quarantine_min_history 8
   ManualClock clock;
   for (int id = 0; id < 3; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
-  auto push = [&](int id, float v) { return core.Push(SmallHeader(id, 0, core.version(0)), Fp32Values(v), clock.Now()); };
+  auto push = [&](int id, float v) {
+    return core.Push(SmallHeader(id, 0, core.version(0)), Fp32Values(v), clock.Now());
+  };
   for (int id = 0; id < 3; ++id) {
     ASSERT_TRUE(push(id, kHonest).ok());
     core.Poll(clock.Now(), clock);
@@ -177,7 +182,7 @@ TEST(RobustMergeWeights, ClaimedTokensCannotOutvoteTheOthers) {
   ASSERT_EQ(rounds.size(), 1u);
   ASSERT_EQ(rounds[0].weights.size(), 4u);
   EXPECT_DOUBLE_EQ(rounds[0].weights[3], 4 * rounds[0].weights[0]);  // the weight bound: 4x the others'
-  EXPECT_DOUBLE_EQ(core.tokens_merged(), (3 * 100 + 400) / 2.0);  // the claimed 2⁴⁰ tokens are not counted
+  EXPECT_DOUBLE_EQ(core.tokens_merged(), (3 * 100 + 400) / 2.0);     // the claimed 2⁴⁰ tokens are not counted
 }
 
 TEST_F(RobustMerge, TheReferencesSurviveARestart) {

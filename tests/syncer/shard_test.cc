@@ -84,10 +84,15 @@ TEST(ShardSpec, ParsesIndexOfCount) {
 }
 
 TEST(ShardSpec, BadInputSaysWhatIsWrong) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"2/2", "below the shard count"}, {"x", "no '/'"},          {"x/2", "index is not a number"},
-      {"0/y", "count is not a number"}, {"0/0", "must be 1..1024"}, {"-1/2", "index is not a number"},
-      {"", "no '/'"},                   {"1/2/3", "count is not a number"}, {"0/5000", "must be 1..1024"}};
+  const std::vector<std::pair<std::string, std::string>> cases = {{"2/2", "below the shard count"},
+                                                                  {"x", "no '/'"},
+                                                                  {"x/2", "index is not a number"},
+                                                                  {"0/y", "count is not a number"},
+                                                                  {"0/0", "must be 1..1024"},
+                                                                  {"-1/2", "index is not a number"},
+                                                                  {"", "no '/'"},
+                                                                  {"1/2/3", "count is not a number"},
+                                                                  {"0/5000", "must be 1..1024"}};
   for (const auto& [text, why] : cases) {
     auto s = ParseShardSpec(text);
     ASSERT_FALSE(s.ok()) << text;
@@ -121,7 +126,8 @@ TEST(ShardedCore, BadShardOptionsAreRefused) {
   }
   auto too_many = SyncerCore::Create(Options({0, 5}), plan, Initial(plan));
   ASSERT_FALSE(too_many.ok());
-  EXPECT_NE(too_many.status().message().find("every shard must own a fragment"), std::string::npos) << too_many.status();
+  EXPECT_NE(too_many.status().message().find("every shard must own a fragment"), std::string::npos)
+      << too_many.status();
 }
 
 TEST(ShardedCore, LearnerWithAnotherShardCountOrOrderIsRefused) {
@@ -155,7 +161,8 @@ TEST(ShardedCore, AnotherShardsFragmentIsRefusedAndChangesNothing) {
   ASSERT_FALSE(pull.ok());
   EXPECT_EQ(pull.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(pull.status().message().find("fragment 2 belongs to syncer shard 0 of 2; this is shard 1/2"),
-            std::string::npos) << pull.status();
+            std::string::npos)
+      << pull.status();
   EXPECT_TRUE(core.public_values(2).empty()) << "another shard's fragment is not held here";
   ASSERT_TRUE(core.Pull(0, 3, -1).ok());
   PushHeaderData h;
@@ -220,7 +227,9 @@ int Drive(std::vector<SyncerCore*> cores, const std::function<SyncerCore&(int)>&
     learners[m].phi.resize(4);
     learners[m].lattice.resize(4);
     learners[m].have.assign(4, -1);
-    for (int i = 0; i < S; ++i) ATOLL_CHECK(cores[static_cast<size_t>(i)]->Join(Req(m, S == 1 ? ShardSpec{} : ShardSpec{i, S}), clock.Now()).ok());
+    for (int i = 0; i < S; ++i)
+      ATOLL_CHECK(
+          cores[static_cast<size_t>(i)]->Join(Req(m, S == 1 ? ShardSpec{} : ShardSpec{i, S}), clock.Now()).ok());
   }
   std::mt19937 rng(7);
   std::normal_distribution<float> noise(0.0f, 0.05f);
@@ -241,7 +250,7 @@ int Drive(std::vector<SyncerCore*> cores, const std::function<SyncerCore&(int)>&
         h.learner_id = l.id;
         h.fragment = p;
         h.base_version = l.have[p];
-        h.c_steps = 2 + (l.id + r) % 3;          // learners at different speeds
+        h.c_steps = 2 + (l.id + r) % 3;             // learners at different speeds
         h.c_tokens = h.c_steps * (96 + 32 * l.id);  // and different batch sizes
         h.encoding = core.options().uplink.encoding;
         h.block_size = core.options().uplink.block_size;
@@ -262,8 +271,12 @@ TEST(ShardedCore, TwoShardsMergeBitIdenticallyToOneSyncer) {
   SyncerCore s0 = MakeCore({0, 2});
   SyncerCore s1 = MakeCore({1, 2});
   const int rounds = 12;
-  ASSERT_EQ(Drive({&one}, [&](int) -> SyncerCore& { return one; }, rounds), 4 * rounds);
-  ASSERT_EQ(Drive({&s0, &s1}, [&](int p) -> SyncerCore& { return p % 2 == 0 ? s0 : s1; }, rounds), 4 * rounds);
+  ASSERT_EQ(Drive(
+                {&one}, [&](int) -> SyncerCore& { return one; }, rounds),
+            4 * rounds);
+  ASSERT_EQ(Drive(
+                {&s0, &s1}, [&](int p) -> SyncerCore& { return p % 2 == 0 ? s0 : s1; }, rounds),
+            4 * rounds);
   EXPECT_EQ(s0.rounds_closed() + s1.rounds_closed(), one.rounds_closed());
   for (int p = 0; p < 4; ++p) {
     const SyncerCore& owner = p % 2 == 0 ? s0 : s1;
@@ -283,7 +296,8 @@ TEST(ShardedCore, TwoShardsMergeBitIdenticallyToOneSyncer) {
   // Accounting adds up across the shards: the tokens each learner got merged.
   for (int m = 0; m < 3; ++m) {
     EXPECT_DOUBLE_EQ(s0.learners().at(m).tokens_merged + s1.learners().at(m).tokens_merged,
-                     one.learners().at(m).tokens_merged) << "learner " << m;
+                     one.learners().at(m).tokens_merged)
+        << "learner " << m;
     EXPECT_EQ(s0.learners().at(m).pushes + s1.learners().at(m).pushes, one.learners().at(m).pushes);
   }
 }

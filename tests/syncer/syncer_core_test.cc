@@ -34,7 +34,7 @@ SyncerOptions Fp32Options() {
   o.round.quorum = 1;
   o.round.grace = false;
   o.merge_rule = diloco::MergeRule::kMean;
-  o.outer = {1.0, 0.0, true};  // Θ ← Θ − Δ: the new Θ is the (weighted) mean of the learners
+  o.outer = {1.0, 0.0, true};            // Θ ← Θ − Δ: the new Θ is the (weighted) mean of the learners
   o.outer_step = OuterStepRule::kRound;  // round-level merge math; the sweep has its own tests
   o.uplink = {Encoding::kFp32, 128};
   o.downlink = {Encoding::kFp32, 128};
@@ -130,8 +130,7 @@ TEST(SyncerCore, BadPushesAreRejectedWithoutStateChange) {
   wrong_n.num_values = 5;
   EXPECT_EQ(core->Push(wrong_n, payload, now).status().code(), StatusCode::kInvalidArgument);
   std::vector<std::byte> short_payload(payload.begin(), payload.end() - 4);
-  EXPECT_EQ(core->Push(Header(0, 0, 0, 10, 1), short_payload, now).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(core->Push(Header(0, 0, 0, 10, 1), short_payload, now).status().code(), StatusCode::kInvalidArgument);
   std::vector<float> nan = {0.f, std::nanf(""), 0.f, 0.f};
   auto bad = core->Push(Header(0, 0, 0, 10, 1), Fp32Payload(nan), now);
   EXPECT_FALSE(bad.ok());
@@ -165,7 +164,7 @@ TEST(SyncerCore, TokenWeightsOfUnequalLearners) {
   EXPECT_DOUBLE_EQ(reports[0].weights[1], 2500.0);
   // Θ_new = Θ − (0.8·0.3 + 0.2·0.1) = 1 − 0.26 = 0.74
   for (float v : core->theta(0)) EXPECT_NEAR(v, 0.74f, 1e-6);
-  for (float v : core->theta(1)) EXPECT_EQ(v, 1.0f);  // untouched fragment
+  for (float v : core->theta(1)) EXPECT_EQ(v, 1.0f);                  // untouched fragment
   EXPECT_DOUBLE_EQ(core->learners().at(0).tokens_merged, 100.0 / 2);  // P = 2
   (void)opts;
 }
@@ -316,7 +315,8 @@ TEST(SyncerCore, JoinWithTheInitialValuesSkipsTheFetch) {
   ASSERT_TRUE(core.ok());
   ManualClock clock;
   JoinRequestData r = Req(f.plan, 0);
-  r.fragment_checksums = {exchange::ValuesChecksum(f.initial[0]), exchange::ValuesChecksum(std::vector<float>(4, 2.0f))};
+  r.fragment_checksums = {exchange::ValuesChecksum(f.initial[0]),
+                          exchange::ValuesChecksum(std::vector<float>(4, 2.0f))};
   auto reply = core->Join(r, clock.Now());
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->fragment_held, (std::vector<int64_t>{0, -1}));  // fragment 1 differs

@@ -16,9 +16,9 @@ namespace atl::testing {
 
 // ~bytes of English-like lines from a small vocabulary (so a tiny model can learn it fast).
 inline std::string TinyCorpus(size_t bytes, uint64_t seed = 1) {
-  static const char* kWords[] = {"the",  "king", "said", "unto", "his",   "people", "and",
-                                 "lo",   "a",    "great", "light", "came", "upon",  "land",
-                                 "of",   "river", "they", "went",  "forth", "in",   "peace"};
+  static const char* kWords[] = {"the", "king",  "said",  "unto",  "his",   "people", "and",
+                                 "lo",  "a",     "great", "light", "came",  "upon",   "land",
+                                 "of",  "river", "they",  "went",  "forth", "in",     "peace"};
   Rng rng(seed);
   std::string out;
   while (out.size() < bytes) {
@@ -32,8 +32,7 @@ inline std::string TinyCorpus(size_t bytes, uint64_t seed = 1) {
   return out;
 }
 
-inline std::string WriteText(const std::string& dir, const std::string& name,
-                             const std::string& text) {
+inline std::string WriteText(const std::string& dir, const std::string& name, const std::string& text) {
   std::string path = (std::filesystem::path(dir) / name).string();
   Status st = WriteFileAtomic(path, text);
   (void)st;

@@ -18,8 +18,9 @@
 namespace atl::testing {
 
 inline std::vector<std::string> RunFlags(const std::string& data, const std::string& out, int steps) {
-  return {"--data", data, "--out", out, "-M", "2", "--steps", std::to_string(steps), "--seq", "32", "--batch", "4",
-          "-P", "4", "-H", "4", "--tau", "1", "--eval-batches", "2", "--eval-every", "0", "--token", "hand-token"};
+  return {"--data", data, "--out",          out, "-M",           "2", "--steps", std::to_string(steps),
+          "--seq",  "32", "--batch",        "4", "-P",           "4", "-H",      "4",
+          "--tau",  "1",  "--eval-batches", "2", "--eval-every", "0", "--token", "hand-token"};
 }
 
 // The contents of `path` once the process wrote it (bounded; the process may not die first).
@@ -43,7 +44,8 @@ struct HandRun {
   void StartSyncer(int steps, const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {ATOLL_BIN, "syncer"};
     for (const auto& f : RunFlags(data, out, steps)) argv.push_back(f);
-    for (const auto& f : {"--port-file", "PORT", "--http", "127.0.0.1:0", "--http-port-file", "HTTP"}) argv.push_back(f);
+    for (const auto& f : {"--port-file", "PORT", "--http", "127.0.0.1:0", "--http-port-file", "HTTP"})
+      argv.push_back(f);
     std::replace(argv.begin(), argv.end(), std::string("PORT"), dir + "/syncer.port");
     std::replace(argv.begin(), argv.end(), std::string("HTTP"), dir + "/syncer.http-port");
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -60,8 +62,8 @@ struct HandRun {
   std::vector<int> RunLearners(int steps) {
     std::vector<ChildProcess> learners;
     for (int id = 0; id < 2; ++id) {
-      std::vector<std::string> argv = {ATOLL_BIN, "learner", "--id", std::to_string(id), "--syncer",
-                                       "127.0.0.1:" + std::to_string(port)};
+      std::vector<std::string> argv = {ATOLL_BIN,          "learner",  "--id",
+                                       std::to_string(id), "--syncer", "127.0.0.1:" + std::to_string(port)};
       for (const auto& f : RunFlags(data, out, steps)) argv.push_back(f);
       auto l = ChildProcess::Start(argv, dir + "/learner-" + std::to_string(id) + ".log");
       EXPECT_TRUE(l.ok()) << l.status();

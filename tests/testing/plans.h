@@ -14,7 +14,8 @@ namespace atl::testing {
 // `tensors` tensors of side × side values, fragment p = tensor p.
 inline diloco::FragmentPlan StridedPlan(int tensors, int64_t side) {
   std::vector<diloco::TensorSpec> t;
-  for (int i = 0; i < tensors; ++i) t.push_back({"layers." + std::to_string(i) + ".w", {side, side}, side * side, false});
+  for (int i = 0; i < tensors; ++i)
+    t.push_back({"layers." + std::to_string(i) + ".w", {side, side}, side * side, false});
   diloco::PlanOptions po;
   po.num_fragments = tensors;
   po.strategy = diloco::PlanStrategy::kStrided;

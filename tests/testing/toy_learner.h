@@ -35,8 +35,8 @@ struct ToyLearner {
 
 // Runs inner steps [first, first + steps) with the agent's after-step rule in the loop, each
 // taking `step_ms` on `clock` and moving the toy by `eta` toward its target (0: no progress).
-inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, int step_ms, Clock& clock,
-                     int first = 0, float eta = 0.05f) {
+inline void TrainToy(ToyLearner& toy, learner::LearnerAgent& agent, int steps, int step_ms, Clock& clock, int first = 0,
+                     float eta = 0.05f) {
   for (int s = first; s < first + steps && !agent.finish_requested(); ++s) {
     toy.Step(eta);
     clock.SleepFor(std::chrono::milliseconds(step_ms));

@@ -28,18 +28,39 @@ struct ToyServerOptions {
   int tau = syncer::RoundOptions{}.tau;
   diloco::Encoding encoding = diloco::Encoding::kInt4;  // both links, block 64
   transport::ServerLimits limits;
-  std::string secret;   // per-learner credentials when set (besides the shared token "secret")
-  std::string allowed;  // the allow-list of learner ids ("" = any)
+  std::string secret;                          // per-learner credentials when set (besides the shared token "secret")
+  std::string allowed;                         // the allow-list of learner ids ("" = any)
   syncer::SyncerLoop::RoundCallback on_round;  // called after the server's own count
   transport::ServerOptions::PullFault pull_fault;  // pull streams cut on purpose
 
-  ToyServerOptions Shape(int p, int h, int t) && { P = p, H = h, tau = t; return std::move(*this); }
-  ToyServerOptions Encoded(diloco::Encoding e) && { encoding = e; return std::move(*this); }
-  ToyServerOptions Limits(transport::ServerLimits l) && { limits = l; return std::move(*this); }
-  ToyServerOptions Secret(std::string s) && { secret = std::move(s); return std::move(*this); }
-  ToyServerOptions Allowed(std::string a) && { allowed = std::move(a); return std::move(*this); }
-  ToyServerOptions CutPulls(transport::ServerOptions::PullFault f) && { pull_fault = f; return std::move(*this); }
-  ToyServerOptions OnRound(syncer::SyncerLoop::RoundCallback f) && { on_round = std::move(f); return std::move(*this); }
+  ToyServerOptions Shape(int p, int h, int t) && {
+    P = p, H = h, tau = t;
+    return std::move(*this);
+  }
+  ToyServerOptions Encoded(diloco::Encoding e) && {
+    encoding = e;
+    return std::move(*this);
+  }
+  ToyServerOptions Limits(transport::ServerLimits l) && {
+    limits = l;
+    return std::move(*this);
+  }
+  ToyServerOptions Secret(std::string s) && {
+    secret = std::move(s);
+    return std::move(*this);
+  }
+  ToyServerOptions Allowed(std::string a) && {
+    allowed = std::move(a);
+    return std::move(*this);
+  }
+  ToyServerOptions CutPulls(transport::ServerOptions::PullFault f) && {
+    pull_fault = f;
+    return std::move(*this);
+  }
+  ToyServerOptions OnRound(syncer::SyncerLoop::RoundCallback f) && {
+    on_round = std::move(f);
+    return std::move(*this);
+  }
 };
 
 struct ToyServer {
@@ -98,7 +119,8 @@ struct ToyServer {
     return loop->Call([](syncer::SyncerCore& c, TimePoint now) { return c.StatusJson(now); });
   }
   uint64_t Committed() {
-    return loop->Call([](syncer::SyncerCore& c, TimePoint) { return exchange::ValuesChecksum(c.theta(0)) ^ c.version(0); });
+    return loop->Call(
+        [](syncer::SyncerCore& c, TimePoint) { return exchange::ValuesChecksum(c.theta(0)) ^ c.version(0); });
   }
   std::unique_ptr<transport::GrpcSyncerClient> Client(std::string token = "secret") const {
     transport::ClientOptions co;

@@ -195,7 +195,8 @@ TEST(HostileGrpc, APushIsAuthenticatedBeforeItsFirstRead) {
     return writer->Finish();  // nothing written
   };
   EXPECT_EQ(silent_push(Token(1), "2").error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(silent_push("secret", "2").error_code(), grpc::StatusCode::UNAUTHENTICATED) << "the shared token means nothing here";
+  EXPECT_EQ(silent_push("secret", "2").error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << "the shared token means nothing here";
   EXPECT_EQ(silent_push(Token(2), "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(silent_push(Token(2), "two").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // Its own token, but a header naming another learner.
@@ -241,7 +242,8 @@ TEST(HostileGrpc, HeartbeatsAreRateLimitedPerLearner) {
   auto c = s.Client(Token(6));
   ASSERT_TRUE(c->Join(s.Join(6)).ok());
   int refused = 0;
-  for (int i = 0; i < 20; ++i) refused += c->Heartbeat(6, syncer::LearnerProgress{}).status().code() == StatusCode::kResourceExhausted;
+  for (int i = 0; i < 20; ++i)
+    refused += c->Heartbeat(6, syncer::LearnerProgress{}).status().code() == StatusCode::kResourceExhausted;
   EXPECT_GE(refused, 1);
   auto other = s.Client(Token(8));
   ASSERT_TRUE(other->Join(s.Join(8)).ok());
@@ -304,11 +306,12 @@ TEST(HostileGrpc, ThousandsOfIdleConnectionsCannotStarveACommit) {
   std::atomic<int> commits{0}, failed{0};
   syncer::DurableState state(dir);
   {
-    Server s(ToyServerOptions().Secret(kSecret).OnRound([&](const syncer::SyncerCore& core, const syncer::RoundReport& r) {
-      const Status st = state.SaveFragment(core, r.fragment);
-      ++(st.ok() ? commits : failed);
-      if (!st.ok()) std::fprintf(stderr, "commit failed: %s\n", st.ToString().c_str());
-    }));
+    Server s(
+        ToyServerOptions().Secret(kSecret).OnRound([&](const syncer::SyncerCore& core, const syncer::RoundReport& r) {
+          const Status st = state.SaveFragment(core, r.fragment);
+          ++(st.ok() ? commits : failed);
+          if (!st.ok()) std::fprintf(stderr, "commit failed: %s\n", st.ToString().c_str());
+        }));
     ASSERT_TRUE(s.loop->Call([&](syncer::SyncerCore& c, TimePoint) { return state.SaveAll(c); }).ok());
     auto honest = s.Client(Token(0));  // connected before the flood
     ASSERT_TRUE(honest->Join(s.Join(0)).ok());

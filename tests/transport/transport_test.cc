@@ -71,7 +71,8 @@ TEST_F(Rejections, WrongProtocolVersion) {
   auto out = s.Client()->Join(r);
   EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(out.status().message().find("protocol version " + std::to_string(syncer::kProtocolVersion + 1)),
-            std::string::npos) << out.status();
+            std::string::npos)
+      << out.status();
   EXPECT_EQ(s.Status()["learners"].size(), 1u);
 }
 
@@ -117,8 +118,8 @@ TEST_F(Rejections, NonFiniteValues) {
   auto nan = Payload(0, std::nanf(""));
   auto out = s.Client()->Push(Header(), nan);
   EXPECT_FALSE(out.ok());
-  EXPECT_TRUE(out.status().code() == StatusCode::kInvalidArgument ||
-              out.status().code() == StatusCode::kDataLoss) << out.status();
+  EXPECT_TRUE(out.status().code() == StatusCode::kInvalidArgument || out.status().code() == StatusCode::kDataLoss)
+      << out.status();
   auto inf = Payload(0, INFINITY);
   EXPECT_FALSE(s.Client()->Push(Header(), inf).ok());
   ExpectUnchanged();
@@ -165,7 +166,8 @@ namespace {
 std::string MakeCertificates() {
   const std::string dir = testing::ScratchDir("tls");
   const std::string cmd =
-      "cd " + dir + " && "
+      "cd " + dir +
+      " && "
       "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=atoll-test-ca >/dev/null 2>&1 && "
       "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost >/dev/null 2>&1 && "
       "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext && "

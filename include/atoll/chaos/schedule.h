@@ -44,37 +44,38 @@ inline StatusOr<ChaosMode> ParseChaosMode(std::string_view s) { return kChaosMod
 // A killed learner's repair time: exponential or fixed with mean `repair`, or log-normal with
 // median `repair` and sigma 0.5. (sim::RepairDist is the fleet model's, parameterised by its mean.)
 enum class RepairDist { kExponential, kFixed, kLogNormal };
-inline constexpr EnumNames<RepairDist, 3> kRepairDistNames{
-    "repair_dist",
-    {{{RepairDist::kExponential, "exponential"}, {RepairDist::kFixed, "fixed"}, {RepairDist::kLogNormal, "lognormal"}}}};
+inline constexpr EnumNames<RepairDist, 3> kRepairDistNames{"repair_dist",
+                                                           {{{RepairDist::kExponential, "exponential"},
+                                                             {RepairDist::kFixed, "fixed"},
+                                                             {RepairDist::kLogNormal, "lognormal"}}}};
 constexpr const auto& NamesOf(RepairDist) { return kRepairDistNames; }
 inline const char* RepairDistName(RepairDist d) { return kRepairDistNames.Name(d); }
 inline StatusOr<RepairDist> ParseRepairDist(std::string_view s) { return kRepairDistNames.Parse(s); }
 
 struct FaultEvent {
-  double at_s = 0;          // seconds after the learners started (ignored when at_step ≥ 0)
-  int at_step = -1;         // or: when the target learner reaches this inner step
+  double at_s = 0;   // seconds after the learners started (ignored when at_step ≥ 0)
+  int at_step = -1;  // or: when the target learner reaches this inner step
   FaultKind kind = FaultKind::kKill;
-  int target = 0;           // learner id; kill_syncer: the syncer shard (< 0: shard 0)
-  double duration_s = 0;    // repair time / pause / episode length; 0 = permanent (kill: never back)
-  double value = 0;         // slow: speed factor in (0,1]; bandwidth: Mbit/s
+  int target = 0;         // learner id; kill_syncer: the syncer shard (< 0: shard 0)
+  double duration_s = 0;  // repair time / pause / episode length; 0 = permanent (kill: never back)
+  double value = 0;       // slow: speed factor in (0,1]; bandwidth: Mbit/s
 
   nlohmann::json ToJson() const;
   bool operator==(const FaultEvent& o) const = default;
 };
 
 struct RandomChaos {
-  double learner_mtbf_s = 120;     // mean time between failures of one learner (exponential)
-  double repair_s = 10;            // mean (or fixed) repair time
+  double learner_mtbf_s = 120;  // mean time between failures of one learner (exponential)
+  double repair_s = 10;         // mean (or fixed) repair time
   RepairDist repair_dist = RepairDist::kExponential;
-  double straggler_every_s = 0;    // mean time between straggler episodes per learner; 0 = none
+  double straggler_every_s = 0;  // mean time between straggler episodes per learner; 0 = none
   double straggler_factor = 0.3;
   double straggler_s = 10;
-  double partition_every_s = 0;    // mean time between partitions per learner; 0 = none
+  double partition_every_s = 0;  // mean time between partitions per learner; 0 = none
   double partition_s = 5;
-  double syncer_mtbf_s = 0;        // 0 = the syncer never crashes
+  double syncer_mtbf_s = 0;  // 0 = the syncer never crashes
   double syncer_restart_s = 3;
-  double start_after_s = 5;        // no faults before this (let the cluster form)
+  double start_after_s = 5;  // no faults before this (let the cluster form)
 };
 
 struct ChaosConfig {
@@ -90,8 +91,7 @@ Status ValidateChaos(const ChaosConfig& config, int learners);
 // The fault list for a run of `learners` learners lasting about `duration_s` seconds, sorted by
 // time (time-triggered first, then step-triggered in list order). Deterministic in the seed.
 // A learner is never killed again while it is down (its next failure is drawn after repair).
-StatusOr<std::vector<FaultEvent>> BuildSchedule(const ChaosConfig& config, int learners,
-                                                double duration_s);
+StatusOr<std::vector<FaultEvent>> BuildSchedule(const ChaosConfig& config, int learners, double duration_s);
 
 nlohmann::json ToJson(const ChaosConfig& config);
 // Reads the [chaos] table (as JSON). Unknown keys are an error.

@@ -34,9 +34,9 @@ class ChildProcess {
                                       ChildOptions options = {});
 
   pid_t pid() const { return pid_; }
-  bool running();                       // reaps the child when it has exited
+  bool running();                                              // reaps the child when it has exited
   std::optional<int> exit_code() const { return exit_code_; }  // -signal when killed
-  void Signal(int sig);                 // to the child, or to its group when it has its own
+  void Signal(int sig);                                        // to the child, or to its group when it has its own
   // Waits up to `seconds` for exit; then SIGKILLs. Returns the exit code.
   int WaitOrKill(double seconds);
   // Waits up to `seconds`; then SIGTERM, up to `term_grace_s` more for a clean exit, then

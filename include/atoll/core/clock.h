@@ -23,9 +23,7 @@ using Duration = std::chrono::nanoseconds;
 using TimePoint = std::chrono::nanoseconds;  // since the clock's epoch
 
 inline double ToSeconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-inline Duration FromSeconds(double s) {
-  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
-}
+inline Duration FromSeconds(double s) { return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s)); }
 
 // A deadline that never comes.
 inline constexpr TimePoint kNever = TimePoint::max();

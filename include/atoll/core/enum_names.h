@@ -24,7 +24,7 @@ namespace atl {
 
 template <typename E, size_t N>
 struct EnumNames {
-  const char* what;                              // the setting's name in messages: "merge"
+  const char* what;  // the setting's name in messages: "merge"
   std::array<std::pair<E, const char*>, N> names;
 
   // The first spelling of e; "?" for a value outside the table (a bug, never a config value).

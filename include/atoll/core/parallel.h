@@ -49,10 +49,10 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  std::shared_ptr<Job> job_;    // the newest job; guarded by mu_
-  uint64_t generation_ = 0;     // guarded by mu_
-  int busy_ = 0;                // workers running a job; guarded by mu_
-  bool stop_ = false;           // guarded by mu_
+  std::shared_ptr<Job> job_;  // the newest job; guarded by mu_
+  uint64_t generation_ = 0;   // guarded by mu_
+  int busy_ = 0;              // workers running a job; guarded by mu_
+  bool stop_ = false;         // guarded by mu_
 };
 
 // ParallelFor over [0, n) in ranges of `grain`: fn(begin, end). With a null pool, inline.

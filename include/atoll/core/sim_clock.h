@@ -53,9 +53,9 @@ class SimClock final : public Clock {
 
   std::atomic<int64_t> now_ns_;
   mutable std::mutex mu_;
-  int participants_ = 0;          // guarded by mu_
-  std::list<Waiter*> waiters_;    // guarded by mu_; at most one per thread
-  int64_t jumps_ = 0;             // guarded by mu_
+  int participants_ = 0;        // guarded by mu_
+  std::list<Waiter*> waiters_;  // guarded by mu_; at most one per thread
+  int64_t jumps_ = 0;           // guarded by mu_
 };
 
 }  // namespace atl

@@ -64,9 +64,7 @@ class [[nodiscard]] Status {
   // Returns a copy with `context + ": "` prepended to the message (keeps the code).
   Status WithContext(std::string_view context) const;
 
-  friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
-  }
+  friend bool operator==(const Status& a, const Status& b) { return a.code_ == b.code_ && a.message_ == b.message_; }
 
  private:
   StatusCode code_ = StatusCode::kOk;
@@ -97,18 +95,27 @@ inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, st
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(const T& value) : value_(value) {}                // NOLINT(implicit)
-  StatusOr(T&& value) : value_(std::move(value)) {}          // NOLINT(implicit)
-  StatusOr(Status status) : status_(std::move(status)) {     // NOLINT(implicit)
+  StatusOr(const T& value) : value_(value) {}             // NOLINT(implicit)
+  StatusOr(T&& value) : value_(std::move(value)) {}       // NOLINT(implicit)
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT(implicit)
     if (status_.ok()) CheckFailed(__FILE__, __LINE__, "!status.ok()", "StatusOr built from OK status");
   }
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
 
-  const T& value() const& { Require(); return *value_; }
-  T& value() & { Require(); return *value_; }
-  T&& value() && { Require(); return std::move(*value_); }
+  const T& value() const& {
+    Require();
+    return *value_;
+  }
+  T& value() & {
+    Require();
+    return *value_;
+  }
+  T&& value() && {
+    Require();
+    return std::move(*value_);
+  }
   const T& operator*() const& { return value(); }
   T& operator*() & { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
@@ -127,22 +134,22 @@ class [[nodiscard]] StatusOr {
 
 // ATOLL_CHECK(cond) << nothing: aborts with file:line and the expression when cond is false.
 // For bugs only; never for faults from peers, the network or user input.
-#define ATOLL_CHECK(cond)                                                   \
-  do {                                                                      \
-    if (!(cond)) ::atl::CheckFailed(__FILE__, __LINE__, #cond, "");       \
+#define ATOLL_CHECK(cond)                                           \
+  do {                                                              \
+    if (!(cond)) ::atl::CheckFailed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
-#define ATOLL_CHECK_MSG(cond, msg)                                          \
-  do {                                                                      \
-    if (!(cond)) ::atl::CheckFailed(__FILE__, __LINE__, #cond, (msg));    \
+#define ATOLL_CHECK_MSG(cond, msg)                                     \
+  do {                                                                 \
+    if (!(cond)) ::atl::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)
 
 #define ATOLL_CONCAT_INNER(a, b) a##b
 #define ATOLL_CONCAT(a, b) ATOLL_CONCAT_INNER(a, b)
 
-#define ATOLL_RETURN_IF_ERROR(expr)               \
-  do {                                            \
-    ::atl::Status _atoll_st = (expr);           \
-    if (!_atoll_st.ok()) return _atoll_st;        \
+#define ATOLL_RETURN_IF_ERROR(expr)        \
+  do {                                     \
+    ::atl::Status _atoll_st = (expr);      \
+    if (!_atoll_st.ok()) return _atoll_st; \
   } while (0)
 
 #define ATOLL_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
@@ -151,5 +158,4 @@ class [[nodiscard]] StatusOr {
   lhs = std::move(tmp).value()
 
 // ATOLL_ASSIGN_OR_RETURN(auto x, MakeX()): unwraps a StatusOr or returns its error.
-#define ATOLL_ASSIGN_OR_RETURN(lhs, expr) \
-  ATOLL_ASSIGN_OR_RETURN_IMPL(ATOLL_CONCAT(_atoll_sor_, __LINE__), lhs, expr)
+#define ATOLL_ASSIGN_OR_RETURN(lhs, expr) ATOLL_ASSIGN_OR_RETURN_IMPL(ATOLL_CONCAT(_atoll_sor_, __LINE__), lhs, expr)

@@ -32,8 +32,7 @@ class ContributionSource {
   // added in order m = 0, 1, … (the first product written, the others added; a zero coefficient
   // skips its contribution, which is not read; none left: zeros). `coefs` has one entry per
   // contribution.
-  virtual void Accumulate(std::span<const double> coefs, size_t begin, size_t end, float* scratch,
-                          double* acc) const;
+  virtual void Accumulate(std::span<const double> coefs, size_t begin, size_t end, float* scratch, double* acc) const;
 };
 
 // acc[i] += c · x[i] in double (the merge's accumulation; vectorised, no fused multiply-add);
@@ -48,15 +47,14 @@ class EncodedGradients final : public ContributionSource {
  public:
   struct Push {
     std::span<const std::byte> raw;
-    const float* base = nullptr;       // the fragment's Φ at the push's base version; null: v = Δ̂
+    const float* base = nullptr;  // the fragment's Φ at the push's base version; null: v = Δ̂
   };
   // `reference`: the fragment's Θ_ref (n values), read where a push has a base.
   EncodedGradients(const CodecOptions& codec, size_t n, const float* reference, std::vector<Push> pushes);
 
   void Values(size_t m, size_t begin, size_t end, float* out) const override;
   void AddSquares(size_t m, size_t begin, size_t end, float* scratch, LaneSquares& sums) const override;
-  void Accumulate(std::span<const double> coefs, size_t begin, size_t end, float* scratch,
-                  double* acc) const override;
+  void Accumulate(std::span<const double> coefs, size_t begin, size_t end, float* scratch, double* acc) const override;
 
  private:
   // Whether [begin, end) is whole int4 blocks the fused kernels take (and the CPU has them).

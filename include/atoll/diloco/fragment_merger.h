@@ -56,7 +56,7 @@ class FragmentMerger {
   void GiveNorms(size_t m, std::span<const double> slice_norms, double norm);
   struct ContributionNorms {
     std::vector<double> slice_norms;  // per slice of the fragment
-    double norm = 0;                   // over the fragment
+    double norm = 0;                  // over the fragment
   };
   // Pass 1 for contribution m of `source` alone: the norms Run would compute for it, bit for bit.
   static StatusOr<ContributionNorms> NormsOf(const Fragment& fragment, const ContributionSource& source, size_t m,

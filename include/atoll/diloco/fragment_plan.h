@@ -57,9 +57,9 @@ struct PlanOptions {
 };
 
 struct TensorSlice {
-  int tensor = 0;          // index into the TensorSpec list the plan was built from
-  int64_t offset = 0;      // first element (flat, row-major)
-  int64_t count = 0;       // number of elements
+  int tensor = 0;      // index into the TensorSpec list the plan was built from
+  int64_t offset = 0;  // first element (flat, row-major)
+  int64_t count = 0;   // number of elements
   bool is_embedding = false;
 };
 
@@ -73,16 +73,15 @@ struct FragmentPlan {
   std::vector<TensorSpec> tensors;
   std::vector<Fragment> fragments;  // size P; every element of every tensor in exactly one slice
   int64_t total_numel = 0;
-  double ideal_numel = 0;   // total / P
-  double peak_to_ideal = 0; // max fragment numel / ideal
+  double ideal_numel = 0;    // total / P
+  double peak_to_ideal = 0;  // max fragment numel / ideal
 
   int num_fragments() const { return static_cast<int>(fragments.size()); }
 };
 
 // Builds a plan. InvalidArgument when P < 1, P > number of elements, no tensors, a tensor has
 // numel ≤ 0 or numel ≠ product(shape), or names repeat.
-StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors,
-                                        const PlanOptions& options);
+StatusOr<FragmentPlan> MakeFragmentPlan(const std::vector<TensorSpec>& tensors, const PlanOptions& options);
 
 // Human-readable one-line-per-fragment report ("fragment 3: 41,216 elements (1.02× ideal) ...").
 std::string DescribePlan(const FragmentPlan& plan);
@@ -95,10 +94,10 @@ std::string DescribePlan(const FragmentPlan& plan);
 // applies the merge before the next step (τ is not used). This is the one place these rules live:
 // the learner agent asks FragmentsAt and DueStep.
 struct Schedule {
-  int H = 24;    // inner steps between two syncs of the same fragment
+  int H = 24;                 // inner steps between two syncs of the same fragment
   int P = kDefaultFragments;  // number of fragments, 1 ≤ P ≤ H
-  int tau = 2;   // overlap in steps, 0 ≤ τ < H
-  bool synchronous = false;  // synchronous DiLoCo (every fragment at once, at the barrier)
+  int tau = 2;                // overlap in steps, 0 ≤ τ < H
+  bool synchronous = false;   // synchronous DiLoCo (every fragment at once, at the barrier)
 
   // The schedule of `mode` (synchronous for Mode::kDiloco).
   static Schedule Of(Mode mode, int H, int P, int tau) { return {H, P, tau, mode == Mode::kDiloco}; }

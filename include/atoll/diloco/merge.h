@@ -51,20 +51,18 @@ double ContributionWeight(WeightRule rule, int64_t c_tokens, int64_t c_steps);
 
 // Weighted mean of inputs[m] into out. All inputs and out have the same length; weights ≥ 0.
 // InvalidArgument on length mismatch, negative or non-finite weights, or no inputs.
-Status WeightedMean(std::span<const std::span<const float>> inputs,
-                    std::span<const double> weights, std::span<float> out);
+Status WeightedMean(std::span<const std::span<const float>> inputs, std::span<const double> weights,
+                    std::span<float> out);
 
 // RDA of inputs[m] into out (one tensor or slice). Same contract as WeightedMean.
-Status RdaMerge(std::span<const std::span<const float>> inputs, std::span<const double> weights,
-                std::span<float> out);
+Status RdaMerge(std::span<const std::span<const float>> inputs, std::span<const double> weights, std::span<float> out);
 
 // Merges one fragment: inputs[m] is learner m's outer gradient for the whole fragment, laid out
 // as the fragment's slices concatenated in order. Each slice is merged separately: RDA for
 // non-embedding slices under kRda, for every slice under kRdaAll, weighted mean otherwise.
 // Norms are formed per segment (reduce.h); this is diloco::FragmentMerger over the spans, so a
 // merge of encoded contributions decoded tile by tile gives the same bits.
-Status MergeFragment(const Fragment& fragment, MergeRule rule,
-                     std::span<const std::span<const float>> inputs,
+Status MergeFragment(const Fragment& fragment, MergeRule rule, std::span<const std::span<const float>> inputs,
                      std::span<const double> weights, std::span<float> out);
 
 // L2 norm in double: the square root of ChunkedSumSquares (reduce.h).

@@ -25,8 +25,8 @@ struct OuterOptimizerOptions {
 
 // Applies one outer step in place. InvalidArgument when lengths differ or options are not finite
 // or lr < 0 or momentum ∉ [0, 1). At momentum 0 the buffer may be empty (none is kept).
-Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> delta,
-                 std::span<float> momentum_buffer, std::span<float> theta);
+Status OuterStep(const OuterOptimizerOptions& options, std::span<const float> delta, std::span<float> momentum_buffer,
+                 std::span<float> theta);
 
 }  // namespace atl::diloco
 
@@ -70,10 +70,10 @@ namespace atl::diloco {
 // of it, and the sweep ends at the same synchronous step. Under it an outer gradient taken
 // "against the current value" is taken against Θ_s (`start`).
 struct SweepState {
-  std::vector<float> start;        // Θ_s (running sweep only; empty until first used)
-  std::vector<float> accum;        // a: Σ ρ_r·g_r since the last sweep (fragment layout)
-  double share = 0;                // S: Σ ρ_r since the last sweep
-  int64_t sweeps = 0;              // sweeps completed (momentum updates)
+  std::vector<float> start;  // Θ_s (running sweep only; empty until first used)
+  std::vector<float> accum;  // a: Σ ρ_r·g_r since the last sweep (fragment layout)
+  double share = 0;          // S: Σ ρ_r since the last sweep
+  int64_t sweeps = 0;        // sweeps completed (momentum updates)
 };
 
 struct SweepResult {
@@ -86,9 +86,9 @@ struct SweepResult {
 // when lengths differ (`fragment.numel` included), ρ ∉ (0, 1], or the optimizer options are
 // invalid; on error nothing changes.
 StatusOr<SweepResult> SweepOuterStep(const OuterOptimizerOptions& options, const Fragment& fragment,
-                                     std::span<const float> merged, double rho,
-                                     SweepState& state, std::span<float> momentum_buffer,
-                                     std::span<float> theta, bool extrapolate = false);
+                                     std::span<const float> merged, double rho, SweepState& state,
+                                     std::span<float> momentum_buffer, std::span<float> theta,
+                                     bool extrapolate = false);
 
 // The outer step one range of values at a time, for a caller that fuses it into a pass over
 // tiles (the syncer merges, steps and advances the public copy in one pass). OuterStep and

@@ -32,7 +32,6 @@ uint64_t ModelSignature(const std::vector<TensorSpec>& tensors);
 //                layers.i.mlp.w2.weight [d, ffn]
 //   norm.weight [d]
 // The defaults are the tiny test model: vocab 4096, d 128, 4 layers, ffn 344 (1,315,968 values).
-std::vector<TensorSpec> ExampleGptTensors(int64_t vocab = 4096, int64_t d = 128, int layers = 4,
-                                          int64_t ffn = 344);
+std::vector<TensorSpec> ExampleGptTensors(int64_t vocab = 4096, int64_t d = 128, int layers = 4, int64_t ffn = 344);
 
 }  // namespace atl::diloco

@@ -33,8 +33,7 @@ namespace atl::exchange {
 
 // Copies fragment p's slices out of `tensors` (one span per TensorSpec of the plan, in plan
 // order) into `out` (size fragment.numel), slices concatenated in order.
-void GatherFragment(const diloco::Fragment& fragment, std::span<const std::span<float>> tensors,
-                    std::span<float> out);
+void GatherFragment(const diloco::Fragment& fragment, std::span<const std::span<float>> tensors, std::span<float> out);
 // The inverse: writes `values` into the tensors. With mix α ∈ [0,1):
 // θ ← α·θ + (1−α)·value (α = 0 overwrites).
 void ScatterFragment(const diloco::Fragment& fragment, std::span<const float> values,
@@ -50,8 +49,7 @@ void ScatterAll(const diloco::FragmentPlan& plan, const std::function<std::span<
 Status EncodeDeltaAndAdvance(const diloco::CodecOptions& codec, std::span<const float> theta,
                              std::span<float> public_copy, std::vector<std::byte>& encoded);
 // Learner side: Φ ← Φ + decode(encoded). DataLoss on a malformed payload (Φ unchanged).
-Status ApplyDelta(const diloco::CodecOptions& codec, std::span<const std::byte> encoded,
-                  std::span<float> public_copy);
+Status ApplyDelta(const diloco::CodecOptions& codec, std::span<const std::byte> encoded, std::span<float> public_copy);
 
 // Uplink: encodes Δ = Φ_base − θ.
 Status EncodeOuterGradient(const diloco::CodecOptions& codec, std::span<const float> public_base,

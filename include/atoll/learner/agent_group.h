@@ -20,8 +20,8 @@ namespace atl::learner {
 class AgentGroup {
  public:
   // `apis[i]` reaches shard i of apis.size() (in shard order); options.shard is set per agent.
-  AgentGroup(const AgentOptions& options, const diloco::FragmentPlan& plan, const std::vector<std::span<float>>& tensors,
-             const std::vector<syncer::SyncerApi*>& apis, Clock& clock);
+  AgentGroup(const AgentOptions& options, const diloco::FragmentPlan& plan,
+             const std::vector<std::span<float>>& tensors, const std::vector<syncer::SyncerApi*>& apis, Clock& clock);
 
   int shards() const { return static_cast<int>(agents_.size()); }
   LearnerAgent& agent(int shard) { return *agents_[static_cast<size_t>(shard)]; }

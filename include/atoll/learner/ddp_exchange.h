@@ -29,8 +29,7 @@ class DdpExchange {
   // the next version (or `timeout_s` passes / `stop()` is true → DeadlineExceeded / Cancelled) and
   // writes it into `params`. Aborted means this learner is behind: call Sync.
   Status Step(int learner_id, int64_t step_tokens, std::span<const std::span<float>> grads,
-              std::span<const std::span<float>> params, double timeout_s,
-              const std::function<bool()>& stop);
+              std::span<const std::span<float>> params, double timeout_s, const std::function<bool()>& stop);
 
   int64_t version() const { return version_; }
   int64_t payload_bytes_up() const { return bytes_up_; }

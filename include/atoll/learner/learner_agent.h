@@ -55,13 +55,13 @@ namespace atl::learner {
 
 struct AgentOptions {
   std::string run_id = "atoll";
-  int learner_id = -1;         // -1: let the syncer choose
+  int learner_id = -1;  // -1: let the syncer choose
   std::string host = "localhost";
-  bool rejoin = false;         // restarting after a failure
-  diloco::Schedule schedule;   // H, P, τ; synchronous for diloco mode (Schedule::Of)
+  bool rejoin = false;        // restarting after a failure
+  diloco::Schedule schedule;  // H, P, τ; synchronous for diloco mode (Schedule::Of)
   diloco::CodecOptions uplink{diloco::Encoding::kInt4, 128};
-  double alpha = 0.0;          // mixing on receipt: θ ← α·θ + (1−α)·Θ_p
-  bool keep_progress = true;   // keep the steps trained since the send on receipt
+  double alpha = 0.0;         // mixing on receipt: θ ← α·θ + (1−α)·Θ_p
+  bool keep_progress = true;  // keep the steps trained since the send on receipt
   double heartbeat_s = 0.5;
   double backoff_initial_s = 0.2, backoff_max_s = 5.0;
   double initial_join_timeout_s = 20.0;  // how long Start() waits for the first join + catch-up
@@ -107,7 +107,7 @@ struct AgentCounters {
   double first_contribution_s = -1;  // seconds from Start() to the first accepted push
   bool joined = false;
   int learner_id = -1;
-  int64_t version_held = -1;         // newest fragment version received
+  int64_t version_held = -1;  // newest fragment version received
 };
 
 using Progress = syncer::LearnerProgress;  // version_held is filled in by the agent
@@ -220,14 +220,14 @@ class LearnerAgent {
     int fragment;
     int64_t version;
     int64_t due_step;
-    bool own_push;               // the merge of this learner's push
+    bool own_push;  // the merge of this learner's push
     std::vector<float> values;
-    std::vector<float> from;     // a rebase: the copy the parameters descend from
+    std::vector<float> from;  // a rebase: the copy the parameters descend from
   };
   struct Awaited {
     int64_t due_step;
-    int64_t merged_version;      // the version that includes the push
-    uint64_t incarnation;        // of the syncer process that accepted the push (0: not said)
+    int64_t merged_version;  // the version that includes the push
+    uint64_t incarnation;    // of the syncer process that accepted the push (0: not said)
   };
   // What a pulled version is for.
   enum class PullPurpose { kCatchUp, kAwaited, kRefresh };
@@ -327,36 +327,36 @@ class LearnerAgent {
   // Training-thread state.
   std::vector<int64_t> c_tokens_, c_steps_;
   std::map<int, Sent> sent_;
-  std::vector<bool> staged_;              // AgentOptions::staged until UnstageAll
-  std::vector<int64_t> staged_numel_;     // per fragment: its values in staged slices
+  std::vector<bool> staged_;           // AgentOptions::staged until UnstageAll
+  std::vector<int64_t> staged_numel_;  // per fragment: its values in staged slices
   std::vector<Receipt> receipts_;
   std::vector<int> sent_at_last_step_;
   std::map<int, std::vector<float>> provided_;  // staged values given before OnStep
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<PushJob> push_queue_;          // guarded by mu_
-  std::map<int, PushJob> pending_;          // sends waiting for their staged values; guarded by mu_
-  std::vector<HeldCopy> held_;              // guarded by mu_
-  int pushes_in_flight_ = 0;                // popped, not yet answered; guarded by mu_
-  std::set<int> pushing_;                   // fragments of those pushes; guarded by mu_
-  std::deque<Ready> ready_;                 // guarded by mu_
-  std::map<int, Awaited> awaiting_;         // fragment → its pushed round; guarded by mu_
-  Progress progress_;                       // guarded by mu_
+  std::deque<PushJob> push_queue_;   // guarded by mu_
+  std::map<int, PushJob> pending_;   // sends waiting for their staged values; guarded by mu_
+  std::vector<HeldCopy> held_;       // guarded by mu_
+  int pushes_in_flight_ = 0;         // popped, not yet answered; guarded by mu_
+  std::set<int> pushing_;            // fragments of those pushes; guarded by mu_
+  std::deque<Ready> ready_;          // guarded by mu_
+  std::map<int, Awaited> awaiting_;  // fragment → its pushed round; guarded by mu_
+  Progress progress_;                // guarded by mu_
   // When the training thread last called OnStep and the recent interval between calls (EMA): the
   // exchange thread long-polls until shortly before the next push is due (PollWaitLocked).
-  TimePoint last_step_at_{};                // guarded by mu_
-  double step_interval_s_ = 0;              // guarded by mu_
-  bool flushing_ = false;                   // FlushAll called: no next push to wait for; guarded by mu_
-  AgentCounters counters_;                  // guarded by mu_
-  Status fatal_;                            // guarded by mu_
-  bool stop_ = false;                       // guarded by mu_
+  TimePoint last_step_at_{};    // guarded by mu_
+  double step_interval_s_ = 0;  // guarded by mu_
+  bool flushing_ = false;       // FlushAll called: no next push to wait for; guarded by mu_
+  AgentCounters counters_;      // guarded by mu_
+  Status fatal_;                // guarded by mu_
+  bool stop_ = false;           // guarded by mu_
   // Exchange and heartbeat threads that have not returned yet. Stop() waits for 0 on the clock
   // (not in join alone): under SimClock a thread blocked in join would hold simulated time still
   // while the thread it joins waits for a simulated deadline (a long poll), and neither moves.
-  int threads_running_ = 0;                 // guarded by mu_
-  bool need_rejoin_ = true;                 // guarded by mu_
-  uint64_t incarnation_ = 0;                // guarded by mu_
+  int threads_running_ = 0;   // guarded by mu_
+  bool need_rejoin_ = true;   // guarded by mu_
+  uint64_t incarnation_ = 0;  // guarded by mu_
 
   // Exchange-thread state: the public copies, their lattices and their versions.
   std::vector<std::vector<float>> public_;

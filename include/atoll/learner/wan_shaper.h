@@ -16,10 +16,10 @@
 namespace atl::learner {
 
 struct ShaperOptions {
-  double bandwidth_bps = 0;    // bits/s each way; 0 = unlimited
-  double latency_s = 0;        // added one-way latency per call
-  double jitter_s = 0;         // uniform ± jitter on the latency
-  double loss = 0;             // probability that a call fails as if the connection dropped
+  double bandwidth_bps = 0;  // bits/s each way; 0 = unlimited
+  double latency_s = 0;      // added one-way latency per call
+  double jitter_s = 0;       // uniform ± jitter on the latency
+  double loss = 0;           // probability that a call fails as if the connection dropped
   uint64_t seed = 1;
 };
 
@@ -28,13 +28,11 @@ class ShapedSyncerApi final : public syncer::SyncerApi {
   ShapedSyncerApi(syncer::SyncerApi& inner, ShaperOptions options, Clock& clock);
 
   StatusOr<syncer::JoinReplyData> Join(const syncer::JoinRequestData& request) override;
-  StatusOr<syncer::HeartbeatReplyData> Heartbeat(int learner_id,
-                                                 const syncer::LearnerProgress& progress) override;
+  StatusOr<syncer::HeartbeatReplyData> Heartbeat(int learner_id, const syncer::LearnerProgress& progress) override;
   Status Leave(int learner_id) override;
-  StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& header,
-                                    std::span<const std::byte> payload) override;
-  StatusOr<syncer::PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
-                                     double wait_seconds, int64_t want_version) override;
+  StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& header, std::span<const std::byte> payload) override;
+  StatusOr<syncer::PullPayload> Pull(int learner_id, int fragment, int64_t have_version, double wait_seconds,
+                                     int64_t want_version) override;
 
   void SetPartitioned(bool partitioned) { partitioned_ = partitioned; }
   void SetOptions(const ShaperOptions& options);
@@ -48,8 +46,8 @@ class ShapedSyncerApi final : public syncer::SyncerApi {
   syncer::SyncerApi& inner_;
   Clock& clock_;
   mutable std::mutex mu_;
-  ShaperOptions options_;            // guarded by mu_
-  Rng rng_;                          // guarded by mu_
+  ShaperOptions options_;              // guarded by mu_
+  Rng rng_;                            // guarded by mu_
   TimePoint up_free_{}, down_free_{};  // when each direction's link is next idle; guarded by mu_
   std::atomic<bool> partitioned_{false};
 };

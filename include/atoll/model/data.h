@@ -39,19 +39,20 @@ namespace atl::model {
 // bytes, or elsewhere (token shards given to `atoll data prepare --shards`: no tokenizer here).
 enum class TokenizerKind { kBpe, kByte, kExternal };
 inline constexpr EnumNames<TokenizerKind, 3> kTokenizerKindNames{
-    "tokenizer", {{{TokenizerKind::kBpe, "bpe"}, {TokenizerKind::kByte, "byte"}, {TokenizerKind::kExternal, "external"}}}};
+    "tokenizer",
+    {{{TokenizerKind::kBpe, "bpe"}, {TokenizerKind::kByte, "byte"}, {TokenizerKind::kExternal, "external"}}}};
 constexpr const auto& NamesOf(TokenizerKind) { return kTokenizerKindNames; }
 inline const char* TokenizerKindName(TokenizerKind k) { return kTokenizerKindNames.Name(k); }
 inline StatusOr<TokenizerKind> ParseTokenizerKind(std::string_view s) { return kTokenizerKindNames.Parse(s); }
 
 struct DataOptions {
   std::string out_dir = "data";
-  int vocab_size = 4096;               // for tokenizer "bpe"
+  int vocab_size = 4096;                          // for tokenizer "bpe"
   TokenizerKind tokenizer = TokenizerKind::kBpe;  // bpe or byte (external: give `shards`)
-  std::vector<std::string> inputs;     // user text files or folders (default: Debian corpora)
-  std::vector<std::string> shards;     // user token shards (.bin); excludes `inputs`
+  std::vector<std::string> inputs;                // user text files or folders (default: Debian corpora)
+  std::vector<std::string> shards;                // user token shards (.bin); excludes `inputs`
   double val_fraction = 0.03;
-  bool force = false;                  // rebuild even when data.json matches the request
+  bool force = false;                           // rebuild even when data.json matches the request
   std::function<void(const std::string&)> log;  // progress lines; null = silent
 };
 
@@ -63,7 +64,7 @@ struct DataManifest {
   int64_t val_tokens = 0;
   std::vector<std::string> train_files;  // absolute or dir-relative paths, in stream order
   std::string val_file;
-  nlohmann::json json;     // the whole data.json
+  nlohmann::json json;  // the whole data.json
 };
 
 // One extracted default corpus.
@@ -75,8 +76,7 @@ struct CorpusText {
 
 // Extracts the default corpora. FailedPrecondition naming the missing Debian package (run
 // scripts/setup) when none is installed; sources that are missing are skipped with a log line.
-StatusOr<std::vector<CorpusText>> ExtractDefaultCorpora(
-    const std::function<void(const std::string&)>& log);
+StatusOr<std::vector<CorpusText>> ExtractDefaultCorpora(const std::function<void(const std::string&)>& log);
 
 // Reads user text inputs: files, or folders walked recursively in name order (files holding NUL
 // bytes in their first 8 KiB are skipped as binary). NotFound for a missing path.
@@ -93,8 +93,7 @@ StatusOr<DataManifest> LoadDataManifest(const std::string& dir);
 
 // What the runtime and `atoll train` call before training: the folder's existing data when it
 // is prepared (whatever request made it), otherwise the default corpus prepared with defaults.
-StatusOr<DataManifest> EnsureDataPrepared(const std::string& dir,
-                                          const std::function<void(const std::string&)>& log);
+StatusOr<DataManifest> EnsureDataPrepared(const std::string& dir, const std::function<void(const std::string&)>& log);
 
 // The tokenizer of a prepared folder. FailedPrecondition for kExternal (shards only).
 StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const DataManifest& manifest);

@@ -43,12 +43,12 @@ struct ModelSource {
   std::string weights_checksum;  // XXH3-64 hex from checkpoint.json; "" = the file's own
                                  // atoll.checksum (always verified)
   ModelConfig model;
-  std::string data_dir;          // the data folder the model was trained on (as recorded)
-  int batch_size = 16;           // its training batch (sequences per step)
+  std::string data_dir;  // the data folder the model was trained on (as recorded)
+  int batch_size = 16;   // its training batch (sequences per step)
   uint64_t seed = 0;
-  int eval_batches = 0;          // validation batches its run evaluated with; 0 = unknown
-  int64_t step = -1;             // inner step of a checkpoint; -1 for an atoll run folder
-  std::string run_id;            // atoll run: the run id (checked against the weights file)
+  int eval_batches = 0;  // validation batches its run evaluated with; 0 = unknown
+  int64_t step = -1;     // inner step of a checkpoint; -1 for an atoll run folder
+  std::string run_id;    // atoll run: the run id (checked against the weights file)
 
   // One line for people: "atoll run folder runs/x (global.safetensors; preset tiny, vocab 256,
   // seq 64)".
@@ -85,11 +85,11 @@ struct EvalOptions {
 
 struct EvalResult {
   ModelSource source;
-  std::string data_dir;    // the data folder evaluated on
+  std::string data_dir;  // the data folder evaluated on
   int batches = 0;
   int batch_size = 0;
   int64_t params = 0;
-  EvalStats stats;         // loss, perplexity, tokens
+  EvalStats stats;  // loss, perplexity, tokens
   double seconds = 0;
 };
 

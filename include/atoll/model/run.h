@@ -27,17 +27,17 @@
 namespace atl::model {
 
 struct TrainRunOptions {
-  TrainerOptions trainer;      // trainer.optim.total_steps is set to `steps` when ≤ 0
-  int64_t steps = 300;         // total inner steps (a resumed run continues up to this)
-  int eval_every = 100;        // steps; 0 = only at the start and the end
-  int eval_batches = 8;        // fixed validation batches per evaluation
-  std::string out_dir;         // "" = a fresh runs/train-YYYYmmdd-HHMMSS folder
+  TrainerOptions trainer;  // trainer.optim.total_steps is set to `steps` when ≤ 0
+  int64_t steps = 300;     // total inner steps (a resumed run continues up to this)
+  int eval_every = 100;    // steps; 0 = only at the start and the end
+  int eval_batches = 8;    // fixed validation batches per evaluation
+  std::string out_dir;     // "" = a fresh runs/train-YYYYmmdd-HHMMSS folder
   // What to continue from (model_source.h): a checkpoint folder or `atoll train` run folder
   // (its latest checkpoint; everything restored, bit-exact), or an `atoll run` folder (the
   // global model's weights only: fresh AdamW moments, step 0). "" = fresh start.
   std::string resume;
-  int64_t checkpoint_every = 0;  // steps; 0 = only at the end
-  int log_every = 10;          // progress line every this many steps
+  int64_t checkpoint_every = 0;                 // steps; 0 = only at the end
+  int log_every = 10;                           // progress line every this many steps
   std::function<void(const std::string&)> log;  // progress lines; null = silent
 };
 
@@ -59,18 +59,18 @@ StatusOr<std::string> ResolveCheckpointDir(const std::string& path);
 std::string FreshRunDir(const std::string& root, const std::string& prefix);
 
 struct SampleOptions {
-  std::string checkpoint;     // checkpoint, train run or atoll run folder (model_source.h)
-  std::string data_dir;       // tokenizer location; "" = the one the model was trained on
+  std::string checkpoint;  // checkpoint, train run or atoll run folder (model_source.h)
+  std::string data_dir;    // tokenizer location; "" = the one the model was trained on
   std::string prompt;
   int max_new_tokens = 200;
-  double temperature = 0.8;   // 0 = greedy
-  int top_k = 40;             // 0 = no top-k filter
+  double temperature = 0.8;  // 0 = greedy
+  int top_k = 40;            // 0 = no top-k filter
   uint64_t seed = 0;
   int threads = 1;
 };
 
 struct SampleResult {
-  std::string completion;     // the generated continuation only
+  std::string completion;  // the generated continuation only
   int64_t prompt_tokens = 0;
   int64_t new_tokens = 0;
   double seconds = 0;

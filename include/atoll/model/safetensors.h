@@ -27,8 +27,8 @@
 namespace atl::model {
 
 struct SafetensorsData {
-  std::vector<diloco::TensorSpec> tensors;  // in data-offset order (= the writer's order)
-  std::vector<std::vector<float>> values;   // values[i] has tensors[i].numel floats
+  std::vector<diloco::TensorSpec> tensors;             // in data-offset order (= the writer's order)
+  std::vector<std::vector<float>> values;              // values[i] has tensors[i].numel floats
   nlohmann::json metadata = nlohmann::json::object();  // "__metadata__" (string values)
 
   // Index of the tensor called `name`, or -1.
@@ -49,8 +49,7 @@ StatusOr<SafetensorsData> DecodeSafetensors(std::string_view bytes);
 
 // EncodeSafetensors + WriteFileAtomic (temp file, fsync, rename).
 Status WriteSafetensors(const std::string& path, const std::vector<diloco::TensorSpec>& tensors,
-                        const std::vector<std::span<const float>>& values,
-                        const nlohmann::json& metadata);
+                        const std::vector<std::span<const float>>& values, const nlohmann::json& metadata);
 
 // ReadFile + DecodeSafetensors; errors carry the path.
 StatusOr<SafetensorsData> ReadSafetensors(const std::string& path);

@@ -59,13 +59,12 @@ class ShardReader {
   struct Options {
     int seq_len = 256;
     int batch_size = 16;
-    int shard = 0;       // which of num_shards this reader owns
+    int shard = 0;  // which of num_shards this reader owns
     int num_shards = 1;
     uint64_t seed = 0;
   };
   // FailedPrecondition when the stream is too short to give this shard one window.
-  static StatusOr<ShardReader> Create(std::shared_ptr<const std::vector<uint16_t>> stream,
-                                      const Options& options);
+  static StatusOr<ShardReader> Create(std::shared_ptr<const std::vector<uint16_t>> stream, const Options& options);
 
   // Fills `out` (batch_size × (seq_len + 1), row-major) with the next batch.
   void NextBatch(std::span<int64_t> out);

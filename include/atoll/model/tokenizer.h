@@ -20,8 +20,8 @@
 
 namespace atl::model {
 
-inline constexpr int kMaxVocab = 65536;  // ids are stored as uint16
-inline constexpr int kMinBpeVocab = 320; // 256 byte pieces + specials + a few merges
+inline constexpr int kMaxVocab = 65536;   // ids are stored as uint16
+inline constexpr int kMinBpeVocab = 320;  // 256 byte pieces + specials + a few merges
 
 class Tokenizer {
  public:
@@ -42,8 +42,7 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::strin
 // than SentencePiece's limit are split) and returns the serialised model (what
 // LoadSentencePieceTokenizer reads from a file). Deterministic for the same input.
 // InvalidArgument for vocab outside [kMinBpeVocab, kMaxVocab] or a corpus too small for it.
-StatusOr<std::string> TrainSentencePieceModel(const std::vector<std::string_view>& texts,
-                                              int vocab_size);
+StatusOr<std::string> TrainSentencePieceModel(const std::vector<std::string_view>& texts, int vocab_size);
 StatusOr<std::unique_ptr<Tokenizer>> SentencePieceTokenizerFromModel(const std::string& model);
 
 }  // namespace atl::model

@@ -51,7 +51,7 @@ struct ModelConfig {
   int d_model = 128;
   int n_layers = 4;
   int n_heads = 4;
-  int d_ff = 344;        // SwiGLU hidden width
+  int d_ff = 344;  // SwiGLU hidden width
   int seq_len = 256;
   Mlp mlp = Mlp::kSwiglu;
 };
@@ -74,10 +74,10 @@ Status ValidateModelConfig(const ModelConfig& config);
 int64_t ParameterCount(const ModelConfig& config);
 
 struct OptimizerConfig {
-  double lr = 3e-3;           // peak AdamW learning rate
-  double min_lr_frac = 0.1;   // cosine floor as a fraction of lr
+  double lr = 3e-3;          // peak AdamW learning rate
+  double min_lr_frac = 0.1;  // cosine floor as a fraction of lr
   int64_t warmup_steps = 50;
-  int64_t total_steps = 1000; // cosine horizon
+  int64_t total_steps = 1000;  // cosine horizon
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95;
   double clip_norm = 1.0;
@@ -105,7 +105,7 @@ struct TrainerOptions {
   int learner_id = 0;             // which disjoint shard of the training data to read
   int num_learners = 1;           // how many shards the training data is cut into
   uint64_t seed = 0;
-  int threads = 1;                // torch intra-op threads
+  int threads = 1;                         // torch intra-op threads
   Precision precision = Precision::kAuto;  // training arithmetic
   // Synchronous data-parallel baseline: each Step() runs `replicas` micro-batches of batch_size
   // sequences, replica r reading shard learner_id·replicas + r of num_learners·replicas, and
@@ -126,16 +126,16 @@ struct TrainerOptions {
 };
 
 struct StepStats {
-  int64_t step = 0;       // inner steps completed after this one
-  int64_t tokens = 0;     // tokens in this step's batch
-  double loss = 0;        // mean token cross-entropy of the batch
+  int64_t step = 0;    // inner steps completed after this one
+  int64_t tokens = 0;  // tokens in this step's batch
+  double loss = 0;     // mean token cross-entropy of the batch
   double lr = 0;
-  double grad_norm = 0;   // before clipping
-  double seconds = 0;     // wall time of the step
+  double grad_norm = 0;  // before clipping
+  double seconds = 0;    // wall time of the step
 };
 
 struct EvalStats {
-  double loss = 0;        // mean token cross-entropy on the validation set
+  double loss = 0;  // mean token cross-entropy on the validation set
   double perplexity = 0;
   int64_t tokens = 0;
 };

@@ -27,11 +27,11 @@ struct HttpRequestLimits {
 };
 
 struct HttpRequestHead {
-  std::string method;   // "GET", …: an HTTP token
-  std::string target;   // as sent: path and query ("/api/status?token=…")
-  std::string path;     // the target without its query
-  std::string query;    // after '?', undecoded ("" if none)
-  std::string version;  // "HTTP/1.0" or "HTTP/1.1"
+  std::string method;                                        // "GET", …: an HTTP token
+  std::string target;                                        // as sent: path and query ("/api/status?token=…")
+  std::string path;                                          // the target without its query
+  std::string query;                                         // after '?', undecoded ("" if none)
+  std::string version;                                       // "HTTP/1.0" or "HTTP/1.1"
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased, values trimmed
   // The request announces a body (a Content-Length other than 0, or any Transfer-Encoding).
   bool declares_body = false;

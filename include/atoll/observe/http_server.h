@@ -41,12 +41,12 @@ struct HttpOptions {
   // Host names (beyond IP literals, "localhost" and the host of `address`) a request's Host
   // header may carry: the names the page is reached by through DNS.
   std::vector<std::string> allowed_hosts;
-  int threads = 4;                      // handler threads
-  int max_connections = 64;             // open connections, reading or being answered
-  int max_head_bytes = 8192;            // request line and header lines together
-  int max_headers = 64;                 // header lines
-  double read_timeout_s = 5;            // from accept until the request head is complete
-  double write_timeout_s = 5;           // to write one response
+  int threads = 4;             // handler threads
+  int max_connections = 64;    // open connections, reading or being answered
+  int max_head_bytes = 8192;   // request line and header lines together
+  int max_headers = 64;        // header lines
+  double read_timeout_s = 5;   // from accept until the request head is complete
+  double write_timeout_s = 5;  // to write one response
 };
 
 struct HttpHandlers {

@@ -25,9 +25,9 @@ namespace atl::observe {
 std::vector<nlohmann::json> ReadJsonLines(const std::string& path);
 
 struct ReportResult {
-  std::string path;   // <run folder>/report.html
-  std::string kind;   // "atoll run" or "atoll train"
-  int figures = 0;    // SVG documents in it
+  std::string path;  // <run folder>/report.html
+  std::string kind;  // "atoll run" or "atoll train"
+  int figures = 0;   // SVG documents in it
 };
 
 // Writes report.html (atomically). NotFound when the folder holds neither layout's metrics.

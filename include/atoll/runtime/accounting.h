@@ -39,7 +39,7 @@ struct RunAccounting {
   std::vector<LearnerAccounting> learners;
   double window_start = 0, window_end = 0;  // first step's start, last step's end
   double tokens_computed = 0, useful_seconds = 0, allocated_seconds = 0;
-  double goodput = 0;        // 0 when nothing was allocated
+  double goodput = 0;  // 0 when nothing was allocated
   double median_step_seconds = 0;
   double window_seconds() const { return window_end > window_start ? window_end - window_start : 0; }
 };
@@ -48,7 +48,6 @@ RunAccounting AccountGoodput(const std::vector<LearnerRecordOfRun>& learners);
 
 // `round_closes[p]`: the times rounds of fragment p closed (any order). Needs the window and
 // median step time from AccountGoodput; 1 for an empty window.
-double Uptime(const std::map<int, std::vector<double>>& round_closes, int fragments, int H,
-              const RunAccounting& run);
+double Uptime(const std::map<int, std::vector<double>>& round_closes, int fragments, int H, const RunAccounting& run);
 
 }  // namespace atl::runtime

@@ -27,8 +27,8 @@ struct ExportOptions {
   // run folder). state: the state folder; "" = <folder of the config>/state.
   std::string config;
   std::string state;
-  std::string out;     // the .safetensors file to write; "" = <folder of the config>/global.safetensors
-  bool force = false;  // overwrite `out` when it exists
+  std::string out;        // the .safetensors file to write; "" = <folder of the config>/global.safetensors
+  bool force = false;     // overwrite `out` when it exists
   bool evaluate = false;  // also measure the exported model's eval loss (the run's eval_batches)
 };
 
@@ -36,10 +36,10 @@ struct ExportResult {
   std::string out;
   std::string state;
   std::string run_id;
-  int64_t rounds = 0;              // committed rounds: the sum of the fragment versions
-  std::vector<int64_t> versions;   // per fragment
+  int64_t rounds = 0;             // committed rounds: the sum of the fragment versions
+  std::vector<int64_t> versions;  // per fragment
   int64_t params = 0;
-  uint64_t theta_checksum = 0;     // XOR of the fragments' value checksums (as the syncer's summary)
+  uint64_t theta_checksum = 0;                  // XOR of the fragments' value checksums (as the syncer's summary)
   double eval_loss = -1, eval_perplexity = -1;  // with evaluate; -1 otherwise
 };
 

@@ -16,8 +16,8 @@ namespace atl::runtime {
 struct LearnerProcessOptions {
   RunConfig config;
   int id = 0;
-  std::string syncer;      // host:port, or every syncer shard's, comma-separated in shard order
-  std::string out_dir;     // metrics-learner-<id>.jsonl, learner-<id>.json
+  std::string syncer;   // host:port, or every syncer shard's, comma-separated in shard order
+  std::string out_dir;  // metrics-learner-<id>.jsonl, learner-<id>.json
   bool rejoin = false;
   int64_t start_step = 0;  // a restarted learner continues its step count from here
   // Chaos control file (JSON: speed, partition, bandwidth_mbps), polled every step; "" = none.

@@ -11,7 +11,7 @@ namespace atl::runtime {
 
 struct RunOptions {
   RunConfig config;
-  bool live = true;        // live progress table on a terminal
+  bool live = true;  // live progress table on a terminal
 };
 int RunLocalCluster(const RunOptions& options);
 

@@ -20,8 +20,7 @@ namespace atl::runtime {
 StatusOr<model::TrainerOptions> MakeTrainerOptions(const RunConfig& config, int learner_id);
 // The fragment plan of this run over the model's tensors (what the syncer and every learner
 // build, and `atoll export` rebuilds). InvalidArgument when the tensors cannot be cut into P fragments.
-StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& config,
-                                        const std::vector<diloco::TensorSpec>& tensors);
+StatusOr<diloco::FragmentPlan> MakePlan(const RunConfig& config, const std::vector<diloco::TensorSpec>& tensors);
 // The syncer's options for this run (mode, quorum, grace, merge, outer optimizer, codecs).
 syncer::SyncerOptions MakeSyncerOptions(const RunConfig& config);
 // The gRPC server's limits of a run config's [limits] (docs/security.md).

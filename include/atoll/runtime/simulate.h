@@ -38,7 +38,7 @@ struct SimulateOptions {
 };
 
 struct SimulateResult {
-  double eval_loss = 0;        // the global model after the final sync
+  double eval_loss = 0;  // the global model after the final sync
   double eval_loss_start = 0;
   double simulated_seconds = 0;
   int64_t rounds = 0;

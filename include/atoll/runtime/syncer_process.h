@@ -15,9 +15,9 @@ namespace atl::runtime {
 struct SyncerProcessOptions {
   RunConfig config;
   std::string listen = "127.0.0.1:0";
-  std::string port_file;   // written (atomically) with the bound port once listening
-  std::string out_dir;     // metrics-syncer.jsonl, checkpoint, syncer-summary.json
-  std::string state_dir;   // durable state; "" = <out_dir>/state. Resumed from when present.
+  std::string port_file;  // written (atomically) with the bound port once listening
+  std::string out_dir;    // metrics-syncer.jsonl, checkpoint, syncer-summary.json
+  std::string state_dir;  // durable state; "" = <out_dir>/state. Resumed from when present.
   // File holding the run secret (per-learner credentials, docs/security.md); "" = the shared
   // token of the config, if any. A non-loopback listen address needs one or the other.
   std::string secret_file;

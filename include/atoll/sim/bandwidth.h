@@ -27,11 +27,11 @@ struct BandwidthParams {
   double params = 5e9;
   double step_s = 1.0;
   int sites = 8;
-  int inner_steps = 24;  // H
-  int fragments = 24;    // P
-  double overlap = 2;    // τ, steps
-  double dp_bits = 16;   // bf16 gradients
-  double bits = 4;       // int4 outer gradients / fragments
+  int inner_steps = 24;                  // H
+  int fragments = 24;                    // P
+  double overlap = 2;                    // τ, steps
+  double dp_bits = 16;                   // bf16 gradients
+  double bits = 4;                       // int4 outer gradients / fragments
   double backward_fraction = 2.0 / 3.0;  // backward ≈ 2× forward
   double sync_overhead = 0.05;           // α: sync DiLoCo's blocking all-reduce ≤ 5 % of a round
 };

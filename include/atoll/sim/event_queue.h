@@ -22,9 +22,7 @@ struct Event {
 
 class EventQueue {
  public:
-  void Push(double time, int kind, int64_t a = 0, uint64_t b = 0) {
-    heap_.push(Event{time, next_seq_++, kind, a, b});
-  }
+  void Push(double time, int kind, int64_t a = 0, uint64_t b = 0) { heap_.push(Event{time, next_seq_++, kind, a, b}); }
   bool empty() const { return heap_.empty(); }
   size_t size() const { return heap_.size(); }
   // The earliest event; the queue must not be empty.
@@ -37,9 +35,7 @@ class EventQueue {
 
  private:
   struct Later {
-    bool operator()(const Event& x, const Event& y) const {
-      return x.time != y.time ? x.time > y.time : x.seq > y.seq;
-    }
+    bool operator()(const Event& x, const Event& y) const { return x.time != y.time ? x.time > y.time : x.seq > y.seq; }
   };
   std::priority_queue<Event, std::vector<Event>, Later> heap_;
   uint64_t next_seq_ = 0;

@@ -113,8 +113,8 @@ struct ModeSummary {
 
 // Runs every mode in `modes` over `p.seeds` traces. InvalidArgument for bad parameters.
 StatusOr<std::vector<ModeSummary>> RunGoodput(const GoodputParams& p,
-                                              const std::vector<FleetMode>& modes = {
-                                                  std::begin(kAllFleetModes), std::end(kAllFleetModes)});
+                                              const std::vector<FleetMode>& modes = {std::begin(kAllFleetModes),
+                                                                                     std::end(kAllFleetModes)});
 
 // Mean and 95 % confidence half-width (Student t) of xs; half-width 0 for fewer than 2 values.
 struct MeanCi {

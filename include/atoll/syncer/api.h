@@ -118,21 +118,21 @@ struct PushResult {
   int64_t round = 0;
   int64_t merged_version = 0;  // the version of the fragment that will include this push
   std::string note;
-  uint64_t incarnation = 0;    // of the syncer that accepted it (0: not said)
+  uint64_t incarnation = 0;  // of the syncer that accepted it (0: not said)
 };
 
 struct PullPayload {
   int fragment = 0;
   int64_t version = 0;
   bool not_modified = false;
-  bool is_delta = false;            // a lattice delta from base_version; else the full copy
+  bool is_delta = false;  // a lattice delta from base_version; else the full copy
   int64_t base_version = -1;
-  int block_size = 0;               // the lattice's block
+  int block_size = 0;  // the lattice's block
   diloco::Compression compression = diloco::Compression::kNone;
-  uint64_t raw_bytes = 0;           // the payload's size before compression
-  std::vector<std::byte> bytes;     // (compressed) lattice delta, or exponents + codes of Φ
-  uint64_t value_checksum = 0;      // of Φ at `version`
-  uint64_t incarnation = 0;         // of the syncer that answered
+  uint64_t raw_bytes = 0;        // the payload's size before compression
+  std::vector<std::byte> bytes;  // (compressed) lattice delta, or exponents + codes of Φ
+  uint64_t value_checksum = 0;   // of Φ at `version`
+  uint64_t incarnation = 0;      // of the syncer that answered
 };
 
 // One pull reply shared by the syncer's cache and every learner it is being sent to.
@@ -155,14 +155,13 @@ class SyncerApi {
   virtual ~SyncerApi() = default;
   virtual StatusOr<JoinReplyData> Join(const JoinRequestData& request) = 0;
   virtual StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerProgress& progress) = 0;
-  virtual StatusOr<PushResult> Push(const PushHeaderData& header,
-                                    std::span<const std::byte> payload) = 0;
+  virtual StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload) = 0;
   // Fragment `fragment` for a learner holding it at `have_version` (-1: none). `want_version`:
   // the oldest version worth sending (a learner waiting for the merge of its own push names that
   // version, so rounds in between cost no download); ≤ have_version + 1 means any newer one.
   // A bounded long poll of up to `wait_seconds`; not_modified when nothing wanted arrived.
-  virtual StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
-                                     double wait_seconds, int64_t want_version) = 0;
+  virtual StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version, double wait_seconds,
+                                     int64_t want_version) = 0;
   // The learner is done (or shutting down) and leaves the run: it stops counting as live at once,
   // instead of after the learner timeout. NotFound for a learner that never joined.
   virtual Status Leave(int learner_id) = 0;

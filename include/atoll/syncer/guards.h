@@ -15,8 +15,8 @@ namespace atl::syncer {
 // Push time: refuses (InvalidArgument) an outer gradient whose norm exceeds
 // max_ratio × (‖Θ_p‖ + 1). `values` holds θ_m (against_current: v = Θ_p − θ_m) or v itself.
 // Holds from the first push, with no history. max_ratio ≤ 0 turns the check off.
-Status CheckOuterGradientBound(std::span<const float> theta, std::span<const float> values,
-                               bool against_current, double max_ratio);
+Status CheckOuterGradientBound(std::span<const float> theta, std::span<const float> values, bool against_current,
+                               double max_ratio);
 // The same bound on norms already measured (‖v‖ and ‖Θ_p‖).
 Status CheckOuterGradientBound(double gradient_norm, double theta_norm, double max_ratio);
 

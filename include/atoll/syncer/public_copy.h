@@ -33,10 +33,10 @@ struct PublicCopyOptions {
   // Each round's delta: at most qmax steps per value (7: int4-sized codes; 0: exact).
   int qmax = 7;
   diloco::Compression compression = diloco::Compression::kDeflate;
-  int history_versions = 8;         // deltas kept (≥ 0)
-  size_t history_bytes = 0;         // and at most this many bytes of them, but always the newest (0: no bound)
-  size_t cache_bytes = 64 << 20;    // pull payloads of the current version kept for other learners
-  ThreadPool* pool = nullptr;       // spreads encoding and sums over threads (may be null)
+  int history_versions = 8;       // deltas kept (≥ 0)
+  size_t history_bytes = 0;       // and at most this many bytes of them, but always the newest (0: no bound)
+  size_t cache_bytes = 64 << 20;  // pull payloads of the current version kept for other learners
+  ThreadPool* pool = nullptr;     // spreads encoding and sums over threads (may be null)
   // Values the copy's buffer has room for (at least its own): the syncer's largest fragment, so
   // that the buffers Commit swaps between fragments and a round's scratch never reallocate.
   size_t capacity = 0;
@@ -106,8 +106,8 @@ class PublicCopy {
   std::vector<float> phi_;
   uint64_t checksum_ = 0;
   int64_t version_ = 0;
-  uint64_t base_checksum_ = 0;     // of Φ at oldest() when the history is not empty
-  std::deque<Past> history_;       // oldest first; history_.back().version == version_
+  uint64_t base_checksum_ = 0;           // of Φ at oldest() when the history is not empty
+  std::deque<Past> history_;             // oldest first; history_.back().version == version_
   std::map<int64_t, SharedPull> cache_;  // have → payload, for version_
   size_t cache_held_ = 0;
   int64_t saturated_ = 0;

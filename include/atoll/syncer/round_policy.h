@@ -30,15 +30,15 @@ struct RoundOptions {
 };
 
 struct RoundEstimates {
-  double step_seconds = 0;   // t_step (EMA over learners' heartbeats)
-  double sync_seconds = 0;   // t_sync (EMA of merge + publish)
+  double step_seconds = 0;  // t_step (EMA over learners' heartbeats)
+  double sync_seconds = 0;  // t_sync (EMA of merge + publish)
 };
 
 struct RoundView {
-  std::optional<TimePoint> opened_at;   // first contribution of this round
-  std::optional<TimePoint> quorum_at;   // when the K-th contribution arrived
-  std::vector<int> contributors;        // learner ids with a contribution in this round
-  std::vector<int> live;                // learners currently alive (heartbeat within timeout)
+  std::optional<TimePoint> opened_at;  // first contribution of this round
+  std::optional<TimePoint> quorum_at;  // when the K-th contribution arrived
+  std::vector<int> contributors;       // learner ids with a contribution in this round
+  std::vector<int> live;               // learners currently alive (heartbeat within timeout)
 };
 
 enum class RoundAction { kWait, kClose };
@@ -52,8 +52,7 @@ struct RoundDecision {
 };
 
 // grace = clamp(γ·(τ·t_step − t_quorum − t_sync), 0, cap); 0 when grace is off.
-double GraceSeconds(const RoundOptions& options, const RoundEstimates& estimates,
-                    double quorum_seconds);
+double GraceSeconds(const RoundOptions& options, const RoundEstimates& estimates, double quorum_seconds);
 
 RoundDecision DecideRound(TimePoint now, const RoundView& round, const RoundEstimates& estimates,
                           const RoundOptions& options);

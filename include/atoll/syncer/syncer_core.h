@@ -98,7 +98,7 @@ inline StatusOr<OuterGradientRule> ParseOuterGradientRule(std::string_view s) {
 struct SyncerOptions {
   std::string run_id = "atoll";
   diloco::Mode mode = diloco::Mode::kDecoupled;
-  DdpStep ddp_step;                 // required in ddp mode
+  DdpStep ddp_step;  // required in ddp mode
   int H = 24;
   RoundOptions round;
   diloco::MergeRule merge_rule = diloco::MergeRule::kRda;
@@ -161,7 +161,7 @@ struct SyncerOptions {
   // (assign) or 0..max_learner_id.
   int max_learners = 4096;
   int max_learner_id = 1'000'000;
-  size_t max_host_bytes = 256;      // Join's host, cut at a UTF-8 boundary
+  size_t max_host_bytes = 256;  // Join's host, cut at a UTF-8 boundary
   // A sharded syncer (docs/decisions/011): this core owns the fragments p with p mod count =
   // index; it holds the whole plan (so fragment indices, the model signature and Θ⁰ are the
   // same at every shard) but serves pushes and pulls of its own fragments only
@@ -172,11 +172,11 @@ struct SyncerOptions {
 
 // A learner's latest push of one fragment as the robust references see it (bounded counters).
 struct PushSample {
-  int64_t version = -1;  // the fragment's version when it arrived (-1: no push yet)
-  double size = 0;       // ‖v‖ / √steps
-  double steps = 0;      // c_steps, bounded
+  int64_t version = -1;        // the fragment's version when it arrived (-1: no push yet)
+  double size = 0;             // ‖v‖ / √steps
+  double steps = 0;            // c_steps, bounded
   double tokens_per_step = 0;  // c_tokens / c_steps, bounded
-  double weight = 0;     // merge weight, bounded
+  double weight = 0;           // merge weight, bounded
 };
 
 struct LearnerRecord {
@@ -187,18 +187,18 @@ struct LearnerRecord {
   int joins = 0;
   int64_t step = 0, tokens = 0;
   double loss = 0, step_seconds = 0, tokens_per_second = 0;
-  int64_t version_held = -1;              // newest fragment version the learner holds
-  int64_t bytes_up = 0, bytes_down = 0;   // as the syncer counted them
+  int64_t version_held = -1;             // newest fragment version the learner holds
+  int64_t bytes_up = 0, bytes_down = 0;  // as the syncer counted them
   int64_t pushes = 0, pushes_rejected = 0, rounds_joined = 0, late_folded = 0;
   int64_t quarantined = 0;
-  int64_t contributions_refused = 0;      // merged into a round that was refused (numeric safety)
-  int64_t telemetry_rejected = 0;         // heartbeat values out of their sane range (ignored)
+  int64_t contributions_refused = 0;  // merged into a round that was refused (numeric safety)
+  int64_t telemetry_rejected = 0;     // heartbeat values out of their sane range (ignored)
   int consecutive_rejects = 0;
-  TimePoint banned_until{};               // disconnected until then (0: never banned)
+  TimePoint banned_until{};  // disconnected until then (0: never banned)
   // Tokens whose updates were merged into Θ: Σ c_tokens / P over merged contributions (a token
   // updates all P fragments, and each fragment's contribution counts it once).
   double tokens_merged = 0;
-  double tokens_per_step = 0;             // c_tokens / c_steps of its pushes (EMA): a full round's size
+  double tokens_per_step = 0;  // c_tokens / c_steps of its pushes (EMA): a full round's size
   // Per fragment, the newest committed version that merged a push of this learner (-1: none yet).
   // A learner that rejoins a restarted syncer compares it with the version it was promised, to
   // tell a push the old process committed from one it lost.
@@ -212,18 +212,18 @@ struct LearnerRecord {
 // One closed round, for the log and metrics.
 struct RoundReport {
   int fragment = 0;
-  int64_t round = 0;               // the fragment's version before it
-  int64_t version = 0;             // the version it produced: round + 1
+  int64_t round = 0;    // the fragment's version before it
+  int64_t version = 0;  // the version it produced: round + 1
   std::vector<int> contributors;
   std::vector<double> weights;
-  std::vector<int> late;           // live learners that missed it
+  std::vector<int> late;  // live learners that missed it
   double grace_seconds = 0;
   double merged_norm = 0;
-  double tokens_merged = 0;        // Σ c_tokens / P of the contributors
-  double token_share = 1;          // ρ: the round's tokens ÷ a full round's (1 under kRound)
-  bool sweep_completed = true;     // momentum updated by this round (always under kRound)
-  double step_norm = 0;            // ‖Θ_p after − before‖
-  double close_seconds = 0;        // the round's pass and commit, on the clock Poll was given
+  double tokens_merged = 0;     // Σ c_tokens / P of the contributors
+  double token_share = 1;       // ρ: the round's tokens ÷ a full round's (1 under kRound)
+  bool sweep_completed = true;  // momentum updated by this round (always under kRound)
+  double step_norm = 0;         // ‖Θ_p after − before‖
+  double close_seconds = 0;     // the round's pass and commit, on the clock Poll was given
   std::string reason;
   TimePoint closed_at{};
   // Numeric safety refused the round: Θ_p, momentum, sweep, version and round are as before it,
@@ -237,7 +237,7 @@ struct RoundReport {
 // thread before the call reaches the syncer's loop. `status` is DataLoss for a corrupt payload
 // (Push reports it after the header's own checks).
 struct PreparedPush {
-  size_t payload_bytes = 0;          // as it arrived (checked against the header)
+  size_t payload_bytes = 0;  // as it arrived (checked against the header)
   Status status;
   std::vector<std::byte> raw;
   double sum_squares = 0;
@@ -269,8 +269,8 @@ class SyncerCore {
   // The learner leaves (done): no longer live. NotFound for an unknown learner.
   Status Leave(int learner_id, TimePoint now);
   // Accepts one push. Validates everything first; on error nothing changes.
-  StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload,
-                            TimePoint now, std::optional<TimePoint> arrived = std::nullopt);
+  StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload, TimePoint now,
+                            std::optional<TimePoint> arrived = std::nullopt);
   // The same with its payload prepared by the caller (PreparePush with this core's uplink codec
   // and the fragment's size; a preparation for another size is refused as a bad payload).
   StatusOr<PushResult> Push(const PushHeaderData& header, PreparedPush prepared, TimePoint now,
@@ -365,12 +365,12 @@ class SyncerCore {
  private:
   struct Contribution {
     int learner = -1;
-    int64_t c_tokens = 0, c_steps = 0;  // as claimed, then bounded (BoundCounters)
+    int64_t c_tokens = 0, c_steps = 0;                            // as claimed, then bounded (BoundCounters)
     double max_weight = std::numeric_limits<double>::infinity();  // its merge weight's bound
     int64_t base_version = 0;
-    bool final_sync = false;  // the learner's end-of-training push: a whole span of work (TokenShare)
-    std::vector<std::byte> raw;         // the payload in the quantiser's layout; decoded when the round closes
-    double delta_norm = 0;              // ‖Δ̂‖ of its decoded values
+    bool final_sync = false;     // the learner's end-of-training push: a whole span of work (TokenShare)
+    std::vector<std::byte> raw;  // the payload in the quantiser's layout; decoded when the round closes
+    double delta_norm = 0;       // ‖Δ̂‖ of its decoded values
     // The merge's pass 1 for this push (its outer gradient's norms, per slice and over the
     // fragment), formed when it joined the round (JoinNorms); norm < 0: formed at the close.
     std::vector<double> slice_norms;
@@ -487,7 +487,7 @@ class SyncerCore {
   RoundEstimates estimates_;
   int64_t rounds_closed_ = 0;
   int64_t rounds_refused_ = 0;
-  double global_eval_loss_ = -1;   // < 0: none yet
+  double global_eval_loss_ = -1;  // < 0: none yet
   int64_t global_eval_rounds_ = 0;
 };
 

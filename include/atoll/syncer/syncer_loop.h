@@ -24,7 +24,6 @@
 
 namespace atl::syncer {
 
-
 class SyncerLoop final : public SyncerApi {
  public:
   using RoundCallback = std::function<void(const SyncerCore&, const RoundReport&)>;
@@ -40,8 +39,8 @@ class SyncerLoop final : public SyncerApi {
   // Closing a round and its `on_round` must not throw: an exception there may leave a round half
   // closed (its version counted, not committed), so the loop reports it as a bug and aborts;
   // the restarted syncer resumes from the committed state.
-  SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round,
-             Duration tick = std::chrono::milliseconds(50), RoundGate gate = nullptr);
+  SyncerLoop(SyncerCore core, Clock& clock, RoundCallback on_round, Duration tick = std::chrono::milliseconds(50),
+             RoundGate gate = nullptr);
   ~SyncerLoop() override;
   SyncerLoop(const SyncerLoop&) = delete;
   SyncerLoop& operator=(const SyncerLoop&) = delete;
@@ -49,11 +48,11 @@ class SyncerLoop final : public SyncerApi {
   StatusOr<JoinReplyData> Join(const JoinRequestData& request) override;
   StatusOr<HeartbeatReplyData> Heartbeat(int learner_id, const LearnerProgress& progress) override;
   StatusOr<PushResult> Push(const PushHeaderData& header, std::span<const std::byte> payload) override;
-  StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
-                             double wait_seconds, int64_t want_version) override;
+  StatusOr<PullPayload> Pull(int learner_id, int fragment, int64_t have_version, double wait_seconds,
+                             int64_t want_version) override;
   // Pull's reply as the syncer holds it, shared with its cache (no copy per learner).
-  StatusOr<SharedPull> PullShared(int learner_id, int fragment, int64_t have_version,
-                                  double wait_seconds, int64_t want_version);
+  StatusOr<SharedPull> PullShared(int learner_id, int fragment, int64_t have_version, double wait_seconds,
+                                  int64_t want_version);
   Status Leave(int learner_id) override;
 
   // Runs f(core, now) on the loop thread and returns its result (for status, snapshots, bytes).
@@ -142,12 +141,12 @@ class SyncerLoop final : public SyncerApi {
   RoundGate gate_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> tasks_;      // guarded by mu_
-  bool stopping_ = false;       // guarded by mu_
-  bool finish_ = false;         // guarded by mu_
+  std::deque<Task> tasks_;         // guarded by mu_
+  bool stopping_ = false;          // guarded by mu_
+  bool finish_ = false;            // guarded by mu_
   bool long_polls_ended_ = false;  // guarded by mu_
-  std::string holding_;         // guarded by mu_: why rounds are held, "" when they are not
-  std::vector<Waiter> waiters_; // loop thread only
+  std::string holding_;            // guarded by mu_: why rounds are held, "" when they are not
+  std::vector<Waiter> waiters_;    // loop thread only
   std::thread thread_;
 };
 

@@ -21,8 +21,8 @@ struct TlsOptions {
   // Server: its certificate and key (PEM). Client: its own certificate and key for mutual TLS
   // (both empty: no client certificate).
   std::string cert_file, key_file;
-  std::string ca_file;              // client: the CA that signed the server certificate
-  std::string server_name;          // client: override of the expected host name
+  std::string ca_file;      // client: the CA that signed the server certificate
+  std::string server_name;  // client: override of the expected host name
   // Server: mutual TLS — every client must present a certificate signed by this CA (PEM);
   // empty: clients are not asked for one.
   std::string client_ca_file;

@@ -20,11 +20,11 @@ namespace atl::transport {
 inline constexpr size_t kMaxChunkBytes = 1 << 20;  // a push's or pull's chunk: 1 MiB (gRPC's default limit is 4 MiB)
 
 struct ClientOptions {
-  std::string target;   // host:port
+  std::string target;  // host:port
   std::string token;
   TlsOptions tls;
-  double call_timeout_s = 10.0;   // deadline for join/heartbeat/status
-  double push_timeout_s = 60.0;   // deadline for one push (and what a pull may take beyond its wait)
+  double call_timeout_s = 10.0;  // deadline for join/heartbeat/status
+  double push_timeout_s = 60.0;  // deadline for one push (and what a pull may take beyond its wait)
   // Pushes and pulls get push_timeout_s plus the time their payload takes at this rate: a push
   // its own size, a pull the largest fragment a full copy can be (fp32, from the join's sizes).
   double min_link_mbps = 10.0;
@@ -42,13 +42,11 @@ class GrpcSyncerClient final : public syncer::SyncerApi {
   ~GrpcSyncerClient() override;
 
   StatusOr<syncer::JoinReplyData> Join(const syncer::JoinRequestData& request) override;
-  StatusOr<syncer::HeartbeatReplyData> Heartbeat(int learner_id,
-                                                 const syncer::LearnerProgress& progress) override;
+  StatusOr<syncer::HeartbeatReplyData> Heartbeat(int learner_id, const syncer::LearnerProgress& progress) override;
   Status Leave(int learner_id) override;
-  StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& header,
-                                    std::span<const std::byte> payload) override;
-  StatusOr<syncer::PullPayload> Pull(int learner_id, int fragment, int64_t have_version,
-                                     double wait_seconds, int64_t want_version) override;
+  StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData& header, std::span<const std::byte> payload) override;
+  StatusOr<syncer::PullPayload> Pull(int learner_id, int fragment, int64_t have_version, double wait_seconds,
+                                     int64_t want_version) override;
   StatusOr<std::string> StatusJson();
   StatusOr<std::string> Finish(bool evaluate);
 
@@ -64,8 +62,7 @@ class GrpcSyncerClient final : public syncer::SyncerApi {
     int corrupt_chunk = -1;
     size_t chunk_bytes = kMaxChunkBytes;
   };
-  StatusOr<syncer::PushResult> PushWithFault(const syncer::PushHeaderData& header,
-                                             std::span<const std::byte> payload,
+  StatusOr<syncer::PushResult> PushWithFault(const syncer::PushHeaderData& header, std::span<const std::byte> payload,
                                              const PushFault& fault);
 
  private:

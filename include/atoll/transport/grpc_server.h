@@ -30,19 +30,19 @@ struct ServerLimits {
   // Open connections on the port; one beyond is closed at accept. Never more than the process's
   // descriptor limit (RLIMIT_NOFILE) minus kFdHeadroom, so connections cannot starve a commit.
   int max_connections = 4096;
-  int max_concurrent_streams = 64;          // per connection (GRPC_ARG_MAX_CONCURRENT_STREAMS)
-  int max_threads = 256;                    // handler threads (ResourceQuota::SetMaxThreads)
+  int max_concurrent_streams = 64;                // per connection (GRPC_ARG_MAX_CONCURRENT_STREAMS)
+  int max_threads = 256;                          // handler threads (ResourceQuota::SetMaxThreads)
   int64_t memory_quota_bytes = int64_t{4} << 30;  // gRPC's buffers (ResourceQuota::Resize)
-  int handshake_timeout_ms = 10'000;        // a connection must finish its handshake within this
-  int max_connection_idle_ms = 120'000;     // a connection without calls for this long is closed
-  int keepalive_time_ms = 30'000;           // the server pings an idle transport this often,
-  int keepalive_timeout_ms = 10'000;        // and closes it when the ping is not answered
+  int handshake_timeout_ms = 10'000;              // a connection must finish its handshake within this
+  int max_connection_idle_ms = 120'000;           // a connection without calls for this long is closed
+  int keepalive_time_ms = 30'000;                 // the server pings an idle transport this often,
+  int keepalive_timeout_ms = 10'000;              // and closes it when the ping is not answered
   // Calls that hold a handler thread, admitted before anything is read (src/transport/admission.h):
   // per learner id at once, and all learners together max_threads − 64 (threads left for joins,
   // heartbeats and status).
   int max_pushes_per_learner = 4;
-  int max_polls_per_learner = 4;            // pulls, long polls included
-  double max_heartbeats_per_s = 20;         // per learner (a learner sends 2)
+  int max_polls_per_learner = 4;     // pulls, long polls included
+  double max_heartbeats_per_s = 20;  // per learner (a learner sends 2)
   // A push stream still open after push_timeout_ms plus the time its announced payload takes at
   // min_link_mbps (≤ 0: no allowance) is cancelled.
   int push_timeout_ms = 120'000;
@@ -75,9 +75,8 @@ class GrpcSyncerServer {
  public:
   // Starts listening. `loop` must outlive the server. `on_finish` is called (on a gRPC thread)
   // when a Finish RPC arrives and must return the summary JSON text.
-  static StatusOr<std::unique_ptr<GrpcSyncerServer>> Start(
-      const ServerOptions& options, syncer::SyncerLoop& loop,
-      std::function<std::string(bool evaluate)> on_finish);
+  static StatusOr<std::unique_ptr<GrpcSyncerServer>> Start(const ServerOptions& options, syncer::SyncerLoop& loop,
+                                                           std::function<std::string(bool evaluate)> on_finish);
   virtual ~GrpcSyncerServer() = default;
   virtual int port() const = 0;
   // Connections closed at accept because ServerLimits::max_connections were open.
