@@ -108,6 +108,12 @@ SyncerCore::FleetRefs SyncerCore::FleetRefsFor(int id, int p, TimePoint now) con
 void SyncerCore::UpdatePace(LearnerRecord& l, const LearnerProgress& progress, TimePoint now) {
   constexpr double kWindowSeconds = 2.0;
   LearnerRecord::Pace& pace = l.pace;
+  if (pace.latest_step < 0 || progress.step < pace.latest_step) {  // its first counters, or a new process's
+    pace.since_step = progress.step;
+    std::fill(l.paced_steps.begin(), l.paced_steps.end(), 0.0);
+  }
+  pace.latest_step = progress.step;
+  pace.latest_at = now;
   if (pace.step < 0 || progress.step < pace.step || progress.tokens < pace.tokens) {
     pace.at = now;  // its first heartbeat, or a restarted process: a new window starts here
     pace.step = progress.step;
@@ -140,24 +146,39 @@ void SyncerCore::BoundTokensPerStep(double reference, double own, Contribution& 
   c.c_tokens = tokens;
 }
 
-StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, const StepAllowance& a, Contribution& c,
-                                      TimePoint now, std::string& note) const {
+double SyncerCore::PacedStepsLeft(const LearnerRecord& l, int p, TimePoint now) const {
+  const LearnerRecord::Pace& pace = l.pace;
+  if (!(options_.pace_slack > 0) || pace.since_step < 0) return std::numeric_limits<double>::infinity();
+  const double counted = static_cast<double>(pace.latest_step - pace.since_step) +
+                         pace.step_rate * std::max(0.0, ToSeconds(now - pace.latest_at));
+  const double credited = l.paced_steps.size() > static_cast<size_t>(p) ? l.paced_steps[static_cast<size_t>(p)] : 0.0;
+  return options_.pace_slack * counted + options_.H + l.paced_in_hand - credited;
+}
+
+StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, double paced_left,
+                                      const StepAllowance& a, Contribution& c, TimePoint now, std::string& note) const {
   // The steps the time since the previous push allows at max_step_rate_factor × the others' rate
-  // and pace_slack × its own, plus what earlier pushes left unused (H in hand from the first join).
+  // (and pace_slack × its own while its heartbeats have counted no steps), plus what earlier
+  // pushes left unused (H in hand from the first join); at most what its own heartbeats allow.
   // Without a rate: max_steps_factor × H per push.
   double allowed = options_.max_steps_factor > 0 ? std::max(1.0, options_.max_steps_factor * options_.H)
                                                  : std::numeric_limits<double>::infinity();
   double rate = std::numeric_limits<double>::infinity();
   if (fleet.step_rate > 0 && options_.max_step_rate_factor > 0) rate = options_.max_step_rate_factor * fleet.step_rate;
-  if (own_rate > 0 && options_.pace_slack > 0) rate = std::min(rate, options_.pace_slack * own_rate);
+  const bool counted = std::isfinite(paced_left);
+  if (!counted && own_rate > 0 && options_.pace_slack > 0) rate = std::min(rate, options_.pace_slack * own_rate);
   const bool timed = std::isfinite(rate);
   if (timed) allowed = a.carried + rate * std::max(0.0, ToSeconds(now - a.since));
-  if (static_cast<double>(c.c_steps) > allowed) {
-    const auto steps = static_cast<int64_t>(std::floor(allowed));
+  const bool by_pace = counted && paced_left < allowed;
+  const double credit = by_pace ? std::max(0.0, paced_left) : allowed;
+  if (static_cast<double>(c.c_steps) > credit) {
+    const auto steps = static_cast<int64_t>(std::floor(credit));
     const auto tokens = static_cast<int64_t>(
         std::floor(static_cast<double>(c.c_tokens) * static_cast<double>(steps) / static_cast<double>(c.c_steps)));
     note += fmt::format("; credited {} of its {} claimed steps ({} tokens){}", steps, c.c_steps, tokens,
-                        timed ? ": the time since its previous push allows no more" : "");
+                        by_pace ? ": its heartbeats counted no more"
+                        : timed ? ": the time since its previous push allows no more"
+                                : "");
     c.c_steps = steps;
     c.c_tokens = tokens;
   }
@@ -190,7 +211,7 @@ SyncerCore::Credit SyncerCore::BoundCounters(const RobustRefs& refs, const Fleet
   Credit credit;
   const StepAllowance a =
       static_cast<int>(l.allowances.size()) > p ? l.allowances[static_cast<size_t>(p)] : StepAllowance{};
-  credit.allowance = CreditSteps(fleet, l.pace.step_rate, a, c, now, note);
+  credit.allowance = CreditSteps(fleet, l.pace.step_rate, PacedStepsLeft(l, p, now), a, c, now, note);
   const double dt = ToSeconds(now - a.since);
   if (dt > 1e-3 && c.c_steps > 0) {
     double rate = static_cast<double>(c.c_steps) / dt;

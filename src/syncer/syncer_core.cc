@@ -511,6 +511,8 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   const double rate_before = l.StepRateBefore(static_cast<size_t>(h.fragment), now);
   allowance = credit.allowance;
   allowance.rate_before = rate_before;
+  l.paced_steps.resize(fragments_.size(), 0.0);
+  l.paced_steps[static_cast<size_t>(h.fragment)] += static_cast<double>(c->c_steps);
   PushResult r = Admit(l, f, h, std::move(*c), now);
   r.note += bounded;
   return r;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <unistd.h>
@@ -36,6 +37,16 @@ struct Member {
   double next_push = 0;
   double claimed = 0;  // Σ c_tokens of its accepted pushes
   double start = 0;    // when it joined: its heartbeats count its steps from there
+  // From fast_from on (seconds on the test's clock) a step takes fast_step_s instead.
+  double fast_from = std::numeric_limits<double>::infinity(), fast_step_s = 0;
+  // Its steps since it joined, at time t, and the time at which it has made n of them.
+  double StepsAt(double t) const {
+    return (std::min(t, fast_from) - start) / step_s + (t > fast_from ? (t - fast_from) / fast_step_s : 0.0);
+  }
+  double TimeOf(double n) const {
+    const double slow = (fast_from - start) / step_s;
+    return n <= slow ? start + n * step_s : fast_from + (n - slow) * fast_step_s;
+  }
 };
 
 class Fleet {
@@ -53,7 +64,7 @@ class Fleet {
   void Heartbeats() {
     for (auto& [id, m] : members_) {
       LearnerProgress p;
-      p.step = static_cast<int64_t>((Seconds() - m.start) / m.step_s);
+      p.step = static_cast<int64_t>(m.StepsAt(Seconds()));
       p.tokens = p.step * m.tps;
       ASSERT_TRUE(core_.Heartbeat(id, p, clock_.Now()).ok());
     }
@@ -84,10 +95,10 @@ class Fleet {
   // Member `id` pushes now what it trained since its previous push.
   StatusOr<PushResult> PushHonest(int id) {
     Member& m = members_.at(id);
-    const auto steps = static_cast<int64_t>(std::llround((Seconds() - m.last_push) / m.step_s));
+    const auto steps = static_cast<int64_t>(std::llround(m.StepsAt(Seconds()) - m.StepsAt(m.last_push)));
     auto r = Push(id, steps, steps * m.tps);
     m.last_push = Seconds();
-    m.next_push = Seconds() + core_.options().H * m.step_s;
+    m.next_push = m.TimeOf(m.StepsAt(Seconds()) + core_.options().H);
     return r;
   }
   StatusOr<PushResult> Push(int id, int64_t c_steps, int64_t c_tokens) {
@@ -164,6 +175,22 @@ TEST(PushCredit, HonestPacesAreCreditedInFull) {
     EXPECT_GT(f.core_.learners().at(id).pace.step_rate, 0) << "learner " << id;
     EXPECT_DOUBLE_EQ(f.Credited(id), f.Claimed(id)) << "learner " << id;
   }
+}
+
+TEST(PushCredit, AnHonestLearnerThatSpeedsUpIsCreditedEveryStepAtOnce) {
+  // Learner 0 makes one step a second for 4 s, then six (its neighbours on the host finished and
+  // freed their cores); the others make two. Bounded by a rate of its own measured over 2 s
+  // windows (an EMA), the speed-up outran the measurement: its pushes were cut for seconds.
+  // Bounded by the steps its heartbeats counted, every step it made is credited.
+  Fleet f;
+  f.heartbeats_ = true;
+  f.Add(0, 1.0, 100);
+  for (int id = 1; id < 4; ++id) f.Add(id, 0.5, 100);
+  f.members_.at(0).fast_from = 4.0;
+  f.members_.at(0).fast_step_s = 1.0 / 6;
+  f.RunUntil(16);
+  EXPECT_GT(f.Claimed(0), 60 * 100 / kP);
+  for (int id = 0; id < 4; ++id) EXPECT_DOUBLE_EQ(f.Credited(id), f.Claimed(id)) << "learner " << id;
 }
 
 TEST(PushCredit, APaceIsMeasuredOverWindowsAndStartsAgainWithARestartedProcess) {

@@ -153,9 +153,9 @@ struct SyncerOptions {
   // earlier pushes; its tokens keep its (bounded) rate per step. With fewer rated others, at most
   // max_steps_factor × H steps per push. 0 turns the time bound off.
   double max_step_rate_factor = 4.0;
-  // ... and by the learner's own pace, where its heartbeats have measured one (step and tokens
-  // counters over the syncer's clock, windows of at least 2 s): at most pace_slack × its steps per
-  // second and × its tokens per step. 0 turns it off.
+  // ... and by the learner's own heartbeats, where they count steps: at most pace_slack × the
+  // steps they counted (SyncerCore::PacedStepsLeft), and pace_slack × its tokens per step (step
+  // and token counters over the syncer's clock, windows of at least 2 s). 0 turns it off.
   double pace_slack = 1.25;
   // A push's influence u ∈ [0, 1] (docs/security.md, docs/decisions/020): how much of its share it
   // may move Θ_p by, and of its weight it may vote with (u²), and how much it counts in a full
@@ -252,12 +252,21 @@ struct LearnerRecord {
   // Its pace as its heartbeats report it, measured on the syncer's clock over windows of at least
   // 2 s: steps per second and tokens per step (EMAs; 0: not measured yet), from the window's start.
   // Not persisted (measured again within seconds).
+  // Also the step counter of its latest heartbeat (and when it came), and the counter from which
+  // `paced_steps` counts: its first heartbeat's, or a restarted process's (-1: no heartbeat yet).
   struct Pace {
     TimePoint at{};
     int64_t step = -1, tokens = 0;
     double step_rate = 0, tokens_per_step = 0;
+    int64_t latest_step = -1, since_step = -1;
+    TimePoint latest_at{};
   };
   Pace pace;
+  // Per fragment, the steps its pushes were credited with since pace.since_step (the own-pace
+  // bound: SyncerCore::PacedStepsLeft), and the steps it has in hand beyond H (a learner restored
+  // after a syncer restart: what it trained while the syncer was down). Not persisted.
+  std::vector<double> paced_steps;
+  double paced_in_hand = 0;
   // Per fragment, what its next push may be credited with (only the rates are persisted: a restored
   // learner gets H steps and the time from its restore).
   std::vector<StepAllowance> allowances;
@@ -386,7 +395,8 @@ class SyncerCore {
                    std::optional<TimePoint> arrived = std::nullopt) const;
   // What Heartbeat does with a learner's step and tokens counters: a new window of its pace
   // (LearnerRecord::pace) once 2 s have passed since the last; counters that went back (a
-  // restarted process) start a new window.
+  // restarted process) start a new window, and the steps its pushes were credited by its pace
+  // count again from there.
   static void UpdatePace(LearnerRecord& l, const LearnerProgress& progress, TimePoint now);
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
   void CountBytes(int learner_id, int64_t up, int64_t down);
@@ -549,8 +559,16 @@ class SyncerCore {
   void BoundTokensPerStep(double reference, double own, Contribution& c, std::string& note) const;
 
   // The steps of a push its time allows (c_steps and c_tokens lowered together), and the allowance left.
-  StepAllowance CreditSteps(const FleetRefs& fleet, double own_rate, const StepAllowance& a, Contribution& c,
-                            TimePoint now, std::string& note) const;
+  // `paced_left`: what its own heartbeats still allow (PacedStepsLeft; infinity: no bound of that kind).
+  StepAllowance CreditSteps(const FleetRefs& fleet, double own_rate, double paced_left, const StepAllowance& a,
+                            Contribution& c, TimePoint now, std::string& note) const;
+  // The steps learner l's pushes of fragment p may still be credited with by its own heartbeats:
+  // pace_slack × (the steps its heartbeats counted since pace.since_step, plus what its pace allows
+  // since its latest heartbeat) + H, less what its pushes of p were credited since then. Counted
+  // steps, not a rate: an honest learner that speeds up is credited what it did at once (a rate
+  // measured over 2 s windows lagged behind a learner whose speed doubled, and cut it). Infinity
+  // while its heartbeats have counted nothing (or pace_slack is 0).
+  double PacedStepsLeft(const LearnerRecord& l, int p, TimePoint now) const;
   // Synchronous modes (every live learner's push makes the round): the influence of each push of
   // fragment p's closing round, judged against the others' pushes of the same round, so that the
   // order they arrived in decides nothing (CloseRounds, before the round closes). `note` says
