@@ -108,10 +108,7 @@ SyncerCore::FleetRefs SyncerCore::FleetRefsFor(int id, int p, TimePoint now) con
 void SyncerCore::UpdatePace(LearnerRecord& l, const LearnerProgress& progress, TimePoint now) {
   constexpr double kWindowSeconds = 2.0;
   LearnerRecord::Pace& pace = l.pace;
-  if (pace.latest_step < 0 || progress.step < pace.latest_step) {  // its first counters, or a new process's
-    pace.since_step = progress.step;
-    std::fill(l.paced_steps.begin(), l.paced_steps.end(), 0.0);
-  }
+  if (progress.step < pace.latest_step) std::fill(l.paced_steps.begin(), l.paced_steps.end(), 0.0);  // a new process
   pace.latest_step = progress.step;
   pace.latest_at = now;
   if (pace.step < 0 || progress.step < pace.step || progress.tokens < pace.tokens) {
@@ -148,11 +145,14 @@ void SyncerCore::BoundTokensPerStep(double reference, double own, Contribution& 
 
 double SyncerCore::PacedStepsLeft(const LearnerRecord& l, int p, TimePoint now) const {
   const LearnerRecord::Pace& pace = l.pace;
-  if (!(options_.pace_slack > 0) || pace.since_step < 0) return std::numeric_limits<double>::infinity();
-  const double counted = static_cast<double>(pace.latest_step - pace.since_step) +
-                         pace.step_rate * std::max(0.0, ToSeconds(now - pace.latest_at));
+  // Until a first window measured its pace, the steps since its latest heartbeat are unknown.
+  if (!(options_.pace_slack > 0) || pace.latest_step < 0 || !(pace.step_rate > 0)) {
+    return std::numeric_limits<double>::infinity();
+  }
+  const double counted =
+      static_cast<double>(pace.latest_step) + pace.step_rate * std::max(0.0, ToSeconds(now - pace.latest_at));
   const double credited = l.paced_steps.size() > static_cast<size_t>(p) ? l.paced_steps[static_cast<size_t>(p)] : 0.0;
-  return options_.pace_slack * counted + options_.H + l.paced_in_hand - credited;
+  return options_.pace_slack * counted + options_.H - credited;
 }
 
 StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, double paced_left,

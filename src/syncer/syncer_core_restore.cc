@@ -95,7 +95,6 @@ void SyncerCore::RestoreLearners(const std::map<int, LearnerRecord>& learners, T
     const double carried = std::max(H, options_.max_steps_factor * H);
     r.allowances.resize(fragments_.size());
     for (StepAllowance& a : r.allowances) a = {now, carried, a.rate, H, a.rate};
-    r.paced_in_hand = carried - H;  // its heartbeats count from the first one this process gets
     r.push_session = 0;
     r.push_seq = 0;
     learners_[id] = r;

@@ -252,21 +252,19 @@ struct LearnerRecord {
   // Its pace as its heartbeats report it, measured on the syncer's clock over windows of at least
   // 2 s: steps per second and tokens per step (EMAs; 0: not measured yet), from the window's start.
   // Not persisted (measured again within seconds).
-  // Also the step counter of its latest heartbeat (and when it came), and the counter from which
-  // `paced_steps` counts: its first heartbeat's, or a restarted process's (-1: no heartbeat yet).
+  // Also the step counter of its latest heartbeat, and when it came (-1: no heartbeat yet).
   struct Pace {
     TimePoint at{};
     int64_t step = -1, tokens = 0;
     double step_rate = 0, tokens_per_step = 0;
-    int64_t latest_step = -1, since_step = -1;
+    int64_t latest_step = -1;
     TimePoint latest_at{};
   };
   Pace pace;
-  // Per fragment, the steps its pushes were credited with since pace.since_step (the own-pace
-  // bound: SyncerCore::PacedStepsLeft), and the steps it has in hand beyond H (a learner restored
-  // after a syncer restart: what it trained while the syncer was down). Not persisted.
+  // Per fragment, the steps its pushes were credited with by this syncer process since its step
+  // counter last went back (a restarted learner process): the own-pace bound
+  // (SyncerCore::PacedStepsLeft). Not persisted.
   std::vector<double> paced_steps;
-  double paced_in_hand = 0;
   // Per fragment, what its next push may be credited with (only the rates are persisted: a restored
   // learner gets H steps and the time from its restore).
   std::vector<StepAllowance> allowances;
@@ -395,8 +393,8 @@ class SyncerCore {
                    std::optional<TimePoint> arrived = std::nullopt) const;
   // What Heartbeat does with a learner's step and tokens counters: a new window of its pace
   // (LearnerRecord::pace) once 2 s have passed since the last; counters that went back (a
-  // restarted process) start a new window, and the steps its pushes were credited by its pace
-  // count again from there.
+  // restarted process) start a new window, and what its pushes were credited with under its own
+  // pace counts again from there.
   static void UpdatePace(LearnerRecord& l, const LearnerProgress& progress, TimePoint now);
   // Accounting hooks for the transport (bytes on the wire per learner and direction).
   void CountBytes(int learner_id, int64_t up, int64_t down);
@@ -563,11 +561,12 @@ class SyncerCore {
   StepAllowance CreditSteps(const FleetRefs& fleet, double own_rate, double paced_left, const StepAllowance& a,
                             Contribution& c, TimePoint now, std::string& note) const;
   // The steps learner l's pushes of fragment p may still be credited with by its own heartbeats:
-  // pace_slack × (the steps its heartbeats counted since pace.since_step, plus what its pace allows
-  // since its latest heartbeat) + H, less what its pushes of p were credited since then. Counted
-  // steps, not a rate: an honest learner that speeds up is credited what it did at once (a rate
-  // measured over 2 s windows lagged behind a learner whose speed doubled, and cut it). Infinity
-  // while its heartbeats have counted nothing (or pace_slack is 0).
+  // pace_slack × (its latest heartbeat's step counter, plus what its pace allows since) + H, less
+  // what its pushes of p were credited with (LearnerRecord::paced_steps). Counted steps, not a
+  // rate: an honest learner that speeds up is credited what it did at once (a rate measured over
+  // 2 s windows lagged behind a learner whose speed doubled, and cut it), and steps it made before
+  // this syncer process saw it (trained while the syncer was down or unreachable) count. Infinity
+  // until a first window measured its pace (or with pace_slack 0).
   double PacedStepsLeft(const LearnerRecord& l, int p, TimePoint now) const;
   // Synchronous modes (every live learner's push makes the round): the influence of each push of
   // fragment p's closing round, judged against the others' pushes of the same round, so that the
