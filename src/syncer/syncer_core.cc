@@ -470,52 +470,63 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   }
   const RobustRefs refs = RefsFor(h.fragment, h.learner_id, now);
   std::string bounded;
-  const Credit credit =
-      BoundCounters(refs, FleetRefsFor(h.learner_id, h.fragment, now), l, h.fragment, *c, now, bounded);
-  PushSample sample = credit.sample;
-  const double size = sample.size;
-  sample.sketch = Sketch(c->raw, f.theta.size());
-  // Its influence is judged by its size per step of its share: claimed steps beyond what its
-  // time allows do not make a large push look small.
-  c->share_size = c->delta_norm / std::sqrt(std::max(1.0, c->share_steps));
-  if (JudgesRoundsTogether()) {
-    c->sketch = sample.sketch;  // judged with the round's other pushes when it closes
-    bounded += "; its influence is judged with its round's other pushes when the round closes";
-  } else {
-    c->influence = Influence(f, h.fragment, h.learner_id, c->share_size, refs, sample.sketch, now, bounded);
-    c->max_weight *= c->influence * c->influence;
+  Judgement judged = JudgePush(l, f, h, refs, *c, now, bounded);
+  if (judged.reference || judged.zero) {
+    RecordSample(l, h.fragment, std::move(judged.credit.sample), judged.reference ? f.version : -1, now);
   }
-  sample.influence = c->influence;
-  // What becomes a reference: a non-zero push over at least half a period that is not a final
-  // sync. A zero push would lower everyone's reference (it is recorded as counting for nothing);
-  // a few steps at the end of a schedule are many times smaller than a period mid-run
-  // (docs/decisions/016). Any other push leaves the learner's latest sample as it was.
-  const bool zero = size <= 1e-12;
-  const bool reference = !zero && !h.final_sync && 2 * c->c_steps >= options_.H;
-  if (reference || zero) RecordSample(l, h.fragment, std::move(sample), reference ? f.version : -1, now);
-  if (Status st = CheckQuarantine(f, size, refs); !st.ok()) {
+  if (Status st = CheckQuarantine(f, judged.size, refs); !st.ok()) {
     l.quarantined += 1;
     l.consecutive_rejects -= 1;  // Reject counts it; quarantine alone never disconnects
     return Reject(l, h, st, now);
   }
   // Validated: now change state.
   JoinNorms(h.fragment, *c);
-  if (reference) {
-    f.recent_norms.push_back(size);
-    if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window)
-      f.recent_norms.erase(f.recent_norms.begin());
-  }
-  // Credited: the allowance it used is spent, and its credited rate is a sample of the learner's.
-  l.allowances.resize(fragments_.size(), StepAllowance{now, 0.0});
-  StepAllowance& allowance = l.allowances[static_cast<size_t>(h.fragment)];
-  const double rate_before = l.StepRateBefore(static_cast<size_t>(h.fragment), now);
-  allowance = credit.allowance;
-  allowance.rate_before = rate_before;
-  l.paced_steps.resize(fragments_.size(), 0.0);
-  l.paced_steps[static_cast<size_t>(h.fragment)] += static_cast<double>(c->c_steps);
+  if (judged.reference) RecordNorm(f, judged.size);
+  SpendCredit(l, h.fragment, judged.credit.allowance, c->c_steps, now);
   PushResult r = Admit(l, f, h, std::move(*c), now);
   r.note += bounded;
   return r;
+}
+
+SyncerCore::Judgement SyncerCore::JudgePush(const LearnerRecord& l, const FragmentState& f, const PushHeaderData& h,
+                                            const RobustRefs& refs, Contribution& c, TimePoint now,
+                                            std::string& note) const {
+  Judgement j;
+  j.credit = BoundCounters(refs, FleetRefsFor(h.learner_id, h.fragment, now), l, h.fragment, c, now, note);
+  PushSample& sample = j.credit.sample;
+  j.size = sample.size;
+  sample.sketch = Sketch(c.raw, f.theta.size());
+  // Its influence is judged by its size per step of its share: claimed steps beyond what its
+  // time allows do not make a large push look small.
+  c.share_size = c.delta_norm / std::sqrt(std::max(1.0, c.share_steps));
+  if (JudgesRoundsTogether()) {
+    c.sketch = sample.sketch;  // judged with the round's other pushes when it closes
+  } else {
+    c.influence = Influence(f, h.fragment, h.learner_id, c.share_size, refs, sample.sketch, now, note);
+    c.max_weight *= c.influence * c.influence;
+  }
+  sample.influence = c.influence;
+  // A zero push would lower everyone's reference (it is recorded as counting for nothing); a few
+  // steps at the end of a schedule are many times smaller than a period mid-run.
+  j.zero = j.size <= 1e-12;
+  j.reference = !j.zero && !h.final_sync && 2 * c.c_steps >= options_.H;
+  return j;
+}
+
+void SyncerCore::RecordNorm(FragmentState& f, double size) const {
+  f.recent_norms.push_back(size);
+  if (static_cast<int>(f.recent_norms.size()) > options_.quarantine_window)
+    f.recent_norms.erase(f.recent_norms.begin());
+}
+
+void SyncerCore::SpendCredit(LearnerRecord& l, int p, const StepAllowance& allowance, int64_t credited_steps,
+                             TimePoint now) const {
+  l.allowances.resize(fragments_.size(), StepAllowance{now, 0.0});
+  const double rate_before = l.StepRateBefore(static_cast<size_t>(p), now);
+  l.allowances[static_cast<size_t>(p)] = allowance;
+  l.allowances[static_cast<size_t>(p)].rate_before = rate_before;
+  l.paced_steps.resize(fragments_.size(), 0.0);
+  l.paced_steps[static_cast<size_t>(p)] += static_cast<double>(credited_steps);
 }
 
 PushResult SyncerCore::Admit(LearnerRecord& l, FragmentState& f, const PushHeaderData& h, Contribution c,
@@ -756,42 +767,46 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   for (const auto& [id, l] : learners_) {
     up += l.bytes_up;
     down += l.bytes_down;
-    double influence = 0;  // its latest pushes' influence, the mean over the fragments it pushed
-    int pushed = 0;
-    for (const PushSample& sample : l.samples) {
-      if (sample.version < 0 && sample.influence == 1) continue;
-      influence += sample.influence;
-      ++pushed;
-    }
-    ls.push_back({{"id", id},
-                  {"host", l.host},
-                  {"state", LearnerStateName(l.state)},
-                  {"joins", l.joins},
-                  {"step", l.step},
-                  {"tokens", l.tokens},
-                  {"loss", l.loss},
-                  {"version_held", l.version_held},
-                  {"tokens_per_second", l.tokens_per_second},
-                  {"step_seconds", l.step_seconds},
-                  {"bytes_up", l.bytes_up},
-                  {"bytes_down", l.bytes_down},
-                  {"pushes", l.pushes},
-                  {"pushes_rejected", l.pushes_rejected},
-                  {"quarantined", l.quarantined},
-                  {"contributions_refused", l.contributions_refused},
-                  {"telemetry_rejected", l.telemetry_rejected},
-                  {"disconnected", l.banned_until > TimePoint{} && now < l.banned_until},
-                  {"rounds_joined", l.rounds_joined},
-                  {"replays_refused", l.replays_refused},
-                  {"influence", pushed > 0 ? influence / pushed : 1.0},
-                  {"late_folded", l.late_folded},
-                  {"tokens_merged", l.tokens_merged},
-                  {"seconds_since_seen", ToSeconds(now - l.last_seen)}});
+    ls.push_back(LearnerStatusJson(id, l, now));
   }
   j["learners"] = ls;
   j["bytes_up"] = up;
   j["bytes_down"] = down;
   return j;
+}
+
+nlohmann::json SyncerCore::LearnerStatusJson(int id, const LearnerRecord& l, TimePoint now) {
+  double influence = 0;  // its latest pushes' influence, the mean over the fragments it pushed
+  int pushed = 0;
+  for (const PushSample& sample : l.samples) {
+    if (sample.version < 0 && sample.influence == 1) continue;
+    influence += sample.influence;
+    ++pushed;
+  }
+  return {{"id", id},
+          {"host", l.host},
+          {"state", LearnerStateName(l.state)},
+          {"joins", l.joins},
+          {"step", l.step},
+          {"tokens", l.tokens},
+          {"loss", l.loss},
+          {"version_held", l.version_held},
+          {"tokens_per_second", l.tokens_per_second},
+          {"step_seconds", l.step_seconds},
+          {"bytes_up", l.bytes_up},
+          {"bytes_down", l.bytes_down},
+          {"pushes", l.pushes},
+          {"pushes_rejected", l.pushes_rejected},
+          {"quarantined", l.quarantined},
+          {"contributions_refused", l.contributions_refused},
+          {"telemetry_rejected", l.telemetry_rejected},
+          {"disconnected", l.banned_until > TimePoint{} && now < l.banned_until},
+          {"rounds_joined", l.rounds_joined},
+          {"replays_refused", l.replays_refused},
+          {"influence", pushed > 0 ? influence / pushed : 1.0},
+          {"late_folded", l.late_folded},
+          {"tokens_merged", l.tokens_merged},
+          {"seconds_since_seen", ToSeconds(now - l.last_seen)}};
 }
 
 }  // namespace atl::syncer

@@ -426,6 +426,8 @@ class SyncerCore {
   std::vector<int> LiveLearners(TimePoint now) const;
   const RoundEstimates& estimates() const { return estimates_; }
   nlohmann::json StatusJson(TimePoint now) const;
+  // StatusJson's row of learner `id`.
+  static nlohmann::json LearnerStatusJson(int id, const LearnerRecord& l, TimePoint now);
 
   // Bytes of every buffer the core holds, by kind: what grows with the model, the history, the
   // open rounds' pushes, and per-learner rows. What the memory bound is checked against (tests).
@@ -542,6 +544,23 @@ class SyncerCore {
   // merge weight count, into c.max_weight); `note` says what was bounded.
   Credit BoundCounters(const RobustRefs& refs, const FleetRefs& fleet, const LearnerRecord& l, int p, Contribution& c,
                        TimePoint now, std::string& note) const;
+  // Push's judgement of contribution c against `refs`: its credit (BoundCounters), its size, whether
+  // it becomes a reference (a non-zero push over at least half a period that is not a final sync;
+  // docs/decisions/016) or is a zero push, and its influence — now, or with its round's other pushes
+  // when the round closes in the synchronous modes. `note` says what was bounded.
+  struct Judgement {
+    Credit credit;
+    double size = 0;
+    bool reference = false, zero = false;
+  };
+  Judgement JudgePush(const LearnerRecord& l, const FragmentState& f, const PushHeaderData& h, const RobustRefs& refs,
+                      Contribution& c, TimePoint now, std::string& note) const;
+  // An accepted push's size joins fragment f's recent sizes (the window's newest).
+  void RecordNorm(FragmentState& f, double size) const;
+  // An admitted push spends learner l's allowance for fragment p (its credited rate a sample of the
+  // learner's) and counts its credited steps against its own pace (PacedStepsLeft).
+  void SpendCredit(LearnerRecord& l, int p, const StepAllowance& allowance, int64_t credited_steps,
+                   TimePoint now) const;
   // Influence (influence.cc): the positions of fragment p's values a sketch holds (ranges
   // [begin, end)), a push's values there, the reference its size is judged by, how far its
   // direction agrees with the others' (NAN: fewer than quarantine_min_learners others to say), and
