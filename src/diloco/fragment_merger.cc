@@ -208,17 +208,14 @@ void FragmentMerger::DirectionNorms(const ContributionSource& source) {
     const size_t b = grid_.tile_begin(t), e = grid_.tile_end(t);
     std::vector<float>& v = FloatTile(0);
     v.resize(kPieceValues);
-    // Into the caller's buffer when it keeps the sums for the merge, else a tile of this thread's.
-    double* acc = kept_ != nullptr ? kept_->data() + b : nullptr;
-    if (acc == nullptr) {
-      std::vector<double>& tile_acc = DoubleTile();
-      tile_acc.resize(grid_.tile_values());
-      acc = tile_acc.data();
-    }
-    Accumulate(source, b, e, v, acc);
+    std::vector<double>& acc = DoubleTile();
+    acc.resize(grid_.tile_values());
+    Accumulate(source, b, e, v, acc.data());
     for (size_t k = grid_.first_segment(t); k < grid_.first_segment(t + 1); ++k) {
-      if (Rda(segs[k].slice)) parts[k] = SumSquares(acc + (segs[k].begin - b), segs[k].end - segs[k].begin);
+      if (Rda(segs[k].slice)) parts[k] = SumSquares(acc.data() + (segs[k].begin - b), segs[k].end - segs[k].begin);
     }
+    // Pass 3 reads a sum only as fp32 (Merge): kept so, half the bytes of the doubles.
+    if (kept_ != nullptr) std::copy(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(e - b), kept_->data() + b);
   };
   if (pool_ != nullptr) {
     pool_->ParallelFor(grid_.num_tiles(), tile);
@@ -245,9 +242,11 @@ void FragmentMerger::Merge(const ContributionSource& source, const Sink& sink) {
     const size_t b = grid_.tile_begin(t), e = grid_.tile_end(t);
     std::vector<float>& out = FloatTile(1);
     out.resize(grid_.tile_values());
-    // The sums pass 2 kept, or formed here.
-    const double* acc = kept_ != nullptr && directions_kept_ ? kept_->data() + b : nullptr;
-    if (acc == nullptr) {
+    // The sums pass 2 kept (as fp32), or formed here (as double, read as fp32).
+    const bool kept = kept_ != nullptr && directions_kept_;
+    const float* kept_sums = kept ? kept_->data() + b : nullptr;
+    const double* acc = nullptr;
+    if (!kept) {
       std::vector<float>& v = FloatTile(0);
       std::vector<double>& tile_acc = DoubleTile();
       v.resize(kPieceValues);
@@ -255,21 +254,25 @@ void FragmentMerger::Merge(const ContributionSource& source, const Sink& sink) {
       if (sum_ > 0) Accumulate(source, b, e, v, tile_acc.data());
       acc = tile_acc.data();
     }
-    for (size_t k = grid_.first_segment(t); k < grid_.first_segment(t + 1); ++k) {
-      const size_t s = segs[k].slice, off = segs[k].begin - b, len = segs[k].end - segs[k].begin;
-      float* o = out.data() + off;
-      const double* a = acc + off;
-      if (zero_[s]) {
-        std::fill(o, o + len, 0.0f);
-      } else if (Rda(s)) {
-        const double scale = scale_[s];
-        for (size_t j = 0; j < len; ++j)
-          o[j] = static_cast<float>(static_cast<double>(static_cast<float>(a[j])) * scale);
-      } else {
-        for (size_t j = 0; j < len; ++j) o[j] = static_cast<float>(a[j]);
+    // a: the tile's sums, fp32 (kept) or double (formed here); either is read as fp32.
+    const auto merge = [&](const auto* a) {
+      for (size_t k = grid_.first_segment(t); k < grid_.first_segment(t + 1); ++k) {
+        const size_t s = segs[k].slice, off = segs[k].begin - b, len = segs[k].end - segs[k].begin;
+        float* o = out.data() + off;
+        if (zero_[s]) {
+          std::fill(o, o + len, 0.0f);
+        } else if (Rda(s)) {
+          const double scale = scale_[s];
+          for (size_t j = 0; j < len; ++j)
+            o[j] = static_cast<float>(static_cast<double>(static_cast<float>(a[off + j])) * scale);
+        } else {
+          for (size_t j = 0; j < len; ++j) o[j] = static_cast<float>(a[off + j]);
+        }
+        parts[k] = SumSquares(o, len);
       }
-      parts[k] = SumSquares(o, len);
-    }
+    };
+    if (kept) merge(kept_sums);
+    else merge(acc);
     sink(t, b, e, std::span<const float>(out.data(), e - b));
   };
   if (pool_ != nullptr) {

@@ -66,18 +66,20 @@ ATOLL_SIMD_CLONES double StatelessInPlace(float* theta, const float* __restrict 
   return sum + tail;
 }
 
-// StatelessInPlace that also saves Θ_before and measures the range (ApplyMeasured): one loop
-// instead of a copy, the step, two sums of squares and a finiteness scan.
-ATOLL_SIMD_CLONES OuterStepKernel::Measures StatelessMeasured(float* theta, const float* __restrict m,
-                                                              float* __restrict saved, double lr, double rho,
-                                                              size_t n) {
+// StatelessInPlace that also measures the range (ApplyMeasured), in one loop instead of the step,
+// two sums of squares and a finiteness scan: Θ_after into `out`, which is `in` itself with Θ_before
+// saved into `saved` (kSave), or another buffer (Θ_before stays in `in`).
+template <bool kSave>
+[[gnu::always_inline]] inline OuterStepKernel::Measures StatelessMeasuredBody(const float* in, float* out,
+                                                                              const float* __restrict m, float* saved,
+                                                                              double lr, double rho, size_t n) {
   double b2[kLanes] = {}, a2[kLanes] = {}, s2[kLanes] = {};
   uint32_t bad[kLanes] = {};
   const auto step = [&](size_t j, double& bl, double& al, double& sl, uint32_t& badl) {
-    const float before = theta[j];
+    const float before = in[j];
     const float t = static_cast<float>(static_cast<double>(before) - lr * (rho * static_cast<double>(m[j])));
-    saved[j] = before;
-    theta[j] = t;
+    if constexpr (kSave) saved[j] = before;
+    out[j] = t;
     bl += static_cast<double>(before) * static_cast<double>(before);
     al += static_cast<double>(t) * static_cast<double>(t);
     sl += Moved(t, before);
@@ -90,18 +92,30 @@ ATOLL_SIMD_CLONES OuterStepKernel::Measures StatelessMeasured(float* theta, cons
   double tb = 0, ta = 0, ts = 0;
   uint32_t tbad = 0;
   for (; i < n; ++i) step(i, tb, ta, ts, tbad);
-  OuterStepKernel::Measures out;
+  OuterStepKernel::Measures out_measures;
   for (size_t k = 0; k < kLanes; ++k) {
-    out.before2 += b2[k];
-    out.after2 += a2[k];
-    out.step2 += s2[k];
+    out_measures.before2 += b2[k];
+    out_measures.after2 += a2[k];
+    out_measures.step2 += s2[k];
     tbad |= bad[k];
   }
-  out.before2 += tb;
-  out.after2 += ta;
-  out.step2 += ts;
-  out.finite = tbad == 0;
-  return out;
+  out_measures.before2 += tb;
+  out_measures.after2 += ta;
+  out_measures.step2 += ts;
+  out_measures.finite = tbad == 0;
+  return out_measures;
+}
+
+ATOLL_SIMD_CLONES OuterStepKernel::Measures StatelessMeasured(float* theta, const float* __restrict m,
+                                                              float* __restrict saved, double lr, double rho,
+                                                              size_t n) {
+  return StatelessMeasuredBody<true>(theta, theta, m, saved, lr, rho, n);
+}
+
+ATOLL_SIMD_CLONES OuterStepKernel::Measures StatelessMeasuredTo(const float* __restrict in, float* __restrict out,
+                                                                const float* __restrict m, double lr, double rho,
+                                                                size_t n) {
+  return StatelessMeasuredBody<false>(in, out, m, nullptr, lr, rho, n);
 }
 
 }  // namespace
@@ -221,13 +235,17 @@ double OuterStepKernel::RunningStep(size_t begin, size_t end, const float* merge
 OuterStepKernel::Measures OuterStepKernel::ApplyMeasured(size_t begin, size_t end, const float* merged,
                                                          const OuterStepSpans& s, float* saved) const {
   const size_t n = end - begin;
-  if (stateless_ && s.theta_out == s.theta) {  // stateless_: never kRunning
-    return StatelessMeasured(s.theta_out + begin, merged, saved, lr_, kind_ == OuterStepKind::kRound ? 1.0 : rho_, n);
+  const double rho = kind_ == OuterStepKind::kRound ? 1.0 : rho_;
+  const bool in_place = s.theta_out == s.theta;
+  ATOLL_CHECK(!in_place || saved != nullptr);
+  if (stateless_ && in_place) return StatelessMeasured(s.theta_out + begin, merged, saved, lr_, rho, n);
+  if (stateless_ && saved == nullptr) {  // stateless_: never kRunning
+    return StatelessMeasuredTo(s.theta + begin, s.theta_out + begin, merged, lr_, rho, n);
   }
-  std::copy(s.theta + begin, s.theta + end, saved);
+  if (saved != nullptr) std::copy(s.theta + begin, s.theta + end, saved);
   Measures out;
+  out.before2 = SumSquares(saved != nullptr ? saved : s.theta + begin, n);
   out.step2 = Apply(begin, end, merged, s);
-  out.before2 = SumSquares(saved, n);
   out.after2 = SumSquares(s.theta_out + begin, n);
   for (size_t i = begin; i < end; ++i) out.finite &= std::isfinite(s.theta_out[i]);
   return out;

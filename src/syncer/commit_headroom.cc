@@ -70,9 +70,7 @@ Status CommitHeadroom::Check() {
 }
 
 uint64_t CommitBytes(const diloco::FragmentPlan& plan, uint64_t margin_bytes) {
-  int64_t largest = 0;
-  for (const auto& f : plan.fragments) largest = std::max(largest, f.numel);
-  const auto n = static_cast<uint64_t>(largest);
+  const auto n = static_cast<uint64_t>(plan.largest_numel());
   // A fragment file at its largest: the 64-byte header, Θ_p, the momentum, the public copy Φ_p
   // and at most one lattice exponent byte per value (durable_state.cc).
   return 64 + 3 * n * sizeof(float) + n + margin_bytes;

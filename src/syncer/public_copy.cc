@@ -58,15 +58,15 @@ Status PublicCopy::Advance(std::span<const float> theta, int64_t version) {
   return Status::Ok();
 }
 
-void PublicCopy::Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated,
-                        std::optional<uint64_t> checksum) {
+std::vector<std::byte> PublicCopy::Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version,
+                                          int64_t saturated, std::optional<uint64_t> checksum) {
   ATOLL_CHECK(next.size() == phi_.size());
   phi_.swap(next);
-  CommitInPlace(std::move(delta), version, saturated, checksum);
+  return CommitInPlace(std::move(delta), version, saturated, checksum);
 }
 
-void PublicCopy::CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated,
-                               std::optional<uint64_t> checksum) {
+std::vector<std::byte> PublicCopy::CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated,
+                                                 std::optional<uint64_t> checksum) {
   ATOLL_CHECK(version == version_ + 1);
   Past past;
   past.version = version;
@@ -78,7 +78,7 @@ void PublicCopy::CommitInPlace(std::vector<std::byte> delta, int64_t version, in
   history_.push_back(std::move(past));
   cache_.clear();
   cache_held_ = 0;
-  Evict();
+  return Evict();
 }
 
 size_t PublicCopy::HistoryBytes() const {
@@ -87,13 +87,17 @@ size_t PublicCopy::HistoryBytes() const {
   return n;
 }
 
-void PublicCopy::Evict() {
+std::vector<std::byte> PublicCopy::Evict() {
+  std::vector<std::byte> spare;
   while (!history_.empty() &&
          (static_cast<int>(history_.size()) > options_.history_versions ||
           (options_.history_bytes > 0 && history_.size() > 1 && HistoryBytes() > options_.history_bytes))) {
     base_checksum_ = history_.front().checksum;
+    if (history_.front().delta.capacity() > spare.capacity()) spare.swap(history_.front().delta);
     history_.pop_front();
   }
+  spare.clear();
+  return spare;
 }
 
 int64_t PublicCopy::oldest() const { return history_.empty() ? version_ : history_.front().version - 1; }

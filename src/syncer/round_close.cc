@@ -1,7 +1,8 @@
 // Closing a round of fragment p: one tiled pass over the fragment on the core's pool that decodes
-// the pushes, merges them, takes the outer step and advances the public copy Φ_p in place, the old
-// values of every tile saved first into the core's scratch buffers; numeric safety then commits
-// the round or refuses it (the old values are put back: nothing changed). docs/decisions/018.
+// the pushes, merges them, takes the outer step into the core's scratch Θ and the public copy's
+// next values into its scratch Φ (the optimizer's state moves in place, the old values of every
+// tile saved first); numeric safety then commits the round (the scratch buffers are swapped in) or
+// refuses it (the saved values are put back: nothing changed). docs/decisions/018.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -38,12 +39,6 @@ void Size(std::vector<float>& v, size_t n, size_t capacity) {
   v.resize(n);
 }
 
-size_t LargestFragment(const diloco::FragmentPlan& plan) {
-  size_t n = 0;
-  for (const diloco::Fragment& g : plan.fragments) n = std::max(n, static_cast<size_t>(g.numel));
-  return n;
-}
-
 void Save(const float* from, size_t begin, size_t end, std::vector<float>& to) {
   std::copy(from + begin, from + end, to.begin() + static_cast<std::ptrdiff_t>(begin));
 }
@@ -60,11 +55,10 @@ struct SyncerCore::RoundPass {
   size_t vetted_out = 0;
   // Per reduction chunk of the fragment: Σ Θ_before², Σ Θ_after², Σ (Θ_after − Θ_before)², Σ momentum².
   std::vector<double> before2, after2, step2, momentum2;
-  std::vector<std::vector<std::byte>> delta_parts;  // per tile, joined in order
-  std::vector<uint64_t> phi_checksums;              // per tile: the fused lattice step's next Φ
-  std::vector<int64_t> saturated;                   // per tile
-  std::vector<char> finite;                         // per tile: kThetaFinite | kMomentumFinite | kSweepFinite
-  std::vector<float> merged;                        // ddp and the unfused lattice step only
+  std::vector<uint64_t> phi_checksums;  // per tile: the fused lattice step's next Φ
+  std::vector<int64_t> saturated;       // per tile
+  std::vector<char> finite;             // per tile: kThetaFinite | kMomentumFinite | kSweepFinite
+  std::vector<float> merged;            // ddp and the unfused lattice step only
   std::vector<std::byte> delta;
   bool started = false, lattice_unfused = false;  // the pass has moved values / the lattice step ran whole
   RoundNorms norms;
@@ -123,7 +117,7 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
 Status SyncerCore::PrepareRoundPass(int p, RoundPass& pass, RoundReport& report) {
   FragmentState& f = fragments_[static_cast<size_t>(p)];
   const size_t n = f.theta.size();
-  const size_t capacity = LargestFragment(plan_);
+  const size_t capacity = plan_.largest_numel();
   // Φ_p at the versions late pushes were computed against (each once, a copy: Φ_p itself moves in
   // the pass): exact, from the history.
   for (const Contribution& c : f.pending) {
@@ -165,11 +159,12 @@ Status SyncerCore::PrepareRoundPass(int p, RoundPass& pass, RoundReport& report)
 }
 
 // The outer step, numeric safety's sums and the lattice step of one tile whose merged values are
-// `merged`, in place (old values saved first).
+// `merged`: Θ's next values into scratch (Θ itself is the pass's reference until the commit), the
+// optimizer's state in place (old values saved first).
 void SyncerCore::ApplyTile(int p, RoundPass& pass, size_t t, size_t b, size_t e, std::span<const float> merged) {
   FragmentState& f = fragments_[static_cast<size_t>(p)];
   const diloco::OuterStepSpans spans = {.theta = f.theta.data(),
-                                        .theta_out = f.theta.data(),
+                                        .theta_out = scratch_.theta.data(),
                                         .momentum = f.momentum.empty() ? nullptr : f.momentum.data(),
                                         .momentum_out = f.momentum.empty() ? nullptr : f.momentum.data(),
                                         .accum = pass.kernel->keeps_accum() ? f.sweep.accum.data() : nullptr,
@@ -182,7 +177,7 @@ void SyncerCore::ApplyTile(int p, RoundPass& pass, size_t t, size_t b, size_t e,
   bool theta = true, momentum = true, sweep = true;
   for (size_t c = b; c < e; c += diloco::kReduceChunk) {
     const size_t ce = std::min(e, c + diloco::kReduceChunk), k = c / diloco::kReduceChunk;
-    const auto measures = pass.kernel->ApplyMeasured(c, ce, merged.data() + (c - b), spans, scratch_.theta.data() + c);
+    const auto measures = pass.kernel->ApplyMeasured(c, ce, merged.data() + (c - b), spans, nullptr);
     pass.step2[k] = measures.step2;
     pass.before2[k] = measures.before2;
     pass.after2[k] = measures.after2;
@@ -201,7 +196,8 @@ void SyncerCore::ApplyTile(int p, RoundPass& pass, size_t t, size_t b, size_t e,
     // checksummed while the tile is in cache (a tile is one checksum piece).
     const size_t block = static_cast<size_t>(f.copy->lattice().block);
     exchange::EncodeLatticeStepBlocks(f.copy->lattice(), f.copy->options().qmax, b / block, (e + block - 1) / block,
-                                      f.theta, f.copy->values(), scratch_.phi, pass.delta_parts[t], &pass.saturated[t]);
+                                      scratch_.theta, f.copy->values(), scratch_.phi, scratch_.delta_parts[t],
+                                      &pass.saturated[t]);
     pass.phi_checksums[t] = exchange::PieceChecksum(std::span<const float>(scratch_.phi).subspan(b, e - b));
   }
 }
@@ -213,7 +209,7 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
   auto merger = diloco::FragmentMerger::Create(plan_.fragments[static_cast<size_t>(p)], rule_->merge_rule(),
                                                pass.weights, pool_.get());
   if (!merger.ok()) return merger.status().WithContext("merge");
-  if (const size_t capacity = LargestFragment(plan_); scratch_.sums.capacity() < capacity)
+  if (const size_t capacity = plan_.largest_numel(); scratch_.sums.capacity() < capacity)
     scratch_.sums.reserve(capacity);
   merger->KeepSums(&scratch_.sums);
   for (size_t m = 0; m < f.pending.size(); ++m) {
@@ -225,7 +221,9 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
                       grid.tile_values() == exchange::kChecksumPieceValues;
   const size_t chunks = (n + diloco::kReduceChunk - 1) / diloco::kReduceChunk;
   for (auto* v : {&pass.before2, &pass.after2, &pass.step2, &pass.momentum2}) v->assign(chunks, 0.0);
-  pass.delta_parts.assign(grid.num_tiles(), {});
+  // Per tile, joined in order at the end; kept between rounds (cleared, their capacity stays).
+  if (scratch_.delta_parts.size() < grid.num_tiles()) scratch_.delta_parts.resize(grid.num_tiles());
+  for (auto& part : scratch_.delta_parts) part.clear();
   pass.phi_checksums.assign(grid.num_tiles(), 0);
   pass.saturated.assign(grid.num_tiles(), 0);
   pass.finite.assign(grid.num_tiles(), kThetaFinite | kMomentumFinite | kSweepFinite);
@@ -280,30 +278,42 @@ Status SyncerCore::FinishRoundPass(int p, RoundPass& pass) {
   }
   if (!pass.norms.theta_finite) return Status::Ok();  // refused by numeric safety
   if (pass.fuse_lattice) {
-    for (auto& part : pass.delta_parts) pass.delta.insert(pass.delta.end(), part.begin(), part.end());
+    // Into the buffer a history let go at an earlier commit (no fresh pages when it is as large).
+    size_t bytes = 0;
+    for (const auto& part : scratch_.delta_parts) bytes += part.size();
+    pass.delta = std::move(scratch_.delta);
+    pass.delta.clear();
+    pass.delta.reserve(bytes);
+    for (const auto& part : scratch_.delta_parts) pass.delta.insert(pass.delta.end(), part.begin(), part.end());
     return Status::Ok();
   }
   const std::span<float> phi = f.copy->values_for_advance();
   std::copy(phi.begin(), phi.end(), scratch_.phi.begin());
   exchange::LatticeStepStats stats;
   pass.lattice_unfused = true;
-  ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeStep(f.copy->lattice(), f.copy->options().qmax, f.theta, phi, pass.delta,
-                                                    &stats, pool_.get()));
+  const std::vector<float>& next_theta = pass.kernel ? scratch_.theta : f.theta;
+  ATOLL_RETURN_IF_ERROR(exchange::EncodeLatticeStep(f.copy->lattice(), f.copy->options().qmax, next_theta, phi,
+                                                    pass.delta, &stats, pool_.get()));
   pass.saturated.assign(1, stats.saturated);
   return Status::Ok();
 }
 
 void SyncerCore::CommitRoundPass(int p, RoundPass& pass) {
   FragmentState& f = fragments_[static_cast<size_t>(p)];
-  if (pass.kernel) pass.kernel->Finish(f.sweep);
+  if (pass.kernel) {
+    pass.kernel->Finish(f.sweep);
+    f.theta.swap(scratch_.theta);  // both hold the largest fragment's capacity: nothing is allocated
+  }
   int64_t saturated = 0;
   for (int64_t s : pass.saturated) saturated += s;
+  std::vector<std::byte> spare;
   if (pass.fuse_lattice) {
-    f.copy->Commit(scratch_.phi, std::move(pass.delta), f.version + 1, saturated,
-                   exchange::CombinePieceChecksums(pass.phi_checksums, f.theta.size()));
+    spare = f.copy->Commit(scratch_.phi, std::move(pass.delta), f.version + 1, saturated,
+                           exchange::CombinePieceChecksums(pass.phi_checksums, f.theta.size()));
   } else {
-    f.copy->CommitInPlace(std::move(pass.delta), f.version + 1, saturated);
+    spare = f.copy->CommitInPlace(std::move(pass.delta), f.version + 1, saturated);
   }
+  if (spare.capacity() > scratch_.delta.capacity()) scratch_.delta = std::move(spare);
   f.version += 1;
   f.theta_norm = pass.kernel ? std::sqrt(diloco::SegmentGrid::Total(pass.after2)) : diloco::L2Norm(f.theta);
 }
@@ -316,7 +326,7 @@ void SyncerCore::RestoreRoundPass(int p, RoundPass& pass) {
   const auto back = [n](const std::vector<float>& saved, float* to) {
     std::copy(saved.begin(), saved.begin() + static_cast<std::ptrdiff_t>(n), to);
   };
-  back(scratch_.theta, f.theta.data());
+  if (!pass.kernel) back(scratch_.theta, f.theta.data());  // ddp moved Θ in place; the kernel wrote scratch
   if (pass.writes_momentum) back(scratch_.momentum, f.momentum.data());
   if (pass.kernel && pass.kernel->keeps_accum()) {
     if (pass.accum_sized) back(scratch_.accum, f.sweep.accum.data());

@@ -88,6 +88,7 @@ StatusOr<SyncerCore> SyncerCore::Create(SyncerOptions options, diloco::FragmentP
                                                                core.CopyOptions(initial[p].size())));
     f.copy.emplace(std::move(copy));
     f.theta = std::move(initial[p]);
+    f.theta.reserve(core.plan_.largest_numel());  // swapped with the round's scratch (round_close.cc)
     f.theta_norm = diloco::L2Norm(f.theta);
     if (core.KeepsMomentum()) f.momentum.assign(f.theta.size(), 0.0f);
   }
@@ -109,7 +110,7 @@ PublicCopyOptions SyncerCore::CopyOptions(size_t numel) const {
                         : std::max(options_.history_min_bytes,
                                    static_cast<size_t>(options_.history_bytes_per_value * static_cast<double>(numel)));
   o.pool = pool_.get();
-  for (const diloco::Fragment& g : plan_.fragments) o.capacity = std::max(o.capacity, static_cast<size_t>(g.numel));
+  o.capacity = plan_.largest_numel();
   return o;
 }
 
@@ -721,9 +722,10 @@ SyncerCore::HeldBytes SyncerCore::held_bytes() const {
     for (const Contribution& c : f.pending) b.pending += c.raw.capacity();
   }
   b.scratch = (scratch_.theta.capacity() + scratch_.momentum.capacity() + scratch_.accum.capacity() +
-               scratch_.start.capacity() + scratch_.phi.capacity()) *
+               scratch_.start.capacity() + scratch_.phi.capacity() + scratch_.sums.capacity()) *
                   sizeof(float) +
-              scratch_.sums.capacity() * sizeof(double);
+              scratch_.delta.capacity();
+  for (const auto& part : scratch_.delta_parts) b.scratch += part.capacity();
   for (const auto& [id, l] : learners_)
     b.learners += sizeof(l) + l.host.capacity() + l.merged_versions.capacity() * sizeof(int64_t);
   return b;

@@ -54,6 +54,7 @@ Status SyncerCore::RestoreFragment(int fragment, FragmentSnapshot snap) {
   auto copy = PublicCopy::Restore(std::move(lattice), std::move(values), snap.version, CopyOptions(n));
   if (!copy.ok()) return copy.status().WithContext("restore: fragment " + std::to_string(fragment));
   f.theta = std::move(snap.theta);
+  f.theta.reserve(plan_.largest_numel());  // swapped with the round's scratch (round_close.cc)
   f.theta_norm = diloco::L2Norm(f.theta);
   if (KeepsMomentum()) {
     f.momentum = snap.momentum.empty() ? std::vector<float>(n, 0.0f) : std::move(snap.momentum);

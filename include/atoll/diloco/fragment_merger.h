@@ -63,9 +63,11 @@ class FragmentMerger {
                                              ThreadPool* pool = nullptr);
   // A buffer of the fragment's size (resized by Run; the caller keeps it between rounds so its
   // pages stay mapped) in which pass 2 keeps each tile's sums Σ coef·v for pass 3, which then
-  // reads them instead of asking every contribution for its values a third time. The same bits
-  // either way. Without one (the default) nothing fragment-sized is held.
-  void KeepSums(std::vector<double>* buffer) { kept_ = buffer; }
+  // reads them instead of asking every contribution for its values a third time. The sums are
+  // kept rounded to fp32 (pass 2 measures the direction on the double sums first): pass 3 uses
+  // nothing else of them, so the bits are the same either way. Without one (the default) nothing
+  // fragment-sized is held.
+  void KeepSums(std::vector<float>* buffer) { kept_ = buffer; }
 
   // After Run: the weights (vetted), contribution m's norm per slice and over the fragment (0 for
   // a zero-weight contribution, which is never read; not computed when no pass needed them), and
@@ -99,9 +101,9 @@ class FragmentMerger {
   std::vector<bool> any_direction_;               // per slice (RDA)
   std::vector<bool> zero_;                        // per slice: merges to zeros (no weight; RDA: no direction)
   double merged_norm_ = 0;
-  std::vector<double>* kept_ = nullptr;  // KeepSums
-  std::vector<bool> given_;              // per contribution: GiveNorms
-  bool directions_kept_ = false;         // pass 2 ran and left every tile's sums in *kept_
+  std::vector<float>* kept_ = nullptr;  // KeepSums
+  std::vector<bool> given_;             // per contribution: GiveNorms
+  bool directions_kept_ = false;        // pass 2 ran and left every tile's sums in *kept_
 };
 
 }  // namespace atl::diloco

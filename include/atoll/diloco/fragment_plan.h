@@ -77,6 +77,12 @@ struct FragmentPlan {
   double peak_to_ideal = 0;  // max fragment numel / ideal
 
   int num_fragments() const { return static_cast<int>(fragments.size()); }
+  // The largest fragment's numel (0 without fragments): what a buffer that serves any fragment holds.
+  size_t largest_numel() const {
+    int64_t n = 0;
+    for (const Fragment& f : fragments) n = n > f.numel ? n : f.numel;
+    return static_cast<size_t>(n);
+  }
 };
 
 // Builds a plan. InvalidArgument when P < 1, P > number of elements, no tensors, a tensor has

@@ -130,8 +130,9 @@ class OuterStepKernel {
     double before2 = 0, after2 = 0, step2 = 0;
     bool finite = true;
   };
-  // Apply, with Θ_before saved into saved[0, end − begin) first (for a roll-back) and the range
-  // measured: the same bits as Apply and SumSquares, in one loop for the stateless step in place.
+  // Apply, with the range measured: the same bits as Apply and SumSquares, in one loop for the
+  // stateless step. In place (s.theta_out == s.theta) Θ_before is saved into saved[0, end − begin)
+  // first (for a roll-back); out of place `saved` may be null (Θ_before stays in s.theta).
   Measures ApplyMeasured(size_t begin, size_t end, const float* merged, const OuterStepSpans& s, float* saved) const;
   // The sweep's S and count after this round (kRound: nothing).
   void Finish(SweepState& state) const;

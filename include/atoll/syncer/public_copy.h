@@ -59,14 +59,15 @@ class PublicCopy {
   // the syncer's tiled round does): `next` holds the new values and is swapped in (it then holds
   // the old ones), `delta` is the round's raw delta.
   // `checksum`: the new values' ValuesChecksum when the caller formed it (a round's pass does, tile
-  // by tile); else it is formed here.
-  void Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version, int64_t saturated,
-              std::optional<uint64_t> checksum = std::nullopt);
+  // by tile); else it is formed here. Returns the buffer of a delta the history let go (empty when
+  // none), cleared: the caller's next round can code into it without fresh pages.
+  std::vector<std::byte> Commit(std::vector<float>& next, std::vector<std::byte> delta, int64_t version,
+                                int64_t saturated, std::optional<uint64_t> checksum = std::nullopt);
   // The advance done in place by the caller: a round's pass writes Φ's new values into
   // values_for_advance() (restoring them itself if the round is refused), then commits its delta.
   std::span<float> values_for_advance() { return phi_; }
-  void CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated,
-                     std::optional<uint64_t> checksum = std::nullopt);
+  std::vector<std::byte> CommitInPlace(std::vector<std::byte> delta, int64_t version, int64_t saturated,
+                                       std::optional<uint64_t> checksum = std::nullopt);
   // The options the copy codes with (its lattice quantiser, the pool).
   const PublicCopyOptions& options() const { return options_; }
 
@@ -97,7 +98,7 @@ class PublicCopy {
     std::vector<std::byte> delta;  // raw lattice delta from version − 1
   };
   PublicCopy(exchange::Lattice lattice, std::vector<float> phi, int64_t version, PublicCopyOptions options);
-  void Evict();
+  std::vector<std::byte> Evict();  // returns the largest buffer let go, cleared
   size_t HistoryBytes() const;
   StatusOr<std::vector<std::byte>> Compressed(std::vector<std::byte> raw, size_t* raw_size) const;
 

@@ -664,8 +664,9 @@ class SyncerCore {
   // Σ coef·v that its direction pass keeps for the merge (FragmentMerger::KeepSums). Reserved for
   // the largest fragment.
   struct Scratch {
-    std::vector<float> theta, momentum, accum, start, phi;
-    std::vector<double> sums;
+    std::vector<float> theta, momentum, accum, start, phi, sums;
+    std::vector<std::vector<std::byte>> delta_parts;  // a round's lattice delta, per tile
+    std::vector<std::byte> delta;                     // a delta buffer the history let go
   };
   Scratch scratch_;
   std::vector<FragmentState> fragments_;
