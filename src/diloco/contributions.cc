@@ -30,21 +30,25 @@ ATOLL_SIMD_CLONES void AgainstReference(const float* __restrict r, const float* 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+// The 16 values an int4 code can stand for in a block of scale s: float(code − 8)·s, code 0..15
+// (exactly the products the decoder forms), for a permute to look them up.
+__attribute__((target("avx512f"), always_inline)) inline __m512 Int4Table(__m512 s) {
+  return _mm512_mul_ps(_mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7), s);
+}
+
 // The 64 values of 32 int4 code bytes (low nibble first), as codec_range.cc's Int4PairsAvx512
-// decodes them: float(code − 8)·scale; then the outer gradient v = r − (b − x̂) (b null: v = x̂),
-// into v[0..3], 16 values each, in order.
-__attribute__((target("avx512f,avx512bw"), always_inline)) inline void Int4Gradients64(const uint8_t* c, __m512 s,
+// decodes them: float(code − 8)·scale, looked up in the block's Int4Table; then the outer gradient
+// v = r − (b − x̂) (b null: v = x̂), into v[0..3], 16 values each, in order.
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void Int4Gradients64(const uint8_t* c, __m512 table,
                                                                                        const float* r, const float* b,
                                                                                        __m512* v) {
   const __m512i low = _mm512_set1_epi16(0x0F), high = _mm512_set1_epi16(0xF0);
-  const __m512i eight = _mm512_set1_epi32(8);
   const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
   const __m512i nibbles = _mm512_or_si512(_mm512_and_si512(w, low), _mm512_slli_epi16(_mm512_and_si512(w, high), 4));
   const __m128i parts[4] = {_mm512_extracti32x4_epi32(nibbles, 0), _mm512_extracti32x4_epi32(nibbles, 1),
                             _mm512_extracti32x4_epi32(nibbles, 2), _mm512_extracti32x4_epi32(nibbles, 3)};
   for (int q = 0; q < 4; ++q) {
-    const __m512i codes = _mm512_sub_epi32(_mm512_cvtepu8_epi32(parts[q]), eight);
-    v[q] = _mm512_mul_ps(_mm512_cvtepi32_ps(codes), s);
+    v[q] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(parts[q]), table);
     if (b != nullptr) {
       const __m512 t = _mm512_sub_ps(_mm512_loadu_ps(b + 16 * q), v[q]);
       v[q] = _mm512_sub_ps(_mm512_loadu_ps(r + 16 * q), t);
@@ -68,11 +72,11 @@ __attribute__((target("avx512f,avx512bw"))) void Int4SquaresAvx512(const std::by
   __m512 v[4];
   for (size_t k = 0; k < count; ++k) {
     const std::byte* in = blocks + k * bytes;
-    const __m512 s = _mm512_set1_ps(Load<float>(in));
+    const __m512 table = Int4Table(_mm512_set1_ps(Load<float>(in)));
     const auto* c = reinterpret_cast<const uint8_t*>(in + kScaleBytes);
     for (size_t j = 0; j < block; j += 64) {
       const size_t at = k * block + j;
-      Int4Gradients64(c + j / 2, s, b == nullptr ? nullptr : r + at, b == nullptr ? nullptr : b + at, v);
+      Int4Gradients64(c + j / 2, table, b == nullptr ? nullptr : r + at, b == nullptr ? nullptr : b + at, v);
       for (int q = 0; q < 4; ++q) {
         const __m512d lo = Low8(v[q]), hi = High8(v[q]);
         acc = _mm512_add_pd(acc, _mm512_mul_pd(lo, lo));
@@ -100,8 +104,9 @@ __attribute__((target("avx512f,avx512bw"))) void Int4AccumulateAvx512(const Enco
       if (coefs[m] == 0) continue;
       const std::byte* in = pushes[m].raw.data() + blk * bytes;
       const float* b = pushes[m].base;
-      Int4Gradients64(reinterpret_cast<const uint8_t*>(in + kScaleBytes) + within / 2, _mm512_set1_ps(Load<float>(in)),
-                      b == nullptr ? nullptr : reference + i, b == nullptr ? nullptr : b + i, v);
+      Int4Gradients64(reinterpret_cast<const uint8_t*>(in + kScaleBytes) + within / 2,
+                      Int4Table(_mm512_set1_ps(Load<float>(in))), b == nullptr ? nullptr : reference + i,
+                      b == nullptr ? nullptr : b + i, v);
       const __m512d cc = _mm512_set1_pd(coefs[m]);
       for (int q = 0; q < 4; ++q) {
         const __m512d lo = _mm512_mul_pd(cc, Low8(v[q])), hi = _mm512_mul_pd(cc, High8(v[q]));
