@@ -71,29 +71,46 @@ TEST(EncodedGradientsTest, FusedFormsGiveTheDefaultFormsBits) {
   }
 }
 
+// Three int4 pushes against one base, of a fragment of an embedding slice of `embedding` values and
+// a second slice of `rest`.
+struct ThreePushes {
+  Fragment fragment;
+  CodecOptions codec{.encoding = Encoding::kInt4, .block_size = 256};
+  std::vector<float> reference, base;
+  std::vector<std::vector<std::byte>> raws;
+
+  ThreePushes(int64_t embedding, int64_t rest, uint64_t seed) {
+    fragment.slices = {{.tensor = 0, .offset = 0, .count = embedding, .is_embedding = true},
+                       {.tensor = 1, .offset = 0, .count = rest}};
+    fragment.numel = embedding + rest;
+    const auto n = static_cast<size_t>(fragment.numel);
+    Rng rng(seed);
+    reference.resize(n);
+    base.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      reference[i] = static_cast<float>(rng.Normal(0, 0.05));
+      base[i] = reference[i] + static_cast<float>(rng.Normal(0, 0.001));
+    }
+    raws.resize(3);
+    for (auto& raw : raws) {
+      std::vector<float> delta(n);
+      for (float& x : delta) x = static_cast<float>(rng.Normal(0, 0.01));
+      EXPECT_TRUE(Encode(codec, delta, raw).ok());
+    }
+  }
+  EncodedGradients Source() const {
+    std::vector<EncodedGradients::Push> pushes;
+    for (const auto& raw : raws) pushes.push_back({.raw = raw, .base = base.data()});
+    return EncodedGradients(codec, static_cast<size_t>(fragment.numel), reference.data(), std::move(pushes));
+  }
+};
+
 TEST(FragmentMergerTest, NormsGivenBeforeTheRunGiveTheSameMerge) {
   // Three int4 pushes of a two-slice fragment (one an embedding), merged by RDA with every norm
   // formed by the run, and with two of them given beforehand from NormsOf: the same bits.
-  Fragment f;
-  f.slices = {{.tensor = 0, .offset = 0, .count = 3000, .is_embedding = true},
-              {.tensor = 1, .offset = 0, .count = 9000}};
-  f.numel = 12000;
-  const CodecOptions codec{.encoding = Encoding::kInt4, .block_size = 256};
-  Rng rng(9);
-  std::vector<float> reference(12000), base(12000);
-  for (size_t i = 0; i < reference.size(); ++i) {
-    reference[i] = static_cast<float>(rng.Normal(0, 0.05));
-    base[i] = reference[i] + static_cast<float>(rng.Normal(0, 0.001));
-  }
-  std::vector<std::vector<std::byte>> raws(3);
-  std::vector<EncodedGradients::Push> pushes;
-  for (auto& raw : raws) {
-    std::vector<float> delta(12000);
-    for (float& x : delta) x = static_cast<float>(rng.Normal(0, 0.01));
-    ASSERT_TRUE(Encode(codec, delta, raw).ok());
-    pushes.push_back({.raw = raw, .base = base.data()});
-  }
-  const EncodedGradients source(codec, 12000, reference.data(), pushes);
+  const ThreePushes in(3000, 9000, 9);
+  const Fragment& f = in.fragment;
+  const EncodedGradients source = in.Source();
   const auto merge = [&](bool give) {
     auto merger = FragmentMerger::Create(f, MergeRule::kRda, {1.0, 2.0, 0.5});
     EXPECT_TRUE(merger.ok());
@@ -119,26 +136,9 @@ TEST(FragmentMergerTest, NormsGivenBeforeTheRunGiveTheSameMerge) {
 TEST(FragmentMergerTest, SumsKeptForTheMergeGiveTheSameBits) {
   // Pass 3 reading the sums pass 2 kept (fp32) against forming them again (double): the same
   // merged values and norm, for RDA and a weighted mean, on one thread and on a pool.
-  Fragment f;
-  f.slices = {{.tensor = 0, .offset = 0, .count = 70000, .is_embedding = true},
-              {.tensor = 1, .offset = 0, .count = 90000}};
-  f.numel = 160000;
-  const CodecOptions codec{.encoding = Encoding::kInt4, .block_size = 256};
-  Rng rng(11);
-  std::vector<float> reference(f.numel), base(f.numel);
-  for (size_t i = 0; i < reference.size(); ++i) {
-    reference[i] = static_cast<float>(rng.Normal(0, 0.05));
-    base[i] = reference[i] + static_cast<float>(rng.Normal(0, 0.001));
-  }
-  std::vector<std::vector<std::byte>> raws(3);
-  std::vector<EncodedGradients::Push> pushes;
-  for (auto& raw : raws) {
-    std::vector<float> delta(f.numel);
-    for (float& x : delta) x = static_cast<float>(rng.Normal(0, 0.01));
-    ASSERT_TRUE(Encode(codec, delta, raw).ok());
-    pushes.push_back({.raw = raw, .base = base.data()});
-  }
-  const EncodedGradients source(codec, f.numel, reference.data(), pushes);
+  const ThreePushes in(70000, 90000, 11);
+  const Fragment& f = in.fragment;
+  const EncodedGradients source = in.Source();
   ThreadPool pool(3);
   for (MergeRule rule : {MergeRule::kRda, MergeRule::kRdaAll, MergeRule::kMean}) {
     for (ThreadPool* on : {static_cast<ThreadPool*>(nullptr), &pool}) {
