@@ -279,6 +279,15 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
   c->add_option("--http-host", p->http_hosts,
                 "A host name the status page is reached by (repeatable); requests whose Host header is not an IP "
                 "address, localhost, the --http host or one of these are refused (DNS rebinding)");
+  c->add_flag("--rebuild", p->rebuild,
+              "Rebuild from the learners: the --state folder was lost (absent or empty; a committed state is refused). "
+              "Starts from the run's initial model and adopts the newest public copy of each fragment the joining "
+              "learners hold; outer momentum and the learner table's accounting restart from zero "
+              "(docs/deployment.md)");
+  c->add_option("--rebuild-wait", p->rebuild_wait_s,
+                "With --rebuild: seconds the syncer adopts copies before it closes any round (pushes meanwhile are "
+                "refused as Unavailable: learners rejoin and keep their work), in (0, 3600]")
+      ->capture_default_str();
   c->add_option("--shard", p->shard,
                 "i/S: run shard i of a syncer sharded S ways (0 <= i < S <= P). It owns the fragments p with "
                 "p mod S = i, has its own port and --state folder (default <out>/state: give each shard its own "

@@ -104,6 +104,8 @@ AgentCounters AgentGroup::counters() const {
     sum.pushes_repeated += k.pushes_repeated;
     sum.pushes_deferred += k.pushes_deferred;
     sum.rebases += k.rebases;
+    sum.copies_offered += k.copies_offered;
+    sum.copies_adopted += k.copies_adopted;
     if (k.first_contribution_s >= 0 &&
         (sum.first_contribution_s < 0 || k.first_contribution_s < sum.first_contribution_s)) {
       sum.first_contribution_s = k.first_contribution_s;

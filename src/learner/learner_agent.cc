@@ -288,7 +288,7 @@ void LearnerAgent::Backoff(double& delay_s) {
   delay_s = std::min(options_.backoff_max_s, delay_s * 2);
 }
 
-Status LearnerAgent::JoinAndCatchUp() {
+syncer::JoinRequestData LearnerAgent::JoinRequest() {
   syncer::JoinRequestData req;
   req.protocol_version = syncer::kProtocolVersion;
   req.run_id = options_.run_id;
@@ -305,13 +305,26 @@ Status LearnerAgent::JoinAndCatchUp() {
   if (!initial_.empty()) {
     for (size_t p = 0; p < initial_.size(); ++p) {  // a copy loaded from the state folder, else the start values
       req.fragment_checksums.push_back(exchange::ValuesChecksum(loaded_[p] ? public_[p] : initial_[p]));
+      req.fragment_versions.push_back(loaded_[p] ? have_[p] : -1);
     }
   } else if (options_.exchange_fragments) {
     for (size_t p = 0; p < public_.size(); ++p) {
       req.fragment_checksums.push_back(have_[p] >= 0 ? exchange::ValuesChecksum(public_[p]) : 0);
+      req.fragment_versions.push_back(have_[p]);
     }
   }
+  return req;
+}
+
+Status LearnerAgent::JoinAndCatchUp() {
+  const syncer::JoinRequestData req = JoinRequest();
   ATOLL_ASSIGN_OR_RETURN(auto reply, api_.Join(req));
+  if (!reply.rebuild_wanted.empty()) {
+    // A rebuilding syncer wants copies this learner holds: offer them, then join again, so that
+    // the reply says which copies the syncer now holds too (no pull for those).
+    OfferCopies(reply);
+    ATOLL_ASSIGN_OR_RETURN(reply, api_.Join(req));
+  }
   ATOLL_RETURN_IF_ERROR(CheckPlan(reply));
   if (reply.shard.count != options_.shard.count || reply.shard.index != options_.shard.index) {
     return FailedPreconditionError("syncer shard mismatch: the syncer at this address is shard " +

@@ -127,6 +127,38 @@ void LearnerAgent::AdoptHeld(const syncer::JoinReplyData& reply) {
   initial_.clear();
 }
 
+void LearnerAgent::OfferCopies(const syncer::JoinReplyData& reply) {
+  for (int p : reply.rebuild_wanted) {
+    const auto pi = static_cast<size_t>(p);
+    if (p < 0 || pi >= public_.size() || !Mine(p) || have_[pi] < 0 || public_[pi].empty()) continue;
+    syncer::PushHeaderData h;
+    h.learner_id = reply.learner_id;
+    h.push_session = reply.push_session;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      h.push_seq = ++push_seq_;
+      counters_.copies_offered += 1;
+    }
+    h.fragment = p;
+    h.base_version = have_[pi];
+    h.encoding = diloco::Encoding::kFp32;
+    h.compression = diloco::Compression::kNone;
+    h.num_values = static_cast<int64_t>(public_[pi].size());
+    h.public_copy = true;
+    std::vector<std::byte> payload(public_[pi].size() * sizeof(float));
+    std::memcpy(payload.data(), public_[pi].data(), payload.size());
+    auto r = api_.Push(h, payload);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (r.ok()) {
+      counters_.copies_adopted += 1;
+      counters_.payload_bytes_up += static_cast<int64_t>(payload.size());
+    } else {
+      std::fprintf(stderr, "learner %d: the rebuilding syncer did not adopt its copy of fragment %d: %s\n",
+                   reply.learner_id, p, r.status().ToString().c_str());
+    }
+  }
+}
+
 void LearnerAgent::NoteHeld(int p, uint64_t checksum) {
   std::lock_guard<std::mutex> lock(mu_);
   held_[static_cast<size_t>(p)] = {have_[static_cast<size_t>(p)], checksum};

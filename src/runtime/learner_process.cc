@@ -299,6 +299,8 @@ class LearnerProcess {
             {"pushes_repeated", k.pushes_repeated},
             {"pushes_deferred", k.pushes_deferred},
             {"rebases", k.rebases},
+            {"copies_offered", k.copies_offered},
+            {"copies_adopted", k.copies_adopted},
             {"state_loaded", k.state_loaded},
             {"state_errors", k.state_errors},
             {"first_contribution_s", k.first_contribution_s},

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "atoll/core/checksum.h"
 #include "atoll/core/clock.h"
 #include "atoll/core/file.h"
@@ -71,6 +73,7 @@ class SyncerProcess {
         kCommitFds);
     committer_ = std::make_unique<RoundCommitter>(*opened_.durable, *headroom_, *log_, *checkpoints_, *summary_, plan_,
                                                   out_, opt_.checkpoint_every);
+    if (opt_.rebuild) BeginRebuild();
     loop_ = std::make_unique<syncer::SyncerLoop>(
         std::move(*opened_.core), clock_,
         [this](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
@@ -82,9 +85,25 @@ class SyncerProcess {
   }
 
  private:
+  // --rebuild (docs/decisions/021): copies are adopted from now until the wait ends.
+  void BeginRebuild() {
+    opened_.core->BeginRebuild(clock_.Now() + FromSeconds(opt_.rebuild_wait_s));
+    std::printf(
+        "syncer: rebuild: the durable state was lost; starting from the run's initial model and adopting the "
+        "learners' newest public copies for %g s before any round closes (outer momentum, sweeps and the learner "
+        "table's accounting start from zero)\n",
+        opt_.rebuild_wait_s);
+    std::fflush(stdout);
+    log_->Line({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "rebuild"}, {"wait_s", opt_.rebuild_wait_s}});
+  }
+
   // The flags against the run file: the shard, the HTTP address and its credentials.
   Status CheckOptions() {
     ATOLL_RETURN_IF_ERROR(ValidateRunConfig(c_));
+    if (!(opt_.rebuild_wait_s > 0 && opt_.rebuild_wait_s <= kMaxRebuildWaitSeconds)) {
+      return InvalidArgumentError(fmt::format("--rebuild-wait {} is out of range: give seconds in (0, {}]",
+                                              opt_.rebuild_wait_s, kMaxRebuildWaitSeconds));
+    }
     if (!opt_.shard.empty()) {
       ATOLL_ASSIGN_OR_RETURN(shard_, syncer::ParseShardSpec(opt_.shard));
     }

@@ -31,10 +31,17 @@ void RemoveStaleFiles(syncer::DurableState& durable, const std::string& out) {
 }
 
 // Restores a saved state into the core, or writes the initial one.
-int ResumeOrSave(OpenedCore& out) {
+int ResumeOrSave(OpenedCore& out, bool rebuild) {
   auto contents = out.durable->Inspect();  // a damaged or foreign folder is refused, never overwritten
   if (!contents.ok()) return SyncerFail(contents.status(), 2);
   out.resumed = *contents == syncer::DurableState::Contents::kSaved;
+  if (out.resumed && rebuild) {
+    return SyncerFail(FailedPreconditionError(
+                          "--rebuild is for a syncer whose state was lost, but " + out.durable->dir() +
+                          " holds a committed state: a rebuild would discard it (start without --rebuild to resume "
+                          "from it, or move it away first)"),
+                      2);
+  }
   if (!out.resumed) {
     if (Status st = out.durable->SaveAll(*out.core); !st.ok())
       return SyncerFail(st.WithContext("writing the initial state"), 1);
@@ -68,7 +75,7 @@ int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHos
   const std::string out_dir = opt.out_dir.empty() ? "." : opt.out_dir;
   out.durable = std::make_unique<syncer::DurableState>(opt.state_dir.empty() ? out_dir + "/state" : opt.state_dir);
   RemoveStaleFiles(*out.durable, out_dir);
-  return ResumeOrSave(out);
+  return ResumeOrSave(out, opt.rebuild);
 }
 
 void PrintStateWarnings(OpenedCore& opened) {

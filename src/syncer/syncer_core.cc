@@ -140,9 +140,10 @@ std::vector<int> SyncerCore::LiveLearners(TimePoint now) const {
 }
 
 Status SyncerCore::CheckJoinIdentity(const JoinRequestData& r) const {
-  if (r.protocol_version != kProtocolVersion) {
+  if (r.protocol_version < kOldestProtocolVersion || r.protocol_version > kProtocolVersion) {
     return FailedPreconditionError("protocol version " + std::to_string(r.protocol_version) +
-                                   " not supported: this syncer speaks version " + std::to_string(kProtocolVersion));
+                                   " not supported: this syncer speaks versions " +
+                                   std::to_string(kOldestProtocolVersion) + " to " + std::to_string(kProtocolVersion));
   }
   if (r.run_id != options_.run_id) {
     return FailedPreconditionError("run id '" + r.run_id + "' does not match this syncer's run '" + options_.run_id +
@@ -220,6 +221,7 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   reply.merged_versions.resize(fragments_.size(), -1);
   reply.shard = options_.shard;
   reply.push_session = l.push_session;
+  if (rebuilding(now)) reply.rebuild_wanted = WantedCopies(r, l);
   return reply;
 }
 
@@ -370,6 +372,8 @@ Status SyncerCore::CheckPush(const PushHeaderData& h, size_t payload_bytes, Time
   if (it == learners_.end()) {
     return NotFoundError(fmt::format("push from learner {} which has not joined (join first)", h.learner_id));
   }
+  if (h.public_copy) return CheckOffer(it->second, h, payload_bytes, now);
+  if (rebuilding(now)) return RebuildingError(now);
   ATOLL_RETURN_IF_ERROR(CheckPushingLearner(it->second, h, now, arrived));
   return CheckPushHeader(h, payload_bytes);
 }
@@ -455,6 +459,8 @@ StatusOr<PushResult> SyncerCore::Push(const PushHeaderData& h, PreparedPush prep
   }
   LearnerRecord& l = lit->second;
   l.bytes_up += std::max<int64_t>(0, h.wire_bytes);
+  if (h.public_copy) return InvalidArgumentError("a public copy is offered with its values (AdoptCopy), not as a push");
+  if (rebuilding(now)) return RebuildingError(now);
   if (Status st = CheckPushingLearner(l, h, now, arrived); !st.ok()) {
     if (st.code() == StatusCode::kAlreadyExists) l.replays_refused += 1;
     return st;
@@ -590,6 +596,7 @@ std::vector<RoundReport> SyncerCore::CloseAllPending(TimePoint now, const Clock&
 
 std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clock, bool force) {
   std::vector<RoundReport> closed;
+  if (!force && rebuilding(now)) return closed;  // no round closes while copies are still adopted
   const std::vector<int> live = LiveLearners(now);
   SettleUnjudgedCredit();
   const double P = plan_.num_fragments();
@@ -774,6 +781,7 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   j["learners"] = ls;
   j["bytes_up"] = up;
   j["bytes_down"] = down;
+  if (rebuild_until_) j["rebuilt"] = RebuildJson(now);
   return j;
 }
 

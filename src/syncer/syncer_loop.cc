@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
 
 namespace atl::syncer {
 namespace {
@@ -229,6 +232,7 @@ StatusOr<HeartbeatReplyData> SyncerLoop::Heartbeat(int learner_id, const Learner
 }
 
 StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<const std::byte> payload) {
+  if (header.public_copy) return Adopt(header, payload);
   const TimePoint arrived = clock_.Now();  // silence is measured to here, not to when the loop gets to it
   // The payload is inflated and checked here, on the caller's thread (pure work on its bytes), so
   // that M pushes arriving together are prepared in parallel and the loop only admits them. A
@@ -245,6 +249,30 @@ StatusOr<PushResult> SyncerLoop::Push(const PushHeaderData& header, std::span<co
       std::make_shared<PreparedPush>(PreparePush(uplink_, payload, numel_[static_cast<size_t>(header.fragment)]));
   return Ask<StatusOr<PushResult>>([header, prepared, arrived](SyncerCore& core, TimePoint now) {
     return core.Push(header, std::move(*prepared), now, arrived);
+  });
+}
+
+StatusOr<PushResult> SyncerLoop::Adopt(const PushHeaderData& header, std::span<const std::byte> payload) {
+  if (payload.size() % sizeof(float) != 0) {
+    return InvalidArgumentError("an offered public copy of " + std::to_string(payload.size()) +
+                                " bytes is not a whole number of fp32 values");
+  }
+  std::vector<float> values(payload.size() / sizeof(float));
+  std::memcpy(values.data(), payload.data(), payload.size());
+  return Ask<StatusOr<PushResult>>([this, header, &values](SyncerCore& core, TimePoint now) -> StatusOr<PushResult> {
+    ATOLL_ASSIGN_OR_RETURN(RoundReport report, core.AdoptCopy(header, values, now));
+    std::fprintf(stderr,
+                 "syncer: rebuild: adopted fragment %d at version %lld from learner %d (outer momentum and sweep "
+                 "reset to zero, no history)\n",
+                 report.fragment, static_cast<long long>(report.version), header.learner_id);
+    // Committed like a round before any caller can see the version (docs/decisions/004).
+    try {
+      if (on_round_) on_round_(core, report);
+    } catch (const std::exception& e) {
+      CheckFailed(__FILE__, __LINE__, "committing an adopted copy throws nothing", e.what());
+    }
+    return PushResult{report.version, report.version, "adopted as version " + std::to_string(report.version),
+                      core.options().incarnation};
   });
 }
 

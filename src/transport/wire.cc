@@ -37,6 +37,7 @@ StatusOr<std::pair<syncer::PushHeaderData, uint64_t>> ParsePushHeader(const atl:
   d.final_sync = h.final_sync();
   d.push_session = h.push_session();
   d.push_seq = h.push_seq();
+  d.public_copy = h.public_copy();
   auto enc = diloco::ParseEncoding(h.encoding());
   if (!enc.ok()) return enc.status().WithContext("push header");
   d.encoding = *enc;
@@ -72,6 +73,7 @@ void FillPushHeader(const syncer::PushHeaderData& h, int64_t payload_bytes, uint
   out->set_final_sync(h.final_sync);
   out->set_push_session(h.push_session);
   out->set_push_seq(h.push_seq);
+  out->set_public_copy(h.public_copy);
 }
 
 Status AppendChunk(const atl::v1::DataChunk& chunk, int64_t total, std::vector<std::byte>& payload) {
@@ -219,6 +221,7 @@ void FillJoinRequest(const syncer::JoinRequestData& r, atl::v1::JoinRequest* out
   out->set_host(r.host);
   out->set_rejoin(r.rejoin);
   for (uint64_t c : r.fragment_checksums) out->add_fragment_checksums(c);
+  for (int64_t v : r.fragment_versions) out->add_fragment_versions(v);
   if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
     out->set_shard_index(r.shard.index);
     out->set_shard_count(r.shard.count);
@@ -234,6 +237,7 @@ syncer::JoinRequestData ParseJoinRequest(const atl::v1::JoinRequest& r) {
   d.host = TruncateUtf8(r.host(), 256);  // never cut inside a UTF-8 character
   d.rejoin = r.rejoin();
   d.fragment_checksums.assign(r.fragment_checksums().begin(), r.fragment_checksums().end());
+  d.fragment_versions.assign(r.fragment_versions().begin(), r.fragment_versions().end());
   // 0: a learner that does not say (unsharded); any other value is checked by the core.
   if (r.shard_count() != 0) d.shard = {r.shard_index(), r.shard_count()};
   return d;
@@ -307,6 +311,7 @@ void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   out->set_mode(diloco::ModeName(r.mode));
   out->set_incarnation(r.incarnation);
   for (int64_t v : r.fragment_held) out->add_fragment_held(v);
+  for (int p : r.rebuild_wanted) out->add_rebuild_wanted(p);
   for (bool m : r.fragment_initial) out->add_fragment_initial(m);
   for (int64_t v : r.merged_versions) out->add_merged_versions(v);
   out->set_push_session(r.push_session);
@@ -328,6 +333,7 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   d.mode = *mode;
   d.incarnation = r.incarnation();
   d.fragment_held.assign(r.fragment_held().begin(), r.fragment_held().end());
+  d.rebuild_wanted.assign(r.rebuild_wanted().begin(), r.rebuild_wanted().end());
   d.fragment_initial.assign(r.fragment_initial().begin(), r.fragment_initial().end());
   d.merged_versions.assign(r.merged_versions().begin(), r.merged_versions().end());
   d.push_session = r.push_session();

@@ -485,7 +485,7 @@ TEST(SyncerLoop, ALongPollThatWantsALaterVersionSleepsThroughTheRoundsInBetween)
   syncer::SyncerLoop loop(std::move(*core), clock, nullptr);
   for (int id = 0; id < 2; ++id) {
     syncer::JoinRequestData r{
-        syncer::kProtocolVersion, "toy", diloco::ModelSignature(plan.tensors), id, "t", false, {}, {}};
+        syncer::kProtocolVersion, "toy", diloco::ModelSignature(plan.tensors), id, "t", false, {}, {}, {}};
     ASSERT_TRUE(loop.Join(r).ok());
     ASSERT_TRUE(loop.Pull(id, 0, -1, 0.0, -1).ok());
   }

@@ -47,7 +47,7 @@ struct Env {
   // Joins learner 0 and runs `rounds` rounds of fragment 0.
   void Train(SyncerCore& core, int rounds, DurableState* durable) {
     ManualClock clock;
-    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(plan.tensors), 0, "t", true, {}, {}};
+    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(plan.tensors), 0, "t", true, {}, {}, {}};
     ATOLL_CHECK(core.Join(r, clock.Now()).ok());
     int64_t have = -1;
     for (int i = 0; i < rounds; ++i) {
@@ -190,7 +190,7 @@ TEST(DurableState, ThePublicCopySurvivesARestartAndLearnersResumeWithDeltas) {
   ASSERT_NE(exchange::ValuesChecksum(learner_phi), exchange::ValuesChecksum(core.theta(0)));
 
   auto rejoin = [&](SyncerCore& c, uint64_t checksum) {
-    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(env.plan.tensors), 0, "t", true, {}, {}};
+    JoinRequestData r{kProtocolVersion, "durable", diloco::ModelSignature(env.plan.tensors), 0, "t", true, {}, {}, {}};
     r.fragment_checksums = {checksum, 0, 0};
     auto reply = c.Join(r, TimePoint{});
     EXPECT_TRUE(reply.ok()) << reply.status();

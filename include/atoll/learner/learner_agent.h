@@ -98,12 +98,14 @@ struct AgentCounters {
   int64_t pulls_delta = 0, pulls_full = 0;  // pulls that carried a compressed delta / full fp32 values
   int64_t payload_bytes_up = 0, payload_bytes_down = 0;
   int64_t joins = 0, catchup_fragments = 0, rejected = 0;
-  int64_t checksum_mismatches = 0;   // pulled copies that disagreed with the syncer's bits
-  int64_t pushes_repeated = 0;       // pushes a restarted syncer had not committed (sent again)
-  int64_t pushes_deferred = 0;       // scheduled sends skipped: the fragment's last push was not applied yet
-  int64_t rebases = 0;               // newer public copies the parameters moved onto, their progress kept
-  int64_t state_loaded = 0;          // fragments whose public copy came from the state folder at Start
-  int64_t state_errors = 0;          // state files that could not be written (the run goes on)
+  int64_t checksum_mismatches = 0;  // pulled copies that disagreed with the syncer's bits
+  int64_t pushes_repeated = 0;      // pushes a restarted syncer had not committed (sent again)
+  int64_t pushes_deferred = 0;      // scheduled sends skipped: the fragment's last push was not applied yet
+  int64_t rebases = 0;              // newer public copies the parameters moved onto, their progress kept
+  int64_t state_loaded = 0;         // fragments whose public copy came from the state folder at Start
+  int64_t state_errors = 0;         // state files that could not be written (the run goes on)
+  // Public copies a rebuilding syncer asked for (docs/decisions/021): offered, and adopted by it.
+  int64_t copies_offered = 0, copies_adopted = 0;
   double first_contribution_s = -1;  // seconds from Start() to the first accepted push
   bool joined = false;
   int learner_id = -1;
@@ -282,6 +284,12 @@ class LearnerAgent {
   void NoteExchangeError(const Status& st);
   void HeartbeatLoop();
   Status JoinAndCatchUp();
+  // The join request: identity, and per fragment the checksum and version of the copy it holds.
+  syncer::JoinRequestData JoinRequest();
+  // A rebuilding syncer's join reply: offers the public copies it asked for (each a push with
+  // public_copy set, its fp32 values at the version held). Refusals are counted, never fatal: the
+  // learner then takes the syncer's copies like any other.
+  void OfferCopies(const syncer::JoinReplyData& reply);
   // The state folder (AgentOptions::state_dir): loads the public copies a previous process of
   // this learner kept (Start; damaged or foreign files are ignored) and writes one after a pull
   // moved it (exchange thread).

@@ -41,7 +41,15 @@ struct SyncerProcessOptions {
   // owns the fragments p ≡ i (mod S); it evaluates nothing and writes no global.safetensors
   // (it holds only its fragments of Θ): `atoll export --state s0,...` combines the shards'.
   std::string shard;
+  // Rebuild from the learners (docs/decisions/021): the durable state was lost (the --state folder
+  // is absent or empty; a committed state is refused, never discarded). The syncer starts from Θ⁰
+  // and for rebuild_wait_s seconds adopts the newest public copies the joining learners hold,
+  // closing no round and refusing pushes (Unavailable) meanwhile.
+  bool rebuild = false;
+  double rebuild_wait_s = 30;
 };
+// The most --rebuild-wait may be: an hour.
+inline constexpr double kMaxRebuildWaitSeconds = 3600;
 int RunSyncerProcess(const SyncerProcessOptions& options);
 
 }  // namespace atl::runtime

@@ -26,7 +26,10 @@ namespace atl::syncer {
 // 3: value checksums hash 64 KiB pieces (exchange::ValuesChecksum, docs/decisions/018).
 // 4: a push carries the push session its learner's join was given and a sequence number
 // (replays are refused: docs/decisions/019).
-inline constexpr uint32_t kProtocolVersion = 4;
+// 5: a join says the version of each copy it holds, and a rebuilding syncer asks for the copies it
+// wants (docs/decisions/021). A syncer still takes joins of version 4 (they offer no copies).
+inline constexpr uint32_t kProtocolVersion = 5;
+inline constexpr uint32_t kOldestProtocolVersion = 4;
 
 // A sharded syncer (docs/decisions/011): shard `index` of `count` owns the fragments p with
 // p mod count = index, and a learner joins every shard. count = 1 (index 0) is the one
@@ -70,6 +73,10 @@ struct JoinRequestData {
   // The shard this learner believes it is joining (index/count; {0, 1}: an unsharded syncer). A
   // syncer refuses a learner whose count or index differs from its own (FailedPrecondition).
   ShardSpec shard;
+  // Per fragment, the version of the public copy whose checksum fragment_checksums holds (-1: no
+  // copy, or the run's initial values); empty: not said (protocol 4). A rebuilding syncer asks for
+  // the copies newer than its own (JoinReplyData::rebuild_wanted).
+  std::vector<int64_t> fragment_versions;
 };
 
 struct JoinReplyData {
@@ -93,6 +100,10 @@ struct JoinReplyData {
   // The push session of this join (never 0): every push until the learner's next join carries it,
   // with sequence numbers that increase (docs/decisions/019).
   uint64_t push_session = 0;
+  // A rebuilding syncer (docs/decisions/021): the fragments whose public copy it wants from this
+  // learner (held at a version newer than the syncer's). The learner offers each (a push with
+  // public_copy set), then joins again.
+  std::vector<int> rebuild_wanted;
 };
 
 struct HeartbeatReplyData {
@@ -122,6 +133,10 @@ struct PushHeaderData {
   // (NotFound: join again), one whose number was used (a replay) too (AlreadyExists).
   uint64_t push_session = 0;
   uint64_t push_seq = 0;
+  // Not an outer gradient: the learner's public copy Φ_p at version base_version, offered to a
+  // rebuilding syncer (docs/decisions/021). The payload is the raw fp32 values (little-endian,
+  // num_values of them), encoding fp32, compression none; c_tokens and c_steps are 0.
+  bool public_copy = false;
 };
 
 struct PushResult {

@@ -290,6 +290,10 @@ struct LearnerRecord {
   std::vector<PushSample> earlier_samples;
   double tokens_per_step_before = 0;
   TimePoint tokens_per_step_at{};
+  // What its latest join declared it holds (a rebuilding syncer, docs/decisions/021): per fragment
+  // the value checksum and version of its public copy (empty: not said). Not persisted.
+  std::vector<uint64_t> declared_checksums;
+  std::vector<int64_t> declared_versions;
   // What a push arriving at `now` is judged by: its latest push of fragment p recorded before `now`
   // (nullptr: none), its tokens per step and its credited step rate of p as they stood before `now`.
   const PushSample* SampleBefore(size_t p, TimePoint now) const;
@@ -456,6 +460,28 @@ class SyncerCore {
   void RestoreLearners(const std::map<int, LearnerRecord>& learners, TimePoint now);
   // Rounds closed in total, restored with the fragments.
   void set_rounds_closed(int64_t n) { rounds_closed_ = n; }
+
+  // Rebuild from the learners (syncer_core_rebuild.cc, docs/decisions/021): a core whose durable
+  // state was lost starts from Θ⁰ and, until `until`, adopts the public copies learners hold.
+  // Meanwhile a join is answered with the fragments whose copy the syncer wants from that learner
+  // (held at a newer version than the syncer's), pushes are refused (Unavailable: the learner
+  // rejoins with backoff, its work stays in its parameters) and no round closes.
+  void BeginRebuild(TimePoint until);
+  bool rebuilding(TimePoint now) const { return rebuild_until_ && now < *rebuild_until_; }
+  // Adopts learner h.learner_id's offered copy of fragment h.fragment at version h.base_version:
+  // Θ_p = Φ_p = `values`, that version, no history, momentum and sweep zero. Refused, with nothing
+  // changed: not rebuilding (FailedPrecondition), a learner that has not joined (NotFound), a
+  // fragment out of range or another shard's, a version that is not the one its join declared, not
+  // newer than the fragment's (AlreadyExists), values of the wrong size, not finite, off the
+  // fragment's lattice, or whose checksum is not the one declared at join (InvalidArgument). The
+  // report (reason "adopted") is to be committed like a round before the version is served.
+  StatusOr<RoundReport> AdoptCopy(const PushHeaderData& h, std::span<const float> values, TimePoint now);
+  struct AdoptedCopy {
+    int fragment = 0;
+    int64_t version = 0;
+    int learner = -1;
+  };
+  const std::vector<AdoptedCopy>& adopted() const { return adopted_; }
 
  private:
   struct Contribution {
@@ -634,6 +660,13 @@ class SyncerCore {
   StatusOr<int> JoiningId(const JoinRequestData& r, TimePoint now) const;
   // Whether the outer step keeps a momentum buffer (μ > 0 or the running sweep; never in ddp).
   bool KeepsMomentum() const;
+  // Rebuild (syncer_core_rebuild.cc): the fragments a joining learner holds newer than this core;
+  // an offer's header checks (learner l's); the refusal of a push while rebuilding; the Status
+  // JSON's "rebuilt" object.
+  std::vector<int> WantedCopies(const JoinRequestData& r, LearnerRecord& l) const;
+  Status CheckOffer(const LearnerRecord& l, const PushHeaderData& h, size_t payload_bytes, TimePoint now) const;
+  Status RebuildingError(TimePoint now) const;
+  nlohmann::json RebuildJson(TimePoint now) const;
   PublicCopyOptions CopyOptions(size_t numel) const;
 
   SyncerCore(SyncerOptions options, diloco::FragmentPlan plan);
@@ -675,7 +708,9 @@ class SyncerCore {
   int64_t rounds_closed_ = 0;
   int64_t rounds_refused_ = 0;
   uint64_t sessions_issued_ = 0;
-  double global_eval_loss_ = -1;  // < 0: none yet
+  std::optional<TimePoint> rebuild_until_;  // set: a rebuilt core (adopting copies until then)
+  std::vector<AdoptedCopy> adopted_;        // the copies it adopted, in order
+  double global_eval_loss_ = -1;            // < 0: none yet
   int64_t global_eval_rounds_ = 0;
 };
 

@@ -129,6 +129,9 @@ class SyncerLoop final : public SyncerApi {
   // Returns whether rounds are held.
   bool CloseDueRounds();
   void ServeWaiters(TimePoint now, bool expire_all);
+  // Push of a public copy (header.public_copy, a rebuilding syncer): SyncerCore::AdoptCopy, then
+  // on_round with its report (the commit), before the reply.
+  StatusOr<PushResult> Adopt(const PushHeaderData& header, std::span<const std::byte> payload);
   bool long_polls_ended() const;
 
   SyncerCore core_;
