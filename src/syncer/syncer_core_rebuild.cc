@@ -40,8 +40,9 @@ Status SyncerCore::CheckOffer(const LearnerRecord& l, const PushHeaderData& h, s
                               TimePoint now) const {
   const std::string what = fmt::format("offered copy of fragment {} from learner {}", h.fragment, l.id);
   if (!rebuilding(now)) {
-    return FailedPreconditionError(what + ": this syncer is not rebuilding (it adopts copies only while started "
-                                          "with --rebuild, within its --rebuild-wait)");
+    return FailedPreconditionError(what +
+                                   ": this syncer is not rebuilding (it adopts copies only while started "
+                                   "with --rebuild, within its --rebuild-wait)");
   }
   ATOLL_RETURN_IF_ERROR(CheckPushSession(l, h));
   if (h.fragment < 0 || h.fragment >= plan_.num_fragments()) return InvalidArgumentError(what + ": no such fragment");
@@ -50,7 +51,8 @@ Status SyncerCore::CheckOffer(const LearnerRecord& l, const PushHeaderData& h, s
   const auto p = static_cast<size_t>(h.fragment);
   if (l.declared_versions.size() <= p || l.declared_versions[p] != h.base_version) {
     return InvalidArgumentError(fmt::format("{}: version {} is not the one its join declared ({})", what,
-                                            h.base_version, l.declared_versions.size() > p ? l.declared_versions[p] : -1));
+                                            h.base_version,
+                                            l.declared_versions.size() > p ? l.declared_versions[p] : -1));
   }
   if (h.base_version <= f.version) {
     return AlreadyExistsError(
@@ -59,10 +61,11 @@ Status SyncerCore::CheckOffer(const LearnerRecord& l, const PushHeaderData& h, s
   const size_t n = f.theta.size();
   if (h.encoding != diloco::Encoding::kFp32 || h.compression != diloco::Compression::kNone ||
       h.num_values != static_cast<int64_t>(n) || payload_bytes != n * sizeof(float)) {
-    return InvalidArgumentError(fmt::format("{}: {} values in {} bytes ({}, {}), the fragment has {} fp32 values, "
-                                            "uncompressed",
-                                            what, h.num_values, payload_bytes, diloco::kEncodingNames.Name(h.encoding),
-                                            diloco::kCompressionNames.Name(h.compression), n));
+    return InvalidArgumentError(
+        fmt::format("{}: {} values in {} bytes ({}, {}), the fragment has {} fp32 values, "
+                    "uncompressed",
+                    what, h.num_values, payload_bytes, diloco::kEncodingNames.Name(h.encoding),
+                    diloco::kCompressionNames.Name(h.compression), n));
   }
   return Status::Ok();
 }

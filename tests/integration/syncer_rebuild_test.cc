@@ -73,8 +73,8 @@ int FragmentsWithARound(const std::string& metrics) {
 std::vector<ChildProcess> StartLearners(const HandRun& r, int steps) {
   std::vector<ChildProcess> learners;
   for (int id = 0; id < 2; ++id) {
-    std::vector<std::string> argv = {ATOLL_BIN, "learner", "--id", std::to_string(id), "--syncer",
-                                     "127.0.0.1:" + std::to_string(r.port)};
+    std::vector<std::string> argv = {ATOLL_BIN,          "learner",  "--id",
+                                     std::to_string(id), "--syncer", "127.0.0.1:" + std::to_string(r.port)};
     for (const auto& f : RunFlags(r.data, r.out, steps)) argv.push_back(f);
     auto l = ChildProcess::Start(argv, r.dir + "/learner-" + std::to_string(id) + ".log");
     EXPECT_TRUE(l.ok()) << l.status();
@@ -93,9 +93,16 @@ TEST(SyncerRebuild, ALostSyncerIsRebuiltFromTheLearnersNewestCopies) {
   std::vector<ChildProcess> learners = StartLearners(r, steps);
   ASSERT_EQ(learners.size(), 2u);
   const std::string metrics = r.out + "/metrics-syncer.jsonl";
-  ASSERT_TRUE(testing::AwaitFor([&] { return FragmentsWithARound(metrics) == kFragments; }, 240,
-                                std::chrono::milliseconds(100)))
-      << r.Log();
+  // Every fragment has rounds, and every learner holds a copy of each beyond Θ⁰.
+  auto every_copy_moved = [&] {
+    for (int m = 0; m < 2; ++m) {
+      for (int p = 0; p < kFragments; ++p) {
+        if (HeldCopy(r.out + "/learner-" + std::to_string(m) + "-state", p).version < 1) return false;
+      }
+    }
+    return FragmentsWithARound(metrics) == kFragments;
+  };
+  ASSERT_TRUE(testing::AwaitFor(every_copy_moved, 240, std::chrono::milliseconds(100))) << r.Log();
   // The syncer's machine is lost: the process and its state folder.
   r.syncer.Signal(SIGKILL);
   r.syncer.WaitOrKill(30);
@@ -110,7 +117,7 @@ TEST(SyncerRebuild, ALostSyncerIsRebuiltFromTheLearnersNewestCopies) {
   }
   const size_t lines_before = MetricLines(metrics).size();
   const int port = r.port;
-  r.StartSyncer(steps, {"--rebuild", "--rebuild-wait", "3", "--listen", "127.0.0.1:" + std::to_string(port)});
+  r.StartSyncer(steps, {"--rebuild", "--rebuild-wait", "15", "--listen", "127.0.0.1:" + std::to_string(port)});
   ASSERT_EQ(r.port, port);
   // Every fragment some learner held beyond Θ⁰ is adopted at the newest version, Θ_p bit for bit.
   std::map<int, nlohmann::json> adopted;
@@ -173,8 +180,7 @@ TEST(SyncerRebuild, RebuildOverACommittedStateIsRefusedAndBadWaitsToo) {
   const auto before = fs::last_write_time(r.out + "/state/meta.json");
   auto refused = testing::RunAtoll(common + "--rebuild", 120);
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
-  EXPECT_NE(refused.output.find("--rebuild is for a syncer whose state was lost"), std::string::npos)
-      << refused.output;
+  EXPECT_NE(refused.output.find("--rebuild is for a syncer whose state was lost"), std::string::npos) << refused.output;
   EXPECT_NE(refused.output.find("discard"), std::string::npos) << refused.output;
   EXPECT_EQ(fs::last_write_time(r.out + "/state/meta.json"), before);
   fs::remove_all(r.dir);
