@@ -16,8 +16,8 @@ nlohmann::json FaultEvent::ToJson() const {
     j["at_s"] = at_s;
   }
   // kill_syncer: the syncer shard to kill, said only when not shard 0 (a sharded syncer).
-  if (kind != FaultKind::kKillSyncer || target > 0) j["learner"] = target;
-  if (kind == FaultKind::kSlow || kind == FaultKind::kBandwidth) j["value"] = value;
+  if (!TargetsSyncer(kind) || target > 0) j["learner"] = target;
+  if (kind == FaultKind::kSlow || kind == FaultKind::kBandwidth || kind == FaultKind::kLoseSyncer) j["value"] = value;
   return j;
 }
 
@@ -36,12 +36,14 @@ Status ValidateChaos(const ChaosConfig& c, int learners) {
   for (size_t i = 0; i < c.events.size(); ++i) {
     const FaultEvent& e = c.events[i];
     const std::string where = "event " + std::to_string(i) + ": ";
-    if (e.kind != FaultKind::kKillSyncer && (e.target < 0 || e.target >= learners))
+    if (!TargetsSyncer(e.kind) && (e.target < 0 || e.target >= learners))
       return bad(where + "learner " + std::to_string(e.target) + " out of range [0, " + std::to_string(learners) + ")");
     if (e.at_step < 0 && !(e.at_s >= 0)) return bad(where + "needs at_s ≥ 0 or at_step ≥ 0");
     if (!(e.duration_s >= 0)) return bad(where + "duration must be ≥ 0");
     if (e.kind == FaultKind::kSlow && !(e.value > 0 && e.value <= 1)) return bad(where + "slow needs value in (0, 1]");
     if (e.kind == FaultKind::kBandwidth && !(e.value > 0)) return bad(where + "bandwidth needs value > 0 (Mbit/s)");
+    if (e.kind == FaultKind::kLoseSyncer && !(e.value >= 0 && e.value <= 3600))
+      return bad(where + "lose_syncer's value (its --rebuild-wait) must be in [0, 3600] seconds (0: 10)");
     if ((e.kind == FaultKind::kPause || e.kind == FaultKind::kSlow || e.kind == FaultKind::kPartition ||
          e.kind == FaultKind::kBandwidth) &&
         e.duration_s <= 0)
@@ -155,7 +157,7 @@ StatusOr<FaultEvent> EventFromJson(const nlohmann::json& e) {
   ATOLL_ASSIGN_OR_RETURN(ev.kind, ParseFaultKind(e.value("kind", std::string("?"))));
   ev.at_s = e.value("at_s", 0.0);
   ev.at_step = e.value("at_step", -1);
-  ev.target = e.value("learner", ev.kind == FaultKind::kKillSyncer ? -1 : 0);
+  ev.target = e.value("learner", TargetsSyncer(ev.kind) ? -1 : 0);
   ev.duration_s = e.value("duration_s", 0.0);
   ev.value = e.value("value", 0.0);
   return ev;

@@ -5,7 +5,7 @@ namespace {
 
 // The page. Its data comes from api/history once, then api/status every second. Element ids the
 // tests look for: #run, #rounds, #learners (tbody rows learner-<id>),
-// #events, #loss-chart, #bytes-chart, #error, #holding.
+// #events, #loss-chart, #bytes-chart, #error, #holding, #rebuilt.
 constexpr char kPage[] = R"html(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>atoll syncer</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -18,12 +18,13 @@ h1{font-size:20px;margin:0 0 .3em} h2{font-size:15px;margin:1.2em 0 .4em}
 table{border-collapse:collapse;background:#fff} td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}
 th{background:#f0f0f0} td:nth-child(2){text-align:left}
 .training{color:#176d2c}.silent{color:#b00020;font-weight:bold}.done{color:#555}.joining{color:#a05a00}
-#error,#holding{color:#b00020} #holding{font-weight:bold} #events{max-height:12em;overflow:auto;background:#fff;border:1px solid #ddd;padding:.3em .8em}
+#error,#holding,#rebuilt{color:#b00020} #holding{font-weight:bold} #events{max-height:12em;overflow:auto;background:#fff;border:1px solid #ddd;padding:.3em .8em}
 svg{background:#fff;border:1px solid #ddd} .muted{color:#666}
 </style></head><body>
 <h1>atoll syncer <span id="run" class="muted"></span></h1>
 <div id="error"></div>
 <div id="holding"></div>
+<div id="rebuilt"></div>
 <div class="cards">
  <div class="card">rounds<b id="rounds">–</b></div>
  <div class="card">live learners<b id="live">–</b></div>
@@ -110,6 +111,8 @@ function render(s) {
   const now = s.now, start = now - s.uptime_s, t = s.uptime_s, live = new Set(s.live);
   $("run").textContent = s.run_id + " · " + s.mode + " · " + s.fragments + " fragments · " + grouped(s.params) + " params";
   $("holding").textContent = s.holding ? "holding rounds: " + s.holding : "";
+  const rb = s.rebuilt;
+  $("rebuilt").textContent = !rb ? "" : "rebuilt from the learners' copies: " + rb.adopted.map(a => "f" + a.fragment + " v" + a.version + " (learner " + a.learner + ")").join(", ") + (rb.adopted.length ? "" : "none adopted yet") + "; outer momentum and the learner table's accounting reset" + (rb.rebuilding ? " · adopting copies, rounds start in " + num(rb.seconds_left, 1) + " s" : "");
   $("rounds").textContent = grouped(s.rounds); $("live").textContent = s.live.length + " of " + s.learners.length;
   $("eval").textContent = s.global_eval_loss !== undefined ? num(s.global_eval_loss, 4) + " (from " + num(s.eval_loss_start, 4) + ")" : "not yet (start " + num(s.eval_loss_start, 4) + ")";
   $("goodput").textContent = num(s.goodput, 3); $("uptime").textContent = dur(s.uptime_s);

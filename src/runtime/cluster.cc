@@ -95,6 +95,10 @@ Status Cluster::StartShard(int k) {
   if (FileExists(SecretsDir(c_) + "/run.secret")) {
     argv.insert(argv.end(), {"--secret-file", SecretsDir(c_) + "/run.secret"});
   }
+  if (slot.rebuild_wait_s > 0) {  // after a lose_syncer fault, once
+    argv.insert(argv.end(), {"--rebuild", "--rebuild-wait", std::to_string(slot.rebuild_wait_s)});
+    slot.rebuild_wait_s = 0;
+  }
   const std::string what = shards_.size() == 1 ? "the syncer" : "syncer shard " + std::to_string(k);
   ATOLL_ASSIGN_OR_RETURN(slot.process, ChildProcess::Start(argv, ShardLog(k)));
   slot.started = true;
@@ -161,7 +165,8 @@ void Cluster::Note(double now, const std::string& kind, int target, const std::s
 
 void Cluster::Inject(const chaos::FaultEvent& e, double now) {
   const int id = e.target;
-  LearnerSlot* s = (e.kind != chaos::FaultKind::kKillSyncer) ? &learners_[static_cast<size_t>(id)] : nullptr;
+  if (chaos::TargetsSyncer(e.kind)) return InjectSyncerFault(e, now);
+  LearnerSlot* s = &learners_[static_cast<size_t>(id)];
   const std::string kind = chaos::FaultKindName(e.kind);
   auto skip = [&](const std::string& why) { Note(now, kind + "_skipped", id, why); };
   switch (e.kind) {
@@ -203,21 +208,32 @@ void Cluster::Inject(const chaos::FaultEvent& e, double now) {
                " for " + std::to_string(e.duration_s) + " s");
       break;
     }
-    case chaos::FaultKind::kKillSyncer: {
-      // A sharded syncer: the shard the event names (its learner field), else shard 0.
-      const int k = id >= 0 && id < static_cast<int>(shards_.size()) ? id : 0;
-      SyncerSlot& shard = shards_[static_cast<size_t>(k)];
-      if (shard.down) return skip("syncer already down");
-      shard.process.Signal(SIGKILL);
-      shard.process.WaitOrKill(5);
-      shard.down = true;
-      shard.restart_at = now + e.duration_s;
-      Note(now, "kill_syncer", -1,
-           std::string(shards_.size() > 1 ? "shard " + std::to_string(k) + ": " : "") + "SIGKILL, restart in " +
-               std::to_string(e.duration_s) + " s from its durable state");
+    default:  // the syncer's faults: InjectSyncerFault
       break;
-    }
   }
+}
+
+void Cluster::InjectSyncerFault(const chaos::FaultEvent& e, double now) {
+  const std::string kind = chaos::FaultKindName(e.kind);
+  // A sharded syncer: the shard the event names (its learner field), else shard 0.
+  const int k = e.target >= 0 && e.target < static_cast<int>(shards_.size()) ? e.target : 0;
+  SyncerSlot& shard = shards_[static_cast<size_t>(k)];
+  if (shard.down) return Note(now, kind + "_skipped", e.target, "syncer already down");
+  shard.process.Signal(SIGKILL);
+  shard.process.WaitOrKill(5);
+  shard.down = true;
+  shard.restart_at = now + e.duration_s;
+  std::string how = "from its durable state";
+  if (e.kind == chaos::FaultKind::kLoseSyncer) {  // the host is lost with its disk
+    std::error_code ec;
+    std::filesystem::remove_all(ShardOut(k) + "/state", ec);
+    shard.rebuild_wait_s = e.value > 0 ? e.value : 10.0;
+    how = "with --rebuild (its state folder deleted), adopting the learners' copies for " +
+          std::to_string(shard.rebuild_wait_s) + " s";
+  }
+  Note(now, kind, -1,
+       std::string(shards_.size() > 1 ? "shard " + std::to_string(k) + ": " : "") + "SIGKILL, restart in " +
+           std::to_string(e.duration_s) + " s " + how);
 }
 
 void Cluster::Tick(double now) {
@@ -302,7 +318,7 @@ void ChaosInjector::InjectReached(double now) {
   for (size_t i = 0; i < schedule_.size(); ++i) {
     const auto& e = schedule_[i];
     if (done_[i] || e.at_step < 0) continue;
-    const int target = e.kind == chaos::FaultKind::kKillSyncer ? 0 : e.target;
+    const int target = chaos::TargetsSyncer(e.kind) ? 0 : e.target;
     if (cluster_.learners()[static_cast<size_t>(target)].last_step >= e.at_step) {
       cluster_.Inject(e, now);
       done_[i] = true;

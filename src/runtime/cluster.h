@@ -39,6 +39,7 @@ struct SyncerSlot {
   bool down = false;  // killed by chaos, not yet restarted
   std::optional<double> restart_at;
   int port = 0, http_port = 0;  // 0 until it first listened; kept for restarts
+  double rebuild_wait_s = 0;    // > 0: its next start is a --rebuild with this wait (lose_syncer)
   std::string address;
 };
 
@@ -70,6 +71,9 @@ class Cluster {
   // Restarts, resumes and restores whatever is due at `now`.
   void Tick(double now);
   void Note(double now, const std::string& kind, int target, const std::string& note);
+  // kill_syncer and lose_syncer: SIGKILL the shard the event names, and for lose_syncer delete its
+  // state folder and restart it with --rebuild.
+  void InjectSyncerFault(const chaos::FaultEvent& e, double now);
   const nlohmann::json& fault_log() const { return fault_log_; }
   // Marks learners that exited by themselves; returns ids that exited with an error.
   std::vector<int> ReapLearners(double now);

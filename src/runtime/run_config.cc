@@ -274,9 +274,10 @@ Status ValidateRunConfig(const RunConfig& c) {
   ATOLL_RETURN_IF_ERROR(ValidateLinks(c));
   ATOLL_RETURN_IF_ERROR(ValidateLimits(c));
   for (const auto& e : c.chaos.events) {
-    if (e.kind == chaos::FaultKind::kKillSyncer && e.target >= c.syncer_shards)
+    if (chaos::TargetsSyncer(e.kind) && e.target >= c.syncer_shards)
       return bad(
-          "a kill_syncer event names syncer shard " + std::to_string(e.target) + " (its learner field), but there " +
+          std::string("a ") + chaos::FaultKindName(e.kind) + " event names syncer shard " + std::to_string(e.target) +
+          " (its learner field), but there " +
           (c.syncer_shards == 1 ? std::string("is one syncer") : "are " + std::to_string(c.syncer_shards) + " shards"));
   }
   return chaos::ValidateChaos(c.chaos, c.learners);

@@ -3,8 +3,11 @@
 // the syncer SIGKILLed mid-run comes back from its durable state with no learner exiting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "testing/atoll_binary.h"
@@ -156,6 +159,41 @@ TEST(Chaos, KilledSyncerResumesFromItsLastCommittedRound) {
   ExpectResumedAtTheLastCommits(c, {0, 1, 2, 3, 4, 5, 6, 7});
   EXPECT_GT(s["rounds"].get<int>(), static_cast<int>(c.last.size()));
   EXPECT_LT(s["eval_loss"].get<double>(), s["eval_loss_start"].get<double>());
+  std::filesystem::remove_all(dir);
+}
+
+// The syncer's host lost mid-run (chaos lose_syncer: SIGKILL, its state folder deleted, restarted
+// with --rebuild): it adopts the learners' copies — each at a version the lost syncer committed —
+// and the run goes on to its end with every learner in its first incarnation.
+TEST(Chaos, ALostSyncerHostIsRebuiltFromTheLearnersCopies) {
+  const std::string dir = testing::ScratchDir("chaos_lose_syncer");
+  const nlohmann::json s =
+      SmallRunWithEvents(dir, "{ kind = \"lose_syncer\", at_step = 20, duration_s = 1.0, value = 6.0 }");
+  ASSERT_TRUE(s.is_object());
+  std::vector<std::string> kinds;
+  for (const auto& f : s["faults"]) kinds.push_back(f["kind"].get<std::string>());
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "lose_syncer"), kinds.end()) << s["faults"].dump(2);
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "restart_syncer"), kinds.end()) << s["faults"].dump(2);
+  for (const auto& l : s["per_learner"]) EXPECT_EQ(l["incarnations"].get<int>(), 1) << l.dump();
+  // Before the loss: the committed versions; after it: the rebuild and the copies adopted.
+  std::map<int, int64_t> committed;
+  std::map<int, int64_t> adopted;
+  bool rebuilt = false;
+  for (const auto& l : Jsonl(dir + "/run/metrics-syncer.jsonl")) {
+    if (l.value("kind", "") == "rebuild") rebuilt = true;
+    if (l.value("kind", "") != "round") continue;
+    const int p = l["fragment"].get<int>();
+    const int64_t v = l["version"].get<int64_t>();
+    if (!rebuilt) committed[p] = std::max(committed[p], v);
+    if (rebuilt && l.value("reason", "") == "adopted") adopted[p] = v;
+  }
+  ASSERT_TRUE(rebuilt) << "the syncer never started with --rebuild";
+  EXPECT_FALSE(adopted.empty()) << "no copy was adopted";
+  for (const auto& [p, v] : adopted) {
+    EXPECT_GE(v, 1) << "fragment " << p;
+    EXPECT_LE(v, committed[p]) << "fragment " << p << ": adopted a version the lost syncer never committed";
+  }
+  EXPECT_GT(s["rounds"].get<int>(), 0);
   std::filesystem::remove_all(dir);
 }
 

@@ -91,8 +91,9 @@ TEST(ChaosSchedule, JsonRoundTripAndUnknownKeys) {
   auto bad = ChaosFromJson({{"mode", "random"}, {"mtbf", 3}});
   EXPECT_NE(bad.status().message().find("unknown key 'mtbf'"), std::string::npos);
   auto kind = ChaosFromJson({{"events", {{{"kind", "explode"}}}}});
-  EXPECT_EQ(kind.status().message(),
-            "chaos: fault kind must be kill, pause, slow, partition, bandwidth or kill_syncer (got 'explode')");
+  EXPECT_EQ(
+      kind.status().message(),
+      "chaos: fault kind must be kill, pause, slow, partition, bandwidth, kill_syncer or lose_syncer (got 'explode')");
   EXPECT_EQ(ChaosFromJson({{"mode", "chaotic"}}).status().message(),
             "chaos: chaos mode must be none, random or events (got 'chaotic')");
   EXPECT_EQ(ChaosFromJson({{"repair_dist", "weibull"}}).status().message(),

@@ -2,6 +2,7 @@
 // `atoll syncer --rebuild` (docs/decisions/021), as separate processes of the real binary on
 // 127.0.0.1; and the flag's refusals.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 
 #include <chrono>
@@ -137,6 +138,16 @@ TEST(SyncerRebuild, ALostSyncerIsRebuiltFromTheLearnersNewestCopies) {
     EXPECT_EQ(adopted[p]["version"].get<int64_t>(), h.version) << "fragment " << p;
     EXPECT_EQ(adopted[p]["theta_checksum"].get<std::string>(), ChecksumHex(h.checksum)) << "fragment " << p;
   }
+  // The status document says what was adopted and what was reset.
+  httplib::Client cli("127.0.0.1", r.http_port);
+  auto status = cli.Get("/api/status", {{"Authorization", "Bearer hand-token"}});
+  ASSERT_TRUE(status);
+  ASSERT_EQ(status->status, 200);
+  const nlohmann::json rebuilt = nlohmann::json::parse(status->body)["rebuilt"];
+  ASSERT_TRUE(rebuilt.is_object()) << status->body;
+  EXPECT_GE(rebuilt["adopted"].size(), static_cast<size_t>(kFragments)) << rebuilt.dump();
+  EXPECT_TRUE(rebuilt["momentum_reset"].get<bool>());
+  EXPECT_TRUE(rebuilt["learner_table_reset"].get<bool>());
   // Rounds continue after the wait, and no learner exited meanwhile.
   const size_t adopted_at = MetricLines(metrics).size();
   auto a_round_after = [&] {

@@ -7,7 +7,9 @@
 // Events are applied by the runtime (src/runtime/cluster.cc): kill = SIGKILL then restart after
 // `duration_s`; pause = SIGSTOP then SIGCONT; slow = the learner trains at `value` × its speed;
 // partition = the learner cannot reach the syncer; bandwidth = its link is capped at `value`
-// Mbit/s; kill_syncer = SIGKILL the syncer, restart after `duration_s` from its durable state.
+// Mbit/s; kill_syncer = SIGKILL the syncer, restart after `duration_s` from its durable state;
+// lose_syncer = the syncer's host lost: SIGKILL, its state folder deleted, restart after
+// `duration_s` with --rebuild (docs/decisions/021; `value` its --rebuild-wait in seconds, 0: 10).
 // Thread-safety: pure functions and values.
 #pragma once
 
@@ -21,14 +23,17 @@
 
 namespace atl::chaos {
 
-enum class FaultKind { kKill, kPause, kSlow, kPartition, kBandwidth, kKillSyncer };
-inline constexpr EnumNames<FaultKind, 6> kFaultKindNames{"fault kind",
+enum class FaultKind { kKill, kPause, kSlow, kPartition, kBandwidth, kKillSyncer, kLoseSyncer };
+inline constexpr EnumNames<FaultKind, 7> kFaultKindNames{"fault kind",
                                                          {{{FaultKind::kKill, "kill"},
                                                            {FaultKind::kPause, "pause"},
                                                            {FaultKind::kSlow, "slow"},
                                                            {FaultKind::kPartition, "partition"},
                                                            {FaultKind::kBandwidth, "bandwidth"},
-                                                           {FaultKind::kKillSyncer, "kill_syncer"}}}};
+                                                           {FaultKind::kKillSyncer, "kill_syncer"},
+                                                           {FaultKind::kLoseSyncer, "lose_syncer"}}}};
+// Whether a fault of this kind hits a syncer (its `learner` field names the shard), not a learner.
+inline bool TargetsSyncer(FaultKind kind) { return kind == FaultKind::kKillSyncer || kind == FaultKind::kLoseSyncer; }
 constexpr const auto& NamesOf(FaultKind) { return kFaultKindNames; }
 inline const char* FaultKindName(FaultKind kind) { return kFaultKindNames.Name(kind); }
 inline StatusOr<FaultKind> ParseFaultKind(std::string_view name) { return kFaultKindNames.Parse(name); }
