@@ -43,7 +43,7 @@ Status ValidateChaos(const ChaosConfig& c, int learners) {
     if (e.kind == FaultKind::kSlow && !(e.value > 0 && e.value <= 1)) return bad(where + "slow needs value in (0, 1]");
     if (e.kind == FaultKind::kBandwidth && !(e.value > 0)) return bad(where + "bandwidth needs value > 0 (Mbit/s)");
     if (e.kind == FaultKind::kLoseSyncer && !(e.value >= 0 && e.value <= 3600))
-      return bad(where + "lose_syncer's value (its --rebuild-wait) must be in [0, 3600] seconds (0: 15)");
+      return bad(where + "lose_syncer's value (its --rebuild-wait) must be in [0, 3600] seconds (0: 30)");
     if ((e.kind == FaultKind::kPause || e.kind == FaultKind::kSlow || e.kind == FaultKind::kPartition ||
          e.kind == FaultKind::kBandwidth) &&
         e.duration_s <= 0)

@@ -227,7 +227,7 @@ void Cluster::InjectSyncerFault(const chaos::FaultEvent& e, double now) {
   if (e.kind == chaos::FaultKind::kLoseSyncer) {  // the host is lost with its disk
     std::error_code ec;
     std::filesystem::remove_all(ShardOut(k) + "/state", ec);
-    shard.rebuild_wait_s = e.value > 0 ? e.value : 15.0;
+    shard.rebuild_wait_s = e.value > 0 ? e.value : 30.0;  // --rebuild-wait's default
     how = "with --rebuild (its state folder deleted), adopting the learners' copies for " +
           std::to_string(shard.rebuild_wait_s) + " s";
   }

@@ -118,7 +118,9 @@ TEST(SyncerRebuild, ALostSyncerIsRebuiltFromTheLearnersNewestCopies) {
   }
   const size_t lines_before = MetricLines(metrics).size();
   const int port = r.port;
-  r.StartSyncer(steps, {"--rebuild", "--rebuild-wait", "15", "--listen", "127.0.0.1:" + std::to_string(port)});
+  fs::remove(r.dir + "/syncer.port");  // StartSyncer waits for the new syncer's port files
+  fs::remove(r.dir + "/syncer.http-port");
+  r.StartSyncer(steps, {"--rebuild", "--rebuild-wait", "30", "--listen", "127.0.0.1:" + std::to_string(port)});
   ASSERT_EQ(r.port, port);
   // Every fragment some learner held beyond Θ⁰ is adopted at the newest version, Θ_p bit for bit.
   std::map<int, nlohmann::json> adopted;

@@ -9,7 +9,7 @@
 // partition = the learner cannot reach the syncer; bandwidth = its link is capped at `value`
 // Mbit/s; kill_syncer = SIGKILL the syncer, restart after `duration_s` from its durable state;
 // lose_syncer = the syncer's host lost: SIGKILL, its state folder deleted, restart after
-// `duration_s` with --rebuild (docs/decisions/021; `value` its --rebuild-wait in seconds, 0: 15).
+// `duration_s` with --rebuild (docs/decisions/021; `value` its --rebuild-wait in seconds, 0: 30).
 // Thread-safety: pure functions and values.
 #pragma once
 
