@@ -58,7 +58,7 @@ struct SyncerCore::RoundPass {
   std::vector<uint64_t> phi_checksums;  // per tile: the fused lattice step's next Φ
   std::vector<int64_t> saturated;       // per tile
   std::vector<char> finite;             // per tile: kThetaFinite | kMomentumFinite | kSweepFinite
-  std::vector<float> merged;            // ddp and the unfused lattice step only
+  std::vector<float> merged;            // ddp only (its hook moves Θ whole)
   std::vector<std::byte> delta;
   bool started = false, lattice_unfused = false;  // the pass has moved values / the lattice step ran whole
   RoundNorms norms;
@@ -227,7 +227,7 @@ Status SyncerCore::RunRoundPass(int p, RoundPass& pass, RoundReport& report) {
   pass.phi_checksums.assign(grid.num_tiles(), 0);
   pass.saturated.assign(grid.num_tiles(), 0);
   pass.finite.assign(grid.num_tiles(), kThetaFinite | kMomentumFinite | kSweepFinite);
-  if (!pass.kernel || !pass.fuse_lattice) pass.merged.resize(n);
+  if (!pass.kernel) pass.merged.resize(n);  // the ddp step moves Θ whole from it
   pass.started = true;
 
   std::vector<diloco::EncodedGradients::Push> pushes;
