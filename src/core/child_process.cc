@@ -56,10 +56,6 @@ StatusOr<ChildProcess> ChildProcess::Start(const std::vector<std::string>& argv,
     if (options.own_process_group) ::setpgid(0, 0);
     ::dup2(fd, STDOUT_FILENO);
     ::dup2(fd, STDERR_FILENO);
-    if (!options.working_dir.empty() && ::chdir(options.working_dir.c_str()) != 0) {
-      std::fprintf(stderr, "chdir %s: %s\n", options.working_dir.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
     ::execv(args[0], args.data());

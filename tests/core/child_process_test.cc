@@ -42,22 +42,6 @@ TEST(ChildProcess, AProgramThatCannotBeExecutedExitsWith127) {
   EXPECT_NE(Read(TempLog("missing.log")).find("exec /nonexistent/atoll-no-such-program"), std::string::npos);
 }
 
-TEST(ChildProcess, RunsInTheWorkingDirectoryItIsGivenAndExits127WhenThereIsNone) {
-  const std::string dir = testing::ScratchDir("child_cwd");
-  ChildOptions in_dir;
-  in_dir.working_dir = dir;
-  auto p = ChildProcess::Start({"/bin/sh", "-c", "pwd"}, TempLog("cwd.log"), in_dir);
-  ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->WaitOrKill(30), 0);
-  EXPECT_EQ(Read(TempLog("cwd.log")), std::filesystem::canonical(dir).string() + "\n");
-  ChildOptions missing;
-  missing.working_dir = dir + "/no-such-folder";
-  auto q = ChildProcess::Start({"/bin/sh", "-c", "true"}, TempLog("nocwd.log"), missing);
-  ASSERT_TRUE(q.ok()) << q.status();
-  EXPECT_EQ(q->WaitOrKill(30), 127);
-  EXPECT_NE(Read(TempLog("nocwd.log")).find("chdir " + missing.working_dir), std::string::npos);
-}
-
 TEST(ChildProcess, BadInputsAreErrors) {
   EXPECT_EQ(ChildProcess::Start({}, TempLog("none.log")).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ChildProcess::Start({"/bin/true"}, "/nonexistent-dir/x.log").status().code(), StatusCode::kInternal);

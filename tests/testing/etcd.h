@@ -64,18 +64,22 @@ class EtcdServer {
  private:
   EtcdServer() = default;
 
+  // Runs `command` (a shell command line) from the scratch folder, which etcd's unix socket names
+  // are relative to; `exec` keeps the child's pid, so signals reach etcd itself.
+  StatusOr<ChildProcess> InDir(const std::string& command, const std::string& log_path) const {
+    return ChildProcess::Start({"/bin/sh", "-c", "cd '" + dir_ + "' && exec " + command}, log_path);
+  }
+
   Status Launch(double seconds) {
     // Sockets a killed etcd left behind would make the new one fail to listen.
     std::filesystem::remove(dir_ + "/localhost:1");
     std::filesystem::remove(dir_ + "/localhost:2");
-    ChildOptions in_dir;
-    in_dir.working_dir = dir_;
-    auto p = ChildProcess::Start(
-        {kEtcd, "--name", "t", "--data-dir", dir_ + "/d", "--listen-client-urls", "unix://localhost:1",
-         "--advertise-client-urls", "unix://localhost:1", "--listen-peer-urls", "unix://localhost:2",
-         "--initial-advertise-peer-urls", "unix://localhost:2", "--initial-cluster", "t=unix://localhost:2",
-         "--heartbeat-interval", "10", "--election-timeout", "100"},
-        log(), in_dir);
+    auto p = InDir(std::string(kEtcd) +
+                       " --name t --data-dir d --listen-client-urls unix://localhost:1"
+                       " --advertise-client-urls unix://localhost:1 --listen-peer-urls unix://localhost:2"
+                       " --initial-advertise-peer-urls unix://localhost:2 --initial-cluster t=unix://localhost:2"
+                       " --heartbeat-interval 10 --election-timeout 100",
+                   log());
     if (!p.ok()) return p.status();
     process_ = std::move(*p);
     const bool up = AwaitFor([&] { return !process_.running() || Answers(); }, seconds, std::chrono::milliseconds(100));
@@ -83,13 +87,10 @@ class EtcdServer {
     return Status::Ok();
   }
 
-  // One read through etcdctl, from the folder the socket is named relative to.
-  bool Answers() {
-    ChildOptions in_dir;
-    in_dir.working_dir = dir_;
-    auto ctl = ChildProcess::Start(
-        {kEtcdctl, "--endpoints", "unix://localhost:1", "--command-timeout", "2s", "get", "/atoll/probe"},
-        dir_ + "/etcdctl.log", in_dir);
+  // One read through etcdctl.
+  bool Answers() const {
+    auto ctl = InDir(std::string(kEtcdctl) + " --endpoints unix://localhost:1 --command-timeout 2s get /atoll/probe",
+                     dir_ + "/etcdctl.log");
     return ctl.ok() && ctl->WaitOrKill(5) == 0;
   }
 

@@ -18,8 +18,6 @@ struct ChildOptions {
   // Start the child in a process group of its own; signals then go to the whole group (a shell
   // and everything it started).
   bool own_process_group = false;
-  // The child's working directory; empty: the parent's.
-  std::string working_dir;
 };
 
 class ChildProcess {
