@@ -1,18 +1,32 @@
 #include "learner_links.h"
 
-namespace atl::runtime {
+#include <algorithm>
 
-StatusOr<std::vector<std::string>> SyncerAddresses(const std::string& text, int fragments) {
+namespace atl::runtime {
+namespace {
+
+// Every piece of `text` between `sep`s, empty ones included.
+std::vector<std::string> Split(const std::string& text, char sep) {
   std::vector<std::string> out;
   size_t start = 0;
-  for (;;) {
-    const size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (out.back().empty()) {
-      return InvalidArgumentError("--syncer '" + text + "': an empty address in the list (host:port[,host:port...])");
+  for (size_t at; (at = text.find(sep, start)) != std::string::npos; start = at + 1) {
+    out.push_back(text.substr(start, at - start));
+  }
+  out.push_back(text.substr(start));
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> SyncerAddresses(const std::string& text, int fragments) {
+  std::vector<std::string> out = Split(text, ',');
+  for (const std::string& shard : out) {
+    for (const std::string& candidate : Split(shard, '|')) {
+      if (candidate.empty()) {
+        return InvalidArgumentError("--syncer '" + text +
+                                    "': an empty address in the list (host:port[|standby:port...][,host:port...])");
+      }
     }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   if (out.size() > 1 && static_cast<int>(out.size()) > fragments) {
     return InvalidArgumentError("--syncer lists " + std::to_string(out.size()) + " syncer shards, the run has only " +
@@ -50,12 +64,22 @@ StatusOr<SyncerLinks> SyncerLinks::Connect(const std::vector<std::string>& addre
   links.base_.loss = c.loss;
   links.base_.seed = c.seed * 1000 + static_cast<uint64_t>(opt.id) + 1;
   for (size_t shard = 0; shard < addresses.size(); ++shard) {
-    ATOLL_ASSIGN_OR_RETURN(transport::ClientOptions co, ClientOptionsOf(addresses[shard], opt, c));
-    ATOLL_ASSIGN_OR_RETURN(auto client, transport::GrpcSyncerClient::Connect(co));
-    links.clients_.push_back(std::move(client));
+    const std::vector<std::string> names = Split(addresses[shard], '|');
+    std::vector<syncer::SyncerApi*> candidates;
+    for (const std::string& name : names) {
+      ATOLL_ASSIGN_OR_RETURN(transport::ClientOptions co, ClientOptionsOf(name, opt, c));
+      ATOLL_ASSIGN_OR_RETURN(auto client, transport::GrpcSyncerClient::Connect(co));
+      links.clients_.push_back(std::move(client));
+      candidates.push_back(links.clients_.back().get());
+    }
+    syncer::SyncerApi* api = candidates.front();
+    if (candidates.size() > 1) {
+      links.failover_.push_back(std::make_unique<learner::FailoverSyncerApi>(candidates, names));
+      api = links.failover_.back().get();
+    }
     learner::ShaperOptions so = links.base_;
     so.seed += 7919 * shard;  // shard 0: the unsharded learner's seed
-    links.shaped_.push_back(std::make_unique<learner::ShapedSyncerApi>(*links.clients_.back(), so, clock));
+    links.shaped_.push_back(std::make_unique<learner::ShapedSyncerApi>(*api, so, clock));
   }
   return links;
 }

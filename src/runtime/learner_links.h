@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "atoll/core/clock.h"
+#include "atoll/learner/failover_api.h"
 #include "atoll/learner/wan_shaper.h"
 #include "atoll/runtime/learner_process.h"
 #include "atoll/transport/grpc_client.h"
@@ -18,8 +19,10 @@
 namespace atl::runtime {
 
 // --syncer: one host:port, or a sharded syncer's shards' addresses, comma-separated in shard order
-// (shard i of S owns the fragments p ≡ i mod S). InvalidArgument for an empty entry, or more
-// shards than the run has fragments (every shard owns one).
+// (shard i of S owns the fragments p ≡ i mod S). A shard served by a leader and standbys
+// (atoll syncer --etcd) lists its candidates separated by '|' ("a:7070|b:7070"): the learner
+// follows whichever leads (learner::FailoverSyncerApi). InvalidArgument for an empty entry or
+// candidate, or more shards than the run has fragments (every shard owns one).
 StatusOr<std::vector<std::string>> SyncerAddresses(const std::string& text, int fragments);
 
 class SyncerLinks {
@@ -39,7 +42,8 @@ class SyncerLinks {
 
  private:
   learner::ShaperOptions base_;  // the run file's link
-  std::vector<std::unique_ptr<transport::GrpcSyncerClient>> clients_;
+  std::vector<std::unique_ptr<transport::GrpcSyncerClient>> clients_;  // every candidate of every shard
+  std::vector<std::unique_ptr<learner::FailoverSyncerApi>> failover_;  // shards with several candidates
   std::vector<std::unique_ptr<learner::ShapedSyncerApi>> shaped_;
 };
 

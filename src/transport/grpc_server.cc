@@ -40,23 +40,28 @@ class Service final : public Syncer::Service {
     allowed_ = std::move(allowed);
   }
   void UsePullFault(const ServerOptions::PullFault& f) { pull_fault_ = f; }
+  void UseFence(ServerOptions::Fence f) { fence_ = std::move(f); }
 
   grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req, atl::v1::JoinReply* reply) override {
-    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
+    if (auto st = Enter(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     auto out = loop_.Join(ParseJoinRequest(*req));
     if (!out.ok()) return ToGrpc(out.status());
+    if (auto st = Fenced(); !st.ok()) return ToGrpc(st);
+    out->epoch = fence_.epoch;
     FillJoinReply(*out, reply);
     return grpc::Status::OK;
   }
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const atl::v1::HeartbeatRequest* req,
                          atl::v1::HeartbeatReply* reply) override {
-    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
+    if (auto st = Enter(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     if (auto st = admission_.Heartbeat(req->learner_id()); !st.ok()) return ToGrpc(st);
     auto p = ParseHeartbeat(*req);
     if (!p.ok()) return ToGrpc(p.status());
     auto out = loop_.Heartbeat(req->learner_id(), *p);
     if (!out.ok()) return ToGrpc(out.status());
+    if (auto st = Fenced(); !st.ok()) return ToGrpc(st);
+    out->epoch = fence_.epoch;
     FillHeartbeatReply(*out, reply);
     return grpc::Status::OK;
   }
@@ -66,6 +71,7 @@ class Service final : public Syncer::Service {
   // payload. Invalid input from a joined learner counts toward its disconnect.
   grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<atl::v1::PushChunk>* reader,
                     atl::v1::PushReply* reply) override {
+    if (auto st = Fenced(); !st.ok()) return ToGrpc(st);
     auto who = PushCaller(ctx);
     if (!who.ok()) return ToGrpc(who.status());
     Admission::Slot slot = admission_.Enter(Admission::Kind::kPush, *who);
@@ -107,7 +113,7 @@ class Service final : public Syncer::Service {
 
   grpc::Status Pull(grpc::ServerContext* ctx, const atl::v1::PullRequest* req,
                     grpc::ServerWriter<atl::v1::PullChunk>* writer) override {
-    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
+    if (auto st = Enter(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     Admission::Slot slot = admission_.Enter(Admission::Kind::kPull, req->learner_id());  // a long poll holds a thread
     if (!slot.status().ok()) return Refuse(slot.status());
     if (!std::isfinite(req->wait_seconds()) || req->wait_seconds() < 0) {
@@ -120,7 +126,8 @@ class Service final : public Syncer::Service {
     const uint64_t checksum = Checksum64(out.bytes);
     auto from = ResumeOffset(*req, out, checksum);
     if (!from.ok()) return ToGrpc(from.status());
-    PullWrite w{*from, pull_fault_.chunk_bytes, -1};
+    if (auto st = Fenced(); !st.ok()) return ToGrpc(st);
+    PullWrite w{*from, pull_fault_.chunk_bytes, -1, fence_.epoch};
     const bool cut = !out.bytes.empty() && pull_fault_.cut_pulls > 0 && pulls_cut_.fetch_add(1) < pull_fault_.cut_pulls;
     if (cut) w.max_chunks = pull_fault_.cut_after_chunks;
     const int64_t sent = WritePull(out, checksum, w, writer);
@@ -145,13 +152,13 @@ class Service final : public Syncer::Service {
   }
 
   grpc::Status Leave(grpc::ServerContext* ctx, const atl::v1::LeaveRequest* req, atl::v1::LeaveReply*) override {
-    if (auto st = CheckToken(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
+    if (auto st = Enter(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
     return ToGrpc(loop_.Leave(req->learner_id()));
   }
 
   grpc::Status Finish(grpc::ServerContext* ctx, const atl::v1::FinishRequest* req,
                       atl::v1::FinishReply* reply) override {
-    if (auto st = CheckToken(ctx, kOperator); !st.ok()) return ToGrpc(st);
+    if (auto st = Enter(ctx, kOperator); !st.ok()) return ToGrpc(st);
     reply->set_summary_json(on_finish_ ? on_finish_(req->evaluate()) : "{}");
     return grpc::Status::OK;
   }
@@ -240,6 +247,8 @@ class Service final : public Syncer::Service {
       }
       return ToGrpc(out.status());
     }
+    if (auto st = Fenced(); !st.ok()) return ToGrpc(st);
+    out->epoch = fence_.epoch;
     FillPushReply(*out, reply);
     return grpc::Status::OK;
   }
@@ -280,6 +289,22 @@ class Service final : public Syncer::Service {
   // the wire). With a shared token (no secret) every caller holds the same one. Constant-time
   // comparisons.
   static constexpr int64_t kOperator = int64_t{1} << 40;
+
+  // UNAVAILABLE while this syncer does not surely hold its shard's leadership (ServerOptions::Fence):
+  // the learner asks the next candidate.
+  atl::Status Fenced() const {
+    if (!fence_.leading || fence_.leading()) return atl::Status::Ok();
+    return UnavailableError(fmt::format(
+        "this syncer does not lead its shard (its leadership of epoch {} lapsed or has not begun): ask another "
+        "candidate",
+        fence_.epoch));
+  }
+  // A call's first check: leadership, then the caller's credentials.
+  atl::Status Enter(grpc::ServerContext* ctx, int64_t id) const {
+    ATOLL_RETURN_IF_ERROR(Fenced());
+    return CheckToken(ctx, id);
+  }
+
   atl::Status CheckToken(grpc::ServerContext* ctx, int64_t id) const {
     if (token_.empty() && secret_.empty()) return atl::Status::Ok();
     const auto& md = ctx->client_metadata();
@@ -310,6 +335,7 @@ class Service final : public Syncer::Service {
   Admission admission_;
   PushDeadlines deadlines_;
   ServerOptions::PullFault pull_fault_;
+  ServerOptions::Fence fence_;
   std::atomic<int> pulls_cut_{0};
 };
 
@@ -365,6 +391,7 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(const Server
     return InvalidArgumentError("pull_fault.chunk_bytes must be in [1, 1 MiB]");
   }
   impl->service_->UsePullFault(options.pull_fault);
+  impl->service_->UseFence(options.fence);
   ATOLL_ASSIGN_OR_RETURN(LearnerIdSet allowed, LearnerIdSet::Parse(options.allowed_learners));
   if (!allowed.any() && options.secret.empty()) {
     return InvalidArgumentError(

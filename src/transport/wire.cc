@@ -115,6 +115,7 @@ int64_t WritePull(const syncer::PullPayload& p, uint64_t payload_checksum, const
   h->set_not_modified(p.not_modified);
   h->set_incarnation(p.incarnation);
   h->set_resume_offset(w.from);
+  h->set_leader_epoch(w.epoch);
   if (!writer->Write(msg)) return 0;
   int64_t sent = 0;
   int chunks = 0;
@@ -149,6 +150,7 @@ Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, 
   out.base_version = h.base_version();
   out.not_modified = h.not_modified();
   out.incarnation = h.incarnation();
+  out.epoch = h.leader_epoch();
   out.value_checksum = h.value_checksum();
   out.block_size = h.block_size();
   if (!out.not_modified && h.encoding() != kLatticeEncoding) {
@@ -276,6 +278,7 @@ void FillHeartbeatReply(const syncer::HeartbeatReplyData& d, atl::v1::HeartbeatR
   for (int64_t v : d.versions) out->add_fragment_versions(v);
   out->set_finish(d.finish);
   out->set_incarnation(d.incarnation);
+  out->set_leader_epoch(d.epoch);
 }
 
 syncer::HeartbeatReplyData ParseHeartbeatReply(const atl::v1::HeartbeatReply& r) {
@@ -283,6 +286,7 @@ syncer::HeartbeatReplyData ParseHeartbeatReply(const atl::v1::HeartbeatReply& r)
   d.versions.assign(r.fragment_versions().begin(), r.fragment_versions().end());
   d.finish = r.finish();
   d.incarnation = r.incarnation();
+  d.epoch = r.leader_epoch();
   return d;
 }
 
@@ -291,10 +295,11 @@ void FillPushReply(const syncer::PushResult& r, atl::v1::PushReply* out) {
   out->set_merged_version(r.merged_version);
   out->set_note(r.note);
   out->set_incarnation(r.incarnation);
+  out->set_leader_epoch(r.epoch);
 }
 
 syncer::PushResult ParsePushReply(const atl::v1::PushReply& r) {
-  return {r.round(), r.merged_version(), r.note(), r.incarnation()};
+  return {r.round(), r.merged_version(), r.note(), r.incarnation(), r.leader_epoch()};
 }
 
 void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
@@ -315,6 +320,7 @@ void FillJoinReply(const syncer::JoinReplyData& r, atl::v1::JoinReply* out) {
   for (bool m : r.fragment_initial) out->add_fragment_initial(m);
   for (int64_t v : r.merged_versions) out->add_merged_versions(v);
   out->set_push_session(r.push_session);
+  out->set_leader_epoch(r.epoch);
   if (r.shard.count > 1) {  // unsharded: left unset, as before shards existed
     out->set_shard_index(r.shard.index);
     out->set_shard_count(r.shard.count);
@@ -337,6 +343,7 @@ StatusOr<syncer::JoinReplyData> ParseJoinReply(const atl::v1::JoinReply& r) {
   d.fragment_initial.assign(r.fragment_initial().begin(), r.fragment_initial().end());
   d.merged_versions.assign(r.merged_versions().begin(), r.merged_versions().end());
   d.push_session = r.push_session();
+  d.epoch = r.leader_epoch();
   // 0: an older syncer that does not say: unsharded.
   d.shard = r.shard_count() == 0 ? syncer::ShardSpec{} : syncer::ShardSpec{r.shard_index(), r.shard_count()};
   auto up = diloco::ParseEncoding(r.uplink_encoding());

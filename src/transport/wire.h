@@ -40,6 +40,7 @@ struct PullWrite {
   int64_t from = 0;
   size_t chunk_bytes = kMaxChunkBytes;
   int max_chunks = -1;
+  uint64_t epoch = 0;  // the header's leader_epoch (the payload is shared, the epoch the server's)
 };
 // Streams a pull result (header then chunks), `payload_checksum` being Checksum64(p.bytes);
 // returns the payload bytes written.

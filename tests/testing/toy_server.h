@@ -33,6 +33,7 @@ struct ToyServerOptions {
   std::string allowed;                         // the allow-list of learner ids ("" = any)
   syncer::SyncerLoop::RoundCallback on_round;  // called after the server's own count
   transport::ServerOptions::PullFault pull_fault;  // pull streams cut on purpose
+  transport::ServerOptions::Fence fence;           // leadership (epoch, leading)
 
   ToyServerOptions Shape(int p, int h, int t) && {
     P = p, H = h, tau = t;
@@ -56,6 +57,10 @@ struct ToyServerOptions {
   }
   ToyServerOptions CutPulls(transport::ServerOptions::PullFault f) && {
     pull_fault = f;
+    return std::move(*this);
+  }
+  ToyServerOptions Fenced(transport::ServerOptions::Fence f) && {
+    fence = std::move(f);
     return std::move(*this);
   }
   ToyServerOptions OnRound(syncer::SyncerLoop::RoundCallback f) && {
@@ -101,6 +106,7 @@ struct ToyServer {
     options.allowed_learners = o.allowed;
     options.limits = o.limits;
     options.pull_fault = o.pull_fault;
+    options.fence = o.fence;
     auto s = transport::GrpcSyncerServer::Start(options, *loop, [](bool) { return std::string("{}"); });
     ATOLL_CHECK(s.ok());
     server = std::move(*s);

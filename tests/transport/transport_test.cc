@@ -2,6 +2,7 @@
 // mutual TLS. Learners training over it: tests/learner/syncer_api_test.cc (the Grpc link).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -230,6 +231,45 @@ TEST(GrpcTransport, ABrokenPullResumesFromTheBytesItHolds) {
   auto failed = b->Pull(0, 0, -1, 0, -1);
   EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable) << failed.status();
   EXPECT_EQ(b->pulls_resumed(), transport::ClientOptions{}.pull_resumes);
+}
+
+// Leadership (docs/decisions/022): every reply carries the leader's epoch, and a syncer whose lease
+// may have lapsed answers every call UNAVAILABLE — a learner asks the next candidate — and changes
+// nothing, while the operator's Status still answers.
+TEST(GrpcTransport, RepliesCarryTheLeaderEpochAndAFencedSyncerAnswersNothing) {
+  std::atomic<bool> leading{true};
+  Server s{ToyServerOptions().Encoded(Encoding::kFp32).Fenced({42, [&leading] { return leading.load(); }})};
+  auto c = s.Client();
+  auto joined = c->Join(s.Join(0));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->epoch, 42u);
+  auto hb = c->Heartbeat(0, {});
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(hb->epoch, 42u);
+  auto pulled = c->Pull(0, 0, -1, 0, -1);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->epoch, 42u);
+
+  leading = false;
+  auto refused = c->Join(s.Join(1));
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status();
+  EXPECT_NE(refused.status().message().find("does not lead its shard"), std::string::npos) << refused.status();
+  EXPECT_EQ(c->Heartbeat(0, {}).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(c->Pull(0, 0, -1, 0, -1).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(c->Leave(0).code(), StatusCode::kUnavailable);
+  auto st = s.Status();
+  EXPECT_EQ(st["learners"].size(), 1u);  // learner 1 never joined
+  EXPECT_NE(st["learners"][0]["state"], "done");  // learner 0 did not leave
+  // The same server with its lease back serves again (a standby that leads).
+  leading = true;
+  EXPECT_TRUE(c->Heartbeat(0, {}).ok());
+
+  // A syncer without leadership says epoch 0.
+  Server plain{ToyServerOptions().Encoded(Encoding::kFp32)};
+  auto p = plain.Client();
+  auto j = p->Join(plain.Join(0));
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->epoch, 0u);
 }
 
 TEST(GrpcTransport, TlsChannelWithTokenOnEveryCall) {

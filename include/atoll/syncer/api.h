@@ -28,7 +28,8 @@ namespace atl::syncer {
 // (replays are refused: docs/decisions/019).
 // 5: a join says the version of each copy it holds, and a rebuilding syncer asks for the copies it
 // wants (docs/decisions/021). A syncer still takes joins of version 4 (they offer no copies).
-inline constexpr uint32_t kProtocolVersion = 5;
+// 6: every reply carries the leadership epoch of the syncer that sent it (docs/decisions/022).
+inline constexpr uint32_t kProtocolVersion = 6;
 inline constexpr uint32_t kOldestProtocolVersion = 4;
 
 // A sharded syncer (docs/decisions/011): shard `index` of `count` owns the fragments p with
@@ -104,12 +105,16 @@ struct JoinReplyData {
   // learner (held at a version newer than the syncer's). The learner offers each (a push with
   // public_copy set), then joins again.
   std::vector<int> rebuild_wanted;
+  // The leadership epoch of the syncer that answered (0: no leadership, docs/decisions/022); the
+  // same field in every reply below. Set by the transport, not the core.
+  uint64_t epoch = 0;
 };
 
 struct HeartbeatReplyData {
   std::vector<int64_t> versions;
   bool finish = false;
   uint64_t incarnation = 0;
+  uint64_t epoch = 0;
 };
 
 struct PushHeaderData {
@@ -144,6 +149,7 @@ struct PushResult {
   int64_t merged_version = 0;  // the version of the fragment that will include this push
   std::string note;
   uint64_t incarnation = 0;  // of the syncer that accepted it (0: not said)
+  uint64_t epoch = 0;
 };
 
 struct PullPayload {
@@ -158,6 +164,7 @@ struct PullPayload {
   std::vector<std::byte> bytes;  // (compressed) lattice delta, or exponents + codes of Φ
   uint64_t value_checksum = 0;   // of Φ at `version`
   uint64_t incarnation = 0;      // of the syncer that answered
+  uint64_t epoch = 0;
 };
 
 // One pull reply shared by the syncer's cache and every learner it is being sent to.

@@ -69,6 +69,14 @@ struct ServerOptions {
     int cut_after_chunks = 1;
   };
   PullFault pull_fault;
+  // Leadership (docs/decisions/022): every reply carries `epoch`; while `leading` (when set)
+  // returns false, every call is refused UNAVAILABLE, checked when it arrives and again before its
+  // reply is sent, so a syncer whose lease may have run out answers nothing.
+  struct Fence {
+    uint64_t epoch = 0;
+    std::function<bool()> leading;
+  };
+  Fence fence;
 };
 
 class GrpcSyncerServer {
