@@ -242,6 +242,30 @@ void OnRun(CLI::App* c, CommandContext& ctx, std::shared_ptr<Overrides> o, std::
   });
 }
 
+// `atoll syncer`'s recovery from a lost machine: a rebuild from the learners, leader and standbys.
+void AddRecoveryFlags(CLI::App* c, runtime::SyncerProcessOptions& o) {
+  c->add_flag("--rebuild", o.rebuild,
+              "Rebuild from the learners: the --state folder was lost (absent or empty; a committed state is refused). "
+              "Starts from the run's initial model and adopts the newest public copy of each fragment the joining "
+              "learners hold; outer momentum and the learner table's accounting restart from zero "
+              "(docs/deployment.md)");
+  c->add_option("--rebuild-wait", o.rebuild_wait_s,
+                "With --rebuild: seconds the syncer adopts copies before it closes any round (pushes meanwhile are "
+                "refused as Unavailable: learners rejoin and keep their work), in (0, 3600]")
+      ->capture_default_str();
+  c->add_option("--etcd", o.etcd,
+                "Leader and standbys: etcd's endpoints (host:port or unix:path, comma-separated). This process is "
+                "one candidate for its shard: it serves only while it holds the shard's etcd lease; the others "
+                "wait and one takes over when the lease lapses. Give the learners every candidate's address, "
+                "'|'-separated (docs/deployment.md)");
+  c->add_option("--candidate-id", o.candidate_id,
+                "With --etcd: this candidate's name among its shard's, unique (default <host>-<pid>)");
+  c->add_option("--lease-ttl", o.lease_ttl_s,
+                "With --etcd: the leadership lease in whole seconds, 1-60: a lost leader is replaced within about "
+                "this long, and stops serving before then")
+      ->capture_default_str();
+}
+
 // `atoll syncer`: one syncer process.
 void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
   auto o = std::make_shared<Overrides>();
@@ -279,15 +303,7 @@ void RegisterSyncer(CLI::App& app, CommandContext& ctx) {
   c->add_option("--http-host", p->http_hosts,
                 "A host name the status page is reached by (repeatable); requests whose Host header is not an IP "
                 "address, localhost, the --http host or one of these are refused (DNS rebinding)");
-  c->add_flag("--rebuild", p->rebuild,
-              "Rebuild from the learners: the --state folder was lost (absent or empty; a committed state is refused). "
-              "Starts from the run's initial model and adopts the newest public copy of each fragment the joining "
-              "learners hold; outer momentum and the learner table's accounting restart from zero "
-              "(docs/deployment.md)");
-  c->add_option("--rebuild-wait", p->rebuild_wait_s,
-                "With --rebuild: seconds the syncer adopts copies before it closes any round (pushes meanwhile are "
-                "refused as Unavailable: learners rejoin and keep their work), in (0, 3600]")
-      ->capture_default_str();
+  AddRecoveryFlags(c, *p);
   c->add_option("--shard", p->shard,
                 "i/S: run shard i of a syncer sharded S ways (0 <= i < S <= P). It owns the fragments p with "
                 "p mod S = i, has its own port and --state folder (default <out>/state: give each shard its own "
@@ -312,7 +328,8 @@ void RegisterLearner(CLI::App& app, CommandContext& ctx) {
   c->add_option("--syncer", p->syncer,
                 "Syncer address host:port; a sharded syncer: every shard's address, comma-separated in shard "
                 "order (shard 0 first; the learner joins every shard with its --id and sends each fragment to "
-                "its owner, p mod S)")
+                "its owner, p mod S); a shard with standbys (atoll syncer --etcd): its candidates' addresses "
+                "'|'-separated, e.g. \"a:7070|b:7070\" (the learner follows whichever leads)")
       ->required();
   c->add_option("--token-file", p->token_file, "This learner's token (per-learner credentials; overrides --token)")
       ->check(CLI::ExistingFile);

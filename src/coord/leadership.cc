@@ -252,6 +252,18 @@ StatusOr<bool> Leadership::RunBegan() {
   return kv.has_value();
 }
 
+StatusOr<std::string> Leadership::LatestLeader() {
+  ATOLL_ASSIGN_OR_RETURN(auto kv, client_->Get(key("began")));
+  return kv.has_value() ? kv->value : std::string();
+}
+
 Status Leadership::MarkRunBegan() { return client_->Put(key("began"), opts_.candidate_id); }
+
+StatusOr<bool> Leadership::RunFinished() {
+  ATOLL_ASSIGN_OR_RETURN(auto kv, client_->Get(key("finished")));
+  return kv.has_value();
+}
+
+Status Leadership::MarkRunFinished() { return client_->Put(key("finished"), opts_.candidate_id); }
 
 }  // namespace atl::coord

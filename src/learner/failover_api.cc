@@ -3,6 +3,15 @@
 #include <fmt/format.h>
 
 namespace atl::learner {
+namespace {
+
+// The candidate is down, a standby, fenced (UNAVAILABLE) or stopped without closing its port (a
+// paused process: the call runs out of time).
+bool Unreached(const Status& st) {
+  return st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
 
 FailoverSyncerApi::FailoverSyncerApi(std::vector<syncer::SyncerApi*> candidates, std::vector<std::string> names)
     : candidates_(std::move(candidates)), names_(std::move(names)) {
@@ -32,7 +41,7 @@ StatusOr<T> FailoverSyncerApi::Route(Call&& call, EpochOf&& epoch_of) {
   const size_t at = current_.load();
   StatusOr<T> out = call(*candidates_[at]);
   if (!out.ok()) {
-    if (out.status().code() == StatusCode::kUnavailable && candidates_.size() > 1) MoveOn(at);
+    if (Unreached(out.status()) && candidates_.size() > 1) MoveOn(at);
     return out;
   }
   ATOLL_RETURN_IF_ERROR(CheckEpoch(epoch_of(*out), at));
@@ -53,7 +62,7 @@ StatusOr<syncer::HeartbeatReplyData> FailoverSyncerApi::Heartbeat(int learner_id
 Status FailoverSyncerApi::Leave(int learner_id) {
   const size_t at = current_.load();
   Status st = candidates_[at]->Leave(learner_id);
-  if (st.code() == StatusCode::kUnavailable && candidates_.size() > 1) MoveOn(at);
+  if (Unreached(st) && candidates_.size() > 1) MoveOn(at);
   return st;
 }
 

@@ -41,7 +41,7 @@ class SyncerLinks {
   int64_t WireBytes(bool up) const;
 
  private:
-  learner::ShaperOptions base_;  // the run file's link
+  learner::ShaperOptions base_;                                        // the run file's link
   std::vector<std::unique_ptr<transport::GrpcSyncerClient>> clients_;  // every candidate of every shard
   std::vector<std::unique_ptr<learner::FailoverSyncerApi>> failover_;  // shards with several candidates
   std::vector<std::unique_ptr<learner::ShapedSyncerApi>> shaped_;

@@ -1,5 +1,6 @@
 // `atoll syncer`: the global model, the rounds, the gRPC service, the final evaluation.
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "model_host.h"
 #include "round_committer.h"
 #include "round_log.h"
+#include "syncer_leadership.h"
 #include "syncer_start.h"
 #include "syncer_status_page.h"
 #include "syncer_summary.h"
@@ -33,12 +35,13 @@ std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
 // What ended a syncer's run.
-enum class EndReason { kFinished, kSignal, kLearnersDone };
+enum class EndReason { kFinished, kSignal, kLearnersDone, kFenced };
 const char* EndReasonText(EndReason r) {
   switch (r) {
     case EndReason::kFinished: return "run finished";
     case EndReason::kSignal: return "signal";
     case EndReason::kLearnersDone: return "every learner done";
+    case EndReason::kFenced: return "leadership lapsed";
   }
   return "?";
 }
@@ -66,6 +69,12 @@ class SyncerProcess {
     if (Status st = MakeDirs(out_); !st.ok()) return SyncerFail(st, 1);
     if (Status st = WriteRunConfigOnce(out_, c_); !st.ok()) return SyncerFail(st, 1);
     RaiseDescriptorLimit();
+    if (!opt_.etcd.empty()) {  // a standby until it leads; SIGTERM stops it while it waits
+      if (int rc = HoldPort(); rc != 0) return rc;
+      std::signal(SIGTERM, OnSignal);
+      std::signal(SIGINT, OnSignal);
+      if (int rc = lead_.Campaign(opt_, c_.run_id, shard_, g_stop); rc != 0 || !lead_.active()) return rc;
+    }
     if (int rc = Setup(); rc != 0) return rc;
     // Rounds close only while a commit can succeed: otherwise they are held (commit_headroom.h).
     headroom_ = std::make_unique<syncer::CommitHeadroom>(
@@ -73,14 +82,19 @@ class SyncerProcess {
         kCommitFds);
     committer_ = std::make_unique<RoundCommitter>(*opened_.durable, *headroom_, *log_, *checkpoints_, *summary_, plan_,
                                                   out_, opt_.checkpoint_every);
-    if (opt_.rebuild) BeginRebuild();
+    if (opened_.rebuild) BeginRebuild();
     loop_ = std::make_unique<syncer::SyncerLoop>(
         std::move(*opened_.core), clock_,
         [this](const syncer::SyncerCore& sc, const syncer::RoundReport& r) {
           committer_->Commit(sc, r, clock_.Now());
           OfferGlobalEval(sc);
         },
-        std::chrono::milliseconds(50), [this](const syncer::SyncerCore&) { return headroom_->Check(); });
+        std::chrono::milliseconds(50),
+        [this](const syncer::SyncerCore&) {
+          // A leader whose lease may have lapsed closes no round (docs/decisions/022).
+          if (!lead_.leading()) return UnavailableError("this syncer's leadership lapsed");
+          return headroom_->Check();
+        });
     return Serve();
   }
 
@@ -95,6 +109,43 @@ class SyncerProcess {
         opt_.rebuild_wait_s);
     std::fflush(stdout);
     log_->Line({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "rebuild"}, {"wait_s", opt_.rebuild_wait_s}});
+  }
+
+  // A candidate's gRPC port is bound from the start, so the learners can be given its address; it
+  // closes every connection until this candidate leads (transport::HeldPort).
+  int HoldPort() {
+    auto so = ServerOptionsOf(opt_, c_);
+    if (!so.ok()) return SyncerFail(so.status(), 2);
+    auto held = transport::HeldPort::Bind(so->address, so->limits);
+    if (!held.ok()) return SyncerFail(held.status(), 1);
+    held_port_ = *held;
+    std::printf("syncer: candidate port %d held (connections are closed until this candidate leads)\n",
+                held_port_->port());
+    std::fflush(stdout);
+    return WritePortFile(held_port_->port());
+  }
+
+  int WritePortFile(int port) {
+    if (opt_.port_file.empty()) return 0;
+    if (Status st = WriteFileAtomic(opt_.port_file, std::to_string(port)); !st.ok()) return SyncerFail(st, 1);
+    return 0;
+  }
+
+  // Another candidate led since this disk's state was written: that state is behind the run (or
+  // diverged from it, if this process committed rounds after its lease lapsed) and is moved aside,
+  // never resumed nor deleted; the learners' copies rebuild the core.
+  int SetStateAside() {
+    const std::string dir = opt_.state_dir.empty() ? out_ + "/state" : opt_.state_dir;
+    std::error_code ec;
+    if (!std::filesystem::exists(dir, ec) || std::filesystem::is_empty(dir, ec)) return 0;
+    const std::string aside = fmt::format("{}.superseded-epoch-{}", dir, lead_.epoch());
+    std::filesystem::rename(dir, aside, ec);
+    if (ec) return SyncerFail(InternalError("moving " + dir + " aside to " + aside + ": " + ec.message()), 1);
+    std::printf(
+        "syncer: another candidate led this shard since %s was written: moved it to %s (kept, not resumed); "
+        "rebuilding from the learners\n",
+        dir.c_str(), aside.c_str());
+    return 0;
   }
 
   // The flags against the run file: the shard, the HTTP address and its credentials.
@@ -139,7 +190,11 @@ class SyncerProcess {
     sopts.incarnation = static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid());
     if (c_.mode == diloco::Mode::kDdp) sopts.ddp_step = MakeDdpStep(*model_, plan_);
     sopts.shard = shard_;
-    if (int rc = OpenCore(c_, opt_, *model_, plan_, std::move(sopts), opened_); rc != 0) return rc;
+    if (lead_.another_led()) {
+      if (int rc = SetStateAside(); rc != 0) return rc;
+    }
+    if (int rc = OpenCore(c_, opt_, *model_, plan_, std::move(sopts), opened_, lead_.run_began()); rc != 0) return rc;
+    if (Status st = lead_.MarkBegan(); !st.ok()) return SyncerFail(st.WithContext("leadership"), 1);
     PrintRun();
     log_ = std::make_unique<RoundLog>(out_ + "/metrics-syncer.jsonl");
     summary_ = std::make_unique<SyncerSummary>(*model_, plan_, *log_);
@@ -269,6 +324,7 @@ class SyncerProcess {
     while (!finished_ && !g_stop) {
       finish_cv_.wait_for(lock, std::chrono::milliseconds(200));
       if (finished_ || g_stop) break;
+      if (lead_.lost()) return EndReason::kFenced;
       lock.unlock();
       const bool done = opt_.finish_when_done && AllLearnersDone();
       if (status_page_->serving() && UnixSeconds() - last_sample >= 2.0) {
@@ -294,17 +350,17 @@ class SyncerProcess {
     if (!so.ok()) return SyncerFail(so.status(), 2);
     if (Status st = StartStatusPage(*so); !st.ok())
       return SyncerFail(st, st.code() == StatusCode::kInvalidArgument ? 2 : 1);
+    if (lead_.active()) so->fence = {lead_.epoch(), [this] { return lead_.leading(); }};
+    so->held_port = held_port_;
     auto server = transport::GrpcSyncerServer::Start(*so, *loop_, [this](bool evaluate) { return Finish(evaluate); });
     if (!server.ok()) return SyncerFail(server.status(), 1);
     std::printf("syncer: listening on port %d\n", (*server)->port());
     std::fflush(stdout);
-    if (!opt_.port_file.empty()) {
-      if (Status st = WriteFileAtomic(opt_.port_file, std::to_string((*server)->port())); !st.ok())
-        return SyncerFail(st, 1);
-    }
+    if (int rc = WritePortFile((*server)->port()); rc != 0) return rc;
     std::signal(SIGTERM, OnSignal);
     std::signal(SIGINT, OnSignal);
     const EndReason why = WaitForEnd();
+    if (why == EndReason::kFenced) return StopFenced(**server);
     if (why != EndReason::kFinished) {
       // A signal or the last learner leaving: close the rounds in flight, evaluate, write the
       // model and the summary, as Finish would.
@@ -313,7 +369,23 @@ class SyncerProcess {
       Finish(/*evaluate=*/true);
     }
     Stop(**server, why);
+    lead_.MarkFinishedAndResign();
     return 0;
+  }
+
+  // The lease lapsed (paused, cut off from etcd): another candidate may lead by now. Nothing more
+  // is served or committed here: no finish, no final rounds; the learners follow the new leader.
+  int StopFenced(transport::GrpcSyncerServer& server) {
+    std::fprintf(stderr,
+                 "atoll syncer: error: leadership lapsed (%s): stopped serving; the shard's next leader continues the "
+                 "run from its committed rounds\n",
+                 lead_.Describe().c_str());
+    if (live_eval_) live_eval_->Stop();
+    status_page_->Stop();
+    loop_->EndLongPolls();
+    server.Shutdown();
+    loop_->Stop();
+    return 3;
   }
 
   // Learners still running learn of the finish from their next heartbeat reply and leave: waits
@@ -338,7 +410,9 @@ class SyncerProcess {
 
   const SyncerProcessOptions& opt_;
   const RunConfig c_;
-  syncer::ShardSpec shard_;  // {0, 1}: the one syncer
+  SyncerLeadership lead_;                           // inactive without --etcd
+  std::shared_ptr<transport::HeldPort> held_port_;  // with --etcd: the port, held until leading
+  syncer::ShardSpec shard_;                         // {0, 1}: the one syncer
   const std::string out_;
   RealClock& clock_ = RealClock::Default();
   std::unique_ptr<ModelHost> model_;

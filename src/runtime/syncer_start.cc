@@ -31,7 +31,7 @@ void RemoveStaleFiles(syncer::DurableState& durable, const std::string& out) {
 }
 
 // Restores a saved state into the core, or writes the initial one.
-int ResumeOrSave(OpenedCore& out, bool rebuild) {
+int ResumeOrSave(OpenedCore& out, bool rebuild, bool run_began) {
   auto contents = out.durable->Inspect();  // a damaged or foreign folder is refused, never overwritten
   if (!contents.ok()) return SyncerFail(contents.status(), 2);
   out.resumed = *contents == syncer::DurableState::Contents::kSaved;
@@ -42,6 +42,7 @@ int ResumeOrSave(OpenedCore& out, bool rebuild) {
                           "from it, or move it away first)"),
                       2);
   }
+  out.rebuild = rebuild || (run_began && !out.resumed);
   if (!out.resumed) {
     if (Status st = out.durable->SaveAll(*out.core); !st.ok())
       return SyncerFail(st.WithContext("writing the initial state"), 1);
@@ -61,7 +62,7 @@ int ResumeOrSave(OpenedCore& out, bool rebuild) {
 }  // namespace
 
 int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHost& model,
-             const diloco::FragmentPlan& plan, syncer::SyncerOptions options, OpenedCore& out) {
+             const diloco::FragmentPlan& plan, syncer::SyncerOptions options, OpenedCore& out, bool run_began) {
   std::vector<std::vector<float>> initial(plan.fragments.size());
   for (const auto& f : plan.fragments) {
     if (!options.shard.owns(f.index)) continue;  // another shard's: not needed here
@@ -75,7 +76,7 @@ int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHos
   const std::string out_dir = opt.out_dir.empty() ? "." : opt.out_dir;
   out.durable = std::make_unique<syncer::DurableState>(opt.state_dir.empty() ? out_dir + "/state" : opt.state_dir);
   RemoveStaleFiles(*out.durable, out_dir);
-  return ResumeOrSave(out, opt.rebuild);
+  return ResumeOrSave(out, opt.rebuild, run_began);
 }
 
 void PrintStateWarnings(OpenedCore& opened) {

@@ -26,6 +26,7 @@ struct OpenedCore {
   std::optional<syncer::SyncerCore> core;
   std::unique_ptr<syncer::DurableState> durable;
   bool resumed = false;
+  bool rebuild = false;         // --rebuild, or a leader taking over a run without its state (docs/decisions/022)
   size_t warnings_printed = 0;  // of durable->warnings()
 };
 
@@ -34,8 +35,10 @@ struct OpenedCore {
 // killed syncer left. Returns 0, or SyncerFail's code: 2 for a model, plan or state folder that
 // does not fit (a damaged or foreign folder is refused, never overwritten), 1 when the initial
 // state cannot be written.
+// `run_began`: an earlier leader of this shard began the run, so an empty folder means its state
+// is elsewhere: the core is rebuilt from the learners (OpenedCore::rebuild) instead of starting.
 int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHost& model,
-             const diloco::FragmentPlan& plan, syncer::SyncerOptions options, OpenedCore& out);
+             const diloco::FragmentPlan& plan, syncer::SyncerOptions options, OpenedCore& out, bool run_began);
 
 // Prints the durable state's warnings not printed yet (what the resume ignored or rebuilt).
 void PrintStateWarnings(OpenedCore& opened);

@@ -380,6 +380,24 @@ void ApplyLimits(const ServerLimits& l, grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, l.keepalive_timeout_ms);
 }
 
+// The port's credentials: TLS (and mutual TLS) from the PEM files, else insecure.
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> CredentialsOf(const TlsOptions& tls) {
+  if (!tls.enabled) return grpc::InsecureServerCredentials();
+  auto key = ReadPem(tls.key_file, "TLS key");
+  if (!key.ok()) return key.status();
+  auto cert = ReadPem(tls.cert_file, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!tls.client_ca_file.empty()) {  // mutual TLS: no certificate from this CA, no call
+    auto client_ca = ReadPem(tls.client_ca_file, "TLS client CA");
+    if (!client_ca.ok()) return client_ca.status();
+    ssl.pem_root_certs = *client_ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(const ServerOptions& options,
@@ -402,28 +420,18 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(const Server
                                    loop.Call([](syncer::SyncerCore& c, TimePoint) { return c.options().run_id; }),
                                    std::move(allowed));
   }
-  std::shared_ptr<grpc::ServerCredentials> creds;
-  if (options.tls.enabled) {
-    auto key = ReadPem(options.tls.key_file, "TLS key");
-    if (!key.ok()) return key.status();
-    auto cert = ReadPem(options.tls.cert_file, "TLS certificate");
-    if (!cert.ok()) return cert.status();
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    if (!options.tls.client_ca_file.empty()) {  // mutual TLS: no certificate from this CA, no call
-      auto client_ca = ReadPem(options.tls.client_ca_file, "TLS client CA");
-      if (!client_ca.ok()) return client_ca.status();
-      ssl.pem_root_certs = *client_ca;
-      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-    }
-    creds = grpc::SslServerCredentials(ssl);
-  } else {
-    creds = grpc::InsecureServerCredentials();
-  }
+  ATOLL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, CredentialsOf(options.tls));
   // The port is atoll's own (listener.h): gRPC gets each accepted connection through an external
   // acceptor with the same credentials, and the number of connections stays bounded.
   if (options.limits.max_connections < 1) return InvalidArgumentError("max_connections must be ≥ 1");
-  ATOLL_ASSIGN_OR_RETURN(impl->listener_, GrpcListener::Bind(options.address, EffectiveMaxConnections(options.limits)));
+  const bool held = options.held_port != nullptr;
+  if (held) {
+    impl->listener_ = options.held_port->Take();
+    if (impl->listener_ == nullptr) return FailedPreconditionError("the held port was already taken by a server");
+  } else {
+    ATOLL_ASSIGN_OR_RETURN(impl->listener_,
+                           GrpcListener::Bind(options.address, EffectiveMaxConnections(options.limits)));
+  }
   impl->port_ = impl->listener_->port();
   grpc::ServerBuilder builder;
   auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
@@ -433,8 +441,24 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(const Server
   ApplyLimits(options.limits, builder);
   impl->server_ = builder.BuildAndStart();
   if (!impl->server_) return UnavailableError("cannot start the gRPC server for " + options.address);
-  impl->listener_->Start(std::move(acceptor));
+  if (held) {
+    impl->listener_->Adopt(std::move(acceptor));
+  } else {
+    impl->listener_->Start(std::move(acceptor));
+  }
   return std::unique_ptr<GrpcSyncerServer>(std::move(impl));
 }
+
+StatusOr<std::shared_ptr<HeldPort>> HeldPort::Bind(const std::string& address, const ServerLimits& limits) {
+  std::shared_ptr<HeldPort> held(new HeldPort());
+  ATOLL_ASSIGN_OR_RETURN(held->listener_, GrpcListener::Bind(address, EffectiveMaxConnections(limits)));
+  held->port_ = held->listener_->port();
+  held->listener_->Start(nullptr);
+  return held;
+}
+
+HeldPort::~HeldPort() = default;
+
+std::unique_ptr<GrpcListener> HeldPort::Take() { return std::move(listener_); }
 
 }  // namespace atl::transport

@@ -90,7 +90,14 @@ GrpcListener::~GrpcListener() {
 
 void GrpcListener::Start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor) {
   acceptor_ = std::move(acceptor);
+  handing_to_ = acceptor_.get();
   thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+void GrpcListener::Adopt(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor) {
+  if (acceptor_ != nullptr) return;  // adopted once
+  acceptor_ = std::move(acceptor);
+  handing_to_ = acceptor_.get();
 }
 
 void GrpcListener::Stop() {
@@ -132,6 +139,11 @@ void GrpcListener::AcceptLoop() {
         full = CountOpen() >= max_connections_;
       }
       struct stat st {};
+      grpc::experimental::ExternalConnectionAcceptor* to = handing_to_.load();
+      if (to == nullptr) {  // a held port: no server yet
+        ::close(fd);
+        continue;
+      }
       if (full || ::fstat(fd, &st) != 0) {
         ::close(fd);
         ++refused_;
@@ -142,7 +154,7 @@ void GrpcListener::AcceptLoop() {
       grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
       p.listener_fd = listen_fd_;
       p.fd = fd;  // gRPC's from here on
-      acceptor_->HandleNewConnection(&p);
+      to->HandleNewConnection(&p);
     }
   }
 }

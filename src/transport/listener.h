@@ -37,7 +37,10 @@ class GrpcListener {
 
   int port() const { return port_; }
   // Starts the accept thread, handing connections to `acceptor` (call after the server started).
+  // A null `acceptor` holds the port: every connection is closed at accept (a standby's port,
+  // docs/decisions/022) until Adopt hands later ones to a server.
   void Start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
+  void Adopt(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
   // Stops accepting and closes the listening socket; connections already handed over stay
   // gRPC's (its Shutdown ends them). Idempotent.
   void Stop();
@@ -56,7 +59,8 @@ class GrpcListener {
   int wake_[2] = {-1, -1};
   int port_ = 0;
   int max_connections_ = 0;
-  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;  // set once, before published
+  std::atomic<grpc::experimental::ExternalConnectionAcceptor*> handing_to_{nullptr};
   std::thread thread_;
   struct Handed {
     int fd;

@@ -128,9 +128,7 @@ TEST(FailoverSyncerApi, OneCandidateIsNeverLeftAndOtherErrorsDoNotMoveOn) {
     StatusOr<syncer::PushResult> Push(const syncer::PushHeaderData&, std::span<const std::byte>) override {
       return syncer::PushResult{};
     }
-    StatusOr<syncer::PullPayload> Pull(int, int, int64_t, double, int64_t) override {
-      return syncer::PullPayload{};
-    }
+    StatusOr<syncer::PullPayload> Pull(int, int, int64_t, double, int64_t) override { return syncer::PullPayload{}; }
     Status Leave(int) override { return Status::Ok(); }
   } refusing;
   FakeCandidate other;

@@ -258,7 +258,7 @@ TEST(GrpcTransport, RepliesCarryTheLeaderEpochAndAFencedSyncerAnswersNothing) {
   EXPECT_EQ(c->Pull(0, 0, -1, 0, -1).status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(c->Leave(0).code(), StatusCode::kUnavailable);
   auto st = s.Status();
-  EXPECT_EQ(st["learners"].size(), 1u);  // learner 1 never joined
+  EXPECT_EQ(st["learners"].size(), 1u);           // learner 1 never joined
   EXPECT_NE(st["learners"][0]["state"], "done");  // learner 0 did not leave
   // The same server with its lease back serves again (a standby that leads).
   leading = true;

@@ -3,7 +3,7 @@
 //
 // Keys under `prefix`: `candidates/<candidate_id>` (bound to the candidate's lease: one live
 // process per id), `leader` ("<candidate_id> <address>", bound to the leader's lease) and `began`
-// (no lease: some leader of this prefix has begun the run).
+// (no lease: some leader of this prefix has begun the run), `finished` (no lease: a leader finished it).
 //
 // Fencing. A renew thread sends one keep-alive every min(ttl/4, 250 ms). etcd cannot expire the
 // lease before t_sent + ttl, where t_sent is the steady-clock time at which the latest
@@ -77,7 +77,15 @@ class Leadership {
   StatusOr<std::string> leader_value();
   // Whether some leader of this prefix marked the run as begun, and marking it.
   StatusOr<bool> RunBegan();
+  // `began` holds the candidate id of the latest leader that marked it ("" when none did): every
+  // leader marks it when it starts serving, so a candidate whose own disk holds a state knows
+  // whether another leader served since that state was written.
+  StatusOr<std::string> LatestLeader();
   Status MarkRunBegan();
+  // Whether a leader of this prefix finished the run (`finished`, no lease): a candidate that
+  // leads afterwards has nothing to serve. And marking it, before the last leader resigns.
+  StatusOr<bool> RunFinished();
+  Status MarkRunFinished();
 
   // Gives the leadership up: Leading() turns false first, then the leader key (if ours) is
   // deleted and the lease revoked, so a standby takes over at once. The candidate cannot lead

@@ -1,8 +1,8 @@
 // FailoverSyncerApi: one syncer shard served by several candidate processes, of which the one
 // holding the shard's etcd leadership serves (docs/decisions/022). A SyncerApi decorator over one
 // client per candidate: calls go to the current candidate; a call that fails UNAVAILABLE (the
-// candidate is down, a standby or a fenced former leader) moves the next call to the next
-// candidate, so the learner's own retries (a rejoin with backoff) find the leader by themselves.
+// candidate is down, a standby or a fenced former leader) or DEADLINE_EXCEEDED (a paused process
+// whose port still accepts) moves the next call to the next candidate, so the learner's own retries (a rejoin with backoff) find the leader by themselves.
 // Every reply carries the leadership epoch of the syncer that sent it: a reply whose epoch is
 // below one already seen comes from a former leader and is refused UNAVAILABLE, never used.
 // Thread-safety: all methods may be called from any thread (the agents' exchange and heartbeat

@@ -1,6 +1,7 @@
 // `atoll syncer`: the global model, the rounds, the gRPC service (and with --http the status
 // page), the durable state, the evaluation of the global model. Returns a process exit code (0 ok,
-// 1 runtime failure, 2 bad input) after printing a clear message; it never calls exit().
+// 1 runtime failure, 2 bad input, 3 its leadership lapsed: it stopped serving, docs/decisions/022)
+// after printing a clear message; it never calls exit().
 // Thread-safety: run once per process, from its main thread.
 #pragma once
 
@@ -47,6 +48,15 @@ struct SyncerProcessOptions {
   // closing no round and refusing pushes (Unavailable) meanwhile.
   bool rebuild = false;
   double rebuild_wait_s = 30;
+  // Leadership through etcd (docs/decisions/022): "" = none, this process is its shard's syncer.
+  // Else etcd's endpoints (comma-separated host:port or unix:path) and this process is one of the
+  // shard's candidates: it serves only while it holds the shard's lease (lease_ttl_s whole seconds
+  // in [1, 60]), the others wait as standbys; candidate_id names it among them ("" = <host>-<pid>).
+  // A leader whose --state folder holds no committed state of a run an earlier leader began
+  // rebuilds from the learners (as with rebuild).
+  std::string etcd;
+  std::string candidate_id;
+  double lease_ttl_s = 2;
 };
 // The most --rebuild-wait may be: an hour.
 inline constexpr double kMaxRebuildWaitSeconds = 3600;

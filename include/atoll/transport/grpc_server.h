@@ -49,6 +49,27 @@ struct ServerLimits {
   double min_link_mbps = 10.0;
 };
 
+class GrpcListener;
+
+// A standby's port (docs/decisions/022): bound and listening from the start, so its address is
+// known before it leads; every connection is closed at accept — a learner's call fails UNAVAILABLE
+// at once and it asks the next candidate — until a server started with it takes the port over.
+class HeldPort {
+ public:
+  // InvalidArgument for a malformed address, Unavailable when it cannot be bound.
+  // `limits`: the server's to be (its connection cap).
+  static StatusOr<std::shared_ptr<HeldPort>> Bind(const std::string& address, const ServerLimits& limits);
+  ~HeldPort();
+  int port() const { return port_; }
+  // The listener, once (GrpcSyncerServer::Start); null after.
+  std::unique_ptr<GrpcListener> Take();
+
+ private:
+  HeldPort() = default;
+  std::unique_ptr<GrpcListener> listener_;
+  int port_ = 0;
+};
+
 struct ServerOptions {
   std::string address = "127.0.0.1:0";  // port 0: choose a free port
   std::string token;                    // shared auth token ("" = none required)
@@ -77,6 +98,8 @@ struct ServerOptions {
     std::function<bool()> leading;
   };
   Fence fence;
+  // Serve on this held port instead of binding `address` (it must not have been taken before).
+  std::shared_ptr<HeldPort> held_port;
 };
 
 class GrpcSyncerServer {

@@ -1,0 +1,54 @@
+// A syncer process as one candidate for its shard's leadership (`atoll syncer --etcd`,
+// docs/decisions/022): connects to etcd, waits for the shard's lease, and tells what the new leader
+// starts from — its own committed state when its --state folder holds one, else (the run began
+// under an earlier leader and this disk never held its state) a rebuild from the learners' copies.
+// Private to src/runtime. Thread-safety: Campaign on the main thread; leading() from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "atoll/coord/leadership.h"
+#include "atoll/runtime/syncer_process.h"
+#include "atoll/syncer/api.h"
+
+namespace atl::runtime {
+
+// The etcd key prefix of a run's shard: /atoll/<run id>/shard-<i>-of-<S>.
+std::string LeadershipPrefix(const std::string& run_id, const syncer::ShardSpec& shard);
+
+class SyncerLeadership {
+ public:
+  // Connects and registers the candidate, then waits until it leads or `stop` is set. Returns 0
+  // when leading; else the exit code after a message: 0 for a stop while waiting or a run that
+  // already finished, 2 for bad endpoints, a bad TTL or a candidate id in use, 1 when etcd does
+  // not answer.
+  int Campaign(const SyncerProcessOptions& opt, const std::string& run_id, const syncer::ShardSpec& shard,
+               const std::atomic<bool>& stop);
+  bool active() const { return lead_ != nullptr; }
+  // True only while the lease surely holds (coord::Leadership::Leading); true without --etcd.
+  bool leading() const { return lead_ == nullptr || lead_->Leading(); }
+  // The lease lapsed after this process led: it must stop serving and close no round.
+  bool lost() const { return lead_ != nullptr && lead_->Lost(); }
+  uint64_t epoch() const { return lead_ == nullptr ? 0 : lead_->epoch(); }
+  // An earlier leader began this run (its state may be on another disk).
+  bool run_began() const { return run_began_; }
+  // The latest leader before this one was another candidate: a state on this disk predates rounds
+  // it served (or, committed after this candidate's own lease lapsed, was never served) and must
+  // not be resumed.
+  bool another_led() const { return another_led_; }
+  // This candidate serves the run from now on (recorded as the latest leader).
+  Status MarkBegan();
+  // The run is over: later leaders have nothing to serve. Then resigns (a standby is told at once).
+  void MarkFinishedAndResign();
+  std::string Describe() const;
+
+ private:
+  std::unique_ptr<coord::Leadership> lead_;
+  std::string candidate_id_;
+  bool run_began_ = false;
+  bool another_led_ = false;
+};
+
+}  // namespace atl::runtime
