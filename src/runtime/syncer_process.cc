@@ -101,25 +101,25 @@ class SyncerProcess {
  private:
   // --rebuild (docs/decisions/021): copies are adopted from now until the wait ends.
   void BeginRebuild() {
-    opened_.core->BeginRebuild(clock_.Now() + FromSeconds(opt_.rebuild_wait_s));
+    opened_.core->BeginRebuild(clock_.Now() + FromSeconds(opt_.rebuild_wait_s), c_.learners);
     std::printf(
         "syncer: rebuild: the durable state was lost; starting from the run's initial model and adopting the "
-        "learners' newest public copies for %g s before any round closes (outer momentum, sweeps and the learner "
-        "table's accounting start from zero)\n",
-        opt_.rebuild_wait_s);
+        "learners' newest public copies for %g s before any round closes, or until all %d learners have offered "
+        "theirs (outer momentum, sweeps and the learner table's accounting start from zero)\n",
+        opt_.rebuild_wait_s, c_.learners);
     std::fflush(stdout);
     log_->Line({{"t", UnixSeconds()}, {"source", "syncer"}, {"kind", "rebuild"}, {"wait_s", opt_.rebuild_wait_s}});
   }
 
   // A candidate's gRPC port is bound from the start, so the learners can be given its address; it
-  // closes every connection until this candidate leads (transport::HeldPort).
+  // refuses every connection until this candidate leads (transport::HeldPort).
   int HoldPort() {
     auto so = ServerOptionsOf(opt_, c_);
     if (!so.ok()) return SyncerFail(so.status(), 2);
     auto held = transport::HeldPort::Bind(so->address, so->limits);
     if (!held.ok()) return SyncerFail(held.status(), 1);
     held_port_ = *held;
-    std::printf("syncer: candidate port %d held (connections are closed until this candidate leads)\n",
+    std::printf("syncer: candidate port %d held (connections are refused until this candidate leads)\n",
                 held_port_->port());
     std::fflush(stdout);
     return WritePortFile(held_port_->port());

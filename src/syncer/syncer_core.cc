@@ -221,7 +221,10 @@ StatusOr<JoinReplyData> SyncerCore::Join(const JoinRequestData& r, TimePoint now
   reply.merged_versions.resize(fragments_.size(), -1);
   reply.shard = options_.shard;
   reply.push_session = l.push_session;
-  if (rebuilding(now)) reply.rebuild_wanted = WantedCopies(r, l);
+  if (rebuilding(now)) {
+    reply.rebuild_wanted = WantedCopies(r, l);
+    EndRebuildWhenAllOffered(now);
+  }
   return reply;
 }
 

@@ -12,7 +12,23 @@
 
 namespace atl::syncer {
 
-void SyncerCore::BeginRebuild(TimePoint until) { rebuild_until_ = until; }
+void SyncerCore::BeginRebuild(TimePoint until, int expected_learners) {
+  rebuild_until_ = until;
+  rebuild_expected_ = expected_learners;
+}
+
+void SyncerCore::EndRebuildWhenAllOffered(TimePoint now) {
+  if (!rebuilding(now) || rebuild_expected_ <= 0) return;
+  int declared = 0;
+  for (const auto& [id, l] : learners_) {
+    if (l.declared_versions.size() != fragments_.size()) continue;  // declared nothing
+    ++declared;
+    for (size_t p = 0; p < fragments_.size(); ++p) {
+      if (owns(static_cast<int>(p)) && l.declared_versions[p] > fragments_[p].version) return;  // still wanted
+    }
+  }
+  if (declared >= rebuild_expected_) rebuild_until_ = now;
+}
 
 std::vector<int> SyncerCore::WantedCopies(const JoinRequestData& r, LearnerRecord& l) const {
   const auto P = static_cast<size_t>(plan_.num_fragments());
@@ -95,6 +111,7 @@ StatusOr<RoundReport> SyncerCore::AdoptCopy(const PushHeaderData& h, std::span<c
     return InvalidArgumentError(what + ": " + st.message());
   }
   adopted_.push_back({h.fragment, h.base_version, l.id});
+  EndRebuildWhenAllOffered(now);
   RoundReport report;
   report.fragment = h.fragment;
   report.round = before;

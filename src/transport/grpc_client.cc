@@ -1,6 +1,8 @@
 // The learner's side of the atoll.v1 protocol over gRPC.
 #include <grpcpp/grpcpp.h>
 
+#include <mutex>
+
 #include "atoll.grpc.pb.h"
 #include "atoll/core/checksum.h"
 #include "atoll/transport/grpc_client.h"
@@ -16,8 +18,30 @@ double PayloadDeadlineSeconds(double base_s, int64_t bytes, double mbps) {
 struct GrpcSyncerClient::Impl {
   ClientOptions options;
   std::atomic<int64_t> largest_pull_bytes{0};  // from the join: the largest fragment in fp32
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<atl::v1::Syncer::Stub> stub;
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  grpc::ChannelArguments args;
+  std::mutex mu;
+  std::shared_ptr<atl::v1::Syncer::Stub> stub;  // guarded by mu; replaced by Renew
+  // A call failed UNAVAILABLE since the last join: the next join opens a new channel. A TLS
+  // channel whose server went away (killed, restarted, or a standby that took over its role, on the
+  // same or another address) kept failing its handshakes with the server back up for 20 s to minutes
+  // on this machine; a new channel connects at once.
+  std::atomic<bool> broken{false};
+
+  std::shared_ptr<atl::v1::Syncer::Stub> Stub() {
+    std::lock_guard<std::mutex> lock(mu);
+    return stub;
+  }
+  void Renew() {
+    auto fresh = std::shared_ptr<atl::v1::Syncer::Stub>(
+        atl::v1::Syncer::NewStub(grpc::CreateCustomChannel(options.target, creds, args)));
+    std::lock_guard<std::mutex> lock(mu);
+    stub = std::move(fresh);
+  }
+  grpc::Status Noted(grpc::Status st) {
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) broken = true;
+    return st;
+  }
 
   void Prepare(grpc::ClientContext& ctx, double seconds) const {
     if (!options.token.empty()) ctx.AddMetadata(kTokenKey, options.token);
@@ -69,8 +93,9 @@ StatusOr<std::unique_ptr<GrpcSyncerClient>> GrpcSyncerClient::Connect(const Clie
   } else {
     creds = grpc::InsecureChannelCredentials();
   }
-  impl->channel = grpc::CreateCustomChannel(options.target, creds, args);
-  impl->stub = atl::v1::Syncer::NewStub(impl->channel);
+  impl->creds = creds;
+  impl->args = args;
+  impl->Renew();
   return std::unique_ptr<GrpcSyncerClient>(new GrpcSyncerClient(std::move(impl)));
 }
 
@@ -80,7 +105,8 @@ StatusOr<syncer::JoinReplyData> GrpcSyncerClient::Join(const syncer::JoinRequest
   atl::v1::JoinRequest req;
   FillJoinRequest(r, &req);
   atl::v1::JoinReply reply;
-  grpc::Status st = impl_->stub->Join(&ctx, req, &reply);
+  if (impl_->broken.exchange(false)) impl_->Renew();
+  grpc::Status st = impl_->Noted(impl_->Stub()->Join(&ctx, req, &reply));
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
   if (!st.ok()) return FromGrpc(st, "join");
   bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
@@ -96,7 +122,7 @@ Status GrpcSyncerClient::Leave(int learner_id) {
   atl::v1::LeaveRequest req;
   req.set_learner_id(learner_id);
   atl::v1::LeaveReply reply;
-  grpc::Status st = impl_->stub->Leave(&ctx, req, &reply);
+  grpc::Status st = impl_->Noted(impl_->Stub()->Leave(&ctx, req, &reply));
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
   if (!st.ok()) return FromGrpc(st, "leave");
   return Status::Ok();
@@ -108,7 +134,7 @@ StatusOr<syncer::HeartbeatReplyData> GrpcSyncerClient::Heartbeat(int learner_id,
   atl::v1::HeartbeatRequest req;
   FillHeartbeat(learner_id, p, &req);
   atl::v1::HeartbeatReply reply;
-  grpc::Status st = impl_->stub->Heartbeat(&ctx, req, &reply);
+  grpc::Status st = impl_->Noted(impl_->Stub()->Heartbeat(&ctx, req, &reply));
   bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
   if (!st.ok()) return FromGrpc(st, "heartbeat");
   bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
@@ -128,7 +154,8 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
                                              impl_->options.min_link_mbps));
   ctx.AddMetadata(kLearnerKey, std::to_string(header.learner_id));  // checked before the header is read
   atl::v1::PushReply reply;
-  auto writer = impl_->stub->Push(&ctx, &reply);
+  auto stub = impl_->Stub();
+  auto writer = stub->Push(&ctx, &reply);
   atl::v1::PushChunk msg;
   FillPushHeader(header, static_cast<int64_t>(payload.size()), Checksum64(payload), msg.mutable_header());
   bool ok = writer->Write(msg);
@@ -149,7 +176,7 @@ StatusOr<syncer::PushResult> GrpcSyncerClient::PushWithFault(const syncer::PushH
     sent += static_cast<int64_t>(n);
   }
   writer->WritesDone();
-  grpc::Status st = writer->Finish();
+  grpc::Status st = impl_->Noted(writer->Finish());
   bytes_sent_ += sent;
   if (!st.ok()) return FromGrpc(st, "push");
   bytes_received_ += static_cast<int64_t>(reply.ByteSizeLong());
@@ -190,7 +217,8 @@ StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragmen
     grpc::ClientContext ctx;
     impl_->Prepare(ctx, wait_seconds + PayloadDeadlineSeconds(impl_->options.push_timeout_s, payload,
                                                               impl_->options.min_link_mbps));
-    auto reader = impl_->stub->Pull(&ctx, req);
+    auto stub = impl_->Stub();
+    auto reader = stub->Pull(&ctx, req);
     bytes_sent_ += static_cast<int64_t>(req.ByteSizeLong());
     atl::v1::PullChunk msg;
     while (reader->Read(&msg)) {
@@ -201,7 +229,7 @@ StatusOr<syncer::PullPayload> GrpcSyncerClient::Pull(int learner_id, int fragmen
         return bad.WithContext(what);
       }
     }
-    grpc::Status st = reader->Finish();
+    grpc::Status st = impl_->Noted(reader->Finish());
     if (st.ok()) break;
     if (!BrokenStream(st) || !reply.Resumable() || attempt >= impl_->options.pull_resumes) return FromGrpc(st, what);
     reply.Resume(req);  // the next stream continues after the bytes held
@@ -216,7 +244,7 @@ StatusOr<std::string> GrpcSyncerClient::StatusJson() {
   grpc::ClientContext ctx;
   impl_->Prepare(ctx, impl_->options.call_timeout_s);
   atl::v1::StatusReply reply;
-  grpc::Status st = impl_->stub->Status(&ctx, atl::v1::StatusRequest(), &reply);
+  grpc::Status st = impl_->Stub()->Status(&ctx, atl::v1::StatusRequest(), &reply);
   if (!st.ok()) return FromGrpc(st, "status");
   return reply.json();
 }
@@ -227,7 +255,7 @@ StatusOr<std::string> GrpcSyncerClient::Finish(bool evaluate) {
   atl::v1::FinishRequest req;
   req.set_evaluate(evaluate);
   atl::v1::FinishReply reply;
-  grpc::Status st = impl_->stub->Finish(&ctx, req, &reply);
+  grpc::Status st = impl_->Stub()->Finish(&ctx, req, &reply);
   if (!st.ok()) return FromGrpc(st, "finish");
   return reply.summary_json();
 }

@@ -441,19 +441,16 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(const Server
   ApplyLimits(options.limits, builder);
   impl->server_ = builder.BuildAndStart();
   if (!impl->server_) return UnavailableError("cannot start the gRPC server for " + options.address);
-  if (held) {
-    impl->listener_->Adopt(std::move(acceptor));
-  } else {
-    impl->listener_->Start(std::move(acceptor));
-  }
+  if (Status st = impl->listener_->Listen(); !st.ok()) return st;  // a held port listens from now
+  impl->listener_->Start(std::move(acceptor));
   return std::unique_ptr<GrpcSyncerServer>(std::move(impl));
 }
 
 StatusOr<std::shared_ptr<HeldPort>> HeldPort::Bind(const std::string& address, const ServerLimits& limits) {
   std::shared_ptr<HeldPort> held(new HeldPort());
-  ATOLL_ASSIGN_OR_RETURN(held->listener_, GrpcListener::Bind(address, EffectiveMaxConnections(limits)));
+  ATOLL_ASSIGN_OR_RETURN(held->listener_,
+                         GrpcListener::Bind(address, EffectiveMaxConnections(limits), /*listen=*/false));
   held->port_ = held->listener_->port();
-  held->listener_->Start(nullptr);
   return held;
 }
 

@@ -34,14 +34,14 @@ StatusOr<std::pair<std::string, std::string>> SplitAddress(const std::string& ad
 
 // A listening socket as gRPC makes its own: SO_REUSEADDR, TCP_NODELAY (accepted sockets inherit
 // it), dual-stack on an IPv6 wildcard.
-int ListenOn(const addrinfo& a) {
+int ListenOn(const addrinfo& a, bool listen) {
   const int fd = ::socket(a.ai_family, a.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.ai_protocol);
   if (fd < 0) return -1;
   int yes = 1, no = 0;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
   if (a.ai_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
-  if (::bind(fd, a.ai_addr, a.ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+  if (::bind(fd, a.ai_addr, a.ai_addrlen) != 0 || (listen && ::listen(fd, SOMAXCONN) != 0)) {
     ::close(fd);
     return -1;
   }
@@ -50,7 +50,8 @@ int ListenOn(const addrinfo& a) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Bind(const std::string& address, int max_connections) {
+StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Bind(const std::string& address, int max_connections,
+                                                           bool listen) {
   if (max_connections < 1) return InvalidArgumentError("max_connections must be ≥ 1");
   ATOLL_ASSIGN_OR_RETURN(auto host_port, SplitAddress(address));
   const auto& [host, port] = host_port;
@@ -63,7 +64,7 @@ StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Bind(const std::string& ad
     return UnavailableError("cannot listen on " + address + ": the host does not resolve");
   }
   int fd = -1;
-  for (const addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) fd = ListenOn(*a);
+  for (const addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) fd = ListenOn(*a, listen);
   ::freeaddrinfo(res);
   if (fd < 0) return UnavailableError("cannot listen on " + address + " (address in use or invalid?)");
   sockaddr_storage ss{};
@@ -72,6 +73,7 @@ StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Bind(const std::string& ad
   const int bound = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                    : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   auto listener = std::unique_ptr<GrpcListener>(new GrpcListener(fd, bound, max_connections));
+  listener->listening_ = listen;
   if (::pipe2(listener->wake_, O_NONBLOCK | O_CLOEXEC) != 0) {
     return InternalError(std::string("pipe for the gRPC listener: ") + std::strerror(errno));
   }
@@ -90,14 +92,17 @@ GrpcListener::~GrpcListener() {
 
 void GrpcListener::Start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor) {
   acceptor_ = std::move(acceptor);
-  handing_to_ = acceptor_.get();
   thread_ = std::thread([this] { AcceptLoop(); });
 }
 
-void GrpcListener::Adopt(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor) {
-  if (acceptor_ != nullptr) return;  // adopted once
-  acceptor_ = std::move(acceptor);
-  handing_to_ = acceptor_.get();
+Status GrpcListener::Listen() {
+  if (listening_) return Status::Ok();
+  if (::listen(listen_fd_, SOMAXCONN) != 0) {
+    return UnavailableError(std::string("cannot listen on port ") + std::to_string(port_) + ": " +
+                            std::strerror(errno));
+  }
+  listening_ = true;
+  return Status::Ok();
 }
 
 void GrpcListener::Stop() {
@@ -139,11 +144,6 @@ void GrpcListener::AcceptLoop() {
         full = CountOpen() >= max_connections_;
       }
       struct stat st {};
-      grpc::experimental::ExternalConnectionAcceptor* to = handing_to_.load();
-      if (to == nullptr) {  // a held port: no server yet
-        ::close(fd);
-        continue;
-      }
       if (full || ::fstat(fd, &st) != 0) {
         ::close(fd);
         ++refused_;
@@ -154,7 +154,7 @@ void GrpcListener::AcceptLoop() {
       grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
       p.listener_fd = listen_fd_;
       p.fd = fd;  // gRPC's from here on
-      to->HandleNewConnection(&p);
+      acceptor_->HandleNewConnection(&p);
     }
   }
 }

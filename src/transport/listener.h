@@ -29,18 +29,20 @@ namespace atl::transport {
 class GrpcListener {
  public:
   // Binds and listens on `address` (host:port, [v6]:port; port 0 chooses a free port).
-  // InvalidArgument for a malformed address, Unavailable when it cannot be bound.
-  static StatusOr<std::unique_ptr<GrpcListener>> Bind(const std::string& address, int max_connections);
+  // InvalidArgument for a malformed address, Unavailable when it cannot be bound. With `listen`
+  // false the port is only bound (a standby's, docs/decisions/022): a connection to it is refused,
+  // as to a port nobody listens on, until Listen.
+  static StatusOr<std::unique_ptr<GrpcListener>> Bind(const std::string& address, int max_connections,
+                                                      bool listen = true);
+  // Starts listening on a port bound without (idempotent).
+  Status Listen();
   ~GrpcListener();
   GrpcListener(const GrpcListener&) = delete;
   GrpcListener& operator=(const GrpcListener&) = delete;
 
   int port() const { return port_; }
   // Starts the accept thread, handing connections to `acceptor` (call after the server started).
-  // A null `acceptor` holds the port: every connection is closed at accept (a standby's port,
-  // docs/decisions/022) until Adopt hands later ones to a server.
   void Start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
-  void Adopt(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
   // Stops accepting and closes the listening socket; connections already handed over stay
   // gRPC's (its Shutdown ends them). Idempotent.
   void Stop();
@@ -59,8 +61,8 @@ class GrpcListener {
   int wake_[2] = {-1, -1};
   int port_ = 0;
   int max_connections_ = 0;
-  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;  // set once, before published
-  std::atomic<grpc::experimental::ExternalConnectionAcceptor*> handing_to_{nullptr};
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
+  bool listening_ = false;
   std::thread thread_;
   struct Handed {
     int fd;

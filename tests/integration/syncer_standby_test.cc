@@ -34,7 +34,7 @@ using testing::Held;
 using testing::HeldCopy;
 using testing::MetricLines;
 
-constexpr int kFragments = 4;  // RunFlags: -P 4
+constexpr int kFragments = 4;   // RunFlags: -P 4
 constexpr int kSteps = 100000;  // the learners train throughout; the leader's SIGTERM ends them
 
 // One candidate syncer: its own --out (its own state folder: another host's disk), its port.
@@ -76,9 +76,9 @@ class SyncerStandby : public ::testing::Test {
     std::filesystem::remove(c.out + ".port");
     std::vector<std::string> argv = {ATOLL_BIN, "syncer"};
     for (const auto& f : Flags(c.out)) argv.push_back(f);
-    for (const std::string& f : {std::string("--etcd"), etcd_->endpoint(), std::string("--candidate-id"), id,
-                                 std::string("--lease-ttl"), std::string("2"), std::string("--port-file"),
-                                 c.out + ".port"}) {
+    for (const std::string& f :
+         {std::string("--etcd"), etcd_->endpoint(), std::string("--candidate-id"), id, std::string("--lease-ttl"),
+          std::string("2"), std::string("--port-file"), c.out + ".port"}) {
       argv.push_back(f);
     }
     auto p = ChildProcess::Start(argv, c.log);
@@ -91,8 +91,7 @@ class SyncerStandby : public ::testing::Test {
 
   // Two learners given both candidates' addresses.
   void StartLearners() {
-    const std::string syncers =
-        "127.0.0.1:" + std::to_string(a_.port) + "|127.0.0.1:" + std::to_string(b_.port);
+    const std::string syncers = "127.0.0.1:" + std::to_string(a_.port) + "|127.0.0.1:" + std::to_string(b_.port);
     for (int id = 0; id < 2; ++id) {
       std::vector<std::string> argv = {ATOLL_BIN, "learner", "--id", std::to_string(id), "--syncer", syncers};
       for (const auto& f : Flags(dir_ + "/learners")) argv.push_back(f);
@@ -223,8 +222,8 @@ TEST_F(SyncerStandby, BadLeadershipInputsAreRefusedClearly) {
   EXPECT_EQ(none.exit_code, 1) << none.output;
   EXPECT_NE(none.output.find("did not answer"), std::string::npos) << none.output;
   // Endpoints and leases that cannot be right.
-  for (const char* bad : {"--etcd https://127.0.0.1:2379", "--etcd ,", "--lease-ttl 0", "--lease-ttl 1.5",
-                          "--lease-ttl 61"}) {
+  for (const char* bad :
+       {"--etcd https://127.0.0.1:2379", "--etcd ,", "--lease-ttl 0", "--lease-ttl 1.5", "--lease-ttl 61"}) {
     const std::string etcd = std::string(bad).rfind("--etcd", 0) == 0 ? "" : " --etcd " + etcd_->endpoint();
     auto r = testing::RunAtoll(common + etcd + " " + bad, 60);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;

@@ -125,6 +125,35 @@ TEST(Rebuild, AnOlderOrEqualCopyIsNotAskedForAndRefusedIfOffered) {
   EXPECT_EQ(core.StatusJson(kT0)["rebuilt"]["adopted"].size(), 2u);
 }
 
+// The wait ends early once every learner the run expects has joined declaring its copies and none
+// holds a copy newer than the core's: rounds need not wait out --rebuild-wait.
+TEST(Rebuild, TheWaitEndsOnceEveryExpectedLearnerHasOffered) {
+  SyncerCore core = SmallCore(testing::SmallOptions());
+  core.BeginRebuild(kUntil, /*expected_learners=*/2);
+  const std::vector<std::vector<float>> a = {OnLattice(0), OnLattice(0)}, b = {OnLattice(1), OnLattice(0)};
+  ASSERT_TRUE(core.Join(Declaring(0, a, {5, 0}), kT0).ok());
+  ASSERT_TRUE(core.AdoptCopy(Offer(core, 0, 0, 5), a[0], kT0).ok());
+  EXPECT_TRUE(core.rebuilding(kT0)) << "one of two learners declared";
+  // Learner 1 holds a newer copy: still wanted, so the wait goes on until it is adopted.
+  auto reply = core.Join(Declaring(1, b, {6, 0}), kT0);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->rebuild_wanted, std::vector<int>{0});
+  EXPECT_TRUE(core.rebuilding(kT0));
+  ASSERT_TRUE(core.AdoptCopy(Offer(core, 1, 0, 6), b[0], kT0).ok());
+  EXPECT_FALSE(core.rebuilding(kT0)) << "every expected learner offered what it had";
+  EXPECT_FALSE(core.StatusJson(kT0)["rebuilt"]["rebuilding"].get<bool>());
+  // Without an expected count the wait lasts until its end, whoever joins.
+  SyncerCore timed = SmallCore(testing::SmallOptions());
+  timed.BeginRebuild(kUntil);
+  for (int id : {0, 1, 2}) ASSERT_TRUE(timed.Join(Declaring(id, a, {0, 0}), kT0).ok());
+  EXPECT_TRUE(timed.rebuilding(kT0));
+  // A learner whose copies are no newer than the core's ends it at its join.
+  SyncerCore quick = SmallCore(testing::SmallOptions());
+  quick.BeginRebuild(kUntil, 1);
+  ASSERT_TRUE(quick.Join(Declaring(0, a, {0, 0}), kT0).ok());
+  EXPECT_FALSE(quick.rebuilding(kT0));
+}
+
 TEST(Rebuild, InvalidCopiesAreRefusedWithNothingChanged) {
   SyncerCore core = SmallCore(MomentumOptions());
   core.BeginRebuild(kUntil);

@@ -465,8 +465,11 @@ class SyncerCore {
   // state was lost starts from Θ⁰ and, until `until`, adopts the public copies learners hold.
   // Meanwhile a join is answered with the fragments whose copy the syncer wants from that learner
   // (held at a newer version than the syncer's), pushes are refused (Unavailable: the learner
-  // rejoins with backoff, its work stays in its parameters) and no round closes.
-  void BeginRebuild(TimePoint until);
+  // rejoins with backoff, its work stays in its parameters) and no round closes. With
+  // `expected_learners` > 0 the wait ends early, as soon as that many learners have joined
+  // declaring their copies and none of them holds a copy newer than the core's (nothing is left to
+  // adopt from the run's learners).
+  void BeginRebuild(TimePoint until, int expected_learners = 0);
   bool rebuilding(TimePoint now) const { return rebuild_until_ && now < *rebuild_until_; }
   // Adopts learner h.learner_id's offered copy of fragment h.fragment at version h.base_version:
   // Θ_p = Φ_p = `values`, that version, no history, momentum and sweep zero. Refused, with nothing
@@ -709,8 +712,11 @@ class SyncerCore {
   int64_t rounds_refused_ = 0;
   uint64_t sessions_issued_ = 0;
   std::optional<TimePoint> rebuild_until_;  // set: a rebuilt core (adopting copies until then)
-  std::vector<AdoptedCopy> adopted_;        // the copies it adopted, in order
-  double global_eval_loss_ = -1;            // < 0: none yet
+  int rebuild_expected_ = 0;                // learners whose copies end the wait early (0: never)
+  // Ends the rebuild's wait once the expected learners have declared and nothing is left to adopt.
+  void EndRebuildWhenAllOffered(TimePoint now);
+  std::vector<AdoptedCopy> adopted_;  // the copies it adopted, in order
+  double global_eval_loss_ = -1;      // < 0: none yet
   int64_t global_eval_rounds_ = 0;
 };
 

@@ -51,9 +51,12 @@ struct ServerLimits {
 
 class GrpcListener;
 
-// A standby's port (docs/decisions/022): bound and listening from the start, so its address is
-// known before it leads; every connection is closed at accept — a learner's call fails UNAVAILABLE
-// at once and it asks the next candidate — until a server started with it takes the port over.
+// A standby's port (docs/decisions/022): bound from the start, so its address is known before it
+// leads, but not listened on: a connection is refused as by a stopped process — a learner's call
+// fails UNAVAILABLE at once and it asks the next candidate — until a server started with it
+// listens. (Connections accepted and closed at once instead left TLS clients that had tried the
+// held port unable to complete a handshake with the server later: the connection's refusal is
+// what a client already recovers from.)
 class HeldPort {
  public:
   // InvalidArgument for a malformed address, Unavailable when it cannot be bound.

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# A shard served by a leader and a standby through etcd on separate hosts (docs/deployment.md,
+# docs/decisions/022): etcd on host 0, syncer candidates a and b on hosts 1 and 2, 4 learners on
+# hosts 3-6 given both candidates (links 20 Mbit/s, 0.1 % loss where nftables can filter the
+# bridge), per-learner tokens, TLS with a certificate per candidate, a 2 s lease. Mid-run the
+# leader's host is lost (every process of its namespace SIGKILLed, its state folder deleted): the
+# standby leads, adopts the newest copy of every fragment the learners hold (no version any learner
+# held is lost), rounds go on, every learner finishes all its steps, and the standby finishes the
+# run. Prints how long after the loss the standby led and served, and each learner's longest gap
+# between two steps.
+# Usage: failover_test.sh ATOLL NETBED SCRATCH   (exit 77 = skipped: not root / no netbed / no etcd)
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=cluster_lib.sh
+source "$(dirname "$0")/cluster_lib.sh"
+nbc_init "$1" "$2" "$3" nbf
+command -v etcd >/dev/null || { echo "SKIP: etcd not installed (scripts/setup installs it)"; exit 77; }
+export NBC_LEARNER_TIMEOUT=400 NBC_SYNCER_TIMEOUT=420
+shape=(--rate 20mbit)
+grep -q "nftables bridge): yes" <<<"$("$NETBED" check)" && shape+=(--loss 0.1%)
+nbc_bed 7 "${shape[@]}"
+nbc_data
+nbc_credentials 4
+nbc_shard_certs 3  # certificates for hosts 0-2; the candidates use hosts 1 and 2
+ETCD_ADDR=$("$NETBED" addr "$NAME" 0)
+CANDIDATES="$("$NETBED" addr "$NAME" 1):$NBC_PORT|$("$NETBED" addr "$NAME" 2):$NBC_PORT"
+NBC_SYNCERS=$CANDIDATES
+nbc_run_file 4 "steps = 400"
+
+"$NETBED" exec "$NAME" 0 -- timeout -k 5 450 etcd --name e --data-dir "$DIR/etcd" \
+  --listen-client-urls "http://$ETCD_ADDR:2379" --advertise-client-urls "http://$ETCD_ADDR:2379" \
+  --listen-peer-urls "http://$ETCD_ADDR:2380" --initial-advertise-peer-urls "http://$ETCD_ADDR:2380" \
+  --initial-cluster "e=http://$ETCD_ADDR:2380" >"$DIR/etcd.log" 2>&1 &
+NBC_PIDS+=("$!")
+
+await() {  # await SECONDS CONDITION...: bounded wait for a condition
+  local n=$(($1 * 10))
+  shift
+  for ((; n > 0; n--)); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+logged() { grep -q "$2" "$OUT/cand-$1.log" 2>/dev/null; }
+declare -A CAND_PID=()
+start_candidate() {  # start_candidate ID HOST
+  mkdir -p "$OUT/cand-$1"
+  "$NETBED" exec "$NAME" "$2" -- timeout -k 5 "$NBC_SYNCER_TIMEOUT" \
+    "$ATOLL" syncer -c "$DIR/run.toml" --listen "$("$NETBED" addr "$NAME" "$2"):$NBC_PORT" --out "$OUT/cand-$1" \
+    --secret-file "$DIR/creds/run.secret" --tls-cert "$DIR/creds/shard-$2.pem" --tls-key "$DIR/creds/shard-$2.key" \
+    --etcd "http://$ETCD_ADDR:2379" --candidate-id "$1" --lease-ttl 2 --finish-when-done >>"$OUT/cand-$1.log" 2>&1 &
+  CAND_PID[$1]=$!
+  NBC_PIDS+=("$!")
+}
+start_candidate a 1
+await 120 logged a "candidate a leads" || nbc_fail "a did not lead: $(tail -5 "$OUT/cand-a.log")"
+start_candidate b 2
+await 120 logged b "waiting for the leadership" || nbc_fail "b did not stand by: $(tail -5 "$OUT/cand-b.log")"
+for m in 0 1 2 3; do
+  echo '{"speed": 0.5}' >"$DIR/control-$m.json"
+  nbc_start_learner "$m" --control-file "$DIR/control-$m.json"
+done
+fragments_with_rounds() {
+  [[ $(jq -s '[.[] | select(.kind == "round") | .fragment] | unique | length' "$OUT/cand-a/metrics-syncer.jsonl" 2>/dev/null || echo 0) -ge 8 ]]
+}
+await 240 fragments_with_rounds || nbc_fail "a committed no round of every fragment: $(tail -5 "$OUT/cand-a.log")"
+sleep 5  # a few more rounds, pulled by the learners
+# The leader's host is lost: every process of its namespace, and its disk.
+ip netns pids "nb-$NAME-1" | xargs -r kill -KILL
+lost=$(date +%s.%N)
+rm -rf "$OUT/cand-a/state"
+await 60 logged b "candidate b leads" || nbc_fail "b did not take over: $(tail -5 "$OUT/cand-b.log")"
+led=$(date +%s.%N)
+await 60 logged b "listening on port" || nbc_fail "b does not serve: $(tail -5 "$OUT/cand-b.log")"
+served=$(date +%s.%N)
+sleep 2  # any pull from a in flight has failed by now
+# The newest version of each fragment any learner held (its state file: version at byte 8).
+declare -A newest=()
+for m in 0 1 2 3; do
+  for f in "$OUT"/learner-$m/learner-$m-state/fragment-*.bin; do
+    p=$((10#$(basename "$f" .bin | sed 's/fragment-//')))
+    v=$(od -An -t d8 -j 8 -N 8 "$f" | tr -d ' ')
+    [[ $v -gt ${newest[$p]:--1} ]] && newest[$p]=$v
+  done
+done
+adopted_at_least() {
+  local p
+  for p in "${!newest[@]}"; do
+    [[ ${newest[$p]} -le 0 ]] && continue
+    local got
+    got=$(jq -s "[.[] | select(.reason == \"adopted\" and .fragment == $p) | .version] | max // -1" \
+      "$OUT/cand-b/metrics-syncer.jsonl" 2>/dev/null || echo -1)
+    [[ $got -ge ${newest[$p]} ]] || return 1
+  done
+}
+await 120 adopted_at_least || nbc_fail "b did not adopt every newest copy ($(declare -p newest)): $(tail -5 "$OUT/cand-b.log")"
+for m in 0 1 2 3; do echo '{"speed": 1.0}' >"$DIR/control-$m.json"; done
+nbc_wait_learners
+rc=0
+wait "${CAND_PID[b]}" || rc=$?
+[[ $rc -eq 0 ]] || nbc_fail "b exited $rc: $(tail -5 "$OUT/cand-b.log")"
+rounds_b=$(jq -c 'select(.kind == "round" and .reason != "adopted")' "$OUT/cand-b/metrics-syncer.jsonl" | wc -l)
+[[ $rounds_b -gt 0 ]] || nbc_fail "b closed no round after the takeover"
+gaps=""
+for m in 0 1 2 3; do
+  steps=$(jq .steps "$DIR/learner-$m/learner-$m.json")
+  [[ $steps -eq 400 ]] || nbc_fail "learner $m ran $steps steps, not 400"
+  gaps+=" $(printf '%.2f' "$(nbc_max_step_gap "$m")")"
+done
+printf 'PASS: the standby led %.2f s and served %.2f s after the leader host was lost (lease 2 s); adopted %s; %d rounds after; every learner ran 400 steps, longest gap between steps (s):%s\n' \
+  "$(awk "BEGIN { print $led - $lost }")" "$(awk "BEGIN { print $served - $lost }")" "$(declare -p newest | sed 's/declare -A newest=//')" \
+  "$rounds_b" "$gaps"
+[[ -n ${NETBED_KEEP:-} ]] || rm -rf "$DIR"
