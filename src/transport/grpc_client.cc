@@ -27,6 +27,7 @@ struct GrpcSyncerClient::Impl {
   // same or another address) kept failing its handshakes with the server back up for 20 s to minutes
   // on this machine; a new channel connects at once.
   std::atomic<bool> broken{false};
+  std::atomic<int64_t> channels{0};
 
   std::shared_ptr<atl::v1::Syncer::Stub> Stub() {
     std::lock_guard<std::mutex> lock(mu);
@@ -37,6 +38,7 @@ struct GrpcSyncerClient::Impl {
         atl::v1::Syncer::NewStub(grpc::CreateCustomChannel(options.target, creds, args)));
     std::lock_guard<std::mutex> lock(mu);
     stub = std::move(fresh);
+    ++channels;
   }
   grpc::Status Noted(grpc::Status st) {
     if (st.error_code() == grpc::StatusCode::UNAVAILABLE) broken = true;
@@ -98,6 +100,8 @@ StatusOr<std::unique_ptr<GrpcSyncerClient>> GrpcSyncerClient::Connect(const Clie
   impl->Renew();
   return std::unique_ptr<GrpcSyncerClient>(new GrpcSyncerClient(std::move(impl)));
 }
+
+int64_t GrpcSyncerClient::channels_opened() const { return impl_->channels.load(); }
 
 StatusOr<syncer::JoinReplyData> GrpcSyncerClient::Join(const syncer::JoinRequestData& r) {
   grpc::ClientContext ctx;

@@ -272,6 +272,29 @@ TEST(GrpcTransport, RepliesCarryTheLeaderEpochAndAFencedSyncerAnswersNothing) {
   EXPECT_EQ(j->epoch, 0u);
 }
 
+// A call that fails UNAVAILABLE (the server went away) makes the next join open a new channel;
+// other failures keep the channel.
+TEST(GrpcTransport, AJoinAfterTheServerWentAwayOpensANewChannel) {
+  auto first = std::make_unique<Server>(ToyServerOptions().Encoded(Encoding::kFp32));
+  const std::string target = first->target;
+  auto c = first->Client();
+  ASSERT_TRUE(c->Join(first->Join(0)).ok());
+  EXPECT_EQ(c->channels_opened(), 1);
+  auto wrong = first->Join(1);
+  wrong.model_signature += 1;
+  EXPECT_EQ(c->Join(wrong).status().code(), StatusCode::kFailedPrecondition);
+  syncer::JoinRequestData again = first->Join(0);
+  again.rejoin = true;
+  auto rejoined = c->Join(again);
+  EXPECT_TRUE(rejoined.ok()) << rejoined.status();
+  EXPECT_EQ(c->channels_opened(), 1) << "a refusal is not a broken channel";
+  first.reset();  // the server goes away
+  EXPECT_EQ(c->Heartbeat(0, {}).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(c->channels_opened(), 1) << "only a join opens a new channel";
+  EXPECT_EQ(c->Join(again).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(c->channels_opened(), 2);
+}
+
 TEST(GrpcTransport, TlsChannelWithTokenOnEveryCall) {
   const std::string certs = MakeCertificates();
   auto plan = testing::ToyPlan(2);

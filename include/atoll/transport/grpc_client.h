@@ -54,6 +54,9 @@ class GrpcSyncerClient final : public syncer::SyncerApi {
   int64_t bytes_received() const { return bytes_received_.load(); }
   // Pull streams resumed after a break (ClientOptions::pull_resumes).
   int64_t pulls_resumed() const { return pulls_resumed_.load(); }
+  // Channels opened: one at Connect, and one more at each join after a call failed UNAVAILABLE (a
+  // server that went away is reached again over a new channel).
+  int64_t channels_opened() const;
 
   // Test hooks: send a push whose stream is cut after `chunks` data chunks, or whose chunk
   // `corrupt_chunk` carries a wrong checksum.
