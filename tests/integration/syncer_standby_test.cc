@@ -123,6 +123,14 @@ class SyncerStandby : public ::testing::Test {
     ASSERT_TRUE(AwaitFor(every_copy_moved, 240, std::chrono::milliseconds(100))) << a_.Log();
   }
 
+  // `c` closed a round of its own (not an adopted copy).
+  static bool ClosedARound(const Candidate& c) {
+    for (const auto& l : MetricLines(c.out + "/metrics-syncer.jsonl")) {
+      if (l.value("kind", "") == "round" && l.value("reason", "") != "adopted") return true;
+    }
+    return false;
+  }
+
   std::string dir_, data_;
   std::unique_ptr<testing::EtcdServer> etcd_;
   Candidate a_, b_;
@@ -167,13 +175,7 @@ TEST_F(SyncerStandby, ALostLeaderHostIsReplacedByTheStandbyFromTheLearnersCopies
     EXPECT_EQ(adopted[p]["theta_checksum"].get<std::string>(), ChecksumHex(h.checksum)) << "fragment " << p;
   }
   // Rounds go on under B, and no learner exited.
-  auto a_round = [&] {
-    for (const auto& l : MetricLines(metrics)) {
-      if (l.value("kind", "") == "round" && l.value("reason", "") != "adopted") return true;
-    }
-    return false;
-  };
-  EXPECT_TRUE(AwaitFor(a_round, 120, std::chrono::milliseconds(100))) << b_.Log();
+  EXPECT_TRUE(AwaitFor([&] { return ClosedARound(b_); }, 120, std::chrono::milliseconds(100))) << b_.Log();
   for (auto& l : learners_) EXPECT_TRUE(l.running()) << "a learner exited during the takeover";
   b_.process.Signal(SIGTERM);
   EXPECT_EQ(b_.process.WaitOrKill(120), 0) << b_.Log();
@@ -191,14 +193,7 @@ TEST_F(SyncerStandby, APausedLeaderComesBackFencedAndTheRunGoesOnUnderTheNewOne)
   EXPECT_NE(a_.Log().find("leadership lapsed"), std::string::npos) << a_.Log();
   // The run goes on under B (rebuilt from the learners: B's disk never held the run), and no
   // learner exited.
-  const std::string metrics = b_.out + "/metrics-syncer.jsonl";
-  auto a_round = [&] {
-    for (const auto& l : MetricLines(metrics)) {
-      if (l.value("kind", "") == "round" && l.value("reason", "") != "adopted") return true;
-    }
-    return false;
-  };
-  EXPECT_TRUE(AwaitFor(a_round, 120, std::chrono::milliseconds(100))) << b_.Log();
+  EXPECT_TRUE(AwaitFor([&] { return ClosedARound(b_); }, 120, std::chrono::milliseconds(100))) << b_.Log();
   for (auto& l : learners_) EXPECT_TRUE(l.running()) << "a learner exited";
   // A started again on its own disk is a standby; when it leads next it does not resume the state
   // it left (B led since): it moves it aside. Here B finishes the run first, so A has nothing to serve.

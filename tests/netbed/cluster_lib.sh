@@ -18,6 +18,14 @@ declare -A NBC_SHARD_PID=()
 
 nbc_fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# nbc_await SECONDS CONDITION...: polls CONDITION every 0.1 s until it holds (0) or SECONDS pass (1).
+nbc_await() {
+  local n=$(($1 * 10))
+  shift
+  for ((; n > 0; n--)); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+
 nbc_init() {
   ATOLL=$1 NETBED=$2
   if [[ $(id -u) -ne 0 ]]; then

@@ -32,12 +32,6 @@ nbc_run_file 4 "steps = 400"
   --initial-cluster "e=http://$ETCD_ADDR:2380" >"$DIR/etcd.log" 2>&1 &
 NBC_PIDS+=("$!")
 
-await() {  # await SECONDS CONDITION...: bounded wait for a condition
-  local n=$(($1 * 10))
-  shift
-  for ((; n > 0; n--)); do "$@" && return 0; sleep 0.1; done
-  return 1
-}
 logged() { grep -q "$2" "$OUT/cand-$1.log" 2>/dev/null; }
 declare -A CAND_PID=()
 start_candidate() {  # start_candidate ID HOST
@@ -50,9 +44,9 @@ start_candidate() {  # start_candidate ID HOST
   NBC_PIDS+=("$!")
 }
 start_candidate a 1
-await 120 logged a "candidate a leads" || nbc_fail "a did not lead: $(tail -5 "$OUT/cand-a.log")"
+nbc_await 120 logged a "candidate a leads" || nbc_fail "a did not lead: $(tail -5 "$OUT/cand-a.log")"
 start_candidate b 2
-await 120 logged b "waiting for the leadership" || nbc_fail "b did not stand by: $(tail -5 "$OUT/cand-b.log")"
+nbc_await 120 logged b "waiting for the leadership" || nbc_fail "b did not stand by: $(tail -5 "$OUT/cand-b.log")"
 for m in 0 1 2 3; do
   echo '{"speed": 0.5}' >"$DIR/control-$m.json"
   nbc_start_learner "$m" --control-file "$DIR/control-$m.json"
@@ -60,15 +54,15 @@ done
 fragments_with_rounds() {
   [[ $(jq -s '[.[] | select(.kind == "round") | .fragment] | unique | length' "$OUT/cand-a/metrics-syncer.jsonl" 2>/dev/null || echo 0) -ge 8 ]]
 }
-await 240 fragments_with_rounds || nbc_fail "a committed no round of every fragment: $(tail -5 "$OUT/cand-a.log")"
+nbc_await 240 fragments_with_rounds || nbc_fail "a committed no round of every fragment: $(tail -5 "$OUT/cand-a.log")"
 sleep 5  # a few more rounds, pulled by the learners
 # The leader's host is lost: every process of its namespace, and its disk.
 ip netns pids "nb-$NAME-1" | xargs -r kill -KILL
 lost=$(date +%s.%N)
 rm -rf "$OUT/cand-a/state"
-await 60 logged b "candidate b leads" || nbc_fail "b did not take over: $(tail -5 "$OUT/cand-b.log")"
+nbc_await 60 logged b "candidate b leads" || nbc_fail "b did not take over: $(tail -5 "$OUT/cand-b.log")"
 led=$(date +%s.%N)
-await 60 logged b "listening on port" || nbc_fail "b does not serve: $(tail -5 "$OUT/cand-b.log")"
+nbc_await 60 logged b "listening on port" || nbc_fail "b does not serve: $(tail -5 "$OUT/cand-b.log")"
 served=$(date +%s.%N)
 sleep 2  # any pull from a in flight has failed by now
 # The newest version of each fragment any learner held (its state file: version at byte 8).
@@ -90,7 +84,7 @@ adopted_at_least() {
     [[ $got -ge ${newest[$p]} ]] || return 1
   done
 }
-await 120 adopted_at_least || nbc_fail "b did not adopt every newest copy ($(declare -p newest)): $(tail -5 "$OUT/cand-b.log")"
+nbc_await 120 adopted_at_least || nbc_fail "b did not adopt every newest copy ($(declare -p newest)): $(tail -5 "$OUT/cand-b.log")"
 for m in 0 1 2 3; do echo '{"speed": 1.0}' >"$DIR/control-$m.json"; done
 nbc_wait_learners
 rc=0

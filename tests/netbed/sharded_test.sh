@@ -26,14 +26,8 @@ for m in 0 1; do
   echo '{"speed": 0.25}' >"$DIR/control-$m.json"
   nbc_start_learner "$m" --control-file "$DIR/control-$m.json"
 done
-await() {  # await SECONDS CONDITION...: bounded wait for a condition
-  local n=$(($1 * 10))
-  shift
-  for ((; n > 0; n--)); do "$@" && return 0; sleep 0.1; done
-  return 1
-}
 at_least() { [[ $(rounds "$1") -ge $2 ]]; }
-await 200 at_least 1 4 || nbc_fail "shard 1 committed no rounds: $(tail -5 "$OUT/shard-1.log")"
+nbc_await 200 at_least 1 4 || nbc_fail "shard 1 committed no rounds: $(tail -5 "$OUT/shard-1.log")"
 # SIGKILL to the shard itself (every process of host 1's namespace: timeout(1) and atoll; a
 # SIGKILL to timeout alone would orphan atoll).
 ip netns pids "nb-$NAME-1" | xargs -r kill -KILL
@@ -41,7 +35,7 @@ ip netns pids "nb-$NAME-1" | xargs -r kill -KILL
 killed_at0=$(rounds 0)
 committed=$(jq -s -c '[.[] | select(.kind == "round")] | group_by(.fragment) | map({(.[0].fragment | tostring): (map(.version) | max)}) | add' \
   "$OUT/shard-1/metrics-syncer.jsonl")
-await 120 at_least 0 $((killed_at0 + 4)) || nbc_fail "shard 0 stalled while shard 1 was down"
+nbc_await 120 at_least 0 $((killed_at0 + 4)) || nbc_fail "shard 0 stalled while shard 1 was down"
 echo "while shard 1 was down shard 0 merged $(($(rounds 0) - killed_at0)) rounds"
 # The learners are stopped while it restarts, so that however long that takes they have steps left.
 learners_signal() { for h in 2 3; do ip netns pids "nb-$NAME-$h" | xargs -r kill "-$1"; done; }
@@ -49,7 +43,7 @@ learners_signal STOP
 nbc_start_shard 1 2 --finish-when-done
 learners_signal CONT
 at1=$(rounds 1)
-await 120 at_least 1 $((at1 + 2)) || nbc_fail "restarted shard 1 merged nothing: $(tail -5 "$OUT/shard-1.log")"
+nbc_await 120 at_least 1 $((at1 + 2)) || nbc_fail "restarted shard 1 merged nothing: $(tail -5 "$OUT/shard-1.log")"
 for m in 0 1; do echo '{"speed": 1.0}' >"$DIR/control-$m.json"; done
 nbc_wait_learners
 for i in 0 1; do  # --finish-when-done: each shard stops by itself once both learners left it
