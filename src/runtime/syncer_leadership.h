@@ -32,6 +32,7 @@ class SyncerLeadership {
   // The lease lapsed after this process led: it must stop serving and close no round.
   bool lost() const { return lead_ != nullptr && lead_->Lost(); }
   uint64_t epoch() const { return lead_ == nullptr ? 0 : lead_->epoch(); }
+  const std::string& candidate_id() const { return candidate_id_; }
   // An earlier leader began this run (its state may be on another disk).
   bool run_began() const { return run_began_; }
   // The latest leader before this one was another candidate: a state on this disk predates rounds

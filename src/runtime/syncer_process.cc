@@ -190,6 +190,7 @@ class SyncerProcess {
     sopts.incarnation = static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid());
     if (c_.mode == diloco::Mode::kDdp) sopts.ddp_step = MakeDdpStep(*model_, plan_);
     sopts.shard = shard_;
+    sopts.leadership = {lead_.epoch(), lead_.candidate_id(), lead_.run_began()};
     if (lead_.another_led()) {
       if (int rc = SetStateAside(); rc != 0) return rc;
     }

@@ -73,6 +73,11 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   j["bytes_up"] = up;
   j["bytes_down"] = down;
   if (rebuild_until_) j["rebuilt"] = RebuildJson(now);
+  if (options_.leadership.epoch != 0) {
+    j["leadership"] = {{"epoch", options_.leadership.epoch},
+                       {"candidate", options_.leadership.candidate_id},
+                       {"took_over", options_.leadership.took_over}};
+  }
   return j;
 }
 

@@ -180,6 +180,13 @@ TEST_F(SyncerStandby, ALostLeaderHostIsReplacedByTheStandbyFromTheLearnersCopies
   b_.process.Signal(SIGTERM);
   EXPECT_EQ(b_.process.WaitOrKill(120), 0) << b_.Log();
   for (auto& l : learners_) EXPECT_EQ(l.WaitOrKill(120), 0);
+  // The summary reports the takeover.
+  auto summary = ReadFile(b_.out + "/syncer-summary.json");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  const nlohmann::json leadership = nlohmann::json::parse(*summary)["leadership"];
+  EXPECT_EQ(leadership["candidate"], "b") << leadership.dump();
+  EXPECT_TRUE(leadership["took_over"].get<bool>()) << leadership.dump();
+  EXPECT_GT(leadership["epoch"].get<uint64_t>(), 0u) << leadership.dump();
 }
 
 TEST_F(SyncerStandby, APausedLeaderComesBackFencedAndTheRunGoesOnUnderTheNewOne) {

@@ -90,6 +90,8 @@ nbc_wait_learners
 rc=0
 wait "${CAND_PID[b]}" || rc=$?
 [[ $rc -eq 0 ]] || nbc_fail "b exited $rc: $(tail -5 "$OUT/cand-b.log")"
+took_over=$(jq -c '.leadership' "$OUT/cand-b/syncer-summary.json")
+[[ $(jq .took_over <<<"$took_over") == true ]] || nbc_fail "b's summary does not report the takeover: $took_over"
 rounds_b=$(jq -c 'select(.kind == "round" and .reason != "adopted")' "$OUT/cand-b/metrics-syncer.jsonl" | wc -l)
 [[ $rounds_b -gt 0 ]] || nbc_fail "b closed no round after the takeover"
 gaps=""
@@ -98,7 +100,7 @@ for m in 0 1 2 3; do
   [[ $steps -eq 400 ]] || nbc_fail "learner $m ran $steps steps, not 400"
   gaps+=" $(printf '%.2f' "$(nbc_max_step_gap "$m")")"
 done
-printf 'PASS: the standby led %.2f s and served %.2f s after the leader host was lost (lease 2 s); adopted %s; %d rounds after; every learner ran 400 steps, longest gap between steps (s):%s\n' \
+printf 'PASS: the standby led %.2f s and served %.2f s after the leader host was lost (lease 2 s); adopted %s; %d rounds after; every learner ran 400 steps, longest gap between steps (s):%s; its summary: %s\n' \
   "$(awk "BEGIN { print $led - $lost }")" "$(awk "BEGIN { print $served - $lost }")" "$(declare -p newest | sed 's/declare -A newest=//')" \
-  "$rounds_b" "$gaps"
+  "$rounds_b" "$gaps" "$took_over"
 [[ -n ${NETBED_KEEP:-} ]] || rm -rf "$DIR"

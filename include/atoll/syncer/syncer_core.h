@@ -125,6 +125,14 @@ struct SyncerOptions {
   int64_t max_pending_bytes = int64_t{4} << 30;
   double learner_timeout_s = 10.0;  // silent this long → no longer live
   uint64_t incarnation = 0;         // changes on every (re)start of the syncer
+  // Leadership through etcd (docs/decisions/022), for the status and the summary: the epoch (0:
+  // none), this candidate's id, and whether it took over a run an earlier leader began.
+  struct Leadership {
+    uint64_t epoch = 0;
+    std::string candidate_id;
+    bool took_over = false;
+  };
+  Leadership leadership;
   // Hostile or broken input. An outer gradient whose size ‖v‖/√c_steps (an outer gradient grows
   // with the inner steps behind it) exceeds quarantine_factor × its reference (below) is quarantined: not merged,
   // logged, counted. Honest learners vary by a few × over a run (warm-up, decay); garbage is
