@@ -15,7 +15,6 @@ using testing::EtcdServer;
 class EtcdClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!EtcdServer::Installed()) GTEST_SKIP() << EtcdServer::kMissing;
     auto s = EtcdServer::Start("etcd_client");
     ASSERT_TRUE(s.ok()) << s.status();
     etcd_ = std::move(*s);

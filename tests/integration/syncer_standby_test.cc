@@ -50,7 +50,6 @@ struct Candidate {
 class SyncerStandby : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!testing::EtcdServer::Installed()) GTEST_SKIP() << testing::EtcdServer::kMissing;
     dir_ = testing::ScratchDir("syncer_standby");
     data_ = testing::PrepareSmallData(dir_);
     auto etcd = testing::EtcdServer::Start("syncer_standby_etcd");

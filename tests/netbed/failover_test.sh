@@ -8,12 +8,12 @@
 # held is lost), rounds go on, every learner finishes all its steps, and the standby finishes the
 # run. Prints how long after the loss the standby led and served, and each learner's longest gap
 # between two steps.
-# Usage: failover_test.sh ATOLL NETBED SCRATCH   (exit 77 = skipped: not root / no netbed / no etcd)
+# Usage: failover_test.sh ATOLL NETBED SCRATCH   (exit 77 = skipped: not root / no netbed)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=cluster_lib.sh
 source "$(dirname "$0")/cluster_lib.sh"
 nbc_init "$1" "$2" "$3" nbf
-command -v etcd >/dev/null || { echo "SKIP: etcd not installed (scripts/setup installs it)"; exit 77; }
+command -v etcd >/dev/null || nbc_fail "etcd not installed: run scripts/setup"
 export NBC_LEARNER_TIMEOUT=400 NBC_SYNCER_TIMEOUT=420
 shape=(--rate 20mbit)
 grep -q "nftables bridge): yes" <<<"$("$NETBED" check)" && shape+=(--loss 0.1%)
