@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "atoll/core/text.h"
 #include "etcd_v3.grpc.pb.h"
 #include "keepalive_stream.h"
 
@@ -70,13 +71,9 @@ KeyValue FromPb(const pb::KeyValue& kv) {
 StatusOr<std::vector<std::string>> ParseEtcdEndpoints(const std::string& endpoints) {
   if (Trim(endpoints).empty()) return InvalidArgumentError("no etcd endpoints given (want host:port[,host:port…])");
   std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = endpoints.find(',', start);
-    ATOLL_ASSIGN_OR_RETURN(auto target, ParseEndpoint(endpoints.substr(start, comma - start)));
+  for (const std::string& e : SplitText(endpoints, ',')) {
+    ATOLL_ASSIGN_OR_RETURN(auto target, ParseEndpoint(e));
     out.push_back(std::move(target));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return out;
 }

@@ -247,11 +247,6 @@ StatusOr<std::string> Leadership::leader_value() {
   return kv ? kv->value : std::string();
 }
 
-StatusOr<bool> Leadership::RunBegan() {
-  ATOLL_ASSIGN_OR_RETURN(auto kv, client_->Get(key("began")));
-  return kv.has_value();
-}
-
 StatusOr<std::string> Leadership::LatestLeader() {
   ATOLL_ASSIGN_OR_RETURN(auto kv, client_->Get(key("began")));
   return kv.has_value() ? kv->value : std::string();

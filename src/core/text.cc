@@ -60,4 +60,14 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
+std::vector<std::string> SplitText(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t at; (at = text.find(sep, start)) != std::string_view::npos; start = at + 1) {
+    out.emplace_back(text.substr(start, at - start));
+  }
+  out.emplace_back(text.substr(start));
+  return out;
+}
+
 }  // namespace atl

@@ -1,4 +1,5 @@
 // `atoll export` (export.h): durable syncer state → safetensors.
+#include "atoll/core/text.h"
 #include "atoll/runtime/export.h"
 
 #include <filesystem>
@@ -51,14 +52,9 @@ Status ResolvePaths(ExportOptions& o) {
 // Splits --state: one folder, or the state folders of a sharded syncer's shards in shard order
 // (comma-separated).
 StatusOr<std::vector<std::string>> StateFolders(const std::string& state) {
-  std::vector<std::string> folders;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = state.find(',', start);
-    folders.push_back(state.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (folders.back().empty()) return InvalidArgumentError("--state '" + state + "' has an empty folder in its list");
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+  const std::vector<std::string> folders = SplitText(state, ',');
+  for (const std::string& f : folders) {
+    if (f.empty()) return InvalidArgumentError("--state '" + state + "' has an empty folder in its list");
   }
   if (static_cast<int>(folders.size()) > syncer::kMaxShards)
     return InvalidArgumentError("--state lists too many shards");

@@ -1,27 +1,12 @@
 #include "learner_links.h"
 
-#include <algorithm>
+#include "atoll/core/text.h"
 
 namespace atl::runtime {
-namespace {
-
-// Every piece of `text` between `sep`s, empty ones included.
-std::vector<std::string> Split(const std::string& text, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (size_t at; (at = text.find(sep, start)) != std::string::npos; start = at + 1) {
-    out.push_back(text.substr(start, at - start));
-  }
-  out.push_back(text.substr(start));
-  return out;
-}
-
-}  // namespace
-
 StatusOr<std::vector<std::string>> SyncerAddresses(const std::string& text, int fragments) {
-  std::vector<std::string> out = Split(text, ',');
+  std::vector<std::string> out = SplitText(text, ',');
   for (const std::string& shard : out) {
-    for (const std::string& candidate : Split(shard, '|')) {
+    for (const std::string& candidate : SplitText(shard, '|')) {
       if (candidate.empty()) {
         return InvalidArgumentError("--syncer '" + text +
                                     "': an empty address in the list (host:port[|standby:port...][,host:port...])");
@@ -64,7 +49,7 @@ StatusOr<SyncerLinks> SyncerLinks::Connect(const std::vector<std::string>& addre
   links.base_.loss = c.loss;
   links.base_.seed = c.seed * 1000 + static_cast<uint64_t>(opt.id) + 1;
   for (size_t shard = 0; shard < addresses.size(); ++shard) {
-    const std::vector<std::string> names = Split(addresses[shard], '|');
+    const std::vector<std::string> names = SplitText(addresses[shard], '|');
     std::vector<syncer::SyncerApi*> candidates;
     for (const std::string& name : names) {
       ATOLL_ASSIGN_OR_RETURN(transport::ClientOptions co, ClientOptionsOf(name, opt, c));

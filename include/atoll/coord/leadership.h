@@ -3,7 +3,8 @@
 //
 // Keys under `prefix`: `candidates/<candidate_id>` (bound to the candidate's lease: one live
 // process per id), `leader` ("<candidate_id> <address>", bound to the leader's lease) and `began`
-// (no lease: some leader of this prefix has begun the run), `finished` (no lease: a leader finished it).
+// (no lease: the candidate id of the latest leader, set when it starts serving), `finished` (no
+// lease: a leader finished it).
 //
 // Fencing. A renew thread sends one keep-alive every min(ttl/4, 250 ms). etcd cannot expire the
 // lease before t_sent + ttl, where t_sent is the steady-clock time at which the latest
@@ -75,8 +76,7 @@ class Leadership {
 
   // The leader key's value ("<candidate_id> <address>"); empty when no candidate leads.
   StatusOr<std::string> leader_value();
-  // Whether some leader of this prefix marked the run as begun, and marking it.
-  StatusOr<bool> RunBegan();
+  // Marking the run as begun by this candidate, and reading who marked it last.
   // `began` holds the candidate id of the latest leader that marked it ("" when none did): every
   // leader marks it when it starts serving, so a candidate whose own disk holds a state knows
   // whether another leader served since that state was written.

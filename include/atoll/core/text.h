@@ -1,11 +1,12 @@
 // Text that came from outside (a client's host name, a run id): cut to a byte limit without
-// splitting a UTF-8 character, and JSON output that never throws on bad bytes.
+// splitting a UTF-8 character, JSON output that never throws on bad bytes, and lists in one flag.
 // Thread-safety: pure functions.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace atl {
 
@@ -16,6 +17,9 @@ std::string TruncateUtf8(std::string_view s, size_t max_bytes);
 
 // True when `s` is well-formed UTF-8.
 bool IsValidUtf8(std::string_view s);
+
+// Every piece of `text` between `sep`s, empty ones included ("a,,b" → "a", "", "b"; "" → "").
+std::vector<std::string> SplitText(std::string_view text, char sep);
 
 // nlohmann::json::dump that never throws on invalid UTF-8 in strings (replaces it with U+FFFD).
 // A template so that atoll_core needs no JSON library.
