@@ -135,7 +135,7 @@ class SyncerProcess {
   // diverged from it, if this process committed rounds after its lease lapsed) and is moved aside,
   // never resumed nor deleted; the learners' copies rebuild the core.
   int SetStateAside() {
-    const std::string dir = opt_.state_dir.empty() ? out_ + "/state" : opt_.state_dir;
+    const std::string dir = StateDirOf(opt_);
     std::error_code ec;
     if (!std::filesystem::exists(dir, ec) || std::filesystem::is_empty(dir, ec)) return 0;
     const std::string aside = fmt::format("{}.superseded-epoch-{}", dir, lead_.epoch());

@@ -61,6 +61,11 @@ int ResumeOrSave(OpenedCore& out, bool rebuild, bool run_began) {
 
 }  // namespace
 
+std::string StateDirOf(const SyncerProcessOptions& opt) {
+  if (!opt.state_dir.empty()) return opt.state_dir;
+  return (opt.out_dir.empty() ? std::string(".") : opt.out_dir) + "/state";
+}
+
 int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHost& model,
              const diloco::FragmentPlan& plan, syncer::SyncerOptions options, OpenedCore& out, bool run_began) {
   std::vector<std::vector<float>> initial(plan.fragments.size());
@@ -74,7 +79,7 @@ int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHos
   if (!core.ok()) return SyncerFail(core.status(), 2);
   out.core = std::move(*core);
   const std::string out_dir = opt.out_dir.empty() ? "." : opt.out_dir;
-  out.durable = std::make_unique<syncer::DurableState>(opt.state_dir.empty() ? out_dir + "/state" : opt.state_dir);
+  out.durable = std::make_unique<syncer::DurableState>(StateDirOf(opt));
   RemoveStaleFiles(*out.durable, out_dir);
   return ResumeOrSave(out, opt.rebuild, run_began);
 }

@@ -40,6 +40,9 @@ struct OpenedCore {
 int OpenCore(const RunConfig& c, const SyncerProcessOptions& opt, const ModelHost& model,
              const diloco::FragmentPlan& plan, syncer::SyncerOptions options, OpenedCore& out, bool run_began);
 
+// The durable state folder: --state, else <out>/state (<out> defaulting to the working folder).
+std::string StateDirOf(const SyncerProcessOptions& opt);
+
 // Prints the durable state's warnings not printed yet (what the resume ignored or rebuilt).
 void PrintStateWarnings(OpenedCore& opened);
 
