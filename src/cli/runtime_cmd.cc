@@ -264,6 +264,26 @@ void AddRecoveryFlags(CLI::App* c, runtime::SyncerProcessOptions& o) {
                 "With --etcd: the leadership lease in whole seconds, 1-60: a lost leader is replaced within about "
                 "this long, and stops serving before then")
       ->capture_default_str();
+  c->add_option_function<std::string>(
+       "--replicate", [&o](const std::string& v) { o.replicate = v == "on"; },
+       "With --etcd: on = each standby follows the leader's commits into its own --state folder and the "
+       "leader publishes no round before the standbys in sync hold it, so a takeover loses no round; off "
+       "= standbys keep nothing and a new leader rebuilds from the learners")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("on");
+  c->add_option("--replica-timeout", o.replica_timeout_s,
+                "With --etcd: seconds a leader waits for an in-sync standby to acknowledge a commit before it drops "
+                "it from the replica set (it rejoins once caught up), in (0, 60]")
+      ->capture_default_str();
+  c->add_option("--advertise", o.advertise,
+                "With --etcd: host:port the other candidates reach this one at when it leads (default: --listen's "
+                "host with the bound port)");
+  c->add_option("--tls-ca", o.tls.ca,
+                "With --etcd and TLS: the CA (PEM) that signed the other candidates' certificates (a standby "
+                "follows the leader over its TLS port; with --tls-client-ca it presents --tls-cert)")
+      ->check(CLI::ExistingFile);
+  c->add_option("--tls-server-name", o.tls.server_name,
+                "With --etcd and TLS: the name expected in the leader's certificate");
 }
 
 // `atoll syncer`: one syncer process.

@@ -275,6 +275,22 @@ StatusOr<bool> EtcdClient::Delete(const std::string& key) {
   return resp.deleted() > 0;
 }
 
+StatusOr<bool> EtcdClient::PutIfBound(const std::string& key, const std::string& value, const std::string& guard,
+                                      int64_t lease) {
+  pb::TxnRequest req;
+  pb::Compare* c = req.add_compare();
+  c->set_key(guard);
+  c->set_target(pb::Compare::LEASE);
+  c->set_result(pb::Compare::EQUAL);
+  c->set_lease(lease);
+  pb::PutRequest* put = req.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(value);
+  pb::TxnResponse resp;
+  ATOLL_RETURN_IF_ERROR(impl_->Txn(req, &resp));
+  return resp.succeeded();
+}
+
 StatusOr<bool> EtcdClient::DeleteIf(const std::string& key, int64_t lease) {
   pb::TxnRequest req;
   pb::Compare* c = req.add_compare();

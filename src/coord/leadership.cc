@@ -254,6 +254,17 @@ StatusOr<std::string> Leadership::LatestLeader() {
 
 Status Leadership::MarkRunBegan() { return client_->Put(key("began"), opts_.candidate_id); }
 
+StatusOr<std::string> Leadership::Replicas() {
+  ATOLL_ASSIGN_OR_RETURN(auto kv, client_->Get(key("replicas")));
+  return kv.has_value() ? kv->value : std::string();
+}
+
+Status Leadership::PutReplicas(const std::string& value) {
+  ATOLL_ASSIGN_OR_RETURN(bool put, client_->PutIfBound(key("replicas"), value, key("leader"), lease_.load()));
+  if (!put) return FailedPreconditionError("the replica set was not recorded: this candidate no longer leads");
+  return Status::Ok();
+}
+
 StatusOr<bool> Leadership::RunFinished() {
   ATOLL_ASSIGN_OR_RETURN(auto kv, client_->Get(key("finished")));
   return kv.has_value();

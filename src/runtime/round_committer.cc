@@ -23,6 +23,9 @@ void RoundCommitter::Commit(const syncer::SyncerCore& sc, const syncer::RoundRep
       std::fprintf(stderr, "syncer: FATAL: cannot persist fragment %d: %s\n", r.fragment, st.ToString().c_str());
       std::abort();  // never publish a version that is not durable
     }
+    if (replicator_ != nullptr) {
+      replicator_->Committed({"learners.json", syncer::DurableState::FragmentFileName(r.fragment)});
+    }
   }
   log_.Round(sc, r);
   // Counted here, not from rounds_closed(): one Poll may close several rounds before their commits.

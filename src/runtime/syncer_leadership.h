@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "atoll/coord/leadership.h"
 #include "atoll/runtime/syncer_process.h"
 #include "atoll/syncer/api.h"
+#include "replica_follower.h"
 
 namespace atl::runtime {
 
@@ -20,12 +22,13 @@ std::string LeadershipPrefix(const std::string& run_id, const syncer::ShardSpec&
 
 class SyncerLeadership {
  public:
-  // Connects and registers the candidate, then waits until it leads or `stop` is set. Returns 0
-  // when leading; else the exit code after a message: 0 for a stop while waiting or a run that
-  // already finished, 2 for bad endpoints, a bad TTL or a candidate id in use, 1 when etcd does
-  // not answer.
+  // Connects and registers the candidate (advertising `address`), then waits until it leads or
+  // `stop` is set, following the leader's commits meanwhile when `follow` is given (its
+  // leader_value is filled in here; the follower stops before this returns). Returns 0 when
+  // leading; else the exit code after a message: 0 for a stop while waiting or a run that already
+  // finished, 2 for bad endpoints, a bad TTL or a candidate id in use, 1 when etcd does not answer.
   int Campaign(const SyncerProcessOptions& opt, const std::string& run_id, const syncer::ShardSpec& shard,
-               const std::atomic<bool>& stop);
+               const std::string& address, std::optional<ReplicaFollowerOptions> follow, const std::atomic<bool>& stop);
   bool active() const { return lead_ != nullptr; }
   // True only while the lease surely holds (coord::Leadership::Leading); true without --etcd.
   bool leading() const { return lead_ == nullptr || lead_->Leading(); }
@@ -39,6 +42,11 @@ class SyncerLeadership {
   // it served (or, committed after this candidate's own lease lapsed, was never served) and must
   // not be resumed.
   bool another_led() const { return another_led_; }
+  // The latest leader named this candidate in its replica set: its --state folder holds every round
+  // that leader published (docs/decisions/023), and it resumes from it.
+  bool from_replica() const { return from_replica_; }
+  // The replica set in etcd (JSON, Replicator); FailedPrecondition once this candidate no longer leads.
+  Status PutReplicas(const std::string& value) { return lead_->PutReplicas(value); }
   // This candidate serves the run from now on (recorded as the latest leader).
   Status MarkBegan();
   // The run is over: later leaders have nothing to serve. Then resigns (a standby is told at once).
@@ -46,10 +54,15 @@ class SyncerLeadership {
   std::string Describe() const;
 
  private:
+  // The run's keys once leading: who led last, whether this candidate is in that leader's replica
+  // set (only when it `followed`), and whether the run finished (returned).
+  StatusOr<bool> ReadRunKeys(bool followed);
+
   std::unique_ptr<coord::Leadership> lead_;
   std::string candidate_id_;
   bool run_began_ = false;
   bool another_led_ = false;
+  bool from_replica_ = false;
 };
 
 }  // namespace atl::runtime

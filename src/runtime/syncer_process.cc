@@ -23,6 +23,7 @@
 #include "model_host.h"
 #include "round_committer.h"
 #include "round_log.h"
+#include "replicator.h"
 #include "syncer_leadership.h"
 #include "syncer_start.h"
 #include "syncer_status_page.h"
@@ -73,7 +74,12 @@ class SyncerProcess {
       if (int rc = HoldPort(); rc != 0) return rc;
       std::signal(SIGTERM, OnSignal);
       std::signal(SIGINT, OnSignal);
-      if (int rc = lead_.Campaign(opt_, c_.run_id, shard_, g_stop); rc != 0 || !lead_.active()) return rc;
+      auto follow = FollowerOptions();
+      if (!follow.ok()) return SyncerFail(follow.status(), 2);
+      if (int rc = lead_.Campaign(opt_, c_.run_id, shard_, AdvertisedAddress(), *follow, g_stop);
+          rc != 0 || !lead_.active()) {
+        return rc;
+      }
     }
     if (int rc = Setup(); rc != 0) return rc;
     // Rounds close only while a commit can succeed: otherwise they are held (commit_headroom.h).
@@ -81,7 +87,7 @@ class SyncerProcess {
         opened_.durable->dir(), syncer::CommitBytes(plan_, static_cast<uint64_t>(c_.commit_reserve_mb * (1 << 20))),
         kCommitFds);
     committer_ = std::make_unique<RoundCommitter>(*opened_.durable, *headroom_, *log_, *checkpoints_, *summary_, plan_,
-                                                  out_, opt_.checkpoint_every);
+                                                  out_, opt_.checkpoint_every, replicator_.get());
     if (opened_.rebuild) BeginRebuild();
     loop_ = std::make_unique<syncer::SyncerLoop>(
         std::move(*opened_.core), clock_,
@@ -99,6 +105,54 @@ class SyncerProcess {
   }
 
  private:
+  // Where the other candidates reach this one when it leads: --advertise, else --listen's host
+  // with the held port.
+  std::string AdvertisedAddress() const {
+    if (!opt_.advertise.empty()) return opt_.advertise;
+    const size_t colon = opt_.listen.rfind(':');
+    return opt_.listen.substr(0, colon == std::string::npos ? opt_.listen.size() : colon) + ":" +
+           std::to_string(held_port_->port());
+  }
+
+  // How this candidate follows the leader's commits while a standby (docs/decisions/023): with the
+  // operator's credentials and, when the candidates serve TLS, --tls-ca (and for mutual TLS its own
+  // certificate). nullopt with --replicate off.
+  StatusOr<std::optional<ReplicaFollowerOptions>> FollowerOptions() const {
+    if (!opt_.replicate) return std::optional<ReplicaFollowerOptions>();
+    ReplicaFollowerOptions f;
+    f.state_dir = StateDirOf(opt_);
+    f.client.token = c_.token;
+    if (!opt_.secret_file.empty()) {
+      ATOLL_ASSIGN_OR_RETURN(std::string secret, ReadSecretFile(opt_.secret_file));
+      f.client.token = transport::OperatorToken(secret, c_.run_id);
+    }
+    f.client.tls.enabled = !opt_.tls.cert.empty();
+    f.client.tls.ca_file = opt_.tls.ca;
+    f.client.tls.server_name = opt_.tls.server_name;
+    if (!opt_.tls.client_ca.empty()) {
+      f.client.tls.cert_file = opt_.tls.cert;
+      f.client.tls.key_file = opt_.tls.key;
+    }
+    return std::optional<ReplicaFollowerOptions>(std::move(f));
+  }
+
+  // A leader with --replicate on keeps the log its standbys follow; the replica set in etcd starts
+  // empty under it, before it serves.
+  int StartReplication() {
+    if (!lead_.active() || !opt_.replicate) return 0;
+    std::vector<std::string> files = {"eval-start.json", "learners.json"};
+    for (int p = 0; p < plan_.num_fragments(); ++p) {
+      if (opened_.core->owns(p)) files.push_back(syncer::DurableState::FragmentFileName(p));
+    }
+    files.push_back("meta.json");  // last: a snapshot is complete once it is there
+    ReplicatorOptions ro{lead_.candidate_id(), lead_.epoch(), opt_.replica_timeout_s,
+                         [this](const std::string& v) { return lead_.PutReplicas(v); },
+                         [this] { return lead_.leading(); }};
+    replicator_ = std::make_unique<Replicator>(std::make_shared<syncer::ReplicationLog>(lead_.epoch(), files), ro);
+    if (Status st = replicator_->Reset(); !st.ok()) return SyncerFail(st.WithContext("leadership: replica set"), 1);
+    return 0;
+  }
+
   // --rebuild (docs/decisions/021): copies are adopted from now until the wait ends.
   void BeginRebuild() {
     opened_.core->BeginRebuild(clock_.Now() + FromSeconds(opt_.rebuild_wait_s), c_.learners);
@@ -155,6 +209,10 @@ class SyncerProcess {
       return InvalidArgumentError(fmt::format("--rebuild-wait {} is out of range: give seconds in (0, {}]",
                                               opt_.rebuild_wait_s, kMaxRebuildWaitSeconds));
     }
+    if (!(opt_.replica_timeout_s > 0 && opt_.replica_timeout_s <= 60)) {
+      return InvalidArgumentError(
+          fmt::format("--replica-timeout {} is out of range: give seconds in (0, 60]", opt_.replica_timeout_s));
+    }
     if (!opt_.shard.empty()) {
       ATOLL_ASSIGN_OR_RETURN(shard_, syncer::ParseShardSpec(opt_.shard));
     }
@@ -190,15 +248,17 @@ class SyncerProcess {
     sopts.incarnation = static_cast<uint64_t>(UnixSeconds() * 1e6) ^ static_cast<uint64_t>(::getpid());
     if (c_.mode == diloco::Mode::kDdp) sopts.ddp_step = MakeDdpStep(*model_, plan_);
     sopts.shard = shard_;
-    sopts.leadership = {lead_.epoch(), lead_.candidate_id(), lead_.run_began()};
+    sopts.leadership = {lead_.epoch(), lead_.candidate_id(), lead_.run_began(), lead_.from_replica()};
     if (lead_.another_led()) {
       if (int rc = SetStateAside(); rc != 0) return rc;
     }
     if (int rc = OpenCore(c_, opt_, *model_, plan_, std::move(sopts), opened_, lead_.run_began()); rc != 0) return rc;
+    if (int rc = StartReplication(); rc != 0) return rc;
     if (Status st = lead_.MarkBegan(); !st.ok()) return SyncerFail(st.WithContext("leadership"), 1);
     PrintRun();
     log_ = std::make_unique<RoundLog>(out_ + "/metrics-syncer.jsonl");
     summary_ = std::make_unique<SyncerSummary>(*model_, plan_, *log_);
+    if (replicator_) summary_->set_replication([r = replicator_.get()] { return r->Stats(); });
     checkpoints_ = std::make_unique<CheckpointWriter>(*model_, plan_, out_, c_.run_id, shard_.count == 1);
     auto start_eval = StartEvaluation(*model_, opened_, c_.eval_batches);
     if (!start_eval.ok()) return SyncerFail(start_eval.status(), 1);
@@ -222,15 +282,18 @@ class SyncerProcess {
 
   void LogResumed() {
     const syncer::SyncerCore& core = *opened_.core;
-    std::vector<std::string> sums;
-    for (int p = 0; p < plan_.num_fragments(); ++p)
+    std::vector<std::string> sums, public_sums;  // Θ, and the public copies the learners hold
+    for (int p = 0; p < plan_.num_fragments(); ++p) {
       sums.push_back(ChecksumHex(exchange::ValuesChecksum(core.theta(p))));
+      public_sums.push_back(ChecksumHex(exchange::ValuesChecksum(core.public_values(p))));
+    }
     log_->Line({{"t", UnixSeconds()},
                 {"source", "syncer"},
                 {"kind", "resumed"},
                 {"versions", core.versions()},
                 {"rounds", core.rounds_closed()},
-                {"theta_checksums", sums}});
+                {"theta_checksums", sums},
+                {"public_checksums", public_sums}});
   }
 
   // The global model's eval loss during the run, off the loop thread (its own Trainer).
@@ -353,6 +416,7 @@ class SyncerProcess {
       return SyncerFail(st, st.code() == StatusCode::kInvalidArgument ? 2 : 1);
     if (lead_.active()) so->fence = {lead_.epoch(), [this] { return lead_.leading(); }};
     so->held_port = held_port_;
+    if (replicator_) so->replication = {replicator_->log(), opened_.durable->dir()};
     auto server = transport::GrpcSyncerServer::Start(*so, *loop_, [this](bool evaluate) { return Finish(evaluate); });
     if (!server.ok()) return SyncerFail(server.status(), 1);
     std::printf("syncer: listening on port %d\n", (*server)->port());
@@ -384,6 +448,7 @@ class SyncerProcess {
     if (live_eval_) live_eval_->Stop();
     status_page_->Stop();
     loop_->EndLongPolls();
+    if (replicator_) replicator_->log()->Close();
     server.Shutdown();
     loop_->Stop();
     return 3;
@@ -399,6 +464,7 @@ class SyncerProcess {
     }
     status_page_->Stop();
     loop_->EndLongPolls();  // the server's shutdown waits for no long poll
+    if (replicator_) replicator_->log()->Close();
     server.Shutdown();
     loop_->Stop();
     if (shard_.count > 1) {
@@ -423,6 +489,7 @@ class SyncerProcess {
   std::unique_ptr<RoundLog> log_;
   std::unique_ptr<SyncerSummary> summary_;
   std::unique_ptr<CheckpointWriter> checkpoints_;
+  std::unique_ptr<Replicator> replicator_;  // a leader with --replicate on
   std::unique_ptr<RoundCommitter> committer_;
   std::unique_ptr<GlobalEvaluator> live_eval_;
   std::unique_ptr<syncer::SyncerLoop> loop_;

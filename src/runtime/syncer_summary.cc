@@ -25,6 +25,7 @@ nlohmann::json SyncerSummary::Of(const syncer::SyncerCore& core, TimePoint now) 
     if (core.owns(p)) theta_sum ^= exchange::ValuesChecksum(core.theta(p));
   }
   summary["theta_checksum"] = ChecksumHex(theta_sum);
+  if (replication_) summary["replication"] = replication_();
   return summary;
 }
 

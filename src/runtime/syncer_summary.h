@@ -7,6 +7,7 @@
 // the syncer serves).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -32,6 +33,8 @@ class SyncerSummary {
   void set_start_eval_loss(double loss) { start_eval_loss_ = loss; }
   // The summary of the run so far.
   nlohmann::json Of(const syncer::SyncerCore& core, TimePoint now) const;
+  // Adds "replication" (a leader's replicated commits, docs/decisions/023) to every summary.
+  void set_replication(std::function<nlohmann::json()> stats) { replication_ = std::move(stats); }
   // The start evaluation and the curve, or why there is none.
   void AddEvaluation(nlohmann::json& doc) const;
 
@@ -40,6 +43,7 @@ class SyncerSummary {
   const diloco::FragmentPlan& plan_;
   const RoundLog& log_;
   std::optional<double> start_eval_loss_;
+  std::function<nlohmann::json()> replication_;
 };
 
 }  // namespace atl::runtime

@@ -174,11 +174,13 @@ uint64_t PlanFingerprint(const diloco::FragmentPlan& plan) {
   return h.Digest();
 }
 
-std::string DurableState::FragmentPath(int p) const {
+std::string DurableState::FragmentFileName(int p) {
   char name[32];
-  std::snprintf(name, sizeof(name), "/fragment-%03d.bin", p);
-  return dir_ + name;
+  std::snprintf(name, sizeof(name), "fragment-%03d.bin", p);
+  return name;
 }
+
+std::string DurableState::FragmentPath(int p) const { return dir_ + "/" + FragmentFileName(p); }
 
 bool DurableState::Exists() const { return FileExists(dir_ + "/meta.json"); }
 

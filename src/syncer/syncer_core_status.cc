@@ -76,7 +76,8 @@ nlohmann::json SyncerCore::StatusJson(TimePoint now) const {
   if (options_.leadership.epoch != 0) {
     j["leadership"] = {{"epoch", options_.leadership.epoch},
                        {"candidate", options_.leadership.candidate_id},
-                       {"took_over", options_.leadership.took_over}};
+                       {"took_over", options_.leadership.took_over},
+                       {"from_replica", options_.leadership.from_replica}};
   }
   return j;
 }

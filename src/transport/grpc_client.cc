@@ -28,6 +28,9 @@ struct GrpcSyncerClient::Impl {
   // on this machine; a new channel connects at once.
   std::atomic<bool> broken{false};
   std::atomic<int64_t> channels{0};
+  std::mutex replicate_mu;
+  grpc::ClientContext* replicate_ctx = nullptr;  // guarded by replicate_mu: the call in progress
+  bool replicate_cancelled = false;              // guarded by replicate_mu
 
   std::shared_ptr<atl::v1::Syncer::Stub> Stub() {
     std::lock_guard<std::mutex> lock(mu);
@@ -262,6 +265,50 @@ StatusOr<std::string> GrpcSyncerClient::Finish(bool evaluate) {
   grpc::Status st = impl_->Stub()->Finish(&ctx, req, &reply);
   if (!st.ok()) return FromGrpc(st, "finish");
   return reply.summary_json();
+}
+
+StatusOr<syncer::ReplicateBatch> GrpcSyncerClient::Replicate(const syncer::ReplicateAsk& ask,
+                                                             const ReplicaFileSink& on_file) {
+  grpc::ClientContext ctx;
+  // A snapshot's size is not known before its header: the push deadline ten times over (10 min by
+  // default) bounds it.
+  impl_->Prepare(ctx, ask.wait_seconds + 10 * impl_->options.push_timeout_s);
+  atl::v1::ReplicateRequest req;
+  req.set_candidate_id(ask.candidate);
+  req.set_leader_epoch(ask.epoch);
+  req.set_applied_seq(ask.applied_seq);
+  req.set_wait_seconds(ask.wait_seconds);
+  if (impl_->broken.exchange(false)) impl_->Renew();
+  {
+    std::lock_guard<std::mutex> lock(impl_->replicate_mu);
+    if (impl_->replicate_cancelled) return CancelledError("replicate: cancelled");
+    impl_->replicate_ctx = &ctx;
+  }
+  struct Clear {
+    Impl& impl;
+    ~Clear() {
+      std::lock_guard<std::mutex> lock(impl.replicate_mu);
+      impl.replicate_ctx = nullptr;
+    }
+  } clear{*impl_};
+  auto reader = impl_->Stub()->Replicate(&ctx, req);
+  bool ended = false;
+  auto out = ReadReplicate(reader.get(), on_file, ended);
+  if (!out.ok()) {  // the server's own error (refused, fenced) when it sent one, else what was wrong
+    if (!ended) ctx.TryCancel();
+    grpc::Status st = impl_->Noted(reader->Finish());
+    if (!st.ok() && st.error_code() != grpc::StatusCode::CANCELLED) return FromGrpc(st, "replicate");
+    return out.status();
+  }
+  grpc::Status st = impl_->Noted(reader->Finish());
+  if (!st.ok()) return FromGrpc(st, "replicate");
+  return out;
+}
+
+void GrpcSyncerClient::CancelReplicate() {
+  std::lock_guard<std::mutex> lock(impl_->replicate_mu);
+  impl_->replicate_cancelled = true;
+  if (impl_->replicate_ctx != nullptr) impl_->replicate_ctx->TryCancel();
 }
 
 }  // namespace atl::transport

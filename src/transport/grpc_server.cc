@@ -41,6 +41,7 @@ class Service final : public Syncer::Service {
   }
   void UsePullFault(const ServerOptions::PullFault& f) { pull_fault_ = f; }
   void UseFence(ServerOptions::Fence f) { fence_ = std::move(f); }
+  void UseReplication(ServerOptions::Replication r) { replication_ = std::move(r); }
 
   grpc::Status Join(grpc::ServerContext* ctx, const atl::v1::JoinRequest* req, atl::v1::JoinReply* reply) override {
     if (auto st = Enter(ctx, req->learner_id()); !st.ok()) return ToGrpc(st);
@@ -161,6 +162,23 @@ class Service final : public Syncer::Service {
     if (auto st = Enter(ctx, kOperator); !st.ok()) return ToGrpc(st);
     reply->set_summary_json(on_finish_ ? on_finish_(req->evaluate()) : "{}");
     return grpc::Status::OK;
+  }
+
+  // A standby follows the commits (docs/decisions/023): operator credentials; its ask waits (≤ 10 s)
+  // for a commit it lacks, holding one thread per standby.
+  grpc::Status Replicate(grpc::ServerContext* ctx, const atl::v1::ReplicateRequest* req,
+                         grpc::ServerWriter<atl::v1::ReplicateChunk>* writer) override {
+    if (auto st = Enter(ctx, kOperator); !st.ok()) return ToGrpc(st);
+    if (replication_.log == nullptr) {
+      return ToGrpc(FailedPreconditionError(
+          "replicate: this syncer keeps no replication log (it leads without --etcd, or with --replicas 0)"));
+    }
+    auto batch =
+        replication_.log->Follow({req->candidate_id(), req->leader_epoch(), req->applied_seq(), req->wait_seconds()});
+    if (!batch.ok()) return ToGrpc(batch.status());
+    if (auto st = Fenced(); !st.ok()) return ToGrpc(st);
+    auto sent = WriteReplicate(*batch, replication_.state_dir, writer);
+    return sent.ok() ? grpc::Status::OK : ToGrpc(sent.status());
   }
 
  private:
@@ -336,6 +354,7 @@ class Service final : public Syncer::Service {
   PushDeadlines deadlines_;
   ServerOptions::PullFault pull_fault_;
   ServerOptions::Fence fence_;
+  ServerOptions::Replication replication_;
   std::atomic<int> pulls_cut_{0};
 };
 
@@ -410,6 +429,7 @@ StatusOr<std::unique_ptr<GrpcSyncerServer>> GrpcSyncerServer::Start(const Server
   }
   impl->service_->UsePullFault(options.pull_fault);
   impl->service_->UseFence(options.fence);
+  impl->service_->UseReplication(options.replication);
   ATOLL_ASSIGN_OR_RETURN(LearnerIdSet allowed, LearnerIdSet::Parse(options.allowed_learners));
   if (!allowed.any() && options.secret.empty()) {
     return InvalidArgumentError(

@@ -12,6 +12,7 @@
 
 #include "atoll.grpc.pb.h"
 #include "atoll/syncer/api.h"
+#include "atoll/syncer/replication.h"
 #include "atoll/transport/grpc_client.h"
 
 namespace atl::transport {
@@ -56,6 +57,19 @@ StatusOr<int64_t> ResumeOffset(const atl::v1::PullRequest& r, const syncer::Pull
 inline constexpr const char* kLatticeEncoding = "lattice";
 Status ParsePullHeader(const atl::v1::PullHeader& h, int64_t max_payload_bytes, syncer::PullPayload& out,
                        int64_t& payload_bytes, uint64_t& payload_checksum);
+
+// Replication (docs/decisions/023). The server's side: opens every file of `batch` in `dir` (each
+// is then a consistent version: files are only ever replaced by rename), writes the header and
+// the files' bytes back to back in checked chunks. A file of a snapshot that does not exist is left
+// out, except meta.json (NotFound). Returns the bytes written.
+StatusOr<int64_t> WriteReplicate(const syncer::ReplicateBatch& batch, const std::string& dir,
+                                 grpc::ServerWriter<atl::v1::ReplicateChunk>* writer);
+// The follower's side: reads one reply, calling `on_file` with each file as soon as its bytes are
+// all in. DataLoss for a stream that does not match its header; InvalidArgument for a file name
+// that is not a plain name. `ended` says whether the stream was read to its end (the server's
+// status then awaits; else the call must be cancelled).
+StatusOr<syncer::ReplicateBatch> ReadReplicate(grpc::ClientReaderInterface<atl::v1::ReplicateChunk>* reader,
+                                               const ReplicaFileSink& on_file, bool& ended);
 
 // The pull's reply assembled from its stream: one header (ParsePullHeader, its payload bounded by
 // `max_payload_bytes`), then the chunks (AppendChunk). DataLoss for a second header, data before

@@ -127,6 +127,30 @@ TEST_F(EtcdClientTest, DeleteIfLeavesAKeyOfAnotherLease) {
   EXPECT_FALSE(gone->has_value());
 }
 
+TEST_F(EtcdClientTest, PutIfBoundWritesOnlyWhileTheGuardIsBoundToTheLease) {
+  auto mine = client_->Grant(60);
+  auto theirs = client_->Grant(60);
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  // No guard key at all: nothing is written.
+  auto none = client_->PutIfBound("/t/set", "a", "/t/guard", *mine);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(*none);
+  ASSERT_TRUE(client_->PutIfAbsent("/t/guard", "g", *theirs).ok());
+  auto foreign = client_->PutIfBound("/t/set", "b", "/t/guard", *mine);
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_FALSE(*foreign);
+  auto unset = client_->Get("/t/set");
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->has_value());
+  auto own = client_->PutIfBound("/t/set", "c", "/t/guard", *theirs);
+  ASSERT_TRUE(own.ok());
+  EXPECT_TRUE(*own);
+  auto set = client_->Get("/t/set");
+  ASSERT_TRUE(set.ok() && set->has_value());
+  EXPECT_EQ((*set)->value, "c");
+  EXPECT_EQ((*set)->lease, 0);  // the value outlives the guard's lease
+}
+
 TEST_F(EtcdClientTest, ALeaseIsRenewedUntilRevokedAndTakesItsKeysWithIt) {
   int64_t granted = 0;
   auto lease = client_->Grant(1, &granted);

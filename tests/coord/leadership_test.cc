@@ -255,6 +255,27 @@ TEST_F(LeadershipTest, TheRunBeganMarkerOutlivesItsLeader) {
   EXPECT_EQ(*leader, "");  // a resigned when it was destroyed
 }
 
+TEST_F(LeadershipTest, OnlyTheLeaderWritesTheReplicaSetAndItOutlivesTheLeader) {
+  auto a = Candidate("a");
+  auto b = Candidate("b");
+  ASSERT_TRUE(a && b);
+  // Not leading: refused, nothing written.
+  auto refused = b->PutReplicas("{\"leader\":\"b\"}");
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused;
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(a->AwaitLeadership(stop).ok());
+  EXPECT_EQ(b->PutReplicas("{\"leader\":\"b\"}").code(), StatusCode::kFailedPrecondition);
+  auto none = b->Replicas();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, "");
+  ASSERT_TRUE(a->PutReplicas("{\"leader\":\"a\"}").ok());
+  a->Resign();
+  auto kept = b->Replicas();  // for the next leader to read
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, "{\"leader\":\"a\"}");
+  EXPECT_EQ(a->PutReplicas("{}").code(), StatusCode::kFailedPrecondition);  // resigned
+}
+
 TEST(Leadership, AnEtcdThatIsNotThereIsUnavailableWithinTheDialTimeout) {
   LeadershipOptions o = Options("unix:" + testing::ScratchDir("leadership_nowhere") + "/no.sock", "a");
   o.dial_timeout_s = 1;

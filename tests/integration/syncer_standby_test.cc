@@ -1,8 +1,9 @@
 // A shard served by a leader and a standby through etcd (`atoll syncer --etcd`,
-// docs/decisions/022), as separate processes of the real binary on 127.0.0.1 with a real etcd on
-// unix sockets: the leader's host is lost (SIGKILL, its state folder deleted) and the standby
-// takes over from the learners' copies; a paused leader comes back fenced; bad leadership inputs
-// are refused with clear errors.
+// docs/decisions/022 and 023), as separate processes of the real binary on 127.0.0.1 with a real
+// etcd on unix sockets: the leader's host is lost (SIGKILL, its state folder deleted) and the
+// standby takes over from the commits it followed (replicated) or, without replication, from the
+// learners' copies; a paused leader comes back fenced; bad leadership inputs are refused with
+// clear errors.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -80,6 +81,7 @@ class SyncerStandby : public ::testing::Test {
           std::string("2"), std::string("--port-file"), c.out + ".port"}) {
       argv.push_back(f);
     }
+    if (!replicate_) argv.insert(argv.end(), {"--replicate", "off"});
     auto p = ChildProcess::Start(argv, c.log);
     ASSERT_TRUE(p.ok()) << p.status();
     c.process = std::move(*p);
@@ -130,6 +132,38 @@ class SyncerStandby : public ::testing::Test {
     return false;
   }
 
+  // The replica set the leader recorded in etcd names `id`.
+  bool InReplicaSet(const std::string& id) const {
+    auto v = etcd_->ValueEndingWith("/atoll/", "/replicas");
+    if (!v.ok() || v->empty()) return false;
+    const auto j = nlohmann::json::parse(*v, nullptr, false);
+    if (!j.is_object() || !j.contains("in_sync")) return false;
+    for (const auto& x : j["in_sync"]) {
+      if (x == id) return true;
+    }
+    return false;
+  }
+
+  // The newest copy of each fragment any learner holds.
+  std::map<int, Held> NewestCopies() const {
+    std::map<int, Held> newest;
+    for (int m = 0; m < 2; ++m) {
+      for (int p = 0; p < kFragments; ++p) {
+        const Held h = HeldCopy(LearnerState(m), p);
+        if (h.version > newest[p].version) newest[p] = h;
+      }
+    }
+    return newest;
+  }
+
+  // SIGTERM to `c`, which finishes the run; the learners then leave by themselves.
+  void FinishUnder(Candidate& c) {
+    c.process.Signal(SIGTERM);
+    EXPECT_EQ(c.process.WaitOrKill(120), 0) << c.Log();
+    for (auto& l : learners_) EXPECT_EQ(l.WaitOrKill(120), 0);
+  }
+
+  bool replicate_ = true;
   std::string dir_, data_;
   std::unique_ptr<testing::EtcdServer> etcd_;
   Candidate a_, b_;
@@ -137,6 +171,7 @@ class SyncerStandby : public ::testing::Test {
 };
 
 TEST_F(SyncerStandby, ALostLeaderHostIsReplacedByTheStandbyFromTheLearnersCopies) {
+  replicate_ = false;  // the standby keeps nothing: it rebuilds
   TrainUnderA();
   // A's host is lost: the process and its disk.
   a_.process.Signal(SIGKILL);
@@ -148,13 +183,7 @@ TEST_F(SyncerStandby, ALostLeaderHostIsReplacedByTheStandbyFromTheLearnersCopies
   std::printf("standby leads %.2f s after the leader's loss (lease 2 s)\n", takeover_s);
   EXPECT_NE(b_.Log().find("taking over the run"), std::string::npos) << b_.Log();
   std::this_thread::sleep_for(std::chrono::seconds(1));  // any pull from A in flight has failed by now
-  std::map<int, Held> newest;
-  for (int m = 0; m < 2; ++m) {
-    for (int p = 0; p < kFragments; ++p) {
-      const Held h = HeldCopy(LearnerState(m), p);
-      if (h.version > newest[p].version) newest[p] = h;
-    }
-  }
+  const std::map<int, Held> newest = NewestCopies();
   // B had no state: it adopts the newest copy of every fragment the learners hold, bit for bit —
   // every version a learner held is in the new leader's history.
   const std::string metrics = b_.out + "/metrics-syncer.jsonl";
@@ -176,16 +205,62 @@ TEST_F(SyncerStandby, ALostLeaderHostIsReplacedByTheStandbyFromTheLearnersCopies
   // Rounds go on under B, and no learner exited.
   EXPECT_TRUE(AwaitFor([&] { return ClosedARound(b_); }, 120, std::chrono::milliseconds(100))) << b_.Log();
   for (auto& l : learners_) EXPECT_TRUE(l.running()) << "a learner exited during the takeover";
-  b_.process.Signal(SIGTERM);
-  EXPECT_EQ(b_.process.WaitOrKill(120), 0) << b_.Log();
-  for (auto& l : learners_) EXPECT_EQ(l.WaitOrKill(120), 0);
+  FinishUnder(b_);
   // The summary reports the takeover.
   auto summary = ReadFile(b_.out + "/syncer-summary.json");
   ASSERT_TRUE(summary.ok()) << summary.status();
   const nlohmann::json leadership = nlohmann::json::parse(*summary)["leadership"];
   EXPECT_EQ(leadership["candidate"], "b") << leadership.dump();
   EXPECT_TRUE(leadership["took_over"].get<bool>()) << leadership.dump();
+  EXPECT_FALSE(leadership["from_replica"].get<bool>()) << leadership.dump();
   EXPECT_GT(leadership["epoch"].get<uint64_t>(), 0u) << leadership.dump();
+}
+
+TEST_F(SyncerStandby, ALostLeaderHostIsReplacedByAStandbyThatHeldEveryCommit) {
+  TrainUnderA();
+  // B follows A's commits and is in the replica set A recorded: A publishes no round B lacks.
+  ASSERT_TRUE(AwaitFor([&] { return InReplicaSet("b"); }, 120, std::chrono::milliseconds(100))) << b_.Log();
+  EXPECT_NE(b_.Log().find("following leader a"), std::string::npos) << b_.Log();
+  // A's host is lost mid-run: the process, then its disk.
+  a_.process.Signal(SIGKILL);
+  a_.process.WaitOrKill(30);
+  fs::remove_all(a_.out + "/state");
+  const auto lost = std::chrono::steady_clock::now();
+  ASSERT_TRUE(AwaitFor([&] { return b_.Leads(); }, 60, std::chrono::milliseconds(20))) << b_.Log();
+  std::printf("standby leads %.2f s after the leader's loss (lease 2 s)\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - lost).count());
+  EXPECT_NE(b_.Log().find("from the leader's commits it followed"), std::string::npos) << b_.Log();
+  // B resumed its own folder: no rebuild, and every version a learner held (every published round)
+  // is there — the same version with the same values, or a newer one.
+  const std::string metrics = b_.out + "/metrics-syncer.jsonl";
+  nlohmann::json resumed;
+  ASSERT_TRUE(AwaitFor(
+      [&] {
+        for (const auto& l : MetricLines(metrics)) {
+          if (l.value("kind", "") == "resumed") resumed = l;
+        }
+        return !resumed.is_null();
+      },
+      120, std::chrono::milliseconds(100)))
+      << b_.Log();
+  EXPECT_EQ(b_.Log().find("syncer: rebuild:"), std::string::npos) << b_.Log();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // a pull from A in flight has ended by now
+  for (const auto& [p, h] : NewestCopies()) {
+    const int64_t v = resumed["versions"][p].get<int64_t>();
+    EXPECT_GE(v, h.version) << "fragment " << p << ": a published round was lost";
+    if (v == h.version) {
+      EXPECT_EQ(resumed["public_checksums"][p].get<std::string>(), ChecksumHex(h.checksum)) << "fragment " << p;
+    }
+  }
+  EXPECT_TRUE(AwaitFor([&] { return ClosedARound(b_); }, 120, std::chrono::milliseconds(100))) << b_.Log();
+  for (auto& l : learners_) EXPECT_TRUE(l.running()) << "a learner exited during the takeover";
+  FinishUnder(b_);
+  auto summary = ReadFile(b_.out + "/syncer-summary.json");
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  const nlohmann::json doc = nlohmann::json::parse(*summary);
+  EXPECT_TRUE(doc["leadership"]["took_over"].get<bool>()) << doc["leadership"].dump();
+  EXPECT_TRUE(doc["leadership"]["from_replica"].get<bool>()) << doc["leadership"].dump();
+  EXPECT_GT(doc["replication"]["commits"].get<int64_t>(), 0) << doc["replication"].dump();
 }
 
 TEST_F(SyncerStandby, APausedLeaderComesBackFencedAndTheRunGoesOnUnderTheNewOne) {
@@ -197,12 +272,12 @@ TEST_F(SyncerStandby, APausedLeaderComesBackFencedAndTheRunGoesOnUnderTheNewOne)
   // exits 3.
   EXPECT_EQ(a_.process.WaitOrKill(60), 3) << a_.Log();
   EXPECT_NE(a_.Log().find("leadership lapsed"), std::string::npos) << a_.Log();
-  // The run goes on under B (rebuilt from the learners: B's disk never held the run), and no
+  // The run goes on under B (from the commits it followed, or rebuilt from the learners), and no
   // learner exited.
   EXPECT_TRUE(AwaitFor([&] { return ClosedARound(b_); }, 120, std::chrono::milliseconds(100))) << b_.Log();
   for (auto& l : learners_) EXPECT_TRUE(l.running()) << "a learner exited";
-  // A started again on its own disk is a standby; when it leads next it does not resume the state
-  // it left (B led since): it moves it aside. Here B finishes the run first, so A has nothing to serve.
+  // A started again on its own disk is a standby; it never resumes the state it left (B led since):
+  // following B it moves that folder aside. Here B finishes the run first, so A has nothing to serve.
   StartCandidate(a_, "a");
   ASSERT_TRUE(AwaitFor([&] { return a_.Log().find("waiting for the leadership") != std::string::npos; }, 60,
                        std::chrono::milliseconds(50)))
@@ -223,13 +298,16 @@ TEST_F(SyncerStandby, BadLeadershipInputsAreRefusedClearly) {
   EXPECT_EQ(none.exit_code, 1) << none.output;
   EXPECT_NE(none.output.find("did not answer"), std::string::npos) << none.output;
   // Endpoints and leases that cannot be right.
-  for (const char* bad :
-       {"--etcd https://127.0.0.1:2379", "--etcd ,", "--lease-ttl 0", "--lease-ttl 1.5", "--lease-ttl 61"}) {
+  for (const char* bad : {"--etcd https://127.0.0.1:2379", "--etcd ,", "--lease-ttl 0", "--lease-ttl 1.5",
+                          "--lease-ttl 61", "--replica-timeout 0", "--replica-timeout 61"}) {
     const std::string etcd = std::string(bad).rfind("--etcd", 0) == 0 ? "" : " --etcd " + etcd_->endpoint();
     auto r = testing::RunAtoll(common + etcd + " " + bad, 60);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
     EXPECT_NE(r.output.find("error"), std::string::npos) << bad << ": " << r.output;
   }
+  auto maybe = testing::RunAtoll(common + " --etcd " + etcd_->endpoint() + " --replicate maybe", 60);
+  EXPECT_NE(maybe.exit_code, 0) << maybe.output;
+  EXPECT_NE(maybe.output.find("--replicate"), std::string::npos) << maybe.output;
   EXPECT_FALSE(fs::exists(dir_ + "/bad/state")) << "a refused start wrote no state";
   // Two candidates configured with the same id: the second is refused while the first lives.
   StartCandidate(a_, "same");

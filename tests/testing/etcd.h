@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,24 @@ class EtcdServer {
   const std::string& dir() const { return dir_; }
   std::string log() const { return dir_ + "/etcd.log"; }
   ChildProcess& process() { return process_; }  // e.g. SIGSTOP / SIGCONT
+
+  // The value of the first key under `prefix` whose name ends with `suffix` (etcdctl get --prefix),
+  // "" when there is none.
+  StatusOr<std::string> ValueEndingWith(const std::string& prefix, const std::string& suffix) const {
+    const std::string out = dir_ + "/etcdctl-get.out";
+    auto ctl = InDir(
+        std::string(kEtcdctl) + " --endpoints unix://localhost:1 --command-timeout 2s get --prefix '" + prefix + "'",
+        out);
+    if (!ctl.ok()) return ctl.status();
+    if (ctl->WaitOrKill(10) != 0) return UnavailableError("etcdctl get failed (see " + out + ")");
+    std::ifstream in(out);
+    for (std::string key, value; std::getline(in, key) && std::getline(in, value);) {
+      if (key.size() >= suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        return value;
+      }
+    }
+    return std::string();
+  }
 
   // SIGTERM, up to `seconds` for etcd to exit, then SIGKILL.
   void Stop(double seconds = 10) {

@@ -32,8 +32,9 @@ struct ToyServerOptions {
   std::string secret;                          // per-learner credentials when set (besides the shared token "secret")
   std::string allowed;                         // the allow-list of learner ids ("" = any)
   syncer::SyncerLoop::RoundCallback on_round;  // called after the server's own count
-  transport::ServerOptions::PullFault pull_fault;  // pull streams cut on purpose
-  transport::ServerOptions::Fence fence;           // leadership (epoch, leading)
+  transport::ServerOptions::PullFault pull_fault;     // pull streams cut on purpose
+  transport::ServerOptions::Fence fence;              // leadership (epoch, leading)
+  transport::ServerOptions::Replication replication;  // a leader's commit log and state folder
 
   ToyServerOptions Shape(int p, int h, int t) && {
     P = p, H = h, tau = t;
@@ -61,6 +62,10 @@ struct ToyServerOptions {
   }
   ToyServerOptions Fenced(transport::ServerOptions::Fence f) && {
     fence = std::move(f);
+    return std::move(*this);
+  }
+  ToyServerOptions Replicated(transport::ServerOptions::Replication r) && {
+    replication = std::move(r);
     return std::move(*this);
   }
   ToyServerOptions OnRound(syncer::SyncerLoop::RoundCallback f) && {
@@ -107,6 +112,7 @@ struct ToyServer {
     options.limits = o.limits;
     options.pull_fault = o.pull_fault;
     options.fence = o.fence;
+    options.replication = o.replication;
     auto s = transport::GrpcSyncerServer::Start(options, *loop, [](bool) { return std::string("{}"); });
     ATOLL_CHECK(s.ok());
     server = std::move(*s);

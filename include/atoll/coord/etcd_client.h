@@ -71,6 +71,9 @@ class EtcdClient {
   StatusOr<PutIfAbsentResult> PutIfAbsent(const std::string& key, const std::string& value, int64_t lease);
   // Deletes the key; returns whether it existed.
   StatusOr<bool> Delete(const std::string& key);
+  // Puts `value` (no lease) only if `guard` is bound to `lease` (one transaction); returns whether
+  // it did.
+  StatusOr<bool> PutIfBound(const std::string& key, const std::string& value, const std::string& guard, int64_t lease);
   // Deletes the key only if it is bound to `lease` (one transaction); returns whether it did.
   StatusOr<bool> DeleteIf(const std::string& key, int64_t lease);
 

@@ -16,8 +16,8 @@
 // still held them), and AwaitLeadership refuses. A syncer that lost its leadership exits; a new
 // process may stand again.
 //
-// Thread-safety: Leading(), lease_deadline(), epoch(), Lost() and lost_reason() from any thread;
-// the rest from the owner's thread.
+// Thread-safety: Leading(), lease_deadline(), epoch(), Lost(), lost_reason(), leader_value() and
+// PutReplicas() from any thread; the rest from the owner's thread.
 #pragma once
 
 #include <atomic>
@@ -74,7 +74,8 @@ class Leadership {
   bool Lost() const { return lost_.load(); }
   std::string lost_reason() const;
 
-  // The leader key's value ("<candidate_id> <address>"); empty when no candidate leads.
+  // The leader key's value ("<candidate_id> <address>"); empty when no candidate leads. From any
+  // thread (a standby's follower asks it).
   StatusOr<std::string> leader_value();
   // Marking the run as begun by this candidate, and reading who marked it last.
   // `began` holds the candidate id of the latest leader that marked it ("" when none did): every
@@ -82,6 +83,12 @@ class Leadership {
   // whether another leader served since that state was written.
   StatusOr<std::string> LatestLeader();
   Status MarkRunBegan();
+  // The replica set (`replicas`, no lease): which standbys hold every round the leader that wrote
+  // it published (docs/decisions/023), as that leader wrote it ("" when none did). Written only
+  // while this candidate holds the leader key (a transaction on its lease): FailedPrecondition when
+  // it no longer does.
+  StatusOr<std::string> Replicas();
+  Status PutReplicas(const std::string& value);
   // Whether a leader of this prefix finished the run (`finished`, no lease): a candidate that
   // leads afterwards has nothing to serve. And marking it, before the last leader resigns.
   StatusOr<bool> RunFinished();

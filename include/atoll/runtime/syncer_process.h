@@ -57,6 +57,16 @@ struct SyncerProcessOptions {
   std::string etcd;
   std::string candidate_id;
   double lease_ttl_s = 2;
+  // Replicated commits (docs/decisions/023), with etcd: a standby follows the leader's commits
+  // into its own --state folder, and a leader publishes no round before every standby in sync
+  // holds it (one that does not acknowledge within replica_timeout_s is dropped from the set and
+  // catches up by itself); a standby in the set takes over from its own folder, losing nothing.
+  // Off: standbys keep nothing and a takeover rebuilds from the learners.
+  bool replicate = true;
+  double replica_timeout_s = 2;
+  // The address the other candidates reach this one at when it leads ("" = --listen's host and the
+  // bound port).
+  std::string advertise;
 };
 // The most --rebuild-wait may be: an hour.
 inline constexpr double kMaxRebuildWaitSeconds = 3600;

@@ -62,6 +62,8 @@ class DurableState {
   // possible, a mount point, in place with meta.json last). FailedPrecondition when dir() holds
   // anything.
   Status SaveAll(const SyncerCore& core);
+  // The name of fragment p's file in the folder ("fragment-NNN.bin").
+  static std::string FragmentFileName(int p);
   // Writes one fragment (after each committed round). A write that fails for a transient reason
   // (Unavailable: out of file descriptors, EMFILE/ENFILE) is retried up to kCommitAttempts times
   // with backoff (10 ms doubling) before the error is returned.

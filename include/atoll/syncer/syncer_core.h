@@ -126,11 +126,13 @@ struct SyncerOptions {
   double learner_timeout_s = 10.0;  // silent this long → no longer live
   uint64_t incarnation = 0;         // changes on every (re)start of the syncer
   // Leadership through etcd (docs/decisions/022), for the status and the summary: the epoch (0:
-  // none), this candidate's id, and whether it took over a run an earlier leader began.
+  // none), this candidate's id, whether it took over a run an earlier leader began, and whether it
+  // resumed from the commits it had followed as a standby (docs/decisions/023).
   struct Leadership {
     uint64_t epoch = 0;
     std::string candidate_id;
     bool took_over = false;
+    bool from_replica = false;
   };
   Leadership leadership;
   // Hostile or broken input. An outer gradient whose size ‖v‖/√c_steps (an outer gradient grows

@@ -8,11 +8,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 
 #include "atoll/syncer/api.h"
+#include "atoll/syncer/replication.h"
 #include "atoll/transport/credentials.h"
 
 namespace atl::transport {
@@ -33,6 +35,11 @@ struct ClientOptions {
   int pull_resumes = 3;
 };
 
+// Receives one replicated file: the reply's header (epoch, seq, snapshot; no files), the file's
+// name in the state folder and its bytes. An error ends the reply.
+using ReplicaFileSink =
+    std::function<Status(const syncer::ReplicateBatch& reply, const std::string& name, std::string bytes)>;
+
 // push_timeout_s + the seconds `bytes` take at `mbps` (mbps ≤ 0: no allowance).
 double PayloadDeadlineSeconds(double base_s, int64_t bytes, double mbps);
 
@@ -49,6 +56,13 @@ class GrpcSyncerClient final : public syncer::SyncerApi {
                                      int64_t want_version) override;
   StatusOr<std::string> StatusJson();
   StatusOr<std::string> Finish(bool evaluate);
+  // A standby's ask for the leader's commits (docs/decisions/023), with operator credentials: the
+  // files arrive through `on_file` in write order; returns what they bring the follower to. The
+  // deadline is the ask's wait plus push_timeout_s plus the time the files take at min_link_mbps.
+  StatusOr<syncer::ReplicateBatch> Replicate(const syncer::ReplicateAsk& ask, const ReplicaFileSink& on_file);
+  // Ends a Replicate call in progress on another thread (it returns CANCELLED), and the next one
+  // before it starts.
+  void CancelReplicate();
 
   int64_t bytes_sent() const { return bytes_sent_.load(); }
   int64_t bytes_received() const { return bytes_received_.load(); }

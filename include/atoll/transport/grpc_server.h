@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "atoll/syncer/replication.h"
 #include "atoll/syncer/syncer_loop.h"
 #include "atoll/transport/credentials.h"
 #include "atoll/transport/grpc_client.h"
@@ -103,6 +104,13 @@ struct ServerOptions {
   Fence fence;
   // Serve on this held port instead of binding `address` (it must not have been taken before).
   std::shared_ptr<HeldPort> held_port;
+  // Replication to the shard's standbys (docs/decisions/023): the leader's commit log and the
+  // state folder its files are read from. Without a log, Replicate is refused FAILED_PRECONDITION.
+  struct Replication {
+    std::shared_ptr<syncer::ReplicationLog> log;
+    std::string state_dir;
+  };
+  Replication replication;
 };
 
 class GrpcSyncerServer {
