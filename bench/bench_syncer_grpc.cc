@@ -188,6 +188,11 @@ nlohmann::json RunOnce(const Bench& b, const std::string& label, bool standby) {
     port = TextOf(out_dir + ".port", "");
     if (port.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  // A candidate writes its port when it binds it, and serves once it leads.
+  for (int i = 0; i < 6000 && !b.etcd.empty() && TextOf(log, "").find("listening on port") == std::string::npos; ++i) {
+    if (!syncer->running()) Fail("the syncer exited before serving", UnavailableError("exited"), log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   if (port.empty()) Fail("the syncer did not listen within 600 s", DeadlineExceededError("no port"), log);
   const double start_s = Seconds(t_start, Wall::now());
   const double rss_idle = bench::ProcStatusBytes(pid, "VmRSS:");

@@ -16,6 +16,7 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr double kAskWaitSeconds = 1.0;  // how long one ask may wait for a commit
+constexpr auto kRepeatEvery = std::chrono::seconds(10);
 }  // namespace
 
 void ReplicaFollower::Start() {
@@ -43,6 +44,8 @@ ReplicaFollower::Stats ReplicaFollower::stats() const {
 
 void ReplicaFollower::Loop() {
   std::string last_error, leader, address;  // the leader is looked up again after any failure
+  auto last_print = std::chrono::steady_clock::now();
+  int64_t repeats = 0;
   while (!stop_) {
     Status st;
     if (leader.empty()) {
@@ -61,14 +64,22 @@ void ReplicaFollower::Loop() {
     if (st.ok()) st = FollowOnce(leader, address);
     if (st.ok()) {
       last_error.clear();
+      repeats = 0;
       continue;
     }
     leader.clear();
     if (stop_) break;
-    if (st.message() != last_error && st.code() != StatusCode::kCancelled) {
-      last_error = st.message();
-      std::printf("syncer: standby: not following the leader's commits: %s (retrying)\n", st.ToString().c_str());
+    // A new error at once, the same one again every 10 s with how often it recurred.
+    const auto now = std::chrono::steady_clock::now();
+    ++repeats;
+    if (st.code() != StatusCode::kCancelled && (st.message() != last_error || now - last_print > kRepeatEvery)) {
+      std::printf(
+          "syncer: standby: not following the leader's commits: %s (retrying%s)\n", st.ToString().c_str(),
+          st.message() == last_error ? fmt::format("; {} failures since the last report", repeats).c_str() : "");
       std::fflush(stdout);
+      last_error = st.message();
+      last_print = now;
+      repeats = 0;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }

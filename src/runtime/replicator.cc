@@ -71,7 +71,11 @@ void Replicator::Committed(std::vector<std::string> files) {
 nlohmann::json Replicator::Stats() const {
   nlohmann::json followers = nlohmann::json::object();
   for (const auto& [id, f] : log_->followers()) {
-    followers[id] = {{"acked", f.acked}, {"tracked", f.tracked}, {"snapshots", f.snapshots}};
+    followers[id] = {{"acked", f.acked},
+                     {"waited_for", f.waited},
+                     {"in_sync", f.tracked},
+                     {"snapshots", f.snapshots},
+                     {"drops", f.drops}};
   }
   std::lock_guard<std::mutex> lock(stats_mu_);
   return {{"in_sync", log_->Tracked()},

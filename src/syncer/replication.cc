@@ -5,8 +5,12 @@
 
 namespace atl::syncer {
 
-ReplicationLog::ReplicationLog(uint64_t epoch, std::vector<std::string> snapshot_files, size_t keep)
-    : epoch_(epoch), snapshot_files_(std::move(snapshot_files)), keep_(std::max<size_t>(keep, 1)) {}
+ReplicationLog::ReplicationLog(uint64_t epoch, std::vector<std::string> snapshot_files, size_t keep,
+                               std::chrono::milliseconds retry_after)
+    : epoch_(epoch),
+      snapshot_files_(std::move(snapshot_files)),
+      keep_(std::max<size_t>(keep, 1)),
+      retry_after_(retry_after) {}
 
 int64_t ReplicationLog::Append(std::vector<std::string> files) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -26,15 +30,32 @@ std::vector<std::string> ReplicationLog::AwaitFollowers(int64_t seq, std::chrono
   const auto behind = [&] {
     std::vector<std::string> ids;
     for (const auto& [id, f] : followers_) {
-      if (f.tracked && f.acked < seq) ids.push_back(id);
+      if (f.waited && f.acked < seq) ids.push_back(id);
     }
     return ids;
   };
   changed_.wait_for(lock, timeout, [&] { return closed_ || behind().empty(); });
   std::vector<std::string> dropped = behind();
-  for (const auto& id : dropped) followers_[id].tracked = false;
-  if (!dropped.empty()) ++generation_;
+  for (const auto& id : dropped) {
+    FollowerStats& f = followers_[id];
+    if (f.tracked) ++generation_;
+    f.waited = f.tracked = false;
+    f.retry_at = std::chrono::steady_clock::now() + retry_after_;
+    ++f.drops;
+  }
   return dropped;
+}
+
+bool ReplicationLog::Acknowledge(FollowerStats& f, int64_t applied) {
+  f.acked = applied;
+  if (!f.waited && latest_ - applied <= kCatchUpLag && std::chrono::steady_clock::now() >= f.retry_at) {
+    f.waited = true;  // every later commit waits for it
+    f.since = latest_;
+  }
+  if (!f.waited || f.tracked || applied < f.since) return false;
+  f.tracked = true;  // it holds every commit up to `since`, and each later one was waited for
+  ++generation_;
+  return true;
 }
 
 bool ReplicationLog::NeedsSnapshot(const ReplicateAsk& ask) const {
@@ -65,14 +86,11 @@ StatusOr<ReplicateBatch> ReplicationLog::Follow(const ReplicateAsk& ask) {
     std::unique_lock<std::mutex> lock(mu_);
     FollowerStats& f = followers_[ask.candidate];
     const bool snapshot = NeedsSnapshot(ask);
-    f.acked = snapshot ? -1 : ask.applied_seq;
-    if (snapshot && f.tracked) {  // restarted, or another epoch's: it holds no usable copy now
-      f.tracked = false;
-      ++generation_;
-    }
-    if (!snapshot && f.acked == latest_ && !f.tracked) {
-      f.tracked = true;  // it holds every commit so far; every later one waits for it
-      ++generation_;
+    if (snapshot) {  // restarted, or another epoch's: it holds no usable copy now
+      if (f.tracked) ++generation_;
+      f.acked = -1;
+      f.waited = f.tracked = false;
+    } else if (Acknowledge(f, ask.applied_seq)) {
       grew = on_grew_;
     }
     changed_.notify_all();  // an AwaitFollowers may be waiting for this acknowledgement

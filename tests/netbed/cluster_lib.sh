@@ -7,6 +7,8 @@
 #   nbc_bed HOSTS SHAPE...              the bed; host 0 = syncer, host m+1 = learner m
 #   nbc_data; nbc_credentials M; nbc_run_file M KEY=VALUE...
 #   nbc_start_syncer [FLAGS...]; nbc_start_learner M [FLAGS...]; nbc_wait_learners; nbc_stop_syncer
+#   nbc_start_etcd HOST; nbc_start_candidate ID HOST [FLAGS...]; nbc_logged ID TEXT; nbc_in_sync ID
+#     (a shard's leader and standbys through etcd, docs/decisions/022 and 023)
 # Inputs (data, credentials, run file) live in $DIR, process outputs and logs in $OUT (= $DIR).
 # Every process runs under timeout(1), and the EXIT trap kills what is left and removes the bed,
 # so a test stops by itself and leaves nothing behind even when it fails.
@@ -15,6 +17,8 @@ readonly NBC_PORT=7070
 NBC_PIDS=()
 declare -A NBC_LEARNER_PID=()
 declare -A NBC_SHARD_PID=()
+declare -A NBC_CAND_PID=()
+declare -A NEWEST=()
 
 nbc_fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -227,4 +231,69 @@ nbc_max_step_gap() {
 # Bytes the kernel sent out of host h's interface (its upload queue), from tc's statistics.
 nbc_link_sent_bytes() {
   ip netns exec "nb-$NAME-$1" tc -s qdisc show dev eth0 | grep -o 'Sent [0-9]* bytes' | sed -n '1s/Sent \([0-9]*\) bytes/\1/p'
+}
+
+# etcd in host h's namespace (ETCD_ADDR), one member, for the candidates' leadership.
+nbc_start_etcd() {
+  ETCD_ADDR=$("$NETBED" addr "$NAME" "$1")
+  "$NETBED" exec "$NAME" "$1" -- timeout -k 5 "${NBC_SYNCER_TIMEOUT:-420}" etcd --name e --data-dir "$DIR/etcd" \
+    --listen-client-urls "http://$ETCD_ADDR:2379" --advertise-client-urls "http://$ETCD_ADDR:2379" \
+    --listen-peer-urls "http://$ETCD_ADDR:2380" --initial-advertise-peer-urls "http://$ETCD_ADDR:2380" \
+    --initial-cluster "e=http://$ETCD_ADDR:2380" >"$DIR/etcd.log" 2>&1 &
+  NBC_PIDS+=("$!")
+}
+
+# Candidate ID of shard 0 on host h (its certificate shard-h from nbc_shard_certs, its own folder
+# $OUT/cand-ID, log $OUT/cand-ID.log appended across starts), with a 2 s lease; it follows the
+# leader's commits over TLS.
+nbc_start_candidate() {
+  local id=$1 host=$2
+  shift 2
+  mkdir -p "$OUT/cand-$id"
+  "$NETBED" exec "$NAME" "$host" -- timeout -k 5 "${NBC_SYNCER_TIMEOUT:-420}" \
+    "$ATOLL" syncer -c "$DIR/run.toml" --listen "$("$NETBED" addr "$NAME" "$host"):$NBC_PORT" --out "$OUT/cand-$id" \
+    --secret-file "$DIR/creds/run.secret" --tls-cert "$DIR/creds/shard-$host.pem" \
+    --tls-key "$DIR/creds/shard-$host.key" --tls-ca "$DIR/creds/ca.pem" --etcd "http://$ETCD_ADDR:2379" \
+    --candidate-id "$id" --lease-ttl 2 --finish-when-done "$@" >>"$OUT/cand-$id.log" 2>&1 &
+  NBC_CAND_PID[$id]=$!
+  NBC_PIDS+=("$!")
+}
+
+nbc_logged() { grep -q "$2" "$OUT/cand-$1.log" 2>/dev/null; }
+
+# The leader's replica set in etcd names candidate ID (read from etcd's host).
+nbc_in_sync() {
+  "$NETBED" exec "$NAME" 0 -- etcdctl --endpoints "http://$ETCD_ADDR:2379" get --prefix /atoll/ 2>/dev/null |
+    grep -A1 '/replicas$' | tail -1 | jq -e ".in_sync | index(\"$1\")" >/dev/null 2>&1
+}
+
+# Newest version of each fragment learners 0..M-1 hold (their state files: version at byte 8), into
+# the associative array NEWEST.
+nbc_newest_copies() {
+  local m f p v
+  NEWEST=()
+  for ((m = 0; m < $1; m++)); do
+    for f in "$OUT/learner-$m/learner-$m-state"/fragment-*.bin; do
+      p=$((10#$(basename "$f" .bin | sed 's/fragment-//')))
+      v=$(od -An -t d8 -j 8 -N 8 "$f" | tr -d ' ')
+      if [[ $v -gt ${NEWEST[$p]:--1} ]]; then NEWEST[$p]=$v; fi
+    done
+  done
+}
+
+nbc_has_resumed() { jq -e -s '[.[] | select(.kind == "resumed")] | length > 0' "$OUT/cand-$1/metrics-syncer.jsonl" >/dev/null 2>&1; }
+
+# Candidate ID resumed from the commits it followed (no rebuild) holding at least every version
+# in NEWEST; prints the versions it resumed with.
+nbc_resumed_replica() {
+  local id=$1 p held
+  nbc_await 120 nbc_has_resumed "$id" || nbc_fail "$id did not resume from the commits it followed: $(tail -5 "$OUT/cand-$id.log")"
+  nbc_logged "$id" "from the leader's commits it followed" || nbc_fail "$id did not lead from its replica"
+  ! nbc_logged "$id" "syncer: rebuild:" || nbc_fail "$id rebuilt from the learners instead of resuming its replica"
+  held=$(jq -c -s '[.[] | select(.kind == "resumed")] | last | .versions' "$OUT/cand-$id/metrics-syncer.jsonl")
+  for p in "${!NEWEST[@]}"; do
+    [[ $(jq ".[$p]" <<<"$held") -ge ${NEWEST[$p]} ]] ||
+      nbc_fail "fragment $p: $id holds version $(jq ".[$p]" <<<"$held"), a learner held ${NEWEST[$p]}"
+  done
+  echo "$held"
 }

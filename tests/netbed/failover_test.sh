@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A shard served by a leader and a standby through etcd on separate hosts (docs/deployment.md,
 # docs/decisions/022 and 023): etcd on host 0, syncer candidates a and b on hosts 1 and 2, 4
-# learners on hosts 3-6 given both candidates (links 20 Mbit/s, 0.1 % loss where nftables can
-# filter the bridge), per-learner tokens, TLS with a certificate per candidate, a 2 s lease, and b
+# learners on hosts 3-6 given both candidates (learner links 20 Mbit/s, 0.1 % loss where nftables
+# can filter the bridge), per-learner tokens, TLS with a certificate per candidate, a 2 s lease, and b
 # following a's commits over TLS. Once b is in a's replica set the leader's host is lost (every
 # process of its namespace SIGKILLed, its state folder deleted): the standby leads from its own copy
 # of the commits — no rebuild, and every version any learner held is there (no published round
@@ -19,35 +19,22 @@ export NBC_LEARNER_TIMEOUT=400 NBC_SYNCER_TIMEOUT=420
 shape=(--rate 20mbit)
 grep -q "nftables bridge): yes" <<<"$("$NETBED" check)" && shape+=(--loss 0.1%)
 nbc_bed 7 "${shape[@]}"
+# The candidates' hosts are syncer machines: their links are not shaped (as netbed leaves host 0's).
+# A standby follows every commit in full (Θ and the public copy of the fragment: about 8 bytes a
+# parameter), which a 20 Mbit/s learner link could not carry at this run's rate of rounds.
+for h in 1 2; do "$NETBED" shape "$NAME" "$h" --rate 0 --loss 0% >/dev/null; done
 nbc_data
 nbc_credentials 4
 nbc_shard_certs 3  # certificates for hosts 0-2; the candidates use hosts 1 and 2
-ETCD_ADDR=$("$NETBED" addr "$NAME" 0)
 CANDIDATES="$("$NETBED" addr "$NAME" 1):$NBC_PORT|$("$NETBED" addr "$NAME" 2):$NBC_PORT"
 NBC_SYNCERS=$CANDIDATES
 nbc_run_file 4 "steps = 400"
 
-"$NETBED" exec "$NAME" 0 -- timeout -k 5 450 etcd --name e --data-dir "$DIR/etcd" \
-  --listen-client-urls "http://$ETCD_ADDR:2379" --advertise-client-urls "http://$ETCD_ADDR:2379" \
-  --listen-peer-urls "http://$ETCD_ADDR:2380" --initial-advertise-peer-urls "http://$ETCD_ADDR:2380" \
-  --initial-cluster "e=http://$ETCD_ADDR:2380" >"$DIR/etcd.log" 2>&1 &
-NBC_PIDS+=("$!")
-
-logged() { grep -q "$2" "$OUT/cand-$1.log" 2>/dev/null; }
-declare -A CAND_PID=()
-start_candidate() {  # start_candidate ID HOST
-  mkdir -p "$OUT/cand-$1"
-  "$NETBED" exec "$NAME" "$2" -- timeout -k 5 "$NBC_SYNCER_TIMEOUT" \
-    "$ATOLL" syncer -c "$DIR/run.toml" --listen "$("$NETBED" addr "$NAME" "$2"):$NBC_PORT" --out "$OUT/cand-$1" \
-    --secret-file "$DIR/creds/run.secret" --tls-cert "$DIR/creds/shard-$2.pem" --tls-key "$DIR/creds/shard-$2.key" \
-    --tls-ca "$DIR/creds/ca.pem" --etcd "http://$ETCD_ADDR:2379" --candidate-id "$1" --lease-ttl 2 --finish-when-done >>"$OUT/cand-$1.log" 2>&1 &
-  CAND_PID[$1]=$!
-  NBC_PIDS+=("$!")
-}
-start_candidate a 1
-nbc_await 120 logged a "candidate a leads" || nbc_fail "a did not lead: $(tail -5 "$OUT/cand-a.log")"
-start_candidate b 2
-nbc_await 120 logged b "waiting for the leadership" || nbc_fail "b did not stand by: $(tail -5 "$OUT/cand-b.log")"
+nbc_start_etcd 0
+nbc_start_candidate a 1
+nbc_await 120 nbc_logged a "candidate a leads" || nbc_fail "a did not lead: $(tail -5 "$OUT/cand-a.log")"
+nbc_start_candidate b 2
+nbc_await 120 nbc_logged b "waiting for the leadership" || nbc_fail "b did not stand by: $(tail -5 "$OUT/cand-b.log")"
 for m in 0 1 2 3; do
   echo '{"speed": 0.5}' >"$DIR/control-$m.json"
   nbc_start_learner "$m" --control-file "$DIR/control-$m.json"
@@ -56,42 +43,23 @@ fragments_with_rounds() {
   [[ $(jq -s '[.[] | select(.kind == "round") | .fragment] | unique | length' "$OUT/cand-a/metrics-syncer.jsonl" 2>/dev/null || echo 0) -ge 8 ]]
 }
 nbc_await 240 fragments_with_rounds || nbc_fail "a committed no round of every fragment: $(tail -5 "$OUT/cand-a.log")"
-in_sync() {  # a's replica set in etcd names b
-  "$NETBED" exec "$NAME" 0 -- etcdctl --endpoints "http://$ETCD_ADDR:2379" get --prefix /atoll/ 2>/dev/null |
-    grep -A1 '/replicas$' | tail -1 | jq -e '.in_sync | index("b")' >/dev/null 2>&1
-}
-nbc_await 120 in_sync || nbc_fail "b is not in a's replica set: $(tail -5 "$OUT/cand-b.log")"
+nbc_await 120 nbc_in_sync b || nbc_fail "b is not in a's replica set: $(tail -5 "$OUT/cand-b.log")"
 sleep 5  # a few more rounds, pulled by the learners
 # The leader's host is lost: every process of its namespace, and its disk.
 ip netns pids "nb-$NAME-1" | xargs -r kill -KILL
 lost=$(date +%s.%N)
 rm -rf "$OUT/cand-a/state"
-nbc_await 60 logged b "candidate b leads" || nbc_fail "b did not take over: $(tail -5 "$OUT/cand-b.log")"
+nbc_await 60 nbc_logged b "candidate b leads" || nbc_fail "b did not take over: $(tail -5 "$OUT/cand-b.log")"
 led=$(date +%s.%N)
-nbc_await 60 logged b "listening on port" || nbc_fail "b does not serve: $(tail -5 "$OUT/cand-b.log")"
+nbc_await 60 nbc_logged b "listening on port" || nbc_fail "b does not serve: $(tail -5 "$OUT/cand-b.log")"
 served=$(date +%s.%N)
 sleep 2  # any pull from a in flight has failed by now
-# The newest version of each fragment any learner held (its state file: version at byte 8).
-declare -A newest=()
-for m in 0 1 2 3; do
-  for f in "$OUT"/learner-$m/learner-$m-state/fragment-*.bin; do
-    p=$((10#$(basename "$f" .bin | sed 's/fragment-//')))
-    v=$(od -An -t d8 -j 8 -N 8 "$f" | tr -d ' ')
-    [[ $v -gt ${newest[$p]:--1} ]] && newest[$p]=$v
-  done
-done
-resumed() { jq -e -s '[.[] | select(.kind == "resumed")] | length > 0' "$OUT/cand-b/metrics-syncer.jsonl" >/dev/null 2>&1; }
-nbc_await 120 resumed || nbc_fail "b did not resume from the commits it followed: $(tail -5 "$OUT/cand-b.log")"
-grep -q "from the leader's commits it followed" "$OUT/cand-b.log" || nbc_fail "b did not lead from its replica"
-! grep -q "syncer: rebuild:" "$OUT/cand-b.log" || nbc_fail "b rebuilt from the learners instead of resuming its replica"
-held=$(jq -c -s '[.[] | select(.kind == "resumed")][0].versions' "$OUT/cand-b/metrics-syncer.jsonl")
-for p in "${!newest[@]}"; do
-  [[ $(jq ".[$p]" <<<"$held") -ge ${newest[$p]} ]] || nbc_fail "fragment $p: b holds version $(jq ".[$p]" <<<"$held"), a learner held ${newest[$p]}"
-done
+nbc_newest_copies 4
+held=$(nbc_resumed_replica b)
 for m in 0 1 2 3; do echo '{"speed": 1.0}' >"$DIR/control-$m.json"; done
 nbc_wait_learners
 rc=0
-wait "${CAND_PID[b]}" || rc=$?
+wait "${NBC_CAND_PID[b]}" || rc=$?
 [[ $rc -eq 0 ]] || nbc_fail "b exited $rc: $(tail -5 "$OUT/cand-b.log")"
 took_over=$(jq -c '.leadership' "$OUT/cand-b/syncer-summary.json")
 [[ $(jq .took_over <<<"$took_over") == true && $(jq .from_replica <<<"$took_over") == true ]] ||
@@ -105,6 +73,6 @@ for m in 0 1 2 3; do
   gaps+=" $(printf '%.2f' "$(nbc_max_step_gap "$m")")"
 done
 printf 'PASS: the standby led %.2f s and served %.2f s after the leader host was lost (lease 2 s); it held versions %s, the learners at most %s; %d rounds after; every learner ran 400 steps, longest gap between steps (s):%s; its summary: %s\n' \
-  "$(awk "BEGIN { print $led - $lost }")" "$(awk "BEGIN { print $served - $lost }")" "$held" "$(declare -p newest | sed 's/declare -A newest=//')" \
+  "$(awk "BEGIN { print $led - $lost }")" "$(awk "BEGIN { print $served - $lost }")" "$held" "$(declare -p NEWEST | sed 's/declare -A NEWEST=//')" \
   "$rounds_b" "$gaps" "$took_over"
 [[ -n ${NETBED_KEEP:-} ]] || rm -rf "$DIR"

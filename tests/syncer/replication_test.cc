@@ -74,8 +74,8 @@ TEST(ReplicationLog, AFollowerThatHoldsTheLatestCommitIsTrackedAndCommitsWaitFor
   EXPECT_EQ(log.Tracked(), std::vector<std::string>{"b"});
 }
 
-TEST(ReplicationLog, ATrackedFollowerThatDoesNotAcknowledgeIsDropped) {
-  ReplicationLog log(3, kAll);
+TEST(ReplicationLog, ATrackedFollowerThatDoesNotAcknowledgeIsDroppedAndWaitedForAgainLater) {
+  ReplicationLog log(3, kAll, 4096, /*retry_after=*/milliseconds(100));
   ASSERT_TRUE(log.Follow(Ask("b", 3, 0)).ok());  // an empty log: 0 is the latest
   ASSERT_EQ(log.Tracked().size(), 1u);
   const uint64_t gen = log.tracked_generation();
@@ -83,11 +83,39 @@ TEST(ReplicationLog, ATrackedFollowerThatDoesNotAcknowledgeIsDropped) {
   EXPECT_EQ(log.AwaitFollowers(seq, milliseconds(20)), std::vector<std::string>{"b"});
   EXPECT_TRUE(log.Tracked().empty());
   EXPECT_NE(log.tracked_generation(), gen);
-  // Without tracked followers a commit waits for nobody.
+  EXPECT_EQ(log.followers().at("b").drops, 1);
+  // Without followers waited for, a commit waits for nobody — b's catching up included, for a while.
+  ASSERT_TRUE(log.Follow(Ask("b", 3, log.latest())).ok());
+  EXPECT_TRUE(log.Tracked().empty());
   EXPECT_TRUE(log.AwaitFollowers(log.Append({"learners.json"}), milliseconds(0)).empty());
-  // It is tracked again once it catches up.
+  // After retry_after it is waited for again, and in sync once it holds the latest commit.
+  std::this_thread::sleep_for(milliseconds(120));
   ASSERT_TRUE(log.Follow(Ask("b", 3, log.latest())).ok());
   EXPECT_EQ(log.Tracked().size(), 1u);
+}
+
+TEST(ReplicationLog, AFollowerALittleBehindIsWaitedForAndInSyncOnceItHoldsWhatWasPublishedBefore) {
+  ReplicationLog log(3, kAll);
+  for (int i = 0; i < 5; ++i) log.Append({"learners.json"});
+  // Three commits behind: not in sync, but every commit from now on waits for it (a leader that
+  // commits faster than it follows would otherwise leave it behind for good).
+  ASSERT_TRUE(log.Follow(Ask("b", 3, 2)).ok());
+  EXPECT_TRUE(log.Tracked().empty());
+  EXPECT_TRUE(log.followers().at("b").waited);
+  const int64_t seq = log.Append({"fragment-000.bin"});
+  auto waited = std::async(std::launch::async, [&] { return log.AwaitFollowers(seq, milliseconds(5000)); });
+  EXPECT_EQ(waited.wait_for(milliseconds(50)), std::future_status::timeout);
+  ASSERT_TRUE(log.Follow(Ask("b", 3, seq)).ok());  // it holds commits 1-6: every one published
+  EXPECT_TRUE(waited.get().empty());
+  EXPECT_EQ(log.Tracked(), std::vector<std::string>{"b"});
+}
+
+TEST(ReplicationLog, AFollowerFarBehindIsNotWaitedFor) {
+  ReplicationLog log(3, kAll);
+  for (int i = 0; i < 3 + ReplicationLog::kCatchUpLag; ++i) log.Append({"learners.json"});
+  ASSERT_TRUE(log.Follow(Ask("b", 3, 2)).ok());
+  EXPECT_FALSE(log.followers().at("b").waited);
+  EXPECT_TRUE(log.AwaitFollowers(log.Append({"learners.json"}), milliseconds(0)).empty());
 }
 
 TEST(ReplicationLog, ATrackedFollowerThatAsksForASnapshotIsNoLongerTracked) {
