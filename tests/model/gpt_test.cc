@@ -2,6 +2,8 @@
 // rotary positions, parameter count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "gpt.h"
 #include "lm_head_loss.h"
 
@@ -38,13 +40,21 @@ TEST(ModelGpt, ShapesAndParameterCount) {
 }
 
 // The fused head + loss against the plain path (cross_entropy of the logits): the same loss and
-// gradients, in fp32 and in bf16, over chunks with a partial last one.
+// gradients, in fp32 and in bf16, over chunks with a partial last one. In bf16 the two paths round
+// at different places: the fused gradients must be as close to the plain bf16 ones as bf16 itself
+// is to fp32 (twice the plain path's own deviation from fp32, which depends on the CPU's bf16
+// kernels: AVX-512-BF16 rounds differently from AVX2's emulation), or within 2 % of the largest entry.
 TEST(ModelGpt, FusedHeadLossMatchesCrossEntropyOfTheLogits) {
   torch::manual_seed(3);
   const int64_t N = 700, D = 24, V = 300;
   auto h0 = torch::randn({N, D});
   auto w0 = torch::randn({V, D}) * 0.3;
   auto t = torch::randint(0, V, {N}, torch::kInt64);
+  torch::Tensor h_fp32, w_fp32;  // the plain path's gradients in fp32
+  const auto bound = [](const torch::Tensor& plain, const torch::Tensor& fp32, double tol) {
+    const double rel = tol * plain.abs().max().item<double>();
+    return fp32.defined() ? std::max(rel, 2 * (plain - fp32).abs().max().item<double>()) : rel;
+  };
   for (bool bf16 : {false, true}) {
     auto h1 = h0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(true);
     auto h2 = h0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
@@ -63,8 +73,12 @@ TEST(ModelGpt, FusedHeadLossMatchesCrossEntropyOfTheLogits) {
     EXPECT_EQ(fused.dtype(), torch::kFloat32);
     EXPECT_NEAR(fused.item<double>(), plain.item<double>(), bf16 ? 1e-4 : 1e-6) << "bf16 " << bf16;
     const double tol = bf16 ? 2e-2 : 1e-5;  // relative to each gradient's largest entry
-    EXPECT_LT((h2.grad() - h1.grad()).abs().max().item<double>(), tol * h1.grad().abs().max().item<double>());
-    EXPECT_LT((w2.grad() - w1.grad()).abs().max().item<double>(), tol * w1.grad().abs().max().item<double>());
+    EXPECT_LT((h2.grad() - h1.grad()).abs().max().item<double>(), bound(h1.grad(), h_fp32, tol)) << "bf16 " << bf16;
+    EXPECT_LT((w2.grad() - w1.grad()).abs().max().item<double>(), bound(w1.grad(), w_fp32, tol)) << "bf16 " << bf16;
+    if (!bf16) {
+      h_fp32 = h1.grad().clone();
+      w_fp32 = w1.grad().clone();
+    }
     EXPECT_EQ(h2.grad().dtype(), torch::kFloat32);
     EXPECT_EQ(w2.grad().dtype(), torch::kFloat32);
   }

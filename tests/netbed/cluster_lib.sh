@@ -297,3 +297,23 @@ nbc_resumed_replica() {
   done
   echo "$held"
 }
+
+# The learners at full speed to their last step; candidate ID, which finishes the run, must exit 0.
+nbc_finish_under() {
+  local m rc=0
+  for m in "${!NBC_LEARNER_PID[@]}"; do echo '{"speed": 1.0}' >"$DIR/control-$m.json"; done
+  nbc_wait_learners
+  wait "${NBC_CAND_PID[$1]}" || rc=$?
+  [[ $rc -eq 0 ]] || nbc_fail "$1 exited $rc: $(tail -5 "$OUT/cand-$1.log")"
+}
+
+# Every learner 0..M-1 ran STEPS steps; prints each one's longest gap between two steps.
+nbc_all_steps() {
+  local m steps gaps=""
+  for ((m = 0; m < $1; m++)); do
+    steps=$(jq .steps "$DIR/learner-$m/learner-$m.json")
+    [[ $steps -eq $2 ]] || nbc_fail "learner $m ran $steps steps, not $2"
+    gaps+=" $(printf '%.2f' "$(nbc_max_step_gap "$m")")"
+  done
+  echo "$gaps"
+}

@@ -77,19 +77,10 @@ wait "${NBC_CAND_PID[b]}" || rc=$?
 [[ $rc -eq 3 ]] || nbc_fail "b (paused past its lease, fenced) exited $rc, not 3: $(tail -5 "$OUT/cand-b.log")"
 nbc_logged b "leadership lapsed" || nbc_fail "b does not say its leadership lapsed"
 
-for m in 0 1 2 3; do echo '{"speed": 1.0}' >"$DIR/control-$m.json"; done
-nbc_wait_learners
-rc=0
-wait "${NBC_CAND_PID[a]}" || rc=$?
-[[ $rc -eq 0 ]] || nbc_fail "a exited $rc: $(tail -5 "$OUT/cand-a.log")"
+nbc_finish_under a
 summary=$(jq -c '.leadership' "$OUT/cand-a/syncer-summary.json")
 [[ $(jq .from_replica <<<"$summary") == true ]] || nbc_fail "a's summary does not report the takeover from its replica: $summary"
-gaps=""
-for m in 0 1 2 3; do
-  steps=$(jq .steps "$DIR/learner-$m/learner-$m.json")
-  [[ $steps -eq 600 ]] || nbc_fail "learner $m ran $steps steps, not 600"
-  gaps+=" $(printf '%.2f' "$(nbc_max_step_gap "$m")")"
-done
+gaps=$(nbc_all_steps 4 600)
 printf 'PASS: leader cut off: b led %.2f s later from its replica (versions %s), a fenced and exited 3; leader paused: a led %.2f s later from its replica (versions %s), b fenced and exited 3; every learner ran 600 steps, longest gap between steps (s):%s; a'"'"'s summary: %s\n' \
   "$(awk "BEGIN { print $led_b - $cut }")" "$held_b" "$(awk "BEGIN { print $led_a - $paused }")" "$held_a" "$gaps" "$summary"
 [[ -n ${NETBED_KEEP:-} ]] || rm -rf "$DIR"

@@ -56,22 +56,13 @@ served=$(date +%s.%N)
 sleep 2  # any pull from a in flight has failed by now
 nbc_newest_copies 4
 held=$(nbc_resumed_replica b)
-for m in 0 1 2 3; do echo '{"speed": 1.0}' >"$DIR/control-$m.json"; done
-nbc_wait_learners
-rc=0
-wait "${NBC_CAND_PID[b]}" || rc=$?
-[[ $rc -eq 0 ]] || nbc_fail "b exited $rc: $(tail -5 "$OUT/cand-b.log")"
+nbc_finish_under b
 took_over=$(jq -c '.leadership' "$OUT/cand-b/syncer-summary.json")
 [[ $(jq .took_over <<<"$took_over") == true && $(jq .from_replica <<<"$took_over") == true ]] ||
   nbc_fail "b's summary does not report the takeover from its replica: $took_over"
 rounds_b=$(jq -c 'select(.kind == "round")' "$OUT/cand-b/metrics-syncer.jsonl" | wc -l)
 [[ $rounds_b -gt 0 ]] || nbc_fail "b closed no round after the takeover"
-gaps=""
-for m in 0 1 2 3; do
-  steps=$(jq .steps "$DIR/learner-$m/learner-$m.json")
-  [[ $steps -eq 400 ]] || nbc_fail "learner $m ran $steps steps, not 400"
-  gaps+=" $(printf '%.2f' "$(nbc_max_step_gap "$m")")"
-done
+gaps=$(nbc_all_steps 4 400)
 printf 'PASS: the standby led %.2f s and served %.2f s after the leader host was lost (lease 2 s); it held versions %s, the learners at most %s; %d rounds after; every learner ran 400 steps, longest gap between steps (s):%s; its summary: %s\n' \
   "$(awk "BEGIN { print $led - $lost }")" "$(awk "BEGIN { print $served - $lost }")" "$held" "$(declare -p NEWEST | sed 's/declare -A NEWEST=//')" \
   "$rounds_b" "$gaps" "$took_over"
