@@ -10,6 +10,7 @@
 
 #include "atoll/core/file.h"
 #include "atoll/syncer/replication.h"
+#include "atoll/transport/credentials.h"
 #include "atoll/transport/grpc_client.h"
 #include "testing/scratch.h"
 #include "testing/toy_server.h"
@@ -101,6 +102,15 @@ TEST(Replicate, WrongCredentialsASyncerWithoutALogAndAFencedOneAreRefused) {
     std::atomic<bool> leading{false};
     Server fenced{ToyServerOptions().Replicated({log, dir}).Fenced({3, [&leading] { return leading.load(); }})};
     EXPECT_EQ(fenced.Client()->Replicate({"b", 0, -1, 0}, f.Sink()).status().code(), StatusCode::kUnavailable);
+  }
+  {  // per-learner credentials: a learner's token cannot replicate, the operator's can
+    Server s{ToyServerOptions().Secret("run-secret").Replicated({log, dir})};
+    auto learner = s.Client(transport::LearnerToken("run-secret", "grpc", 0));
+    EXPECT_EQ(learner->Replicate({"b", 0, -1, 0}, f.Sink()).status().code(), StatusCode::kUnauthenticated);
+    EXPECT_TRUE(f.files.empty());
+    auto op = s.Client(transport::OperatorToken("run-secret", "grpc"));
+    EXPECT_TRUE(op->Replicate({"b", 0, -1, 0}, f.Sink()).ok());
+    f.files.clear();
   }
   EXPECT_TRUE(f.files.empty());  // nothing reached the follower
   // A snapshot whose meta.json is gone is refused, not sent incomplete.
