@@ -19,6 +19,10 @@ constexpr double kAskWaitSeconds = 1.0;  // how long one ask may wait for a comm
 constexpr auto kRepeatEvery = std::chrono::seconds(10);
 }  // namespace
 
+std::string SupersededDirOf(const std::string& dir, uint64_t epoch) {
+  return fmt::format("{}.superseded-epoch-{}", dir, epoch);
+}
+
 void ReplicaFollower::Start() {
   stop_ = false;
   thread_ = std::thread([this] { Loop(); });
@@ -158,7 +162,7 @@ Status ReplicaFollower::InstallSnapshot(uint64_t epoch) {
     if (wrote_folder_) {
       fs::remove_all(target, ec);
     } else {  // an earlier leadership's state: kept, never resumed
-      const std::string aside = fmt::format("{}.superseded-epoch-{}", target.string(), epoch);
+      const std::string aside = SupersededDirOf(target.string(), epoch);
       fs::rename(target, aside, ec);
       if (!ec) std::printf("syncer: standby: moved %s aside to %s (kept)\n", target.c_str(), aside.c_str());
     }

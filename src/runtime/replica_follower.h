@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,10 @@
 #include "atoll/transport/grpc_client.h"
 
 namespace atl::runtime {
+
+// Where a state folder that must not be resumed (an earlier leadership's) is moved aside and kept:
+// `<dir>.superseded-epoch-<epoch>`, `epoch` being the leadership it gave way to.
+std::string SupersededDirOf(const std::string& dir, uint64_t epoch);
 
 struct ReplicaFollowerOptions {
   std::string candidate_id;

@@ -28,8 +28,10 @@ Replicator::Replicator(std::shared_ptr<syncer::ReplicationLog> log, ReplicatorOp
 
 Status Replicator::Reset() {
   std::lock_guard<std::mutex> lock(publish_mu_);
+  // Before the leader serves no standby can be in sync: the empty set is the log's current one.
+  const uint64_t generation = log_->tracked_generation();
   ATOLL_RETURN_IF_ERROR(opt_.put_replicas(ReplicaSetJson(opt_.leader, opt_.epoch, {})));
-  published_generation_ = ~uint64_t{0};  // whatever is tracked later is written
+  published_generation_ = generation;
   return Status::Ok();
 }
 

@@ -192,7 +192,7 @@ class SyncerProcess {
     const std::string dir = StateDirOf(opt_);
     std::error_code ec;
     if (!std::filesystem::exists(dir, ec) || std::filesystem::is_empty(dir, ec)) return 0;
-    const std::string aside = fmt::format("{}.superseded-epoch-{}", dir, lead_.epoch());
+    const std::string aside = SupersededDirOf(dir, lead_.epoch());
     std::filesystem::rename(dir, aside, ec);
     if (ec) return SyncerFail(InternalError("moving " + dir + " aside to " + aside + ": " + ec.message()), 1);
     std::printf(
