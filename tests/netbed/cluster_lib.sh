@@ -281,6 +281,15 @@ nbc_newest_copies() {
   done
 }
 
+# The versions the learners held when the leader was lost (NEWEST), read before the standby can
+# lead: it waits out the old leader's lease (2 s) and then publishes rounds of its own, which a read
+# after the takeover would count as versions the old leader published. A learner saves a fragment
+# as soon as it pulls it; 0.3 s lets a pull that was already answered reach its file.
+nbc_copies_at_loss() {
+  sleep 0.3
+  nbc_newest_copies "$1"
+}
+
 nbc_has_resumed() { jq -e -s '[.[] | select(.kind == "resumed")] | length > 0' "$OUT/cand-$1/metrics-syncer.jsonl" >/dev/null 2>&1; }
 
 # Candidate ID resumed from the commits it followed (no rebuild) holding at least every version

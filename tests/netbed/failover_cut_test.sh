@@ -42,11 +42,10 @@ sleep 3  # rounds under a, pulled by the learners
 # 1. a's namespace is cut off.
 "$NETBED" link "$NAME" 1 down
 cut=$(date +%s.%N)
+nbc_copies_at_loss 4
 nbc_await 60 nbc_logged b "candidate b leads" || nbc_fail "b did not take over: $(tail -5 "$OUT/cand-b.log")"
 led_b=$(date +%s.%N)
 nbc_await 60 nbc_logged a "leadership lapsed" || nbc_fail "a did not fence itself: $(tail -5 "$OUT/cand-a.log")"
-sleep 2  # pulls from a in flight have failed by now
-nbc_newest_copies 4
 held_b=$(nbc_resumed_replica b)
 "$NETBED" link "$NAME" 1 up
 rc=0
@@ -63,12 +62,11 @@ b_pids=$(ip netns pids "nb-$NAME-2")
 # shellcheck disable=SC2086
 kill -STOP $b_pids
 paused=$(date +%s.%N)
+nbc_copies_at_loss 4
 leads_again() { [[ $(grep -c "candidate $1 leads" "$OUT/cand-$1.log") -ge 2 ]]; }
 nbc_await 60 leads_again a ||
   nbc_fail "a did not take over from the paused b: $(tail -5 "$OUT/cand-a.log")"
 led_a=$(date +%s.%N)
-sleep 2
-nbc_newest_copies 4
 held_a=$(nbc_resumed_replica a)
 # shellcheck disable=SC2086
 kill -CONT $b_pids

@@ -49,12 +49,11 @@ sleep 5  # a few more rounds, pulled by the learners
 ip netns pids "nb-$NAME-1" | xargs -r kill -KILL
 lost=$(date +%s.%N)
 rm -rf "$OUT/cand-a/state"
+nbc_copies_at_loss 4
 nbc_await 60 nbc_logged b "candidate b leads" || nbc_fail "b did not take over: $(tail -5 "$OUT/cand-b.log")"
 led=$(date +%s.%N)
 nbc_await 60 nbc_logged b "listening on port" || nbc_fail "b does not serve: $(tail -5 "$OUT/cand-b.log")"
 served=$(date +%s.%N)
-sleep 2  # any pull from a in flight has failed by now
-nbc_newest_copies 4
 held=$(nbc_resumed_replica b)
 nbc_finish_under b
 took_over=$(jq -c '.leadership' "$OUT/cand-b/syncer-summary.json")
