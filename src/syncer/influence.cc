@@ -76,54 +76,91 @@ double SyncerCore::DirectionAgreement(int p, int id, const std::vector<float>& s
   return UpperMedianOf(cosines);
 }
 
-double SyncerCore::Influence(const FragmentState& f, int p, int id, double size, const RobustRefs& refs,
-                             const std::vector<float>& sketch, TimePoint now, std::string& note) const {
+SyncerCore::RobustRefs SyncerCore::RoundRefs(const FragmentState& f, const Contribution& c, double& agreement) const {
+  // The other pushes of c's round (not zeros), with as many of them as the others' latest pushes
+  // need: two honest ones among them hold both upper medians whatever a third push is.
+  std::vector<double> sizes, cosines;
+  for (const Contribution& o : f.pending) {
+    if (o.learner == c.learner || !(o.share_size > 0)) continue;
+    sizes.push_back(o.share_size);
+    if (o.sketch.size() != c.sketch.size()) continue;
+    const double cosine = Cosine(c.sketch, o.sketch);
+    if (std::isfinite(cosine)) cosines.push_back(cosine);
+  }
+  RobustRefs r;
+  agreement = NAN;
+  const auto enough = [&](const std::vector<double>& v) {
+    return !v.empty() && static_cast<int>(v.size()) >= std::max(1, options_.quarantine_min_learners);
+  };
+  if (!enough(sizes)) return r;
+  r.others = static_cast<int>(sizes.size());
+  r.size = UpperMedianOf(sizes);
+  r.size_low = LowerMedianOf(sizes);
+  if (enough(cosines)) agreement = UpperMedianOf(cosines);
+  return r;
+}
+
+double SyncerCore::Influence(const FragmentState& f, double size, const RobustRefs& refs, double agreement,
+                             bool final_sync, std::string& note) const {
   double u = 1;
   const double k = options_.influence_size_factor;
   const double ref = SizeReference(f, refs);
   if (k > 0 && ref > 0) {
     // Far below the others' sizes is a push that adds (next to) nothing, and must not count as a
-    // member of a full round; the fragment's own history or scale only bound it from above.
+    // member of a full round; the fragment's own history or scale only bound it from above. A final
+    // sync is the last steps of a learner's schedule, where its learning rate decays: far below the
+    // others' pushes of the run's middle by nature, it is bounded from above only (a small push
+    // that counts fully in its round moves Θ_p by no more than its own size).
     if (!(size > 0)) {
       u = 0;
     } else if (size > k * ref) {
       u = k * ref / size;
-    } else if (refs.others > 0 && size * k < refs.size_low) {
+    } else if (refs.others > 0 && !final_sync && size * k < refs.size_low) {
       u = size * k / refs.size_low;
     }
     if (u < 1) note += fmt::format("; size {:.4g} is {:.3g}x its reference {:.4g}", size, size / ref, ref);
   }
   const double cos0 = options_.influence_min_cosine;
-  if (cos0 > 0 && u > 0) {
-    const double agreement = DirectionAgreement(p, id, sketch, now);
-    if (std::isfinite(agreement) && agreement < cos0) {
-      u *= std::max(0.0, agreement) / cos0;
-      note += fmt::format("; its direction agrees with the others' by {:.3f} (cosine)", agreement);
-    }
+  if (cos0 > 0 && u > 0 && std::isfinite(agreement) && agreement < cos0) {
+    u *= std::max(0.0, agreement) / cos0;
+    note += fmt::format("; its direction agrees with the others' by {:.3f} (cosine)", agreement);
   }
   if (u < 1) note += fmt::format(": influence {:.3g}", u);
   return u;
 }
 
-void SyncerCore::JudgeRoundTogether(int p, TimePoint now, std::string& note) {
+void SyncerCore::JudgeAtClose(int p, TimePoint now, std::string& note) {
   // Judged just after this instant: every push of the round is a reference for the others, one
   // that arrived at this very instant included (simulated time), and none judges itself.
   const TimePoint after = now + TimePoint{1};
   FragmentState& f = fragments_[static_cast<size_t>(p)];
+  std::vector<const Contribution*> judged;
   for (Contribution& c : f.pending) {
-    std::string why;
-    c.influence = Influence(f, p, c.learner, c.share_size, RefsFor(p, c.learner, after), c.sketch, after, why);
+    if (!c.judge_at_close) continue;
+    RobustRefs refs = RefsFor(p, c.learner, after);
+    double agreement = DirectionAgreement(p, c.learner, c.sketch, after);
+    // Decoupled mode: a push that still has no references is judged by the other pushes of its
+    // round (a fragment's first pushes, and final syncs after them, are no references); with too
+    // few of those it keeps the u it had on arrival — never judged by the fragment's recent sizes
+    // again, which now hold its own.
+    if (!JudgesRoundsTogether() && refs.others == 0) refs = RoundRefs(f, c, agreement);
+    if (JudgesRoundsTogether() || refs.others > 0) {
+      std::string why;
+      c.influence = Influence(f, c.share_size, refs, agreement, c.final_sync, why);
+      if (!why.empty()) note += fmt::format("; learner {}'s push{}", c.learner, why);
+    }
     c.max_weight *= c.influence * c.influence;
-    c.sketch = {};
-    if (!why.empty()) note += fmt::format("; learner {}'s push{}", c.learner, why);
+    c.judge_at_close = false;
+    judged.push_back(&c);
   }
+  for (Contribution& c : f.pending) c.sketch = {};
   // Only now: a learner's latest sample of this round takes its influence (TokenShare reads it,
   // and no push's judgement above did).
-  for (const Contribution& c : f.pending) {
-    auto it = learners_.find(c.learner);
+  for (const Contribution* c : judged) {
+    auto it = learners_.find(c->learner);
     if (it == learners_.end() || it->second.samples.size() <= static_cast<size_t>(p)) continue;
     PushSample& s = it->second.samples[static_cast<size_t>(p)];
-    if (s.version == f.version) s.influence = c.influence;
+    if (s.version == f.version) s.influence = c->influence;
   }
 }
 

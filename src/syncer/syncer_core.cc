@@ -509,11 +509,15 @@ SyncerCore::Judgement SyncerCore::JudgePush(const LearnerRecord& l, const Fragme
   // Its influence is judged by its size per step of its share: claimed steps beyond what its
   // time allows do not make a large push look small.
   c.share_size = c.delta_norm / std::sqrt(std::max(1.0, c.share_steps));
+  c.sketch = sample.sketch;  // kept until its round closes: a reference for the round's other pushes
   if (JudgesRoundsTogether()) {
-    c.sketch = sample.sketch;  // judged with the round's other pushes when it closes
+    c.judge_at_close = true;  // judged with the round's other pushes when it closes
   } else {
-    c.influence = Influence(f, h.fragment, h.learner_id, c.share_size, refs, sample.sketch, now, note);
-    c.max_weight *= c.influence * c.influence;
+    const double agreement = DirectionAgreement(h.fragment, h.learner_id, sample.sketch, now);
+    c.influence = Influence(f, c.share_size, refs, agreement, h.final_sync, note);
+    // With no references yet it is judged again when its round closes (JudgeAtClose).
+    c.judge_at_close = refs.others == 0;
+    if (!c.judge_at_close) c.max_weight *= c.influence * c.influence;
   }
   sample.influence = c.influence;
   // A zero push would lower everyone's reference (it is recorded as counting for nothing); a few
@@ -613,7 +617,7 @@ std::vector<RoundReport> SyncerCore::CloseRounds(TimePoint now, const Clock& clo
       d.reason = "final: the run is finishing (" + d.reason + ")";
     }
     if (d.action != RoundAction::kClose) continue;
-    if (JudgesRoundsTogether()) JudgeRoundTogether(p, now, d.reason);
+    JudgeAtClose(p, now, d.reason);
     struct Unjudged {
       int learner;
       double tokens, steps;

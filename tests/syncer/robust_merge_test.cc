@@ -356,5 +356,71 @@ TEST(RobustMergeFirstPush, TheFirstPushOfAFragmentMovesItByLittleWhateverItsSize
   EXPECT_LE(rounds[0].step_norm, 0.05 * (theta_norm + 1));
 }
 
+// A fragment's first pushes are no references (a few steps at the start of a run: half a period
+// or less), so a push found nothing but the fragment's scale to judge it by, which honest pushes
+// exceed many times. Judged again when their round closes, by each other, they count in full; one
+// against them, or far larger, among them still does not.
+TEST(RobustMergeFirstPush, TheFirstPushesOfARoundAreJudgedByEachOtherWhenItCloses) {
+  SyncerOptions o = RobustOptions();
+  o.H = 8;
+  SyncerCore core = SmallCore(o);
+  ManualClock clock;
+  for (int id = 0; id < 4; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+  // Norm 2 at 1 step, 0.05 x 3 / √8 = 0.053 by the fragment's scale: 38x beyond it.
+  const float values[4] = {1.0f, 1.0f, 1.0f, -1.0f};  // the last against the others
+  for (int id = 0; id < 4; ++id) {
+    clock.AdvanceSeconds(1e-6);
+    auto r = core.Push(SmallHeader(core, id, 0, 0), Fp32Values(values[id]), clock.Now());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NE(r->note.find("its reference 0.053"), std::string::npos) << "judged by the scale on arrival: " << r->note;
+  }
+  auto rounds = core.CloseAllPending(clock.Now(), clock);
+  ASSERT_EQ(rounds.size(), 1u);
+  const std::vector<double>& w = rounds[0].weights;
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[0], w[1]);
+  EXPECT_EQ(w[0], w[2]);
+  EXPECT_GT(w[0], 0);
+  EXPECT_EQ(w[3], 0.0) << "its direction agrees with none of the others'";
+  // Three honest steps of the four learners' 8: 3/32 of a full round (each cut to u = 0.026, 1/400).
+  EXPECT_DOUBLE_EQ(rounds[0].token_share, 3.0 / 32);
+  EXPECT_NE(rounds[0].reason.find("learner 3's push; its direction agrees with the others' by -1.000"),
+            std::string::npos)
+      << rounds[0].reason;
+
+  // With one other push in the round there is nothing robust to judge by: the bound on arrival stays.
+  clock.AdvanceSeconds(1);
+  for (int id : {0, 3}) {
+    auto r = core.Push(SmallHeader(core, id, 1, 0), Fp32Values(values[id]), clock.Now());
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  rounds = core.CloseAllPending(clock.Now(), clock);
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_LT(rounds[0].token_share, 0.1 * 2 / 32) << "not 2 steps of the 32, each u = 0.027 as it arrived";
+}
+
+// A final sync is the last steps of a schedule whose learning rate decays: far below the others'
+// pushes from the run's middle, it still counts in full; far above them it is bounded as any push.
+TEST_F(RobustMerge, AFinalSyncFarBelowTheOthersCountsInFull) {
+  HonestRound();
+  const auto final_sync = [&](int id, float v) {
+    clock_.AdvanceSeconds(1e-6);
+    PushHeaderData h = SmallHeader(core_, id, 0, core_.version(0));
+    h.final_sync = true;
+    auto r = core_.Push(h, Fp32Values(v), clock_.Now());
+    last_rounds_ = core_.Poll(clock_.Now(), clock_);
+    return r;
+  };
+  auto r = final_sync(0, kHonest / 80);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->note.find("influence"), std::string::npos) << r->note;
+  ASSERT_EQ(last_rounds_.size(), 1u);
+  // One step that stands for H = 2 of the four learners' 8.
+  EXPECT_DOUBLE_EQ(last_rounds_[0].token_share, 0.25);
+  r = final_sync(1, kHonest * 19);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->note.find("influence 0.0526"), std::string::npos) << r->note;
+}
+
 }  // namespace
 }  // namespace atl::syncer

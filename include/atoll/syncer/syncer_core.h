@@ -171,12 +171,13 @@ struct SyncerOptions {
   // may move Θ_p by, and of its weight it may vote with (u²), and how much it counts in a full
   // round (TokenShare). u is 1 for a push whose size is within influence_size_factor of its
   // reference either way (the others' upper median; before two others pushed the fragment, its
-  // recent sizes; before any push, 0.1 × (‖Θ_p‖ + 1) per √H steps) and whose direction agrees with
-  // the other learners' latest pushes (the upper median of the cosines of their sketches, once
-  // quarantine_min_learners others pushed it) by at least influence_min_cosine; beyond, u falls in
-  // proportion (size) and to 0 at a cosine of 0 or below. 0 turns the size or direction part off.
-  // Decoupled mode judges a push as it arrives; the synchronous modes judge a round's pushes
-  // together at its close, each against the others of the round (JudgeRoundTogether).
+  // recent sizes; before any push, 0.05 × (‖Θ_p‖ + 1) per √H steps; a final sync from above only)
+  // and whose direction agrees with the other learners' latest pushes (the upper median of the
+  // cosines of their sketches, once quarantine_min_learners others pushed it) by at least
+  // influence_min_cosine; beyond, u falls in proportion (size) and to 0 at a cosine of 0 or below.
+  // 0 turns the size or direction part off. Decoupled mode judges a push as it arrives, one that
+  // found no references again at its round's close; the synchronous modes judge a round's pushes
+  // together at its close, each against the others of the round (JudgeAtClose).
   double influence_size_factor = 1.0;
   double influence_min_cosine = 0.1;
   // A learner whose pushes are rejected as invalid this many times in a row (not counting
@@ -506,8 +507,9 @@ class SyncerCore {
     bool judged = true;       // its rate per step had a reference when it arrived (else judged at close)
     double influence = 1;     // u: the push counts u × share_steps in the round's share (TokenShare)
     double share_steps = 0;   // of its credited steps, those its time at the others' rate allows
-    // Synchronous modes judge a round's pushes together when it closes (JudgeRoundTogether): its
-    // size per √ share step and its sketch, kept until then (empty in decoupled mode).
+    // Judged when its round closes (JudgeAtClose): every push in the synchronous modes, one that
+    // found no references in decoupled mode. Its sketch (kept until then) and size per √ share step.
+    bool judge_at_close = false;
     double share_size = 0;
     std::vector<float> sketch;
     std::vector<std::byte> raw;  // the payload in the quantiser's layout; decoded when the round closes
@@ -608,8 +610,12 @@ class SyncerCore {
   std::vector<float> Sketch(std::span<const std::byte> raw, size_t n) const;
   double SizeReference(const FragmentState& f, const RobustRefs& refs) const;
   double DirectionAgreement(int p, int id, const std::vector<float>& sketch, TimePoint now) const;
-  double Influence(const FragmentState& f, int p, int id, double size, const RobustRefs& refs,
-                   const std::vector<float>& sketch, TimePoint now, std::string& note) const;
+  double Influence(const FragmentState& f, double size, const RobustRefs& refs, double agreement, bool final_sync,
+                   std::string& note) const;
+  // The references of contribution c drawn from the other pushes of its open round (decoupled
+  // mode, JudgeAtClose): none (others 0) with fewer than quarantine_min_learners of them;
+  // `agreement` the upper median of its cosines with their sketches (NAN: too few).
+  RobustRefs RoundRefs(const FragmentState& f, const Contribution& c, double& agreement) const;
   // c_tokens ≤ max_tokens_per_step_factor × `reference` × c_steps and ≤ pace_slack × `own` × c_steps
   // (0: no bound of that kind).
   void BoundTokensPerStep(double reference, double own, Contribution& c, std::string& note) const;
@@ -626,12 +632,14 @@ class SyncerCore {
   // this syncer process saw it (trained while the syncer was down or unreachable) count. Infinity
   // until a first window measured its pace (or with pace_slack 0).
   double PacedStepsLeft(const LearnerRecord& l, int p, TimePoint now) const;
-  // Synchronous modes (every live learner's push makes the round): the influence of each push of
-  // fragment p's closing round, judged against the others' pushes of the same round, so that the
-  // order they arrived in decides nothing (CloseRounds, before the round closes). `note` says
-  // whose influence was lowered and why.
+  // The influence of the pushes of fragment p's closing round that wait for it (CloseRounds, before
+  // the round closes), each judged against the others' latest pushes as they stand then, this
+  // round's included. Synchronous modes (every live learner's push makes the round) judge all of a
+  // round's pushes so, and the order they arrived in decides nothing; decoupled mode those that
+  // found no references on arrival (a fragment's first pushes: judged by its scale alone, honest
+  // ones were cut to a few percent). `note` says whose influence was lowered and why.
   bool JudgesRoundsTogether() const { return options_.mode != diloco::Mode::kDecoupled; }
-  void JudgeRoundTogether(int p, TimePoint now, std::string& note);
+  void JudgeAtClose(int p, TimePoint now, std::string& note);
   // Contributions of fragment f's open round that arrived before any rate per step could judge
   // them: bounded now by the others' rates, if there are enough (CloseRounds, before the round closes).
   void JudgeLateCounters(FragmentState& f) const;
