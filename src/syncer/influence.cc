@@ -166,16 +166,8 @@ void SyncerCore::JudgeAtClose(int p, TimePoint now, std::string& note) {
 
 double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& live) const {
   // Tokens per step of every learner a full round would hold: the live ones and this round's.
-  // A learner that left recently (its latest push of the fragment still a reference) counts too:
-  // whoever pushes last in a run, once the others are done, moves Θ by its share, not by all of it.
   const size_t p = static_cast<size_t>(&f - fragments_.data());
   std::vector<int> members = live;
-  for (const auto& [id, l] : learners_) {
-    if (l.state == LearnerState::kDone && l.samples.size() > p && l.samples[p].version >= 0 &&
-        l.samples[p].version >= f.version - options_.quarantine_window) {
-      members.push_back(id);
-    }
-  }
   double round_tps = 0;
   for (const auto& c : f.pending) {
     round_tps += c.c_steps > 0 ? static_cast<double>(c.c_tokens) / static_cast<double>(c.c_steps) : 0.0;
@@ -189,14 +181,22 @@ double SyncerCore::TokenShare(const FragmentState& f, const std::vector<int>& li
                                                                                  : fallback_tps);
   }
   // Every learner moves Θ at most as a median one: its rate per step counts up to the members'
-  // upper median (three or more members), and it counts u of a member (the influence of its
-  // latest push of the fragment: a learner whose pushes count for nothing does not hold up the
-  // others' share).
+  // upper median (three or more members). A member counts for u of its latest push of the
+  // fragment (a learner whose pushes count for nothing does not hold up the others' share); one
+  // that pushes in this round counts in full unless its push is nothing — its u then bounds how
+  // far the round moves Θ_p even when it is the only member (the last learner of a run: a full
+  // round that counted its u too would cancel it, whatever the size of its push).
   const double cap = member_tps.size() >= 3 ? UpperMedianOf(member_tps) : std::numeric_limits<double>::infinity();
   double full = 0;
   for (size_t i = 0; i < members.size(); ++i) {
-    auto it = learners_.find(members[i]);
-    const double u = it != learners_.end() && it->second.samples.size() > p ? it->second.samples[p].influence : 1.0;
+    double u = -1;
+    for (const auto& c : f.pending) {
+      if (c.learner == members[i]) u = std::max(u, c.influence > 0 ? 1.0 : 0.0);
+    }
+    if (u < 0) {
+      auto it = learners_.find(members[i]);
+      u = it != learners_.end() && it->second.samples.size() > p ? it->second.samples[p].influence : 1.0;
+    }
     full += std::min(member_tps[i], cap) * options_.H * u;
   }
   double round_tokens = 0;

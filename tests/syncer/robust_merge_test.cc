@@ -333,13 +333,22 @@ TEST_F(RobustMerge, PushesOfNothingDoNotHoldUpTheOthersShare) {
   EXPECT_DOUBLE_EQ(last_rounds_[0].token_share, 1.0 / 6);
 }
 
-TEST_F(RobustMerge, ALearnerThatLeftStillCountsInAFullRound) {
+TEST_F(RobustMerge, TheLastLearnerOfARunMovesThetaAsFarAsItsInfluenceAllows) {
   HonestRound();
   for (int id = 0; id < 3; ++id) ASSERT_TRUE(core_.Leave(id, clock_.Now()).ok());
-  // The last learner of a run moves Θ by its share, not all the way, once the others are done.
+  // Alone in the run, its step is half of a full round (H = 2): the departed are no members.
   ASSERT_TRUE(Push(kAttacker, kHonest).ok());
   ASSERT_EQ(last_rounds_.size(), 1u);
-  EXPECT_DOUBLE_EQ(last_rounds_[0].token_share, 1.0 / 8);
+  EXPECT_DOUBLE_EQ(last_rounds_[0].token_share, 0.5);
+  const double honest_step = last_rounds_[0].step_norm;
+  // 19x the departed learners' latest size: u = 1/19 of that share (were its own u to count in
+  // the full round, the only member's, it would cancel), so it moves Θ as far as a push of their size.
+  auto r = Push(kAttacker, kHonest * 19);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->note.find("influence 0.0526"), std::string::npos) << r->note;
+  ASSERT_EQ(last_rounds_.size(), 1u);
+  EXPECT_NEAR(last_rounds_[0].token_share, 0.5 / 19, 1e-8);
+  EXPECT_LT(last_rounds_[0].step_norm, 1.5 * honest_step);
 }
 
 TEST(RobustMergeFirstPush, TheFirstPushOfAFragmentMovesItByLittleWhateverItsSize) {
@@ -382,8 +391,9 @@ TEST(RobustMergeFirstPush, TheFirstPushesOfARoundAreJudgedByEachOtherWhenItClose
   EXPECT_EQ(w[0], w[2]);
   EXPECT_GT(w[0], 0);
   EXPECT_EQ(w[3], 0.0) << "its direction agrees with none of the others'";
-  // Three honest steps of the four learners' 8: 3/32 of a full round (each cut to u = 0.026, 1/400).
-  EXPECT_DOUBLE_EQ(rounds[0].token_share, 3.0 / 32);
+  // Three honest steps of the three learners' 8 (the fourth's push counts for nothing): 1/8 of a
+  // full round (not 1/400 each, as the fragment's scale judged them).
+  EXPECT_DOUBLE_EQ(rounds[0].token_share, 1.0 / 8);
   EXPECT_NE(rounds[0].reason.find("learner 3's push; its direction agrees with the others' by -1.000"),
             std::string::npos)
       << rounds[0].reason;
