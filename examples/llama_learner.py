@@ -251,6 +251,9 @@ def cmd_train(a):
         if a.summary:
             with open(a.summary, "w") as f:
                 json.dump({"steps": len(losses), "losses": losses, "counters": counters, "precision": a.precision}, f)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()  # before exit: Gloo's threads at exit can abort it
 
 
 def main():

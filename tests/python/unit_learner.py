@@ -86,6 +86,11 @@ def train(a):
     learner.close()
     with open("%s.rank%d.json" % (a.out, rank), "w") as f:
         json.dump({"checksum": checksum(model), "counters": counters}, f)
+    if world > 1:
+        # Gloo's worker threads torn down at interpreter exit abort the process now and then
+        # ("terminate called without an active exception"): the group goes first, on every rank.
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def main():
