@@ -34,17 +34,27 @@ SyncerOptions RobustOptions() {
 }
 constexpr float kHonest = 0.01f;  // every value of an honest push: size 0.02 at c_steps 1
 
+// RobustOptions with period H and `learners` joined at `clock`'s instant.
+SyncerCore JoinedCore(int H, int learners, const ManualClock& clock) {
+  SyncerOptions o = RobustOptions();
+  o.H = H;
+  SyncerCore core = SmallCore(o);
+  for (int id = 0; id < learners; ++id) EXPECT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+  return core;
+}
+
 class RobustMerge : public ::testing::Test {
  protected:
   RobustMerge() : core_(SmallCore(RobustOptions())) {
     for (int id = 0; id < 4; ++id) EXPECT_TRUE(core_.Join(SmallJoin(id), clock_.Now()).ok());
   }
   // Learner `id` pushes fragment 0 with every value `v` and the given counters; the round closes.
-  StatusOr<PushResult> Push(int id, float v, int64_t c_tokens = 100, int64_t c_steps = 1) {
+  StatusOr<PushResult> Push(int id, float v, int64_t c_tokens = 100, int64_t c_steps = 1, bool final_sync = false) {
     clock_.AdvanceSeconds(1e-6);  // each push at its own instant: one judges those before it
     PushHeaderData h = SmallHeader(core_, id, 0, core_.version(0));
     h.c_tokens = c_tokens;
     h.c_steps = c_steps;
+    h.final_sync = final_sync;
     auto r = core_.Push(h, Fp32Values(v), clock_.Now());
     last_rounds_ = core_.Poll(clock_.Now(), clock_);
     return r;
@@ -133,11 +143,8 @@ TEST_F(RobustMerge, HonestLearnersAfterARealChangeLiftEachOthersReference) {
 // real run (the syncer-kill chaos run) such a push was quarantined at 23-35x and its 41 steps
 // were lost.
 TEST(RobustMergeReferences, AFinalSyncOrAFewStepsSetNoReference) {
-  SyncerOptions o = RobustOptions();
-  o.H = 8;
-  SyncerCore core = SmallCore(o);
   ManualClock clock;
-  for (int id = 0; id < 3; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+  SyncerCore core = JoinedCore(8, 3, clock);
   auto push = [&](int id, float v, int64_t c_steps, bool final_sync) {
     clock.AdvanceSeconds(1e-6);  // each push at its own instant
     PushHeaderData h = SmallHeader(core, id, 0, core.version(0));
@@ -370,11 +377,8 @@ TEST(RobustMergeFirstPush, TheFirstPushOfAFragmentMovesItByLittleWhateverItsSize
 // exceed many times. Judged again when their round closes, by each other, they count in full; one
 // against them, or far larger, among them still does not.
 TEST(RobustMergeFirstPush, TheFirstPushesOfARoundAreJudgedByEachOtherWhenItCloses) {
-  SyncerOptions o = RobustOptions();
-  o.H = 8;
-  SyncerCore core = SmallCore(o);
   ManualClock clock;
-  for (int id = 0; id < 4; ++id) ASSERT_TRUE(core.Join(SmallJoin(id), clock.Now()).ok());
+  SyncerCore core = JoinedCore(8, 4, clock);
   // Norm 2 at 1 step, 0.05 x 3 / √8 = 0.053 by the fragment's scale: 38x beyond it.
   const float values[4] = {1.0f, 1.0f, 1.0f, -1.0f};  // the last against the others
   for (int id = 0; id < 4; ++id) {
@@ -413,14 +417,7 @@ TEST(RobustMergeFirstPush, TheFirstPushesOfARoundAreJudgedByEachOtherWhenItClose
 // pushes from the run's middle, it still counts in full; far above them it is bounded as any push.
 TEST_F(RobustMerge, AFinalSyncFarBelowTheOthersCountsInFull) {
   HonestRound();
-  const auto final_sync = [&](int id, float v) {
-    clock_.AdvanceSeconds(1e-6);
-    PushHeaderData h = SmallHeader(core_, id, 0, core_.version(0));
-    h.final_sync = true;
-    auto r = core_.Push(h, Fp32Values(v), clock_.Now());
-    last_rounds_ = core_.Poll(clock_.Now(), clock_);
-    return r;
-  };
+  const auto final_sync = [&](int id, float v) { return Push(id, v, 100, 1, /*final_sync=*/true); };
   auto r = final_sync(0, kHonest / 80);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->note.find("influence"), std::string::npos) << r->note;

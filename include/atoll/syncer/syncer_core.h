@@ -636,8 +636,8 @@ class SyncerCore {
   // the round closes), each judged against the others' latest pushes as they stand then, this
   // round's included. Synchronous modes (every live learner's push makes the round) judge all of a
   // round's pushes so, and the order they arrived in decides nothing; decoupled mode those that
-  // found no references on arrival (a fragment's first pushes: judged by its scale alone, honest
-  // ones were cut to a few percent). `note` says whose influence was lowered and why.
+  // found no references on arrival (a fragment's first pushes, which its scale alone would cut to
+  // a few percent). `note` says whose influence was lowered and why.
   bool JudgesRoundsTogether() const { return options_.mode != diloco::Mode::kDecoupled; }
   void JudgeAtClose(int p, TimePoint now, std::string& note);
   // Contributions of fragment f's open round that arrived before any rate per step could judge
