@@ -178,7 +178,7 @@ struct SyncerOptions {
   // 0 turns the size or direction part off. Decoupled mode judges a push as it arrives, one that
   // found no references again at its round's close; the synchronous modes judge a round's pushes
   // together at its close, each against the others of the round (JudgeAtClose).
-  double influence_size_factor = 1.0;
+  double influence_size_factor = 2.0;
   double influence_min_cosine = 0.1;
   // A learner whose pushes are rejected as invalid this many times in a row (not counting
   // ABORTED, which only asks for a full fetch, nor quarantine) is disconnected for ban_seconds: its joins, heartbeats and pushes
