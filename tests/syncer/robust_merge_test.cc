@@ -314,7 +314,8 @@ TEST(RobustMergeSynchronous, ARoundsPushesAreJudgedTogetherWhicheverArrivesFirst
     std::vector<RoundReport> rounds;
     for (int id : arrival) {
       clock.AdvanceSeconds(1);  // each at its own instant: one arrives before the other
-      auto r = core.Push(SmallHeader(core, id, 0, 0), Fp32Values(kHonest * static_cast<float>(1 << (2 * id))), clock.Now());
+      auto r =
+          core.Push(SmallHeader(core, id, 0, 0), Fp32Values(kHonest * static_cast<float>(1 << (2 * id))), clock.Now());
       ASSERT_TRUE(r.ok()) << r.status();
       rounds = core.Poll(clock.Now(), clock);
     }
