@@ -355,6 +355,28 @@ std::vector<double> StepRates(const std::vector<StepAllowance>& allowances) {
   return rates;
 }
 
+// Per fragment, [steps, tokens] of the learner's held credit (LearnerRecord::held).
+nlohmann::json HeldJson(const std::vector<LearnerRecord::Held>& held) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& h : held) out.push_back({h.steps, h.tokens});
+  return out;
+}
+
+// A table row's held credit; a malformed or negative entry counts as nothing held.
+std::vector<LearnerRecord::Held> ParseHeld(const nlohmann::json& rows) {
+  std::vector<LearnerRecord::Held> held;
+  if (!rows.is_array()) return held;
+  for (const auto& r : rows) {
+    LearnerRecord::Held h;
+    if (r.is_array() && r.size() == 2 && r[0].is_number() && r[1].is_number()) {
+      h.steps = NonNegative(r[0].get<double>());
+      h.tokens = NonNegative(r[1].get<double>());
+    }
+    held.push_back(h);
+  }
+  return held;
+}
+
 }  // namespace
 
 Status DurableState::SaveLearners(const SyncerCore& core) {
@@ -377,6 +399,7 @@ Status DurableState::SaveLearners(const SyncerCore& core) {
                     {"samples", SamplesJson(l.samples)},
                     {"tokens_per_step", l.tokens_per_step},
                     {"step_rates", StepRates(l.allowances)},
+                    {"held", HeldJson(l.held)},
                     {"replays_refused", l.replays_refused}});
   }
   return WriteJsonWithChecksum(dir_ + "/learners.json", {{"learners", rows}, {"rounds_closed", core.rounds_closed()}});
@@ -480,6 +503,7 @@ DurableState::LearnerTable DurableState::ReadLearnerRows(const nlohmann::json& l
     l.tokens_per_step = NonNegative(r.value("tokens_per_step", 0.0));
     for (double rate : r.value("step_rates", std::vector<double>{}))
       l.allowances.push_back({{}, 0.0, NonNegative(rate), 0.0});
+    l.held = ParseHeld(r.value("held", nlohmann::json::array()));
     l.replays_refused = r.value("replays_refused", int64_t{0});
     if (l.id >= 0) t.rows[l.id] = l;
   }

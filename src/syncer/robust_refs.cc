@@ -155,6 +155,23 @@ double SyncerCore::PacedStepsLeft(const LearnerRecord& l, int p, TimePoint now) 
   return options_.pace_slack * counted + options_.H - credited;
 }
 
+void SyncerCore::ReleaseHeldCredit(LearnerRecord& l, TimePoint now) const {
+  for (size_t p = 0; p < std::min(l.held.size(), fragments_.size()); ++p) {
+    LearnerRecord::Held& h = l.held[p];
+    if (!(h.steps > 0)) continue;
+    const double left = PacedStepsLeft(l, static_cast<int>(p), now);
+    if (!std::isfinite(left) || !(left > 0)) continue;  // its pace unmeasured, or nothing counted yet
+    const double steps = std::min(h.steps, std::floor(left));
+    if (!(steps > 0)) continue;
+    const double tokens = h.tokens * steps / h.steps;
+    l.tokens_merged += tokens / plan_.num_fragments();
+    l.paced_steps.resize(fragments_.size(), 0.0);
+    l.paced_steps[p] += steps;
+    h.steps -= steps;
+    h.tokens -= tokens;
+  }
+}
+
 StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, double paced_left,
                                       const StepAllowance& a, Contribution& c, TimePoint now, std::string& note) const {
   // The steps the time since the previous push allows at max_step_rate_factor × the others' rate
@@ -172,13 +189,26 @@ StepAllowance SyncerCore::CreditSteps(const FleetRefs& fleet, double own_rate, d
   const bool by_pace = counted && paced_left < allowed;
   const double credit = by_pace ? std::max(0.0, paced_left) : allowed;
   if (static_cast<double>(c.c_steps) > credit) {
+    const auto tokens_of = [&c](int64_t steps) {
+      return static_cast<int64_t>(
+          std::floor(static_cast<double>(c.c_tokens) * static_cast<double>(steps) / static_cast<double>(c.c_steps)));
+    };
     const auto steps = static_cast<int64_t>(std::floor(credit));
-    const auto tokens = static_cast<int64_t>(
-        std::floor(static_cast<double>(c.c_tokens) * static_cast<double>(steps) / static_cast<double>(c.c_steps)));
-    note += fmt::format("; credited {} of its {} claimed steps ({} tokens){}", steps, c.c_steps, tokens,
+    const int64_t tokens = tokens_of(steps);
+    std::string held;
+    if (by_pace) {
+      // What the time allows beyond what its heartbeats counted is held, not dropped: a heartbeat
+      // can lag the learner's pushes by seconds (LearnerRecord::held).
+      const auto timely = static_cast<int64_t>(std::floor(std::min(static_cast<double>(c.c_steps), allowed)));
+      c.held_steps = static_cast<double>(std::max<int64_t>(0, timely - steps));
+      c.held_tokens = static_cast<double>(std::max<int64_t>(0, tokens_of(timely) - tokens));
+      held = fmt::format(" (the other {:.0f} held until they do)", c.held_steps);
+    }
+    note += fmt::format("; credited {} of its {} claimed steps ({} tokens){}{}", steps, c.c_steps, tokens,
                         by_pace ? ": its heartbeats counted no more"
                         : timed ? ": the time since its previous push allows no more"
-                                : "");
+                                : "",
+                        held);
     c.c_steps = steps;
     c.c_tokens = tokens;
   }

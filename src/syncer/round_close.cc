@@ -101,9 +101,16 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
     auto it = learners_.find(c.learner);
     if (it == learners_.end()) continue;
     it->second.rounds_joined += 1;
-    it->second.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
-    it->second.merged_versions.resize(fragments_.size(), -1);
-    it->second.merged_versions[static_cast<size_t>(p)] = f.version;
+    LearnerRecord& l = it->second;
+    l.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
+    l.merged_versions.resize(fragments_.size(), -1);
+    l.merged_versions[static_cast<size_t>(p)] = f.version;
+    if (c.held_steps > 0) {
+      l.held.resize(fragments_.size());
+      l.held[static_cast<size_t>(p)].steps += c.held_steps;
+      l.held[static_cast<size_t>(p)].tokens += c.held_tokens;
+      ReleaseHeldCredit(l, now);  // its last heartbeat may already count them (a learner that left)
+    }
   }
   f.pending.clear();
   f.opened_at.reset();

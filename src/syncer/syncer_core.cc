@@ -282,6 +282,7 @@ Status SyncerCore::Heartbeat(int learner_id, const LearnerProgress& reported, Ti
   l.telemetry_rejected += BoundTelemetry(
       progress, {l.step, l.tokens, l.loss, l.step_seconds, l.tokens_per_second, l.version_held, l.state});
   UpdatePace(l, progress, now);
+  ReleaseHeldCredit(l, now);
   l.last_seen = now;
   l.step = progress.step;
   l.tokens = progress.tokens;

@@ -90,6 +90,8 @@ nlohmann::json SyncerCore::LearnerStatusJson(int id, const LearnerRecord& l, Tim
     influence += sample.influence;
     ++pushed;
   }
+  double tokens_held = 0;  // held credit (LearnerRecord::held), ÷ P as tokens_merged: held has P entries
+  for (const auto& h : l.held) tokens_held += h.tokens / static_cast<double>(l.held.size());
   return {{"id", id},
           {"host", l.host},
           {"state", LearnerStateName(l.state)},
@@ -113,6 +115,7 @@ nlohmann::json SyncerCore::LearnerStatusJson(int id, const LearnerRecord& l, Tim
           {"influence", pushed > 0 ? influence / pushed : 1.0},
           {"late_folded", l.late_folded},
           {"tokens_merged", l.tokens_merged},
+          {"tokens_held", tokens_held},
           {"seconds_since_seen", ToSeconds(now - l.last_seen)}};
 }
 

@@ -276,6 +276,14 @@ struct LearnerRecord {
   // counter last went back (a restarted learner process): the own-pace bound
   // (SyncerCore::PacedStepsLeft). Not persisted.
   std::vector<double> paced_steps;
+  // Per fragment, the steps (and their tokens) of its merged pushes that its heartbeats had not yet
+  // counted when they arrived: held, not dropped, and credited (to tokens_merged and paced_steps)
+  // as soon as its heartbeats count them (SyncerCore::ReleaseHeldCredit). A heartbeat can lag its
+  // pushes by seconds on a loaded host. Persisted.
+  struct Held {
+    double steps = 0, tokens = 0;
+  };
+  std::vector<Held> held;
   // Per fragment, what its next push may be credited with (only the rates are persisted: a restored
   // learner gets H steps and the time from its restore).
   std::vector<StepAllowance> allowances;
@@ -507,6 +515,9 @@ class SyncerCore {
     bool judged = true;       // its rate per step had a reference when it arrived (else judged at close)
     double influence = 1;     // u: the push counts u × share_steps in the round's share (TokenShare)
     double share_steps = 0;   // of its credited steps, those its time at the others' rate allows
+    // Of its claimed steps within the time bound, those the learner's heartbeats had not counted
+    // yet, and their tokens: LearnerRecord::held once its round merges it.
+    double held_steps = 0, held_tokens = 0;
     // Judged when its round closes (JudgeAtClose): every push in the synchronous modes, one that
     // found no references in decoupled mode. Its sketch (kept until then) and size per √ share step.
     bool judge_at_close = false;
@@ -632,6 +643,10 @@ class SyncerCore {
   // this syncer process saw it (trained while the syncer was down or unreachable) count. Infinity
   // until a first window measured its pace (or with pace_slack 0).
   double PacedStepsLeft(const LearnerRecord& l, int p, TimePoint now) const;
+  // Credits learner l with what its heartbeats now count of its held steps (LearnerRecord::held):
+  // into tokens_merged (÷ P) and paced_steps, at most PacedStepsLeft per fragment. Nothing while
+  // its pace is unmeasured.
+  void ReleaseHeldCredit(LearnerRecord& l, TimePoint now) const;
   // The influence of the pushes of fragment p's closing round that wait for it (CloseRounds, before
   // the round closes), each judged against the others' latest pushes as they stand then, this
   // round's included. Synchronous modes (every live learner's push makes the round) judge all of a
