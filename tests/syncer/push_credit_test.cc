@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <unistd.h>
 
@@ -194,15 +195,36 @@ TEST(PushCredit, AnHonestLearnerThatSpeedsUpIsCreditedEveryStepAtOnce) {
   for (int id = 0; id < 4; ++id) EXPECT_DOUBLE_EQ(f.Credited(id), f.Claimed(id)) << "learner " << id;
 }
 
+// The syncer of fleet f restarted from its durable state: a new process on f's clock.
+std::unique_ptr<Fleet> Restarted(Fleet& f, const std::string& name) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("atoll-" + name + "-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  DurableState state(dir);
+  EXPECT_TRUE(state.SaveAll(f.core_).ok());
+  SyncerOptions o = SmallOptions();
+  o.incarnation = 2;
+  auto g = std::make_unique<Fleet>(o);
+  g->clock_.Set(f.clock_.Now());
+  EXPECT_TRUE(state.Restore(g->core_, g->clock_.Now()).ok());
+  std::filesystem::remove_all(dir);
+  return g;
+}
+
+// Four learners of one step a second for 12 s; learner 3's heartbeats carry its steps of 6 s ago.
+void RunWithLateHeartbeats(Fleet& f) {
+  f.heartbeats_ = true;
+  for (int id = 0; id < 4; ++id) f.Add(id, 1.0, 100);
+  f.members_.at(3).heartbeat_lag_s = 6;
+  f.RunUntil(12);
+}
+
 TEST(PushCredit, StepsItsHeartbeatsHaveNotCountedYetAreHeldAndCreditedWhenTheyAre) {
   // Learner 3's heartbeats carry its steps of 6 s ago (a loaded host delays them): its pushes claim
   // steps its latest heartbeat has not counted. Dropped, they cost a never-killed learner of a
   // loaded chaos run up to 8,576 of its 30,720 tokens; held, they are credited once counted.
   Fleet f;
-  f.heartbeats_ = true;
-  for (int id = 0; id < 4; ++id) f.Add(id, 1.0, 100);
-  f.members_.at(3).heartbeat_lag_s = 6;
-  f.RunUntil(12);
+  RunWithLateHeartbeats(f);
   const LearnerRecord& l = f.core_.learners().at(3);
   ASSERT_FALSE(l.held.empty());
   EXPECT_GT(l.held[0].steps, 0);
@@ -217,23 +239,11 @@ TEST(PushCredit, StepsItsHeartbeatsHaveNotCountedYetAreHeldAndCreditedWhenTheyAr
 
 TEST(PushCredit, HeldStepsSurviveARestart) {
   Fleet f;
-  f.heartbeats_ = true;
-  for (int id = 0; id < 4; ++id) f.Add(id, 1.0, 100);
-  f.members_.at(3).heartbeat_lag_s = 6;
-  f.RunUntil(12);
+  RunWithLateHeartbeats(f);
   const LearnerRecord::Held held = f.core_.learners().at(3).held.at(0);
   ASSERT_GT(held.steps, 0);
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("atoll-held-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
-  DurableState state(dir);
-  ASSERT_TRUE(state.SaveAll(f.core_).ok());
-  SyncerOptions o = SmallOptions();
-  o.incarnation = 2;
-  Fleet g(o);
-  g.clock_.Set(f.clock_.Now());
-  ASSERT_TRUE(state.Restore(g.core_, g.clock_.Now()).ok());
-  std::filesystem::remove_all(dir);
+  auto restarted = Restarted(f, "held");
+  const Fleet& g = *restarted;
   const LearnerRecord& l = g.core_.learners().at(3);
   ASSERT_EQ(l.held.size(), f.core_.learners().at(3).held.size());
   EXPECT_DOUBLE_EQ(l.held[0].steps, held.steps);
@@ -331,17 +341,8 @@ TEST(PushCredit, AfterARestartTheFirstPushesAreCreditedAndClaimsStayBounded) {
   Fleet f;
   for (int id = 0; id < 4; ++id) f.Add(id, 1.0, 100);
   f.RunUntil(30);
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("atoll-credit-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
-  DurableState state(dir);
-  ASSERT_TRUE(state.SaveAll(f.core_).ok());
-  SyncerOptions o = SmallOptions();
-  o.incarnation = 2;  // a new process
-  Fleet g(o);
-  g.clock_.Set(f.clock_.Now());
-  ASSERT_TRUE(state.Restore(g.core_, g.clock_.Now()).ok());
-  std::filesystem::remove_all(dir);
+  auto restarted = Restarted(f, "credit");
+  Fleet& g = *restarted;
   g.members_ = f.members_;
   for (auto& [id, m] : g.members_) m.claimed = 0;
   for (int id = 0; id < 4; ++id) g.Rejoin(id);
