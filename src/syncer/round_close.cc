@@ -100,8 +100,8 @@ RoundReport SyncerCore::CloseRound(int p, const RoundDecision& d, TimePoint now,
   for (const auto& c : f.pending) {
     auto it = learners_.find(c.learner);
     if (it == learners_.end()) continue;
-    it->second.rounds_joined += 1;
     LearnerRecord& l = it->second;
+    l.rounds_joined += 1;
     l.tokens_merged += static_cast<double>(c.c_tokens) / plan_.num_fragments();
     l.merged_versions.resize(fragments_.size(), -1);
     l.merged_versions[static_cast<size_t>(p)] = f.version;

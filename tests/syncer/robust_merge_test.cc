@@ -327,7 +327,8 @@ TEST(RobustMergeSynchronous, ARoundsPushesAreJudgedTogetherWhicheverArrivesFirst
   EXPECT_EQ(weights[0], weights[1]);
   EXPECT_EQ(theta[0], theta[1]) << "bit for bit";
   // Each against the other two: the largest is 4x their upper median and the smallest a quarter of
-  // their lower median, twice the bound (2x) either way, so both have u = 1/2 (their weights bounded by u² = 1/4); the middle one u = 1.
+  // their lower median, twice the bound (2x) either way, so both have u = 1/2 (their weights
+  // bounded by u² = 1/4); the middle one u = 1.
   EXPECT_DOUBLE_EQ(weights[0][0], weights[0][1] / 4);
   EXPECT_DOUBLE_EQ(weights[0][2], weights[0][1] / 4);
 }
