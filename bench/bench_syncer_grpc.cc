@@ -23,8 +23,12 @@
 // max_inflight_push_mb): pushes beyond it are refused (RESOURCE_EXHAUSTED) and sent again after
 // 5 ms, as a learner does, so that the memory of pushes in flight is the same for any M.
 //
+// --outer-momentum μ runs the syncer with that outer momentum (default: the mode's, 0 for
+// decoupled): with μ > 0 the syncer keeps a momentum buffer per fragment, and the bench measures
+// what it costs in resident memory and round time.
+//
 //   bench_syncer_grpc [--params N] [--learners M] [--fragments P] [--rounds R] [--inflight-mb B] [--standby]
-//                     [--dir D] [--json]
+//                     [--outer-momentum MU] [--dir D] [--json]
 // Exit 0; 1 when the syncer fails; 2 on bad flags.
 #include <sys/types.h>
 
@@ -73,6 +77,7 @@ std::string TextOf(const std::string& path, const std::string& missing) {
                "bench_syncer_grpc: %s\nusage: bench_syncer_grpc [--params N (default 100000000)] [--learners M (8)] "
                "[--fragments P (24)] [--rounds R (2)] [--inflight-mb B (the syncer's default)] "
                "[--standby (with and without a standby following the commits)] "
+               "[--outer-momentum MU (the syncer's outer momentum, 0 <= MU < 1; default the mode's)] "
                "[--dir D (default a fresh folder under /tmp)] [--json]\n",
                error.c_str());
   std::exit(2);
@@ -88,6 +93,7 @@ struct Bench {
   int64_t params = 100'000'000, inflight_mb = 0;
   int learners = 8, fragments = 24, rounds = 2;
   std::string dir, spec, etcd;
+  std::string outer_momentum;  // empty: the syncer's default
   std::vector<diloco::TensorSpec> tensors;
   bool json_out = false;
 };
@@ -174,6 +180,10 @@ nlohmann::json RunOnce(const Bench& b, const std::string& label, bool standby) {
   if (inflight_mb > 0) {
     argv_s.push_back("--max-inflight-push-mb");
     argv_s.push_back(std::to_string(inflight_mb));
+  }
+  if (!b.outer_momentum.empty()) {
+    argv_s.push_back("--outer-momentum");
+    argv_s.push_back(b.outer_momentum);
   }
   if (!b.etcd.empty()) {  // the shard's leader through etcd; with `standby`, a second candidate follows it
     for (const char* f : {"--etcd", b.etcd.c_str(), "--candidate-id", "a"}) argv_s.push_back(f);
@@ -407,6 +417,8 @@ nlohmann::json RunOnce(const Bench& b, const std::string& label, bool standby) {
       {"fragments", fragments},
       {"rounds", rounds},
       {"inflight_mb", inflight_mb},
+      {"outer_momentum",
+       b.outer_momentum.empty() ? nlohmann::json(nullptr) : nlohmann::json(std::stod(b.outer_momentum))},
       {"syncer_start_seconds", start_s},
       {"join_pull_seconds", join_s},
       {"syncer_rss_idle_bytes_per_param", rss_idle / n},
@@ -444,9 +456,10 @@ nlohmann::json RunOnce(const Bench& b, const std::string& label, bool standby) {
   if (!json_out) {
     std::printf(
         "bench_syncer_grpc%s: atoll syncer from a %lld-parameter spec, M = %d gRPC learners, P = %d, %d rounds "
-        "of each fragment, push bytes in flight: %s\n",
+        "of each fragment, push bytes in flight: %s, outer momentum: %s\n",
         label.empty() ? "" : (" [" + label + "]").c_str(), static_cast<long long>(params), learners, fragments, rounds,
-        inflight_mb > 0 ? (std::to_string(inflight_mb) + " MiB").c_str() : "the syncer's default");
+        inflight_mb > 0 ? (std::to_string(inflight_mb) + " MiB").c_str() : "the syncer's default",
+        b.outer_momentum.empty() ? "the syncer's default" : b.outer_momentum.c_str());
     std::printf(
         "  syncer memory per parameter: %.2f B idle after start, %.2f B after the joins (peak %.2f B), %.2f B after "
         "the rounds, peak %.2f B (the bench: peak %.2f B)\n",
@@ -481,7 +494,7 @@ int main(int argc, char** argv) {
   int64_t params = 100'000'000;
   int learners = 8, fragments = 24, rounds = 2;
   int64_t inflight_mb = 0;  // 0: the syncer's default
-  std::string dir;
+  std::string dir, outer_momentum;
   bool json_out = false, standby = false;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -504,7 +517,13 @@ int main(int argc, char** argv) {
     else if (k == "--dir") dir = value();
     else if (k == "--json") json_out = true;
     else if (k == "--standby") standby = true;
-    else if (k == "-h" || k == "--help") Usage("a real atoll syncer at model scale over gRPC");
+    else if (k == "--outer-momentum") {
+      outer_momentum = value();
+      char* end = nullptr;
+      const double mu = std::strtod(outer_momentum.c_str(), &end);
+      if (end == outer_momentum.c_str() || *end != '\0' || !(mu >= 0 && mu < 1))
+        Usage("--outer-momentum takes a number in [0, 1), not '" + outer_momentum + "'");
+    } else if (k == "-h" || k == "--help") Usage("a real atoll syncer at model scale over gRPC");
     else Usage("unknown flag " + k);
   }
   if (params < 4096 || learners < 1 || learners > 256 || fragments < 1 || rounds < 1 || fragments > params / 4096 ||
@@ -530,7 +549,7 @@ int main(int argc, char** argv) {
   }
   const double spec_s = Seconds(t0, Wall::now());
 
-  Bench b{params, inflight_mb, learners, fragments, rounds, dir, spec, "", tensors, json_out};
+  Bench b{params, inflight_mb, learners, fragments, rounds, dir, spec, "", outer_momentum, tensors, json_out};
   if (!standby) {
     nlohmann::json out = RunOnce(b, "", false);
     out["spec_write_seconds"] = spec_s;
